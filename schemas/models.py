@@ -1,0 +1,387 @@
+"""The event contract: what platform teams publish to the log.
+
+Every event is a full state snapshot of one entity, keyed by that entity's id, carrying a
+monotonic per-entity ``version``. Replaying the latest snapshot of every key (a compacted
+topic) rebuilds the whole read model. The JSON Schema files in ``schemas/events`` are
+generated from these models (``tickerwire schemas export``) and a test keeps them equal.
+
+Decoding happens once, at the edge, with :func:`decode_event`; everything downstream works
+with these immutable, typed objects.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timezone
+from enum import Enum
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+SCHEMA_VERSION = 1
+
+#: The nine tracked centralized exchanges (spec 2.4). The set is fixed.
+EXCHANGE_KEYS: tuple[str, ...] = (
+    "binance",
+    "coinbase",
+    "kraken",
+    "okx",
+    "bybit",
+    "kucoin",
+    "bitstamp",
+    "gateio",
+    "bitfinex",
+)
+
+ECOSYSTEM_SLUGS: tuple[str, ...] = (
+    "ecosystems-bitcoin",
+    "ecosystems-ethereum",
+    "ecosystems-solana",
+    "ecosystems-bnb",
+    "ecosystems-other",
+)
+
+
+class Sentiment(str, Enum):
+    BULLISH = "BULLISH"
+    NEUTRAL = "NEUTRAL"
+    BEARISH = "BEARISH"
+
+
+class PostStatus(str, Enum):
+    draft = "draft"
+    queued = "queued"
+    publishing = "publishing"
+    published = "published"
+    partial = "partial"
+    failed = "failed"
+    retracted = "retracted"
+
+
+#: Statuses that count toward a token's post_count (spec 2.4 and 3.1).
+LIVE_STATUSES = frozenset({PostStatus.queued, PostStatus.publishing, PostStatus.published, PostStatus.partial})
+#: Statuses whose translations partners can read (published everywhere, or in some locales).
+VISIBLE_STATUSES = frozenset({PostStatus.published, PostStatus.partial})
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("timestamp must carry a UTC offset")
+    return value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+_LOCALE_RE = r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$"
+_SLUG_RE = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
+_TICKER_RE = r"^[A-Z0-9][A-Z0-9.\-]{0,19}$"
+_URL_RE = r"^https?://\S+$"
+_HASH_RE = r"^[0-9a-f]{64}$"
+
+LocaleCode = Annotated[str, Field(pattern=_LOCALE_RE, max_length=35)]
+Slug = Annotated[str, Field(pattern=_SLUG_RE, min_length=1, max_length=200)]
+Ticker = Annotated[str, Field(pattern=_TICKER_RE)]
+Url = Annotated[str, Field(pattern=_URL_RE, max_length=2048)]
+ShortText = Annotated[str, Field(min_length=1, max_length=500)]
+Id = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_\-]+$")]
+
+
+class Contract(BaseModel):
+    """Base of every payload: immutable, strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class PostTranslation(Contract):
+    lang: LocaleCode
+    slug: Slug
+    canonical_url: Url
+    title: ShortText
+    lede: Annotated[str, Field(min_length=1, max_length=2000)]
+    body: Annotated[
+        str, Field(min_length=1, max_length=200_000, json_schema_extra={"not": {"pattern": "<[a-zA-Z/][^>]*>"}})
+    ]
+    tags: tuple[Annotated[str, Field(min_length=1, max_length=100)], ...] = ()
+
+    @field_validator("body")
+    @classmethod
+    def _plain_text(cls, body: str) -> str:
+        if re.search(r"<[a-zA-Z/][^>]*>", body):
+            raise ValueError("body must be plain text without HTML")
+        return body
+
+
+class Post(Contract):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"status": {"enum": ["published", "partial"]}}},
+            "then": {"required": ["published_at"], "properties": {"published_at": {"type": "string"}}},
+        }
+    )
+
+    id: Annotated[int, Field(ge=1, le=2**53)]
+    status: PostStatus
+    published_at: UtcDatetime | None = None
+    importance: Annotated[int, Field(ge=0, le=100)]
+    sentiment: Sentiment
+    tickers: tuple[Ticker, ...] = ()
+    hashtags: tuple[Annotated[str, Field(min_length=1, max_length=100)], ...] = ()
+    categories: tuple[Slug, ...] = Field(default=(), description="Leaf category slugs")
+    cover_image_url: Url
+    og_image_url: Url
+    gallery_urls: tuple[Url, ...] = ()
+    source_url: Url
+    byline: Annotated[str, Field(max_length=300)]
+    translations: tuple[PostTranslation, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Post":
+        langs = [t.lang for t in self.translations]
+        if len(langs) != len(set(langs)):
+            raise ValueError("translations must have distinct lang values")
+        if self.status in VISIBLE_STATUSES and self.published_at is None:
+            raise ValueError(f"a {self.status.value} post needs published_at")
+        return self
+
+
+class Ecosystem(Contract):
+    slug: Literal[ECOSYSTEM_SLUGS]  # type: ignore[valid-type]
+    name: ShortText
+
+
+class Token(Contract):
+    ticker: Ticker
+    name: ShortText
+    logo_url: Url
+    market_cap_rank: Annotated[int, Field(ge=1)] | None
+    exchange_listings: tuple[Literal[EXCHANGE_KEYS], ...] = ()  # type: ignore[valid-type]
+    categories: tuple[Annotated[str, Field(min_length=1, max_length=100)], ...] = ()
+    genesis_date: date | None
+    primary_ecosystem: Ecosystem | None
+    homepage_url: Url
+    description: Annotated[str, Field(max_length=20_000)] | None
+
+
+class Category(Contract):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"is_group": {"const": True}}},
+            "then": {"properties": {"group_slug": {"type": "null"}}},
+            "else": {"properties": {"group_slug": {"type": "string"}}},
+        }
+    )
+
+    slug: Slug
+    is_group: bool
+    group_slug: Slug | None
+    position: Annotated[int, Field(ge=0)]
+    names: dict[LocaleCode, ShortText] = Field(min_length=1, description="Localized names by locale code")
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Category":
+        if self.is_group and self.group_slug is not None:
+            raise ValueError("a group has no group_slug")
+        if not self.is_group and self.group_slug is None:
+            raise ValueError("a leaf needs group_slug")
+        return self
+
+
+class Locale(Contract):
+    code: LocaleCode
+    name: ShortText
+    native_name: ShortText
+    country_code: Annotated[str, Field(pattern=r"^[A-Z]{2}$")]
+    direction: Literal["ltr", "rtl"]
+    active: bool
+    web_channel: bool
+    is_default: bool
+    position: Annotated[int, Field(ge=0)] = 0
+
+
+class Workspace(Contract):
+    id: Id
+    name: ShortText
+    status: Literal["active", "suspended"]
+    rate_limit_per_minute: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    daily_quota: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
+    stream_connection_limit: Annotated[int, Field(ge=1, le=10_000)] | None = None
+
+
+class ApiKey(Contract):
+    """An API key as the log knows it: only a SHA-256 hash and a display prefix, never the key."""
+
+    id: Id
+    workspace_id: Id
+    key_hash: Annotated[str, Field(pattern=_HASH_RE)]
+    display_prefix: Annotated[str, Field(min_length=4, max_length=24)]
+    issued_at: UtcDatetime
+    revoked_at: UtcDatetime | None = None
+
+
+class Embed(Contract):
+    id: Annotated[str, Field(pattern=r"^bdg_[A-Za-z0-9]{4,64}$")]
+    workspace_id: Id
+    kind: Literal["badge", "widget"]
+    created_at: UtcDatetime
+
+
+class Heartbeat(Contract):
+    """The embed pinged from a partner page; ``landed_at`` is when the ping reached us."""
+
+    embed_id: Annotated[str, Field(pattern=r"^bdg_[A-Za-z0-9]{4,64}$")]
+    workspace_id: Id
+    landed_at: UtcDatetime
+
+
+# --------------------------------------------------------------------------- envelopes
+
+
+class _Envelope(Contract):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    version: Annotated[int, Field(ge=1, le=2**62)] = Field(description="Monotonic per entity; a lower or equal version never replaces a higher one")
+    emitted_at: UtcDatetime
+
+
+class PostEvent(_Envelope):
+    type: Literal["post"] = "post"
+    data: Post
+
+
+class TokenEvent(_Envelope):
+    type: Literal["token"] = "token"
+    data: Token
+
+
+class CategoryEvent(_Envelope):
+    type: Literal["category"] = "category"
+    data: Category
+
+
+class LocaleEvent(_Envelope):
+    type: Literal["locale"] = "locale"
+    data: Locale
+
+
+class WorkspaceEvent(_Envelope):
+    type: Literal["workspace"] = "workspace"
+    data: Workspace
+
+
+class ApiKeyEvent(_Envelope):
+    type: Literal["api_key"] = "api_key"
+    data: ApiKey
+
+
+class EmbedEvent(_Envelope):
+    type: Literal["embed"] = "embed"
+    data: Embed
+
+
+class HeartbeatEvent(_Envelope):
+    type: Literal["heartbeat"] = "heartbeat"
+    data: Heartbeat
+
+
+Event = Annotated[
+    Union[
+        PostEvent,
+        TokenEvent,
+        CategoryEvent,
+        LocaleEvent,
+        WorkspaceEvent,
+        ApiKeyEvent,
+        EmbedEvent,
+        HeartbeatEvent,
+    ],
+    Field(discriminator="type"),
+]
+
+EVENT_MODELS: dict[str, type[_Envelope]] = {
+    "post": PostEvent,
+    "token": TokenEvent,
+    "category": CategoryEvent,
+    "locale": LocaleEvent,
+    "workspace": WorkspaceEvent,
+    "api_key": ApiKeyEvent,
+    "embed": EmbedEvent,
+    "heartbeat": HeartbeatEvent,
+}
+
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class InvalidEvent(ValueError):
+    """Raised by :func:`decode_event` with a short, human-readable reason."""
+
+    def __init__(self, reason: str, kind: str = "schema") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        #: ``undecodable`` (not UTF-8 JSON), ``unknown_type`` or ``schema``.
+        self.kind = kind
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        loc = ".".join(str(p) for p in e["loc"])
+        parts.append(f"{loc}: {e['msg']}" if loc else e["msg"])
+    return "; ".join(parts)
+
+
+def decode_event(raw: bytes | str) -> Event:
+    """Decode one log record value into a typed event, or raise :class:`InvalidEvent`."""
+    import orjson
+
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(f"not valid UTF-8 JSON: {exc}", "undecodable") from None
+    if not isinstance(doc, dict):
+        raise InvalidEvent("event must be a JSON object", "schema")
+    kind = doc.get("type")
+    if kind not in EVENT_MODELS:
+        raise InvalidEvent(f"unknown event type {kind!r}; known: {', '.join(EVENT_MODELS)}", "unknown_type")
+    try:
+        return _EVENT_ADAPTER.validate_python(doc)
+    except ValidationError as exc:
+        raise InvalidEvent(f"{kind}: {_describe(exc)}", "schema") from None
+
+
+def encode_event(event: _Envelope) -> bytes:
+    """Serialize an event the way publishers put it on the log."""
+    return event.model_dump_json(exclude_none=False).encode()
+
+
+def entity_key(event: _Envelope) -> str:
+    """The log key of an event: its entity id. Compaction keeps the latest snapshot per key."""
+    data = event.data  # type: ignore[attr-defined]
+    match event.type:  # type: ignore[attr-defined]
+        case "post":
+            return f"post:{data.id}"
+        case "token":
+            return f"token:{data.ticker}"
+        case "category":
+            return f"category:{data.slug}"
+        case "locale":
+            return f"locale:{data.code}"
+        case "workspace":
+            return f"workspace:{data.id}"
+        case "api_key":
+            return f"api_key:{data.id}"
+        case "embed":
+            return f"embed:{data.id}"
+        case "heartbeat":
+            return f"heartbeat:{data.embed_id}"
+    raise AssertionError(event)

@@ -1,0 +1,160 @@
+"""The pure mapping from events to read-model rows and partner-facing JSON.
+
+No I/O here. The projector stores what these functions return, the API serves the stored
+bytes, and the stream sends the same stored bytes, so a pushed post equals the listed one
+by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+import orjson
+
+from .models import VISIBLE_STATUSES, Category, Post, PostTranslation
+
+#: PostgreSQL text-search configurations by primary language subtag; `simple` elsewhere.
+_TS_CONFIGS = {
+    "ar": "arabic",
+    "da": "danish",
+    "de": "german",
+    "el": "greek",
+    "en": "english",
+    "es": "spanish",
+    "fi": "finnish",
+    "fr": "french",
+    "hu": "hungarian",
+    "id": "indonesian",
+    "it": "italian",
+    "nl": "dutch",
+    "no": "norwegian",
+    "pt": "portuguese",
+    "ro": "romanian",
+    "ru": "russian",
+    "sv": "swedish",
+    "tr": "turkish",
+}
+
+
+def text_search_config(lang: str) -> str:
+    """The PostgreSQL text-search configuration for a locale (``simple`` when none stems it)."""
+    return _TS_CONFIGS.get(lang.split("-", 1)[0].lower(), "simple")
+
+
+def iso_utc(value: datetime) -> str:
+    """Spec timestamps: ISO 8601 in UTC with a ``Z`` suffix and millisecond precision."""
+    value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class Taxonomy:
+    """The category tree, enough to localize names and expand leaves to their groups."""
+
+    categories: Mapping[str, Category]
+    default_lang: str = "en-US"
+
+    def name(self, slug: str, lang: str) -> str:
+        cat = self.categories.get(slug)
+        if cat is None:
+            return slug
+        return cat.names.get(lang) or cat.names.get(self.default_lang) or next(iter(cat.names.values()))
+
+    def filter_slugs(self, leaves: tuple[str, ...]) -> tuple[str, ...]:
+        """Slugs a post matches in the ``category`` filter: its leaves and their groups."""
+        out: list[str] = []
+        for slug in leaves:
+            if slug not in out:
+                out.append(slug)
+            cat = self.categories.get(slug)
+            if cat is not None and cat.group_slug and cat.group_slug not in out:
+                out.append(cat.group_slug)
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class TranslationRow:
+    """One row of ``post_translations``: a post as partners read it in one locale."""
+
+    post_id: int
+    lang: str
+    slug: str
+    published_at: datetime | None
+    importance: int
+    sentiment: str
+    visible: bool
+    category_slugs: tuple[str, ...]
+    tickers: tuple[str, ...]
+    hashtags: tuple[str, ...]
+    ts_config: str
+    title: str
+    lede: str
+    body: str
+    lean: bytes
+    detail: bytes
+
+
+def lean_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
+    """The lean shape of spec 2.1, fields in spec order."""
+    return {
+        "id": post.id,
+        "slug": tr.slug,
+        "published_at": iso_utc(post.published_at) if post.published_at else None,
+        "lang": tr.lang,
+        "canonical_url": tr.canonical_url,
+        "title": tr.title,
+        "lede": tr.lede,
+        "cover_image_url": post.cover_image_url,
+        "categories": [{"slug": s, "name": taxonomy.name(s, tr.lang)} for s in post.categories],
+        "importance": post.importance,
+        "sentiment": post.sentiment.value,
+    }
+
+
+def detail_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
+    """The detail shape of spec 2.2: the lean fields plus the detail fields."""
+    doc = lean_post(post, tr, taxonomy)
+    doc.update(
+        body=tr.body,
+        og_image_url=post.og_image_url,
+        gallery_urls=list(post.gallery_urls),
+        tags=list(tr.tags),
+        hashtags=list(post.hashtags),
+        byline=post.byline,
+        source_url=post.source_url,
+    )
+    return doc
+
+
+def is_visible(post: Post) -> bool:
+    """Partners see a post's translations while it is published (or partially published)."""
+    return post.status in VISIBLE_STATUSES and post.published_at is not None
+
+
+def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:
+    """Every per-locale row one post snapshot projects to."""
+    visible = is_visible(post)
+    filter_slugs = taxonomy.filter_slugs(post.categories)
+    return [
+        TranslationRow(
+            post_id=post.id,
+            lang=tr.lang,
+            slug=tr.slug,
+            published_at=post.published_at,
+            importance=post.importance,
+            sentiment=post.sentiment.value,
+            visible=visible,
+            category_slugs=filter_slugs,
+            tickers=post.tickers,
+            hashtags=tuple(h.lower() for h in post.hashtags),
+            ts_config=text_search_config(tr.lang),
+            title=tr.title,
+            lede=tr.lede,
+            body=tr.body,
+            lean=orjson.dumps(lean_post(post, tr, taxonomy)),
+            detail=orjson.dumps(detail_post(post, tr, taxonomy)),
+        )
+        for tr in post.translations
+    ]

@@ -1,0 +1,84 @@
+"""The read API process: ``create_app(config)`` builds the aiohttp application.
+
+Partner routes live under ``config.base_path``; operator routes (/healthz, /readyz,
+/metrics) at the root. The pool and the catalog refresher live in ``cleanup_ctx``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from ..common.config import Config
+from ..common.db import create_pool, schema_ready
+from ..common.ops import add_ops_routes, run_app
+from ..common.retry import retry_transient
+from ..common.tasks import background_task
+from . import handlers
+from .access import PARTNER, access_middleware
+from .catalog import Catalog
+from .errors import error_middleware
+from .metrics import ApiMetrics
+from .state import CATALOG, CONFIG, METRICS, POOL
+
+def metrics_middleware():
+    @web.middleware
+    async def middleware(request: web.Request, handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        response = await handler(request)
+        route = request.match_info.route.name or "unmatched"
+        metrics = request.app[METRICS]
+        metrics.requests.labels(route, str(response.status)).inc()
+        metrics.latency.labels(route).observe(time.perf_counter() - started)
+        return response
+
+    return middleware
+
+
+def add_partner_routes(app: web.Application, base: str) -> None:
+    routes = [
+        ("/languages", handlers.languages, "languages"),
+        ("/posts", handlers.list_posts, "posts"),
+    ]
+    for path, handler, name in routes:
+        app.router.add_get(base + path, handler, name=PARTNER + name)
+
+
+async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    app[POOL] = await retry_transient(
+        lambda: create_pool(config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max),
+        what="connect to PostgreSQL",
+        cap=2.0,
+    )
+    yield
+    await app[POOL].close()
+
+
+def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Application:
+    app = web.Application(
+        middlewares=[metrics_middleware(), error_middleware(config.base_path), access_middleware()],
+        client_max_size=config.max_body_bytes,
+    )
+    app[CONFIG] = config
+    app[METRICS] = metrics or ApiMetrics()
+    app[CATALOG] = Catalog()
+    app.cleanup_ctx.append(_pool_ctx)
+    app.cleanup_ctx.append(background_task("catalog", lambda a: a[CATALOG].run(a[POOL])))
+    add_partner_routes(app, config.base_path)
+
+    async def ready() -> tuple[bool, str]:
+        if POOL not in app:
+            return False, "starting"
+        if not await schema_ready(app[POOL], config.read_model_schema):
+            return False, "read model not migrated"
+        return (True, "ok") if app[CATALOG].loaded.is_set() else (False, "loading catalog")
+
+    add_ops_routes(app, app[METRICS].registry, ready)
+    return app
+
+
+async def serve(config: Config) -> None:
+    await run_app(create_app(config), config.host, config.api_port, name="api")

@@ -1,0 +1,62 @@
+"""Publishing validated events to the log: the only way platform teams change the read model."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Iterable, Sequence, TextIO
+
+from aiokafka import AIOKafkaProducer
+
+from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, entity_key
+from tickerwire.schemas.topics import topic_for_event_type
+
+from ..common.config import Config
+from ..common.kafka import started_producer
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    line: int
+    reason: str
+
+
+def parse_lines(lines: Iterable[str]) -> tuple[list, list[LineError]]:
+    """Validate JSON lines (blank lines skipped). Returns the events and every invalid line."""
+    events = []
+    errors: list[LineError] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(decode_event(line.encode("utf-8", "surrogateescape")))
+        except InvalidEvent as exc:
+            errors.append(LineError(number, exc.reason))
+    return events, errors
+
+
+async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence) -> None:
+    """Send every event keyed by its entity, then wait until the broker has them all."""
+    futures = []
+    for event in events:
+        futures.append(
+            await producer.send(
+                topic_for_event_type(prefix, event.type),
+                value=encode_event(event),
+                key=entity_key(event).encode(),
+            )
+        )
+    await producer.flush()
+    await asyncio.gather(*futures)
+
+
+async def publish(config: Config, events: Sequence) -> None:
+    async with started_producer(config) as producer:
+        await send_events(producer, config.topic_prefix, events)
+
+
+def read_source(path: str, stdin: TextIO) -> list[str]:
+    if path == "-":
+        return stdin.read().splitlines()
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        return fh.read().splitlines()

@@ -1,0 +1,301 @@
+"""``tickerwire up``: the whole system on one machine.
+
+Without a configured database and broker it starts an embedded PostgreSQL and an embedded
+Kafka-protocol broker (both ephemeral: the broker keeps the log in memory, so the database
+is re-created on every start to stay consistent with it). Then it creates the topics,
+applies migrations, starts the projector, the API and the stream as separate processes,
+publishes the demo dataset and a live trickle, and prints where everything is. Ctrl-C or
+SIGTERM stops every child and the embedded servers, leaving no process and no port behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+
+from ..common.config import Config
+from ..common.logs import setup_logging
+
+log = logging.getLogger("tickerwire.up")
+
+DEMO_WORKSPACE = "ws_demo"
+DEMO_EMBED = "bdg_demo0001"
+
+
+def _die_with_parent() -> None:
+    """Children get SIGTERM if `up` itself dies, even by SIGKILL (Linux prctl)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class Stack:
+    state_dir: Path
+    embedded: list = field(default_factory=list)
+    children: list[subprocess.Popen] = field(default_factory=list)
+
+    def spawn(self, name: str, env: dict[str, str]) -> subprocess.Popen:
+        log_path = self.state_dir / f"{name}.log"
+        out = open(log_path, "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tickerwire.services.cli.main", name],
+            env=env,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )
+        out.close()
+        self.children.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.children:
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for part in reversed(self.embedded):
+            with contextlib.suppress(Exception):
+                part.stop()
+
+
+def _port(preferred: int) -> int:
+    from ..embedded.ports import free_port, port_is_free
+
+    return preferred if port_is_free(preferred) else free_port()
+
+
+def start_embedded(stack: Stack, args) -> tuple[str, str]:
+    from ..embedded.broker import EmbeddedBroker
+    from ..embedded.postgres import EmbeddedPostgres
+
+    dsn = args.database_url
+    bootstrap = args.kafka_bootstrap_servers
+    if not bootstrap:
+        broker = EmbeddedBroker(port=_port(19092), log_path=stack.state_dir / "broker.log")
+        bootstrap = broker.start()
+        stack.embedded.append(broker)
+    if not dsn:
+        data = stack.state_dir / "pgdata"
+        # The embedded broker forgets everything on restart, so the read model starts empty too.
+        shutil.rmtree(data, ignore_errors=True)
+        pg = EmbeddedPostgres(data, port=_port(5433), log_path=stack.state_dir / "postgres.log")
+        dsn = pg.start()
+        stack.embedded.append(pg)
+    return dsn, bootstrap
+
+
+async def prepare(config: Config) -> None:
+    from ..common.db import connect, migrate
+    from ..common.kafka import ensure_topics
+
+    await ensure_topics(config)
+    async with connect(config.database_url) as conn:
+        await migrate(conn, config.read_model_schema)
+
+
+async def publish_demo(config: Config, args) -> tuple[str, int]:
+    """Publish the demo dataset and a demo workspace; returns (api key, last post id)."""
+    from ..common.keys import display_prefix, generate_key, hash_key
+    from ..demo import dataset
+    from .publish import publish
+
+    now = datetime.now(timezone.utc)
+    key = generate_key()
+    access = dataset.access_events(
+        now=now, workspace_id=DEMO_WORKSPACE, key_hash=hash_key(key), display_prefix=display_prefix(key), embed_id=DEMO_EMBED
+    )
+    events = list(access)
+    last_id = 0
+    if not args.no_demo:
+        events += dataset.catalog_events(now=now, tokens=args.tokens)
+        posts = dataset.post_events(now=now, posts=args.posts)
+        events += posts
+        last_id = max((e.data.id for e in posts), default=0)
+    await publish(config, events)
+    return key, last_id
+
+
+async def wait_projected(config: Config, timeout: float = 120.0) -> None:
+    """Until the projector's positions reach the end of every topic, then one badge tick."""
+    from aiokafka import TopicPartition
+
+    from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+
+    from ..common import kafka
+    from ..common.db import connect
+    from ..projector.sweeper import sweep_once
+
+    consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-up")
+    await consumer.start()
+    try:
+        tps = []
+        for spec in ALL_TOPICS:
+            name = topic_name(config.topic_prefix, spec)
+            tps += [TopicPartition(name, p) for p in range(spec.partitions)]
+        ends = await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
+    deadline = time.monotonic() + timeout
+    async with connect(config.database_url) as conn:
+        await conn.execute(f"SET search_path TO {config.read_model_schema}, public")
+        while True:
+            rows = await conn.fetch("SELECT topic, partition, next_offset FROM positions")
+            stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+            if all(stored.get((tp.topic, tp.partition), 0) >= end for tp, end in ends.items()):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("the projector did not catch up in time; see projector.log")
+            await asyncio.sleep(0.2)
+        await sweep_once(conn)
+
+
+async def trickle(config: Config, start_id: int, interval: float) -> None:
+    from ..common.kafka import started_producer
+    from ..demo import dataset
+    from ..demo.trickle import run_trickle
+    from .publish import send_events
+
+    async with started_producer(config) as producer:
+
+        async def publish(event) -> None:
+            await send_events(producer, config.topic_prefix, [event])
+
+        await run_trickle(publish, start_id=start_id, interval_s=interval, seed=random.randrange(1 << 30))
+
+
+async def wait_healthy(urls: list[str], children: list[subprocess.Popen], timeout: float = 60.0) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        for url in urls:
+            while True:
+                for proc in children:
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"a service exited early (status {proc.returncode}); see the logs")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(url) as resp:
+                        if resp.status == 200:
+                            break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{url} did not become ready")
+                await asyncio.sleep(0.2)
+
+
+async def run(args, stack: Stack) -> None:
+    dsn, bootstrap = start_embedded(stack, args)
+    env = dict(os.environ)
+    env.update(
+        TICKERWIRE_DATABASE_URL=dsn,
+        TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+        TICKERWIRE_API_PORT=str(_port(args.api_port)),
+        TICKERWIRE_STREAM_PORT=str(_port(args.stream_port)),
+        TICKERWIRE_PROJECTOR_PORT=str(_port(args.projector_port)),
+    )
+    env.setdefault("TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS", "6000")
+    env.setdefault("TICKERWIRE_KAFKA_HEARTBEAT_INTERVAL_MS", "1000")
+    env.setdefault("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "20")
+    config = Config.from_env(env)
+    await prepare(config)
+    for name in ("projector", "api", "stream"):
+        stack.spawn(name, env)
+    host = config.host
+    await wait_healthy(
+        [f"http://{host}:{config.projector_port}/healthz", f"http://{host}:{config.api_port}/readyz",
+         f"http://{host}:{config.stream_port}/readyz"],
+        stack.children,
+    )
+    key, last_id = await publish_demo(config, args)
+    await wait_projected(config)
+    info = {
+        "base_url": f"http://{host}:{config.api_port}{config.base_path}",
+        "stream_url": f"ws://{host}:{config.stream_port}{config.base_path}/stream?key={key}",
+        "api_key": key,
+        "database_url": dsn,
+        "kafka_bootstrap_servers": bootstrap,
+        "topic_prefix": config.topic_prefix,
+        "metrics": {
+            "projector": f"http://{host}:{config.projector_port}/metrics",
+            "api": f"http://{host}:{config.api_port}/metrics",
+            "stream": f"http://{host}:{config.stream_port}/metrics",
+        },
+        "pids": {"up": os.getpid(), "children": [p.pid for p in stack.children]},
+    }
+    state_file = stack.state_dir / "up.json"
+    state_file.write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
+    os.chmod(state_file, 0o600)
+    print(
+        f"Tickerwire is up.\n"
+        f"  base URL:   {info['base_url']}\n"
+        f"  stream URL: {info['stream_url']}\n"
+        f"  API key:    {key}\n"
+        f"  state:      {state_file}\n"
+        f"Try: curl -H 'Authorization: Bearer {key}' {info['base_url']}/posts\n"
+        f"Ctrl-C stops everything.",
+        flush=True,
+    )
+    waiters = [asyncio.create_task(_watch(stack.children))]
+    if not args.no_trickle:
+        waiters.append(asyncio.create_task(trickle(config, last_id + 1, args.trickle_interval)))
+    done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        task.result()
+
+
+async def _watch(children: list[subprocess.Popen]) -> None:
+    while all(p.poll() is None for p in children):
+        await asyncio.sleep(0.5)
+    raise RuntimeError("a service exited unexpectedly; see its log in the state directory")
+
+
+def up_main(args) -> int:
+    setup_logging("up", os.environ.get("TICKERWIRE_LOG_LEVEL", "INFO"))
+    state_dir = Path(args.state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    stack = Stack(state_dir)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        await run(args, stack)
+
+    status = 0
+    try:
+        asyncio.run(main())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        pass
+    except Exception as exc:  # report, then tear down everything that was started
+        log.error("up failed: %s", exc)
+        print(f"tickerwire up: {exc}", file=sys.stderr)
+        status = 1
+    finally:
+        stack.stop()
+        with contextlib.suppress(FileNotFoundError):
+            (state_dir / "up.json").unlink()
+        print("Tickerwire stopped.", flush=True)
+    return status

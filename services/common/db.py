@@ -1,0 +1,116 @@
+"""PostgreSQL access shared by the services: pools, versioned migrations, error translation."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from importlib import resources
+from typing import AsyncIterator
+
+import asyncpg
+
+from .errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ConnectionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.InvalidCachedStatementError,
+    TimeoutError,
+)
+
+
+@contextlib.contextmanager
+def storage_errors(what: str):
+    """Translate connection-level database failures into :class:`StorageUnavailable`."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise StorageUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+async def create_pool(dsn: str, schema: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    """A pool whose connections resolve unqualified names in the read-model schema first."""
+    with storage_errors("connect"):
+        return await asyncpg.create_pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            server_settings={"search_path": f"{schema},public", "application_name": "tickerwire"},
+            command_timeout=30,
+        )
+
+
+def _migration_files(scope: str) -> list[tuple[str, str]]:
+    folder = resources.files("tickerwire.services.common") / "migrations" / scope
+    files = sorted((p.name, p.read_text(encoding="utf-8")) for p in folder.iterdir() if p.name.endswith(".sql"))
+    return files
+
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS public.tw_migrations (
+    scope       text        NOT NULL,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, name)
+)
+"""
+#: Any constant works; it only serializes concurrent migrators.
+_MIGRATION_LOCK = 0x7477_6D69
+
+
+async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
+    """Apply pending migrations: ``platform`` into public, ``readmodel`` into ``schema``.
+
+    Safe to call from several processes at once (an advisory lock serializes them).
+    Returns the names applied by this call.
+    """
+    if not schema.isidentifier():
+        raise ValueError(f"bad schema name {schema!r}")
+    applied: list[str] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(_BOOKKEEPING)
+        for scope, target in (("platform", "public"), ("readmodel", schema)):
+            key = scope if scope == "platform" else f"readmodel:{schema}"
+            done = {r["name"] for r in await conn.fetch("SELECT name FROM public.tw_migrations WHERE scope = $1", key)}
+            if target != "public":
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{target}"')
+            for name, sql in _migration_files(scope):
+                if name in done:
+                    continue
+                await conn.execute(f'SET LOCAL search_path TO "{target}", public')
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO public.tw_migrations (scope, name) VALUES ($1, $2)", key, name)
+                applied.append(f"{key}/{name}")
+        await conn.execute("RESET search_path")
+    for name in applied:
+        log.info("applied migration %s", name)
+    return applied
+
+
+async def schema_ready(pool: asyncpg.Pool, schema: str) -> bool:
+    """True once the read-model schema exists with its tables (for /readyz)."""
+    with storage_errors("readiness"):
+        row = await pool.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.positions")
+    return bool(row)
+
+
+@contextlib.asynccontextmanager
+async def connect(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    with storage_errors("connect"):
+        conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()

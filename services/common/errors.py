@@ -1,0 +1,27 @@
+"""The project's small error hierarchy. Library errors are translated at the seams into these."""
+
+from __future__ import annotations
+
+
+class TickerwireError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class ConfigError(TickerwireError):
+    """A required setting is missing or a value cannot be parsed."""
+
+
+class TransientError(TickerwireError):
+    """A dependency (database, broker) failed in a way that a retry may fix."""
+
+
+class StorageUnavailable(TransientError):
+    """PostgreSQL could not be reached or dropped the connection."""
+
+
+class BrokerUnavailable(TransientError):
+    """The Kafka-protocol broker could not be reached."""
+
+
+class EmbeddedError(TickerwireError):
+    """An embedded dependency (PostgreSQL, broker) could not be started."""

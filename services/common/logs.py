@@ -1,0 +1,49 @@
+"""Structured logging: one JSON object per line on stderr, through the standard ``logging``."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from datetime import datetime, timezone
+
+import orjson
+
+#: Anything that looks like an API key is masked before a line is written.
+_KEY_RE = re.compile(r"tw_(live|test)_[A-Za-z0-9_\-]{8,}")
+
+
+def redact(text: str) -> str:
+    return _KEY_RE.sub(lambda m: f"tw_{m.group(1)}_***", text)
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": redact(record.getMessage()),
+        }
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            doc.update({k: redact(str(v)) if isinstance(v, str) else v for k, v in extra.items()})
+        if record.exc_info:
+            doc["exc"] = redact(self.formatException(record.exc_info))
+        return orjson.dumps(doc, default=str).decode()
+
+
+def setup_logging(service: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(service))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiohttp's access log would print query strings (the stream's key); our middleware logs instead.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)

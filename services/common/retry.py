@@ -1,0 +1,51 @@
+"""Capped, jittered exponential backoff for transient failures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Awaitable, Callable, TypeVar
+
+from .errors import TransientError
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def backoff_delays(base: float = 0.1, cap: float = 5.0, rng: random.Random | None = None):
+    """Infinite "full jitter" delays: uniform(0, min(cap, base * 2**attempt))."""
+    rng = rng or random.Random()
+    attempt = 0
+    while True:
+        yield rng.uniform(0, min(cap, base * (2**attempt)))
+        attempt = min(attempt + 1, 30)
+
+
+async def retry_transient(
+    op: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    base: float = 0.1,
+    cap: float = 5.0,
+    attempts: int | None = None,
+    on_retry: Callable[[BaseException], None] | None = None,
+) -> T:
+    """Run ``op`` until it succeeds, retrying only :class:`TransientError` with backoff.
+
+    ``attempts=None`` retries forever: the projector prefers waiting to skipping an event.
+    """
+    delays = backoff_delays(base, cap)
+    tried = 0
+    while True:
+        try:
+            return await op()
+        except TransientError as exc:
+            tried += 1
+            if attempts is not None and tried >= attempts:
+                raise
+            delay = next(delays)
+            log.warning("%s failed (%s); retry %d in %.2fs", what, exc, tried, delay)
+            if on_retry is not None:
+                on_retry(exc)
+            await asyncio.sleep(delay)

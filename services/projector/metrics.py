@@ -1,0 +1,45 @@
+"""Every metric the projector exports, registered on an injectable registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ProjectorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events_applied = Counter(
+            "tickerwire_projector_events_applied_total", "Events applied to the read model", ["type"], registry=r
+        )
+        self.events_stale = Counter(
+            "tickerwire_projector_events_stale_total", "Events ignored because a newer version was stored", registry=r
+        )
+        self.redelivered = Counter(
+            "tickerwire_projector_records_redelivered_total", "Records skipped because their offset was already stored", registry=r
+        )
+        self.dead_lettered = Counter(
+            "tickerwire_projector_dead_lettered_total", "Poison events set aside", ["reason"], registry=r
+        )
+        self.batch_size = Histogram(
+            "tickerwire_projector_batch_size", "Records per applied batch",
+            buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000), registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "tickerwire_projector_batch_seconds", "Time to apply and commit one batch",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r,
+        )
+        self.position = Gauge(
+            "tickerwire_projector_position", "Next offset to apply, per partition", ["topic", "partition"], registry=r
+        )
+        self.lag = Gauge(
+            "tickerwire_projector_lag", "Records behind the partition's high watermark", ["topic", "partition"], registry=r
+        )
+        self.newest_event_age = Gauge(
+            "tickerwire_projector_newest_event_age_seconds",
+            "Age of the newest projected event (now - emitted_at), at its commit", registry=r,
+        )
+        self.retries = Counter(
+            "tickerwire_projector_retries_total", "Transient failures retried", ["what"], registry=r
+        )
+        self.sweeps = Counter("tickerwire_projector_badge_sweeps_total", "Badge sweeper ticks", registry=r)

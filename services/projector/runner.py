@@ -1,0 +1,156 @@
+"""The projector's consume loop: fetch, apply per partition, repeat.
+
+Positions live in PostgreSQL next to the rows (see :mod:`.apply`). On every assignment the
+consumer seeks each partition to its stored position, so Kafka's own committed offsets are
+only informational (they are still committed, after the database, for lag tooling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timezone
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+
+from ..common import kafka
+from ..common.config import Config
+from ..common.db import storage_errors
+from ..common.retry import retry_transient
+from . import sql
+from .apply import Record, apply_batch
+from .metrics import ProjectorMetrics
+
+log = logging.getLogger(__name__)
+
+
+def projector_topics(config: Config) -> list[str]:
+    return [topic_name(config.topic_prefix, spec) for spec in ALL_TOPICS]
+
+
+class _SeekToStored(ConsumerRebalanceListener):
+    def __init__(self, projector: "Projector") -> None:
+        self.projector = projector
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        await self.projector.seek_to_stored(list(assigned))
+
+
+class Projector:
+    """Consumes every topic in one consumer group and applies batches to the read model."""
+
+    def __init__(self, config: Config, pool: asyncpg.Pool, metrics: ProjectorMetrics, *, client_id: str = "tickerwire-projector"):
+        self.config = config
+        self.pool = pool
+        self.metrics = metrics
+        self.client_id = client_id
+        self.consumer: AIOKafkaConsumer | None = None
+        self.caught_up = asyncio.Event()
+
+    async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
+        assert self.consumer is not None
+        if not assigned:
+            return
+
+        async def load():
+            with storage_errors("load positions"):
+                return await self.pool.fetch(sql.SELECT_POSITIONS, sorted({tp.topic for tp in assigned}))
+
+        rows = await retry_transient(load, what="load positions", on_retry=lambda _: self.metrics.retries.labels("positions").inc())
+        stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+        for tp in assigned:
+            offset = stored.get((tp.topic, tp.partition))
+            if offset is None:
+                await self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, offset)
+        log.info("assigned and seeked: %s", {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned})
+
+    async def _apply(self, tp: TopicPartition, records: list[Record]) -> None:
+        async def attempt():
+            started = time.perf_counter()
+            with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
+                async with self.pool.acquire() as conn:
+                    result = await apply_batch(conn, tp.topic, tp.partition, records)
+            self.metrics.batch_seconds.observe(time.perf_counter() - started)
+            return result
+
+        result = await retry_transient(attempt, what=f"apply {tp.topic}[{tp.partition}]", on_retry=lambda _: self.metrics.retries.labels("apply").inc())
+        m = self.metrics
+        m.batch_size.observe(len(records))
+        for kind, n in result.applied.items():
+            m.events_applied.labels(kind).inc(n)
+        if result.stale:
+            m.events_stale.inc(result.stale)
+        if result.skipped_redelivered:
+            m.redelivered.inc(result.skipped_redelivered)
+        for d in result.dead:
+            m.dead_lettered.labels(d.kind).inc()
+            log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, d.offset, d.reason)
+        if result.newest_emitted_at is not None:
+            m.newest_event_age.set((datetime.now(timezone.utc) - result.newest_emitted_at).total_seconds())
+        m.position.labels(tp.topic, str(tp.partition)).set(records[-1].offset + 1)
+
+    async def _update_lag(self) -> None:
+        assert self.consumer is not None
+        assignment = self.consumer.assignment()
+        caught_up = bool(assignment)
+        for tp in assignment:
+            high = self.consumer.highwater(tp)
+            if high is None:
+                caught_up = False
+                continue
+            lag = max(high - await self.consumer.position(tp), 0)
+            self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
+            caught_up = caught_up and lag == 0
+        if caught_up:
+            self.caught_up.set()
+
+    async def run(self) -> None:
+        """Consume until cancelled. Broker outages are retried, never skipped past."""
+        while True:
+            self.consumer = kafka.consumer(
+                self.config,
+                group_id=self.config.projector_group,
+                client_id=self.client_id,
+                max_poll_records=self.config.projector_batch_max,
+            )
+            self.consumer.subscribe(projector_topics(self.config), listener=_SeekToStored(self))
+            try:
+                await self.consumer.start()
+                await self._loop()
+            except KafkaError as exc:
+                log.warning("broker error, reconnecting: %s", exc)
+                self.metrics.retries.labels("broker").inc()
+                await asyncio.sleep(1.0)
+            finally:
+                await self.consumer.stop()
+
+    async def _loop(self) -> None:
+        assert self.consumer is not None
+        while True:
+            batches = await self.consumer.getmany(timeout_ms=500, max_records=self.config.projector_batch_max)
+            for tp, msgs in batches.items():
+                if not msgs:
+                    continue
+                await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs])
+            if batches:
+                offsets = {tp: msgs[-1].offset + 1 for tp, msgs in batches.items() if msgs}
+                try:
+                    await self.consumer.commit(offsets)
+                except KafkaError as exc:  # informational only; the database holds the truth
+                    log.debug("kafka commit failed: %s", exc)
+            await self._update_lag()
+
+
+async def ensure_topics_with_retry(config: Config) -> None:
+    await retry_transient(lambda: kafka.ensure_topics(config), what="create topics", cap=2.0)
+

@@ -1,0 +1,183 @@
+"""Every statement the projector writes the read model with. Plain SQL, unqualified names
+(the connection's search_path points at the read-model schema)."""
+
+LOCK_POSITION = """
+INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, 0)
+ON CONFLICT (topic, partition) DO NOTHING
+"""
+SELECT_POSITION_FOR_UPDATE = "SELECT next_offset FROM positions WHERE topic = $1 AND partition = $2 FOR UPDATE"
+SAVE_POSITION = "UPDATE positions SET next_offset = $3, updated_at = now() WHERE topic = $1 AND partition = $2"
+SELECT_POSITIONS = "SELECT topic, partition, next_offset FROM positions WHERE topic = ANY($1::text[])"
+
+INSERT_DEAD_LETTER = """
+INSERT INTO dead_letters (topic, partition, "offset", key, value, reason_kind, reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (topic, partition, "offset") DO NOTHING
+"""
+
+BUMP_STAMPS = "UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY($1::text[])"
+
+# --------------------------------------------------------------------------- posts
+
+SELECT_POSTS_FOR_UPDATE = """
+SELECT id, version, status, published_at, sentiment, tickers
+FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
+"""
+
+UPSERT_POST = """
+INSERT INTO posts (id, version, status, published_at, sentiment, importance, tickers, snapshot)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
+ON CONFLICT (id) DO UPDATE SET
+    version = EXCLUDED.version, status = EXCLUDED.status, published_at = EXCLUDED.published_at,
+    sentiment = EXCLUDED.sentiment, importance = EXCLUDED.importance, tickers = EXCLUDED.tickers,
+    snapshot = EXCLUDED.snapshot
+WHERE posts.version < EXCLUDED.version
+"""
+
+# The first event that makes a translation visible is remembered forever (COALESCE):
+# the stream announces post.created for exactly that event, and never again.
+UPSERT_TRANSLATION = """
+INSERT INTO post_translations (
+    post_id, lang, slug, published_at, importance, sentiment, visible,
+    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset)
+VALUES (
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+    setweight(to_tsvector($11::regconfig, $12), 'A')
+    || setweight(to_tsvector($11::regconfig, $13), 'B')
+    || setweight(to_tsvector($11::regconfig, $14), 'C'),
+    $15, $16, $17, $18)
+ON CONFLICT (post_id, lang) DO UPDATE SET
+    slug = EXCLUDED.slug, published_at = EXCLUDED.published_at, importance = EXCLUDED.importance,
+    sentiment = EXCLUDED.sentiment, visible = EXCLUDED.visible, category_slugs = EXCLUDED.category_slugs,
+    tickers = EXCLUDED.tickers, hashtags = EXCLUDED.hashtags, tsv = EXCLUDED.tsv,
+    lean = EXCLUDED.lean, detail = EXCLUDED.detail,
+    announced_partition = COALESCE(post_translations.announced_partition, EXCLUDED.announced_partition),
+    announced_offset = COALESCE(post_translations.announced_offset, EXCLUDED.announced_offset)
+"""
+
+# A locale dropped from a post's snapshot stops being visible; its row (and its
+# announcement) stays, so a later re-add is not announced twice.
+HIDE_DROPPED_TRANSLATIONS = """
+UPDATE post_translations t SET visible = false
+WHERE t.post_id = ANY($1::bigint[]) AND t.visible
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest($2::bigint[], $3::text[]) AS k(post_id, lang)
+      WHERE k.post_id = t.post_id AND k.lang = t.lang)
+"""
+
+APPLY_TICKER_DELTA = """
+INSERT INTO ticker_post_counts (ticker, post_count) VALUES ($1, GREATEST($2::integer, 0))
+ON CONFLICT (ticker) DO UPDATE SET post_count = GREATEST(ticker_post_counts.post_count + $2::integer, 0)
+"""
+
+APPLY_SENTIMENT_DELTA = """
+INSERT INTO sentiment_buckets (bucket, sentiment, count) VALUES ($1, $2, GREATEST($3::integer, 0))
+ON CONFLICT (bucket, sentiment) DO UPDATE SET count = GREATEST(sentiment_buckets.count + $3::integer, 0)
+"""
+
+SELECT_POST_SNAPSHOTS_BY_CATEGORY = """
+SELECT snapshot FROM posts WHERE snapshot->'categories' ?| $1::text[] ORDER BY id
+"""
+
+SELECT_TAXONOMY = "SELECT slug, version, is_group, group_slug, position, names FROM categories"
+SELECT_DEFAULT_LOCALE = """
+SELECT code FROM locales
+WHERE is_default AND active AND web_channel
+ORDER BY position, code LIMIT 1
+"""
+
+# --------------------------------------------------------------------------- catalog
+
+SELECT_CATEGORY_GROUPS = "SELECT slug, group_slug FROM categories WHERE slug = ANY($1::text[])"
+
+UPSERT_CATEGORY = """
+INSERT INTO categories (slug, version, is_group, group_slug, position, names)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb)
+ON CONFLICT (slug) DO UPDATE SET
+    version = EXCLUDED.version, is_group = EXCLUDED.is_group, group_slug = EXCLUDED.group_slug,
+    position = EXCLUDED.position, names = EXCLUDED.names
+WHERE categories.version < EXCLUDED.version
+RETURNING slug
+"""
+
+UPSERT_LOCALE = """
+INSERT INTO locales (code, version, name, native_name, country_code, direction, active, web_channel, is_default, position)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (code) DO UPDATE SET
+    version = EXCLUDED.version, name = EXCLUDED.name, native_name = EXCLUDED.native_name,
+    country_code = EXCLUDED.country_code, direction = EXCLUDED.direction, active = EXCLUDED.active,
+    web_channel = EXCLUDED.web_channel, is_default = EXCLUDED.is_default, position = EXCLUDED.position
+WHERE locales.version < EXCLUDED.version
+"""
+
+UPSERT_TOKEN = """
+INSERT INTO tokens (ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,
+                    genesis_date, primary_ecosystem, homepage_url, description)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)
+ON CONFLICT (ticker) DO UPDATE SET
+    version = EXCLUDED.version, name = EXCLUDED.name, logo_url = EXCLUDED.logo_url,
+    market_cap_rank = EXCLUDED.market_cap_rank, exchange_listings = EXCLUDED.exchange_listings,
+    categories = EXCLUDED.categories, genesis_date = EXCLUDED.genesis_date,
+    primary_ecosystem = EXCLUDED.primary_ecosystem, homepage_url = EXCLUDED.homepage_url,
+    description = EXCLUDED.description
+WHERE tokens.version < EXCLUDED.version
+"""
+
+# --------------------------------------------------------------------------- access
+
+UPSERT_WORKSPACE = """
+INSERT INTO workspaces (id, version, name, status, rate_limit_per_minute, daily_quota, stream_connection_limit)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (id) DO UPDATE SET
+    version = EXCLUDED.version, name = EXCLUDED.name, status = EXCLUDED.status,
+    rate_limit_per_minute = EXCLUDED.rate_limit_per_minute, daily_quota = EXCLUDED.daily_quota,
+    stream_connection_limit = EXCLUDED.stream_connection_limit
+WHERE workspaces.version < EXCLUDED.version
+"""
+
+UPSERT_API_KEY = """
+INSERT INTO api_keys (id, version, workspace_id, key_hash, display_prefix, issued_at, revoked_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (id) DO UPDATE SET
+    version = EXCLUDED.version, workspace_id = EXCLUDED.workspace_id, key_hash = EXCLUDED.key_hash,
+    display_prefix = EXCLUDED.display_prefix, issued_at = EXCLUDED.issued_at, revoked_at = EXCLUDED.revoked_at
+WHERE api_keys.version < EXCLUDED.version
+"""
+
+UPSERT_EMBED = """
+INSERT INTO embeds (id, version, workspace_id, kind, created_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO UPDATE SET
+    version = EXCLUDED.version, workspace_id = EXCLUDED.workspace_id, kind = EXCLUDED.kind,
+    created_at = EXCLUDED.created_at
+WHERE embeds.version < EXCLUDED.version
+"""
+
+UPSERT_HEARTBEAT = """
+INSERT INTO heartbeats (embed_id, workspace_id, landed_at) VALUES ($1, $2, $3)
+ON CONFLICT (embed_id) DO UPDATE SET landed_at = EXCLUDED.landed_at, workspace_id = EXCLUDED.workspace_id
+WHERE heartbeats.landed_at < EXCLUDED.landed_at
+"""
+
+# --------------------------------------------------------------------------- badge sweeper
+
+# One tick of spec 3.2, on the database clock: each workspace's status from the latest heartbeat of an embed it owns.
+SWEEP_BADGES = """
+WITH last AS (
+    SELECT e.workspace_id, max(h.landed_at) AS landed_at
+    FROM embeds e JOIN heartbeats h ON h.embed_id = e.id AND h.workspace_id = e.workspace_id
+    GROUP BY e.workspace_id
+), computed AS (
+    SELECT w.id,
+           CASE
+               WHEN l.landed_at IS NULL THEN 'unknown'
+               WHEN l.landed_at >= now() - interval '48 hours' THEN 'ok'
+               WHEN l.landed_at >= now() - interval '72 hours' THEN 'warning'
+               ELSE 'missing'
+           END AS status
+    FROM workspaces w LEFT JOIN last l ON l.workspace_id = w.id
+)
+UPDATE workspaces w SET badge_status = c.status, badge_swept_at = now()
+FROM computed c WHERE c.id = w.id
+RETURNING w.id, w.badge_status
+"""

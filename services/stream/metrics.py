@@ -1,0 +1,27 @@
+"""Every metric the stream exports, registered on an injectable registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class StreamMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.connections = Gauge("tickerwire_stream_connections", "Open stream connections", registry=r)
+        self.messages_sent = Counter(
+            "tickerwire_stream_messages_sent_total", "Messages written to clients", ["type"], registry=r
+        )
+        self.slow_closed = Counter(
+            "tickerwire_stream_slow_clients_closed_total", "Clients closed because they stopped reading", registry=r
+        )
+        self.refused = Counter(
+            "tickerwire_stream_refused_total", "Connections refused at the handshake", ["code"], registry=r
+        )
+        self.closed = Counter("tickerwire_stream_closed_total", "Connections closed by the server", ["reason"], registry=r)
+        self.delivery_seconds = Histogram(
+            "tickerwire_stream_event_to_send_seconds",
+            "From the event's arrival at the stream process to its send to the clients",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r,
+        )
