@@ -1,0 +1,80 @@
+"""Shared test infrastructure, started once per session.
+
+PostgreSQL and the Kafka-protocol broker come from, in order of preference:
+``TICKERWIRE_TEST_DATABASE_URL`` / ``TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS``, Docker
+containers (testcontainers) when a Docker engine answers, else the embedded servers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from functools import cache
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+
+from tickerwire.services.embedded.broker import EmbeddedBroker
+from tickerwire.services.embedded.postgres import EmbeddedPostgres, scratch_database
+
+
+@cache
+def docker_available() -> bool:
+    """True if testcontainers is installed and a Docker engine answers a ping."""
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:  # no SDK, no socket, no engine: all mean "use the embedded servers"
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """DSN of a PostgreSQL server (superuser) shared by the whole session."""
+    if url := os.environ.get("TICKERWIRE_TEST_DATABASE_URL"):
+        yield url
+    elif docker_available():
+        from testcontainers.community.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16", driver=None) as container:
+            yield container.get_connection_url()
+    else:
+        root = Path(tempfile.mkdtemp(prefix="tickerwire-test-pg-"))
+        try:
+            with EmbeddedPostgres(root / "data") as server:
+                yield server.dsn
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap address of a Kafka-protocol broker shared by the whole session."""
+    if servers := os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"):
+        yield servers
+    elif docker_available():
+        from testcontainers.community.kafka import KafkaContainer
+
+        with KafkaContainer() as container:
+            yield container.get_bootstrap_server()
+    else:
+        with EmbeddedBroker() as broker:
+            yield broker.bootstrap_servers
+
+
+@pytest.fixture
+async def fresh_db(pg_dsn: str) -> AsyncIterator[str]:
+    """DSN of a brand-new, empty database, dropped after the test."""
+    async with scratch_database(pg_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """A unique topic prefix, so tests sharing the broker never see each other's topics."""
+    return f"t{uuid.uuid4().hex[:8]}"

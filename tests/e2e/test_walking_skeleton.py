@@ -1,0 +1,110 @@
+"""The walking skeleton over real processes: an event on the log reaches a partner's HTTP
+read and WebSocket push."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import aiohttp
+import orjson
+import pytest
+
+from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
+from tests.support.stack import BASE, ServiceStack, auth
+
+pytestmark = pytest.mark.e2e
+
+
+def locale_event() -> LocaleEvent:
+    return LocaleEvent(
+        version=1,
+        emitted_at=datetime.now(timezone.utc),
+        data=Locale(code="en-US", name="English (United States)", native_name="English (United States)",
+                    country_code="US", direction="ltr", active=True, web_channel=True, is_default=True),
+    )
+
+
+def post_event(post_id: int, at: datetime) -> PostEvent:
+    return PostEvent(
+        version=1,
+        emitted_at=at,
+        data=Post.model_validate(
+            dict(
+                id=post_id, status="published", published_at=at, importance=50, sentiment="NEUTRAL",
+                tickers=["BTC"], hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg",
+                og_image_url="https://img.example/o.jpg", source_url="https://src.example/a", byline="Desk",
+                translations=[dict(lang="en-US", slug=f"post-{post_id}", canonical_url=f"https://n.example/post-{post_id}",
+                                   title=f"Post {post_id}", lede="A lede.", body="One.\n\nTwo.")],
+            )
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+async def stack(pg_dsn, kafka_bootstrap):
+    from tickerwire.services.embedded.postgres import scratch_database
+
+    async with scratch_database(pg_dsn) as dsn:
+        s = ServiceStack(dsn, kafka_bootstrap, "skeleton")
+        await s.prepare()
+        try:
+            for name in ("projector", "api", "stream"):
+                await s.start(name)
+            yield s
+        finally:
+            s.stop_all()
+
+
+async def test_event_reaches_http_and_websocket(stack: ServiceStack):
+    key = await stack.provision("ws_skeleton")
+    now = datetime.now(timezone.utc)
+    await stack.publish([locale_event(), post_event(1, now - timedelta(minutes=2)), post_event(2, now - timedelta(minutes=1))])
+    await stack.wait_projected()
+    api, stream = stack.of("api")[0], stack.of("stream")[0]
+    async with aiohttp.ClientSession() as http:
+        # The API refreshes its locale cache within half a second of a projected change.
+        for _ in range(50):
+            async with http.get(f"{api.url}{BASE}/languages", headers=auth(key)) as resp:
+                assert resp.status == 200
+                codes = [l["code"] for l in (await resp.json())["languages"]]
+            if codes:
+                break
+            await asyncio.sleep(0.1)
+        assert codes == ["en-US"]
+        async with http.get(f"{api.url}{BASE}/posts", headers=auth(key)) as resp:
+            listed = await resp.json()
+            assert [p["id"] for p in listed["posts"]] == [2, 1]  # newest first
+
+        async with http.ws_connect(f"{stream.url}{BASE}/stream?key={key}") as ws:
+            ready = orjson.loads((await ws.receive(timeout=10)).data)
+            assert ready["type"] == "ready" and ready["session_id"]
+            await stack.publish([post_event(3, datetime.now(timezone.utc))])
+            pushed = orjson.loads((await ws.receive(timeout=15)).data)
+        assert pushed["type"] == "post.created"
+        async with http.get(f"{api.url}{BASE}/posts", headers=auth(key)) as resp:
+            assert (await resp.json())["posts"][0] == pushed["data"]
+
+
+async def test_partner_errors_are_json_envelopes(stack: ServiceStack):
+    api = stack.of("api")[0]
+    async with aiohttp.ClientSession() as http:
+        for method, path, status, code in [
+            ("GET", f"{BASE}/posts", 401, "NOT_AUTHENTICATED"),
+            ("GET", f"{BASE}/nope", 404, "NOT_FOUND"),
+            ("POST", f"{BASE}/posts", 405, "METHOD_NOT_ALLOWED"),
+        ]:
+            async with http.request(method, api.url + path) as resp:
+                assert resp.status == status
+                assert resp.content_type == "application/json"
+                assert (await resp.json())["error"]["code"] == code
+
+
+async def test_stream_refuses_a_bad_key_with_the_envelope(stack: ServiceStack):
+    stream = stack.of("stream")[0]
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
+            await http.ws_connect(f"{stream.url}{BASE}/stream?key=tw_live_not-a-real-key")
+        assert exc.value.status == 401
+        async with http.get(f"{stream.url}{BASE}/stream?key=tw_live_not-a-real-key") as resp:
+            assert (await resp.json())["error"]["code"] == "NOT_AUTHENTICATED"

@@ -1,0 +1,205 @@
+"""Running the real services as subprocesses for integration and end-to-end tests.
+
+``ServiceStack`` starts any number of projector, API and stream processes against one
+database and one topic prefix, waits until they answer, and offers the few operations tests
+need: publish events, wait until the projector has applied everything, provision a
+workspace with a working key, run a badge tick. Everything it starts, it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import aiohttp
+import asyncpg
+from aiokafka import TopicPartition
+
+from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+from tickerwire.services.cli import admin
+from tickerwire.services.cli.publish import publish
+from tickerwire.services.common import kafka
+from tickerwire.services.common.config import Config
+from tickerwire.services.common.db import connect, migrate
+from tickerwire.services.embedded.ports import free_port
+from tickerwire.services.projector.sweeper import sweep_once
+
+BASE = "/api/v1/developer"
+
+
+@dataclass
+class Service:
+    name: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class ServiceStack:
+    database_url: str
+    kafka_bootstrap: str
+    topic_prefix: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+    services: list[Service] = field(default_factory=list)
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tickerwire-stack-")))
+
+    # ------------------------------------------------------------------ configuration
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+        env.update(
+            TICKERWIRE_DATABASE_URL=self.database_url,
+            TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=self.kafka_bootstrap,
+            TICKERWIRE_TOPIC_PREFIX=self.topic_prefix,
+            TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS="2000",
+            TICKERWIRE_KAFKA_HEARTBEAT_INTERVAL_MS="300",
+            TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS="20",
+            TICKERWIRE_DB_POOL_MIN="1",
+            TICKERWIRE_DB_POOL_MAX="5",
+            TICKERWIRE_LOG_LEVEL="INFO",
+        )
+        env.update(self.extra_env)
+        env.update(overrides)
+        return env
+
+    @property
+    def config(self) -> Config:
+        return Config.from_env(self.env())
+
+    # ------------------------------------------------------------------ processes
+
+    async def prepare(self) -> None:
+        """Topics and migrations, as `tickerwire up` does before starting anything."""
+        await kafka.ensure_topics(self.config)
+        async with connect(self.database_url) as conn:
+            await migrate(conn, self.config.read_model_schema)
+
+    def spawn(self, name: str, **env_overrides: str) -> Service:
+        port = free_port()
+        port_var = {"projector": "TICKERWIRE_PROJECTOR_PORT", "api": "TICKERWIRE_API_PORT", "stream": "TICKERWIRE_STREAM_PORT"}[name]
+        log_path = self.log_dir / f"{name}-{port}.log"
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tickerwire.services.cli.main", name],
+                env=self.env(**{port_var: str(port)}, **env_overrides),
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        service = Service(name, port, proc, log_path)
+        self.services.append(service)
+        return service
+
+    async def start(self, name: str, **env_overrides: str) -> Service:
+        service = self.spawn(name, **env_overrides)
+        await wait_http(f"{service.url}/{'healthz' if name == 'projector' else 'readyz'}", service)
+        return service
+
+    def of(self, name: str) -> list[Service]:
+        return [s for s in self.services if s.name == name and s.proc.poll() is None]
+
+    def stop(self, service: Service, sig: int = signal.SIGTERM) -> None:
+        if service.proc.poll() is None:
+            service.proc.send_signal(sig)
+            try:
+                service.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                service.proc.kill()
+                service.proc.wait()
+
+    def stop_all(self) -> None:
+        for service in self.services:
+            self.stop(service)
+
+    def logs(self) -> str:
+        return "\n".join(f"==== {s.name}:{s.port}\n{s.log()}" for s in self.services)
+
+    # ------------------------------------------------------------------ the log and the read model
+
+    async def publish(self, events: Sequence) -> None:
+        await publish(self.config, list(events))
+
+    async def read_conn(self) -> asyncpg.Connection:
+        return await asyncpg.connect(self.database_url, server_settings={"search_path": "rm,public"})
+
+    async def wait_projected(self, timeout: float = 60.0) -> None:
+        """Until the projector's stored positions reach the end of every partition."""
+        config = self.config
+        consumer = kafka.consumer(config, group_id=None, client_id="test-stack")
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic_name(self.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+            ends = await consumer.end_offsets(tps)
+        finally:
+            await consumer.stop()
+        conn = await self.read_conn()
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                rows = await conn.fetch("SELECT topic, partition, next_offset FROM positions")
+                stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+                if all(stored.get((tp.topic, tp.partition), 0) >= end for tp, end in ends.items()):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"projection did not catch up: {stored} vs {ends}\n{self.logs()[-4000:]}")
+                await asyncio.sleep(0.05)
+        finally:
+            await conn.close()
+
+    async def sweep(self) -> dict[str, str]:
+        conn = await self.read_conn()
+        try:
+            return await sweep_once(conn)
+        finally:
+            await conn.close()
+
+    async def provision(self, workspace_id: str, **limits) -> str:
+        """A workspace with an embed, a fresh heartbeat and a key; projected and swept. Returns the key."""
+        conn = await self.read_conn()
+        try:
+            ws = await admin.workspace_event(conn, workspace_id, create=True, **limits)
+        finally:
+            await conn.close()
+        key, key_event = admin.issue_key(workspace_id)
+        embed_id = "bdg_" + "".join(ch for ch in workspace_id if ch.isalnum())[:40].ljust(4, "0")
+        await self.publish([ws, key_event, admin.embed_event(embed_id, workspace_id), admin.heartbeat_event(embed_id, workspace_id)])
+        await self.wait_projected()
+        await self.sweep()
+        return key
+
+
+async def wait_http(url: str, service: Service | None = None, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            if service is not None and service.proc.poll() is not None:
+                raise RuntimeError(f"{service.name} exited with {service.proc.returncode}:\n{service.log()[-4000:]}")
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} not ready:\n{service.log()[-4000:] if service else ''}")
+            await asyncio.sleep(0.1)
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
