@@ -229,6 +229,8 @@ async def run(args, stack: Stack) -> None:
     )
     key, last_id = await publish_demo(config, args)
     await wait_projected(config)
+    # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
+    await asyncio.sleep(1.0)
     info = {
         "base_url": f"http://{host}:{config.api_port}{config.base_path}",
         "stream_url": f"ws://{host}:{config.stream_port}{config.base_path}/stream?key={key}",

@@ -82,8 +82,9 @@ def test_a_smaller_catalog_is_a_prefix_of_the_full_one(tokens):
     assert small == tokens[:400]
 
 
-def test_generate_is_the_catalog_followed_by_the_posts(events):
-    assert encoded(events) == encoded([*catalog_events(now=NOW), *post_events(now=NOW)])
+def test_generate_is_the_catalog_followed_by_the_posts():
+    parts = [*catalog_events(now=NOW, tokens=200), *post_events(now=NOW, posts=100)]
+    assert encoded(generate(now=NOW, posts=100, tokens=200)) == encoded(parts)
 
 
 def test_events_come_in_publishing_order(events):
@@ -321,6 +322,14 @@ def test_translations_are_localized_text(posts):
         bodies = [t.body for t in post.translations]
         assert len(set(titles)) == len(titles)
         assert len(set(bodies)) == len(bodies)
+
+
+def test_the_lede_adds_a_second_topic_to_the_headline(posts):
+    for post in posts:
+        for tr in post.translations:
+            if tr.lang == "en-US":
+                watched = tr.lede.split(" watching ", 1)[1].removesuffix(" closely.")
+                assert watched not in tr.title, tr.lede
 
 
 def test_english_text_varies_enough_for_full_text_search(posts):
