@@ -1,16 +1,30 @@
-"""The access middleware of the read API: the shared gates, answered as spec-7 errors.
+"""The access middleware of the read API: gates, limits and their headers.
 
-Order of gates (see README): authentication, workspace suspended, badge missing or unknown,
-then the rate limit and the daily quota (:mod:`.limits`), then the request itself.
+Order of gates: authentication (401 NOT_AUTHENTICATED), workspace suspended (403
+WORKSPACE_SUSPENDED), badge missing or unknown (403 BADGE_MISSING), the per-minute rate limit
+(429 RATE_LIMITED), the daily quota (429 QUOTA_EXHAUSTED), then the request itself. All five
+are decided in one database round trip (:func:`..common.access.resolve`).
+
+What counts: every request that passes the three gates and is admitted by both limits
+counts once against the minute window and once against the day, whatever the handler then
+answers (200, 304, a 4xx such as 422 or 404, or a 5xx): it cost us the work. A 401 or 403
+never counts, and a request refused with 429 counts in neither window, so a client that
+waits for ``Retry-After`` is admitted. Only matched partner routes are gated; unknown paths
+answer 404 without authentication and count nothing.
+
+Every counted response, and every 429, carries X-RateLimit-Limit/Remaining/Reset and
+X-Quota-Limit/Remaining/Reset. Errors raised by handlers are turned into responses by the
+error middleware outside this one, so they get the headers on the way out here.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from ..common.access import AccessDenied, bearer_key, check_access
-from .errors import ApiError
-from .state import POOL
+from ..common.access import AccessDenied, bearer_key, resolve
+from .errors import ApiError, from_http_exception
+from .limits import Usage, add_headers, refusal
+from .state import CONFIG, METRICS, POOL
 
 PARTNER = "partner:"
 
@@ -27,10 +41,39 @@ def access_middleware():
         route = request.match_info.route.name or ""
         if not route.startswith(PARTNER):
             return await handler(request)
+        app = request.app
+        config = app[CONFIG]
         try:
-            request["principal"] = await check_access(request.app[POOL], bearer_key(request.headers.get("Authorization")))
+            principal, row = await resolve(
+                app[POOL],
+                bearer_key(request.headers.get("Authorization")),
+                count=True,
+                default_rate=config.default_rate_limit_per_minute,
+                default_quota=config.default_daily_quota,
+            )
         except AccessDenied as exc:
+            app[METRICS].rejected.labels(exc.denial.code).inc()
             raise denial_error(exc) from None
-        return await handler(request)
+        usage = Usage.from_row(row)
+        if not usage.admitted:
+            app[METRICS].rejected.labels(usage.outcome).inc()
+            raise refusal(usage)
+        request["principal"] = principal
+        request["usage"] = usage
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            add_headers(exc.headers, usage)
+            raise
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                add_headers(exc.headers, usage)
+                raise
+            error = from_http_exception(exc, config.base_path)
+            add_headers(error.headers, usage)
+            raise error from None
+        if not response.prepared:
+            add_headers(response.headers, usage)
+        return response
 
     return middleware

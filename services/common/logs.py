@@ -9,7 +9,9 @@ from datetime import datetime, timezone
 
 import orjson
 
-#: Anything that looks like an API key is masked before a line is written.
+#: Anything that looks like an API key is masked before a line is written. This is the second
+#: line of defence: keys are never passed to a logger on purpose, and no access log is written
+#: (aiohttp's would print the stream's ``?key=`` query string).
 _KEY_RE = re.compile(r"tw_(live|test)_[A-Za-z0-9_\-]{8,}")
 
 
@@ -28,14 +30,18 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "service": self.service,
             "logger": record.name,
-            "msg": redact(record.getMessage()),
+            "msg": record.getMessage(),
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            doc.update({k: redact(str(v)) if isinstance(v, str) else v for k, v in extra.items()})
+            doc.update(extra)
         if record.exc_info:
-            doc["exc"] = redact(self.formatException(record.exc_info))
-        return orjson.dumps(doc, default=str).decode()
+            doc["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            doc["stack"] = self.formatStack(record.stack_info)
+        # Redact the finished line: message, extra fields at any depth, tracebacks. Key
+        # characters are all JSON-safe, so a key reads the same inside the serialized line.
+        return redact(orjson.dumps(doc, default=str).decode())
 
 
 def setup_logging(service: str, level: str = "INFO") -> None:
@@ -44,6 +50,7 @@ def setup_logging(service: str, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.captureWarnings(True)  # warnings too go through the formatter (and its redaction)
     # aiohttp's access log would print query strings (the stream's key); our middleware logs instead.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)

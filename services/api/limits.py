@@ -1,0 +1,88 @@
+"""The per-minute rate limit and the daily quota of a workspace, as HTTP sees them.
+
+The counting itself happens in the database (``tw_access``, platform migration 0002), in the
+same round trip as the access gates. This module turns its answer into the headers every
+counted response carries and into the two 429 errors of spec section 7.
+
+Windows: the rate limit is a fixed window aligned to the UTC minute (it resets at second 0 of
+the next minute, ``X-RateLimit-Reset``); the quota is the UTC day (it resets at the next UTC
+midnight, ``X-Quota-Reset``). Both instants are epoch seconds on the database clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import asyncpg
+
+from .errors import ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One workspace's two windows, as of the admission of a request (database clock)."""
+
+    outcome: str
+    rate_limit: int
+    minute_used: int
+    minute_reset: int
+    quota: int
+    day_used: int
+    day_reset: int
+    now: float
+
+    @classmethod
+    def from_row(cls, row: asyncpg.Record) -> "Usage":
+        return cls(
+            row["outcome"], row["rate_limit"], row["minute_used"], row["minute_reset"],
+            row["quota"], row["day_used"], row["day_reset"], row["db_now"],
+        )
+
+    @property
+    def admitted(self) -> bool:
+        return self.outcome == "OK"
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-RateLimit-Limit": str(self.rate_limit),
+            "X-RateLimit-Remaining": str(max(0, self.rate_limit - self.minute_used)),
+            "X-RateLimit-Reset": str(self.minute_reset),
+            "X-Quota-Limit": str(self.quota),
+            "X-Quota-Remaining": str(max(0, self.quota - self.day_used)),
+            "X-Quota-Reset": str(self.day_reset),
+        }
+
+    def seconds_until(self, reset: int) -> int:
+        """Whole seconds from now until ``reset``, rounded up, at least 1."""
+        return max(1, math.ceil(reset - self.now))
+
+
+def refusal(usage: Usage) -> ApiError:
+    """The 429 for a request the limits refused (it was not counted)."""
+    headers = usage.headers()
+    if usage.outcome == "RATE_LIMITED":
+        retry = usage.seconds_until(usage.minute_reset)
+        headers["X-RateLimit-Remaining"] = "0"
+        message = (
+            f"Rate limit of {usage.rate_limit} requests per minute reached for this workspace; "
+            f"retry after {retry} s (the window resets at the start of the next UTC minute)."
+        )
+        code = "RATE_LIMITED"
+    else:
+        retry = usage.seconds_until(usage.day_reset)
+        headers["X-Quota-Remaining"] = "0"
+        message = (
+            f"Daily quota of {usage.quota} requests used up for this workspace; "
+            f"it resets at the next UTC midnight, in {retry} s."
+        )
+        code = "QUOTA_EXHAUSTED"
+    headers["Retry-After"] = str(retry)
+    return ApiError(429, code, message, retry_after_sec=retry, headers=headers)
+
+
+def add_headers(target: Mapping[str, str] | dict, usage: Usage) -> None:
+    """Put the pacing headers on a response or an error's header dict."""
+    for name, value in usage.headers().items():
+        target[name] = value  # type: ignore[index]
