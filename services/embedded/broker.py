@@ -8,34 +8,31 @@ reports success once the process is alive and answers a Kafka ApiVersions reques
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import logging
 import os
 import shutil
 import socket
 import struct
-import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from ..common.errors import EmbeddedError
-from .ports import LOCALHOST, ensure_running, listens_on, pick_port, spawn, stop_process, tail
+from .child import ChildServer
+from .ports import LOCALHOST, ensure_running, listens_on, pick_port, spawn
 
 log = logging.getLogger(__name__)
 
 BIN_ENV = "TICKERWIRE_TANSU_BIN"
 CLUSTER_ID = "tickerwire"
 START_TIMEOUT_S = 15.0
-STOP_TIMEOUT_S = 10.0
 
 _API_VERSIONS = 18
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(ChildServer):
     """One in-memory Tansu broker on ``127.0.0.1:port``.
 
     ``start()`` returns the bootstrap address ``"127.0.0.1:PORT"``; ``stop()`` is
@@ -44,22 +41,11 @@ class EmbeddedBroker:
     only to explain a failed start.
     """
 
+    label = "broker"
+
     def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
-        self._requested_port = port
+        super().__init__(port)
         self._log_path = Path(log_path).absolute() if log_path else None
-        self._port: int | None = port
-        self._process: subprocess.Popen | None = None
-        self._log_file: IO[bytes] | None = None
-
-    @property
-    def port(self) -> int | None:
-        """The TCP port; ``None`` before the first start when no port was requested."""
-        return self._port
-
-    @property
-    def pid(self) -> int | None:
-        """The broker's pid while this object runs it, else ``None``."""
-        return self._process.pid if self._process is not None else None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -70,42 +56,14 @@ class EmbeddedBroker:
 
     def start(self) -> str:
         """Start the broker and return its bootstrap address."""
-        if self._process is not None and self._process.poll() is None:
+        if self.running():
             return self.bootstrap_servers
         started = time.monotonic()
         binary = find_tansu()
         self._port = pick_port(self._requested_port, "the Kafka broker")
-        self._launch(binary)
-        try:
-            self._wait_ready()
-        except BaseException as exc:
-            detail = tail(self._log_file)
-            self.stop()
-            if isinstance(exc, EmbeddedError):
-                raise EmbeddedError(f"{exc}\n--- broker output ---\n{detail}") from None
-            raise
-        atexit.register(self.stop)
+        self._boot(lambda: self._launch(binary), "broker output")
         log.info("broker ready on %s (pid %d) in %.2fs", self.bootstrap_servers, self.pid, time.monotonic() - started)
         return self.bootstrap_servers
-
-    def stop(self) -> None:
-        """Stop the broker (SIGINT, SIGKILL after 10 s). Safe to call twice."""
-        process, self._process = self._process, None
-        atexit.unregister(self.stop)
-        if process is not None:
-            stop_process(process, "broker", STOP_TIMEOUT_S)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-    def __enter__(self) -> "EmbeddedBroker":
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _launch(self, binary: Path) -> None:
         """Spawn ``tansu broker`` listening on, and advertising, 127.0.0.1:PORT."""

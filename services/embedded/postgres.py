@@ -13,7 +13,6 @@ development or test database, not for data you cannot recreate.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import importlib.util
 import logging
 import os
@@ -27,14 +26,14 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import IO, AsyncIterator, Coroutine, Iterator, Mapping
+from typing import AsyncIterator, Coroutine, Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from ..common.errors import EmbeddedError
-from .ports import LOCALHOST, ensure_running, pick_port, spawn, stop_process, tail, wait_for_port
+from .child import ChildServer
+from .ports import LOCALHOST, ensure_running, pick_port, spawn, wait_for_port
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,6 @@ FALLBACK_USER = "nobody"
 SUPERUSER = "postgres"
 DATABASE = "tickerwire"
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 
 #: Server settings for a throwaway development/test server. ``settings=`` overrides them.
 DEFAULT_SETTINGS: Mapping[str, str] = {
@@ -59,7 +57,7 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
 _MAX_SOCKET_PATH = 100  # sun_path holds 104-108 bytes depending on the OS
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(ChildServer):
     """One PostgreSQL server on ``data_dir``, listening on ``127.0.0.1:port``.
 
     ``start()`` initializes the data directory if needed (an initialized one is reused,
@@ -67,6 +65,8 @@ class EmbeddedPostgres:
     DSN. ``stop()`` shuts it down; it is idempotent and also runs at interpreter exit.
     Use it as a context manager to get both.
     """
+
+    label = "PostgreSQL"
 
     def __init__(
         self,
@@ -76,13 +76,10 @@ class EmbeddedPostgres:
         *,
         settings: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(port)
         self._data_dir = Path(data_dir).absolute()
-        self._requested_port = port
         self._log_path = Path(log_path).absolute() if log_path else self._data_dir / "postgres.log"
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
-        self._port: int | None = port
-        self._process: subprocess.Popen | None = None
-        self._log_file: IO[bytes] | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -93,16 +90,6 @@ class EmbeddedPostgres:
         return self._log_path
 
     @property
-    def port(self) -> int | None:
-        """The TCP port; ``None`` before the first start when no port was requested."""
-        return self._port
-
-    @property
-    def pid(self) -> int | None:
-        """The postmaster's pid while this object runs it, else ``None``."""
-        return self._process.pid if self._process is not None else None
-
-    @property
     def dsn(self) -> str:
         """``postgresql://postgres@127.0.0.1:PORT/tickerwire`` (trust auth, no password)."""
         if self._port is None:
@@ -111,45 +98,16 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start the server (initializing the data directory if needed); return the DSN."""
-        if self._process is not None and self._process.poll() is None:
+        if self.running():
             return self.dsn
         started = time.monotonic()
         bindir = find_pg_bindir()
         self._port = pick_port(self._requested_port, "PostgreSQL")
         account = service_account()
         self._prepare(bindir, account)
-        self._launch(bindir, account)
-        try:
-            self._wait_ready()
-            _run_blocking(_ensure_database(self._port, DATABASE))
-        except BaseException as exc:
-            detail = tail(self._log_file)
-            self.stop()
-            if isinstance(exc, EmbeddedError):
-                raise EmbeddedError(f"{exc}\n--- {self._log_path} ---\n{detail}") from None
-            raise
-        atexit.register(self.stop)
+        self._boot(lambda: self._launch(bindir, account), str(self._log_path))
         log.info("PostgreSQL ready on port %d (pid %d) in %.2fs", self._port, self.pid, time.monotonic() - started)
         return self.dsn
-
-    def stop(self) -> None:
-        """Fast-shutdown the server (SIGINT), SIGKILL after 10 s. Safe to call twice."""
-        process, self._process = self._process, None
-        atexit.unregister(self.stop)
-        if process is not None:
-            stop_process(process, "PostgreSQL", STOP_TIMEOUT_S)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-    def __enter__(self) -> "EmbeddedPostgres":
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _prepare(self, bindir: Path, account: pwd.struct_passwd | None) -> None:
         """Make the data directory usable by the server's OS user and initialize it if empty."""
@@ -188,6 +146,11 @@ class EmbeddedPostgres:
             raise EmbeddedError(f"cannot run {argv[0]}: {exc}") from exc
 
     def _wait_ready(self) -> None:
+        self._wait_accepting()
+        assert self._port is not None
+        _run_blocking(_ensure_database(self._port, DATABASE))
+
+    def _wait_accepting(self) -> None:
         """Wait until postmaster.pid says "ready" for our pid and the port accepts connections."""
         assert self._process is not None and self._port is not None
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -1,0 +1,73 @@
+"""What every embedded server shares: one child process, started once, stopped idempotently
+(also at interpreter exit), usable as a context manager."""
+
+from __future__ import annotations
+
+import atexit
+import subprocess
+from types import TracebackType
+from typing import IO, Callable
+
+from ..common.errors import EmbeddedError
+from .ports import stop_process, tail
+
+STOP_TIMEOUT_S = 10.0
+
+
+class ChildServer:
+    """Base of the embedded servers. Subclasses launch ``self._process`` and implement ``_wait_ready``."""
+
+    #: How the server is named in logs and errors.
+    label = "server"
+
+    def __init__(self, port: int | None) -> None:
+        self._requested_port = port
+        self._port: int | None = port
+        self._process: subprocess.Popen | None = None
+        self._log_file: IO[bytes] | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The TCP port; ``None`` before the first start when no port was requested."""
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while this object runs it, else ``None``."""
+        return self._process.pid if self._process is not None else None
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _wait_ready(self) -> None:
+        raise NotImplementedError
+
+    def _boot(self, launch: Callable[[], None], log_name: str) -> None:
+        """Launch, wait until ready; on any failure stop the child and explain with its log."""
+        launch()
+        try:
+            self._wait_ready()
+        except BaseException as exc:
+            detail = tail(self._log_file)
+            self.stop()
+            if isinstance(exc, EmbeddedError):
+                raise EmbeddedError(f"{exc}\n--- {log_name} ---\n{detail}") from None
+            raise
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Stop the server (SIGINT, SIGKILL after 10 s). Safe to call twice."""
+        process, self._process = self._process, None
+        atexit.unregister(self.stop)
+        if process is not None:
+            stop_process(process, self.label, STOP_TIMEOUT_S)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self):
+        self.start()  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
