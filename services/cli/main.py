@@ -68,6 +68,20 @@ async def _read_conn(config: Config):
     )
 
 
+async def _snapshot(config: Config, build, what: str):
+    """Build the next snapshot of an entity from its current read-model row; None if refused."""
+    from .admin import AdminError
+
+    conn = await _read_conn(config)
+    try:
+        return await build(conn)
+    except AdminError as exc:
+        print(f"tickerwire {what}: {exc}", file=sys.stderr)
+        return None
+    finally:
+        await conn.close()
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     from .publish import parse_lines, publish, read_source
 
@@ -95,13 +109,13 @@ async def _publish_one(config: Config, event) -> None:
 
 
 def cmd_workspace(args: argparse.Namespace) -> int:
-    from .admin import AdminError, workspace_event
+    from .admin import workspace_event
 
     async def go() -> int:
         config = _config()
-        conn = await _read_conn(config)
-        try:
-            event = await workspace_event(
+        event = await _snapshot(
+            config,
+            lambda conn: workspace_event(
                 conn,
                 args.id,
                 name=getattr(args, "name", None),
@@ -110,12 +124,11 @@ def cmd_workspace(args: argparse.Namespace) -> int:
                 daily_quota=getattr(args, "daily_quota", None),
                 stream_connection_limit=getattr(args, "stream_connections", None),
                 create=args.action == "create",
-            )
-        except AdminError as exc:
-            print(f"tickerwire workspace: {exc}", file=sys.stderr)
+            ),
+            "workspace",
+        )
+        if event is None:
             return 1
-        finally:
-            await conn.close()
         await _publish_one(config, event)
         print(f"workspace {args.id}: {event.data.status} (version {event.version})")
         return 0
@@ -124,7 +137,7 @@ def cmd_workspace(args: argparse.Namespace) -> int:
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from .admin import AdminError, issue_key, revoke_key_event
+    from .admin import issue_key, revoke_key_event
 
     async def go() -> int:
         config = _config()
@@ -134,14 +147,9 @@ def cmd_key(args: argparse.Namespace) -> int:
             print(f"key id: {event.data.id}", file=sys.stderr)
             print(key)  # shown once; only its hash is stored
             return 0
-        conn = await _read_conn(config)
-        try:
-            event = await revoke_key_event(conn, args.id)
-        except AdminError as exc:
-            print(f"tickerwire key: {exc}", file=sys.stderr)
+        event = await _snapshot(config, lambda conn: revoke_key_event(conn, args.id), "key")
+        if event is None:
             return 1
-        finally:
-            await conn.close()
         await _publish_one(config, event)
         print(f"key {args.id} revoked")
         return 0

@@ -138,42 +138,44 @@ async def publish_demo(config: Config, args) -> tuple[str, int]:
 
 
 async def wait_projected(config: Config, timeout: float = 120.0) -> None:
-    """Until the projector's positions reach the end of every topic, then one badge tick."""
+    """Until the projector's stored positions reach the end of every partition of every topic."""
     from aiokafka import TopicPartition
 
     from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
     from ..common import kafka
     from ..common.db import connect
-    from ..projector.sweeper import sweep_once
 
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-up")
     await consumer.start()
     try:
-        tps = []
-        for spec in ALL_TOPICS:
-            name = topic_name(config.topic_prefix, spec)
-            tps += [TopicPartition(name, p) for p in range(spec.partitions)]
+        tps = [TopicPartition(topic_name(config.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
         ends = await consumer.end_offsets(tps)
     finally:
         await consumer.stop()
     deadline = time.monotonic() + timeout
     async with connect(config.database_url) as conn:
-        await conn.execute(f"SET search_path TO {config.read_model_schema}, public")
         while True:
-            rows = await conn.fetch("SELECT topic, partition, next_offset FROM positions")
+            rows = await conn.fetch(f"SELECT topic, partition, next_offset FROM {config.read_model_schema}.positions")
             stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
             if all(stored.get((tp.topic, tp.partition), 0) >= end for tp, end in ends.items()):
-                break
+                return
             if time.monotonic() > deadline:
-                raise TimeoutError("the projector did not catch up in time; see projector.log")
-            await asyncio.sleep(0.2)
+                raise TimeoutError(f"the projector did not catch up in {timeout:.0f}s: {stored} of {ends}")
+            await asyncio.sleep(0.05)
+
+
+async def sweep(config: Config) -> None:
+    from ..common.db import connect
+    from ..projector.sweeper import sweep_once
+
+    async with connect(config.database_url) as conn:
+        await conn.execute(f"SET search_path TO {config.read_model_schema}, public")
         await sweep_once(conn)
 
 
 async def trickle(config: Config, start_id: int, interval: float) -> None:
     from ..common.kafka import started_producer
-    from ..demo import dataset
     from ..demo.trickle import run_trickle
     from .publish import send_events
 
@@ -229,6 +231,7 @@ async def run(args, stack: Stack) -> None:
     )
     key, last_id = await publish_demo(config, args)
     await wait_projected(config)
+    await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
     # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
     await asyncio.sleep(1.0)
     info = {

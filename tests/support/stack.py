@@ -22,11 +22,9 @@ from typing import Sequence
 
 import aiohttp
 import asyncpg
-from aiokafka import TopicPartition
-
-from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from tickerwire.services.cli import admin
 from tickerwire.services.cli.publish import publish
+from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tickerwire.services.common.db import connect, migrate
@@ -142,27 +140,10 @@ class ServiceStack:
 
     async def wait_projected(self, timeout: float = 60.0) -> None:
         """Until the projector's stored positions reach the end of every partition."""
-        config = self.config
-        consumer = kafka.consumer(config, group_id=None, client_id="test-stack")
-        await consumer.start()
         try:
-            tps = [TopicPartition(topic_name(self.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
-            ends = await consumer.end_offsets(tps)
-        finally:
-            await consumer.stop()
-        conn = await self.read_conn()
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                rows = await conn.fetch("SELECT topic, partition, next_offset FROM positions")
-                stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
-                if all(stored.get((tp.topic, tp.partition), 0) >= end for tp, end in ends.items()):
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"projection did not catch up: {stored} vs {ends}\n{self.logs()[-4000:]}")
-                await asyncio.sleep(0.05)
-        finally:
-            await conn.close()
+            await wait_projected(self.config, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.logs()[-4000:]}") from None
 
     async def sweep(self) -> dict[str, str]:
         conn = await self.read_conn()

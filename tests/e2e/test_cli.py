@@ -1,0 +1,116 @@
+"""The platform teams' CLI: validated publishing (all or nothing) and admin commands, run as
+real `tickerwire` processes against the real broker and a real projector."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import TopicPartition
+
+from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+from tickerwire.services.common import kafka
+from tests.support.stack import ServiceStack
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).parents[2] / "schemas" / "examples" / "events.jsonl"
+
+
+def cli(stack: ServiceStack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", *args],
+        env={**stack.env(), "TICKERWIRE_STATE_DIR": "/nonexistent"}, input=stdin, capture_output=True, text=True, timeout=60,
+    )
+
+
+async def log_size(stack: ServiceStack) -> int:
+    consumer = kafka.consumer(stack.config, group_id=None, client_id="test-cli")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic_name(stack.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+        return sum((await consumer.end_offsets(tps)).values())
+    finally:
+        await consumer.stop()
+
+
+@pytest.fixture(scope="module")
+async def stack(pg_dsn, kafka_bootstrap):
+    from tickerwire.services.embedded.postgres import scratch_database
+
+    async with scratch_database(pg_dsn) as dsn:
+        s = ServiceStack(dsn, kafka_bootstrap, "clitest")
+        await s.prepare()
+        try:
+            await s.start("projector")
+            yield s
+        finally:
+            s.stop_all()
+
+
+async def test_a_file_with_an_invalid_line_publishes_nothing(stack, tmp_path):
+    lines = EXAMPLES.read_text().splitlines()
+    bad = lines[:2] + ['{"type": "post", "version": 1}', "not json"] + lines[2:]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(bad) + "\n")
+    before = await log_size(stack)
+    result = cli(stack, "publish", str(path))
+    assert result.returncode == 1
+    assert f"{path}:3: post:" in result.stderr
+    assert f"{path}:4: not valid UTF-8 JSON" in result.stderr
+    assert "nothing was published" in result.stderr
+    assert await log_size(stack) == before
+
+
+async def test_valid_file_from_stdin_is_published_and_projected(stack):
+    result = cli(stack, "publish", "-", stdin=EXAMPLES.read_text())
+    assert result.returncode == 0, result.stderr
+    assert "published 9 event(s)" in result.stdout
+    await stack.wait_projected()
+    conn = await stack.read_conn()
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM post_translations WHERE post_id = 9001") == 1
+        assert await conn.fetchval("SELECT name FROM tokens WHERE ticker = 'BTC'") == "Bitcoin"
+    finally:
+        await conn.close()
+
+
+async def test_admin_commands_publish_snapshots_and_never_print_hashes(stack):
+    assert cli(stack, "workspace", "create", "ws_cli", "--name", "CLI Co", "--rate-limit", "120").returncode == 0
+    await stack.wait_projected()
+    issued = cli(stack, "key", "issue", "ws_cli", "--id", "key_cli")
+    assert issued.returncode == 0, issued.stderr
+    key = issued.stdout.strip()
+    assert key.startswith("tw_live_") and len(key) > 40
+    assert cli(stack, "embed", "bdg_cli00001", "ws_cli").returncode == 0
+    assert cli(stack, "heartbeat", "bdg_cli00001", "ws_cli", "--landed-at", "2026-01-01T00:00:00Z").returncode == 0
+    assert cli(stack, "workspace", "suspend", "ws_cli").returncode == 0
+    await stack.wait_projected()
+    swept = cli(stack, "sweep")
+    assert swept.returncode == 0 and "ws_cli\tmissing" in swept.stdout
+    assert cli(stack, "key", "revoke", "key_cli").returncode == 0
+    await stack.wait_projected()
+    conn = await stack.read_conn()
+    try:
+        ws = await conn.fetchrow("SELECT * FROM workspaces WHERE id = 'ws_cli'")
+        assert (ws["name"], ws["status"], ws["rate_limit_per_minute"]) == ("CLI Co", "suspended", 120)
+        k = await conn.fetchrow("SELECT * FROM api_keys WHERE id = 'key_cli'")
+        assert k["revoked_at"] is not None and k["display_prefix"] == key[:12]
+        assert key not in str(dict(k))
+    finally:
+        await conn.close()
+    assert cli(stack, "workspace", "suspend", "ws_nobody").returncode == 1
+
+
+def test_missing_configuration_fails_loudly():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", "api"], env={**env, "TICKERWIRE_STATE_DIR": "/nonexistent"},
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert "TICKERWIRE_DATABASE_URL is required" in result.stderr
