@@ -16,9 +16,10 @@ from ..common.db import create_pool, schema_ready
 from ..common.ops import add_ops_routes, run_app
 from ..common.retry import retry_transient
 from ..common.tasks import background_task
-from . import handlers
+from . import handlers, openapi
 from .access import PARTNER, access_middleware
 from .catalog import Catalog
+from .conditional import conditional_middleware
 from .errors import error_middleware
 from .metrics import ApiMetrics
 from .state import CATALOG, CONFIG, METRICS, POOL
@@ -39,11 +40,20 @@ def metrics_middleware():
 
 def add_partner_routes(app: web.Application, base: str) -> None:
     routes = [
-        ("/languages", handlers.languages, "languages"),
         ("/posts", handlers.list_posts, "posts"),
+        ("/posts/{id_or_slug}", handlers.post_detail, "post"),
+        ("/categories", handlers.categories, "categories"),
+        ("/categories/{slug}", handlers.category, "category"),
+        ("/tokens", handlers.tokens, "tokens"),
+        ("/tokens/{ticker}", handlers.token, "token"),
+        ("/sentiment-pulse", handlers.sentiment_pulse, "sentiment_pulse"),
+        ("/languages", handlers.languages, "languages"),
+        ("/search", handlers.search, "search"),
     ]
     for path, handler, name in routes:
         app.router.add_get(base + path, handler, name=PARTNER + name)
+    # The contract is public: no key, and (outside the partner routes) no rate limit or quota.
+    app.router.add_get(base + "/openapi.json", openapi.handler(base), name="openapi")
 
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -59,8 +69,11 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware(), error_middleware(config.base_path), access_middleware()],
+        middlewares=[metrics_middleware(), error_middleware(config.base_path), conditional_middleware(), access_middleware()],
         client_max_size=config.max_body_bytes,
+        # Long (percent-encoded) query strings reach the app and get a JSON 422, not the
+        # protocol layer's plain-text 400; see params.py for the per-parameter limits.
+        handler_args={"max_line_size": 131_072},
     )
     app[CONFIG] = config
     app[METRICS] = metrics or ApiMetrics()

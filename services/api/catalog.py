@@ -7,8 +7,10 @@ reloads only what the projector changed, so a change is served within that inter
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 import orjson
@@ -51,17 +53,122 @@ def _languages(rows: list[asyncpg.Record]) -> Languages:
     return Languages(frozenset(codes), default, orjson.dumps({"languages": items}))
 
 
+def etag_of(body: bytes) -> str:
+    """A strong entity tag: the quoted hash of the exact body bytes."""
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A pre-serialized response body and its entity tag."""
+
+    data: bytes
+    etag: str
+
+    @classmethod
+    def of(cls, doc: Any) -> "Body":
+        data = orjson.dumps(doc)
+        return cls(data, etag_of(data))
+
+
+@dataclass(frozen=True, slots=True)
+class Categories:
+    """Spec 4.3/4.4 bodies for every listed locale: the tree, and each category by slug."""
+
+    tree: dict[str, Body] = field(default_factory=dict)
+    by_slug: dict[tuple[str, str], Body] = field(default_factory=dict)
+
+    def tree_for(self, lang: str) -> Body:
+        return self.tree.get(lang) or Body.of({"groups": []})
+
+
+def _categories(rows: list[asyncpg.Record], languages: Languages) -> Categories:
+    names = {r["slug"]: orjson.loads(r["names"]) for r in rows}
+
+    def name(slug: str, lang: str) -> str:
+        n = names[slug]
+        return n.get(lang) or n.get(languages.default) or next(iter(n.values()), slug)
+
+    groups = [r for r in rows if r["is_group"]]
+    leaves = {g["slug"]: [r for r in rows if not r["is_group"] and r["group_slug"] == g["slug"]] for g in groups}
+    tree: dict[str, Body] = {}
+    by_slug: dict[tuple[str, str], Body] = {}
+    for lang in set(languages.codes) | {languages.default}:
+        tree[lang] = Body.of(
+            {
+                "groups": [
+                    {
+                        "slug": g["slug"],
+                        "name": name(g["slug"], lang),
+                        "leaves": [{"slug": l["slug"], "name": name(l["slug"], lang)} for l in leaves[g["slug"]]],
+                    }
+                    for g in groups
+                ]
+            }
+        )
+        for r in rows:
+            slug = r["slug"]
+            if r["is_group"]:
+                doc = {
+                    "slug": slug, "name": name(slug, lang), "is_group": True, "group": None,
+                    "leaves": [{"slug": l["slug"], "name": name(l["slug"], lang)} for l in leaves[slug]],
+                }
+            else:
+                parent = r["group_slug"]
+                group = {"slug": parent, "name": name(parent, lang)} if parent in names else None
+                doc = {"slug": slug, "name": name(slug, lang), "is_group": False, "group": group, "leaves": None}
+            by_slug[(slug, lang)] = Body.of(doc)
+    return Categories(tree, by_slug)
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """Spec 4.5 as one body, and the spec 2.5 single shape of each token by upper-case ticker."""
+
+    listing: Body = field(default_factory=lambda: Body.of({"tokens": []}))
+    by_ticker: dict[str, Body] = field(default_factory=dict)
+
+
+def _tokens(rows: list[asyncpg.Record]) -> Tokens:
+    items = []
+    by_ticker: dict[str, Body] = {}
+    for r in rows:
+        item = {
+            "ticker": r["ticker"],
+            "name": r["name"],
+            "logo_url": r["logo_url"],
+            "post_count": r["post_count"],
+            "market_cap_rank": r["market_cap_rank"],
+            "exchange_listings": list(r["exchange_listings"]),
+            "categories": list(r["categories"]),
+            "genesis_date": r["genesis_date"],
+            "primary_ecosystem": orjson.loads(r["primary_ecosystem"]) if r["primary_ecosystem"] else None,
+        }
+        items.append(item)
+        by_ticker[r["ticker"].upper()] = Body.of({**item, "homepage_url": r["homepage_url"], "description": r["description"]})
+    return Tokens(Body.of({"tokens": items}), by_ticker)
+
+
 @dataclass(slots=True)
 class Catalog:
     languages: Languages = field(default_factory=Languages)
+    categories: Categories = field(default_factory=Categories)
+    tokens: Tokens = field(default_factory=Tokens)
     stamps: dict[str, int] = field(default_factory=dict)
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _changed(self, stamps: dict[str, int], *names: str) -> bool:
+        return not self.loaded.is_set() or any(stamps.get(n) != self.stamps.get(n) for n in names)
 
     async def refresh(self, pool: asyncpg.Pool) -> None:
         with storage_errors("catalog refresh"):
             stamps = {r["name"]: r["stamp"] for r in await pool.fetch(queries.SELECT_STAMPS)}
-            if stamps.get("locales") != self.stamps.get("locales") or not self.loaded.is_set():
+            if self._changed(stamps, "locales"):
                 self.languages = _languages(await pool.fetch(queries.SELECT_LANGUAGES))
+            if self._changed(stamps, "locales", "categories"):
+                self.categories = _categories(await pool.fetch(queries.SELECT_CATEGORIES), self.languages)
+            if self._changed(stamps, "tokens"):
+                self.tokens = _tokens(await pool.fetch(queries.SELECT_TOKENS))
         self.stamps = stamps
         self.loaded.set()
 

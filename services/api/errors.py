@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Mapping
 
+import asyncpg
 import orjson
 from aiohttp import web
 
@@ -90,7 +91,7 @@ def error_middleware(base_path: str):
             if exc.status < 400:
                 raise
             return from_http_exception(exc, base_path).response()
-        except TransientError as exc:
+        except (TransientError, asyncpg.QueryCanceledError) as exc:
             log.warning("dependency unavailable on %s: %s", request.path, exc)
             return ApiError(503, "SERVICE_UNAVAILABLE", "A dependency is temporarily unavailable; retry shortly.", retry_after_sec=1).response()
         except Exception:

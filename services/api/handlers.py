@@ -1,47 +1,143 @@
-"""Handlers of the partner endpoints. Each returns bytes the read model already serialized
-wherever possible; parameters are validated here and errors raised as :class:`ApiError`."""
+"""Handlers of the partner endpoints. Each returns bytes the read model (or the catalog cache)
+already serialized; parameters are decoded by :mod:`.params` and errors raised as :class:`ApiError`."""
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
+
+import asyncpg
+import orjson
 from aiohttp import web
 
+from tickerwire.schemas.readmodel import iso_utc, text_search_config
 from ..common.db import storage_errors
 from . import queries
-from .errors import validation_failed
+from .catalog import Body
+from .errors import ApiError, not_found
+from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
 from .state import CATALOG, POOL
 
 JSON = "application/json"
-MAX_LIMIT = 50
-DEFAULT_LIMIT = 20
+PRIVATE = "private, no-cache"
+_ID = re.compile(r"[0-9]{1,16}", re.ASCII)
 
 
-def json_bytes(body: bytes, *, cache: str = "private, no-cache") -> web.Response:
-    return web.Response(body=body, content_type=JSON, headers={"Cache-Control": cache})
+def json_bytes(body: bytes, *, cache: str = PRIVATE, etag: str | None = None) -> web.Response:
+    headers = {"Cache-Control": cache}
+    if etag is not None:
+        headers["ETag"] = etag
+    return web.Response(body=body, content_type=JSON, headers=headers)
 
 
-def parse_limit(raw: str | None) -> int:
-    if raw is None or raw == "":
-        return DEFAULT_LIMIT
-    try:
-        value = int(raw)
-    except ValueError:
-        raise validation_failed("limit", f"limit must be an integer from 1 to {MAX_LIMIT}; got {raw!r}.") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise validation_failed("limit", f"limit must be an integer from 1 to {MAX_LIMIT}; got {value}.")
-    return value
+def cached(body: Body, cache: str = PRIVATE) -> web.Response:
+    return json_bytes(body.data, cache=cache, etag=body.etag)
+
+
+def _lang(request: web.Request) -> str:
+    return request.app[CATALOG].languages.resolve(request.query.get("lang"))
+
+
+# --------------------------------------------------------------------------- posts and search
+
+
+def _cursor(value: int | None) -> str:
+    return "null" if value is None else f'"{value}"'
+
+
+async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:
+    sql, args = queries.page_query(lang, filters, page, search)
+    with storage_errors(what):
+        rows = await request.app[POOL].fetch(sql, *args)
+    items = [r for r in rows if r["kind"] == queries.ITEM]
+    flags = {r["kind"] for r in rows}
+    for kind, name, value in ((queries.MISSING_AFTER, "after", page.after), (queries.MISSING_BEFORE, "before", page.before)):
+        if kind in flags:
+            raise ApiError(404, "NOT_FOUND", f"The {name} cursor {value} names no post this API has published.", field=name)
+    next_cursor = items[-1]["post_id"] if items and queries.OLDER in flags else None
+    prev_cursor = items[0]["post_id"] if items and queries.NEWER in flags else None
+    body = (
+        '{"posts":[' + ",".join(r["lean"] for r in items)
+        + f'],"next_cursor":{_cursor(next_cursor)},"prev_cursor":{_cursor(prev_cursor)}}}'
+    )
+    return json_bytes(body.encode())
+
+
+async def list_posts(request: web.Request) -> web.Response:
+    query = request.query
+    page, filters = parse_page(query), parse_filters(query)
+    return await _page(request, "list posts", _lang(request), filters, page, None)
+
+
+async def search(request: web.Request) -> web.Response:
+    query = request.query
+    text = parse_q(query)
+    page, filters = parse_page(query), parse_filters(query)
+    lang = _lang(request)
+    return await _page(request, "search", lang, filters, page, queries.Search(text_search_config(lang), text))
+
+
+async def post_detail(request: web.Request) -> web.Response:
+    segment = text_key(request.match_info["id_or_slug"])
+    if segment is None:
+        raise not_found()
+    post_id = int(segment) if _ID.fullmatch(segment) and int(segment) <= 2**53 else None
+    with storage_errors("post detail"):
+        detail = await request.app[POOL].fetchval(queries.SELECT_DETAIL, _lang(request), post_id, segment)
+    if detail is None:
+        raise not_found("No visible post has this id or slug in the requested language.")
+    return json_bytes(detail.encode())
+
+
+# --------------------------------------------------------------------------- catalog
 
 
 async def languages(request: web.Request) -> web.Response:
     return json_bytes(request.app[CATALOG].languages.body, cache="public, max-age=30")
 
 
-async def list_posts(request: web.Request) -> web.Response:
-    catalog = request.app[CATALOG]
-    lang = catalog.languages.resolve(request.query.get("lang"))
-    limit = parse_limit(request.query.get("limit"))
-    with storage_errors("list posts"):
-        rows = await request.app[POOL].fetch(queries.SELECT_FEED, lang, limit + 1)
-    page = rows[:limit]
-    next_cursor = f'"{page[-1]["post_id"]}"' if len(rows) > limit else "null"
-    body = '{"posts":[' + ",".join(r["lean"] for r in page) + f'],"next_cursor":{next_cursor},"prev_cursor":null}}'
-    return json_bytes(body.encode())
+async def categories(request: web.Request) -> web.Response:
+    return cached(request.app[CATALOG].categories.tree_for(_lang(request)))
+
+
+async def category(request: web.Request) -> web.Response:
+    slug = text_key(request.match_info["slug"])
+    body = request.app[CATALOG].categories.by_slug.get((slug, _lang(request))) if slug else None
+    if body is None:
+        raise not_found("No category has this slug.")
+    return cached(body)
+
+
+async def tokens(request: web.Request) -> web.Response:
+    return cached(request.app[CATALOG].tokens.listing)
+
+
+async def token(request: web.Request) -> web.Response:
+    ticker = text_key(request.match_info["ticker"])
+    body = request.app[CATALOG].tokens.by_ticker.get(ticker.upper()) if ticker else None
+    if body is None:
+        raise not_found("No token has this ticker.")
+    return cached(body)
+
+
+# --------------------------------------------------------------------------- sentiment pulse
+
+
+def pulse_document(counts: dict[str, int], as_of: datetime) -> dict:
+    """Spec 2.7: counts and fractions of the three sentiments; all zero when nothing was counted."""
+    total = sum(counts.get(s, 0) for s in SENTIMENTS)
+    return {
+        "window": "24h",
+        "as_of": iso_utc(as_of),
+        "total_posts": total,
+        "breakdown": {
+            s: {"count": counts.get(s, 0), "percent": (counts.get(s, 0) / total) if total else 0.0} for s in SENTIMENTS
+        },
+    }
+
+
+async def sentiment_pulse(request: web.Request) -> web.Response:
+    as_of = datetime.now(timezone.utc)
+    with storage_errors("sentiment pulse"):
+        rows: list[asyncpg.Record] = await request.app[POOL].fetch(queries.SELECT_PULSE, as_of)
+    return json_bytes(orjson.dumps(pulse_document({r["sentiment"]: r["n"] for r in rows}, as_of)))

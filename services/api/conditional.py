@@ -1,0 +1,62 @@
+"""Conditional GETs (RFC 9110 section 13): a strong ETag on every 200, 304 on a matching If-None-Match.
+
+A handler may set the ETag itself (pre-serialized bodies carry a precomputed one);
+otherwise it is the quoted hash of the body bytes. If-None-Match uses the weak comparison
+function, as RFC 9110 13.1.2 requires: ``W/"x"`` matches ``"x"``, and ``*`` matches any.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+
+from .catalog import etag_of
+
+_TAG = re.compile(r'\s*(?:W/)?("[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)')
+
+
+def opaque_tags(header: str) -> set[str] | None:
+    """The opaque tags of an If-None-Match value (``W/`` dropped); None for ``*``."""
+    if header.strip() == "*":
+        return None
+    tags: set[str] = set()
+    pos = 0
+    while pos < len(header):
+        m = _TAG.match(header, pos)
+        if m is None:  # an unparsable member: skip to the next comma
+            nxt = header.find(",", pos)
+            if nxt < 0:
+                break
+            pos = nxt + 1
+            continue
+        tags.add(m.group(1))
+        pos = m.end()
+    return tags
+
+
+def matches(if_none_match: str, etag: str) -> bool:
+    tags = opaque_tags(if_none_match)
+    return True if tags is None else etag.removeprefix("W/") in tags
+
+
+def conditional_middleware():
+    @web.middleware
+    async def middleware(request: web.Request, handler) -> web.StreamResponse:
+        response = await handler(request)
+        if response.status != 200 or not isinstance(response, web.Response) or request.method not in ("GET", "HEAD"):
+            return response
+        etag = response.headers.get("ETag")
+        if etag is None:
+            body = response.body
+            if not isinstance(body, (bytes, bytearray)):
+                return response
+            etag = etag_of(bytes(body))
+            response.headers["ETag"] = etag
+        condition = request.headers.get("If-None-Match")
+        if condition is not None and matches(condition, etag):
+            keep = {k: response.headers[k] for k in ("ETag", "Cache-Control", "Vary") if k in response.headers}
+            return web.Response(status=304, headers=keep)
+        return response
+
+    return middleware

@@ -1,0 +1,172 @@
+"""Query parameters of the partner endpoints, decoded once at the edge.
+
+Every rule here is written into ``schemas/openapi.json``; a value the document calls
+invalid gets ``422 VALIDATION_FAILED`` with ``field`` naming the parameter, and every
+value it calls valid is accepted. Unknown parameters are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Mapping
+
+from .errors import validation_failed
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 50
+MAX_CURSOR = 2**53
+MIN_QUERY = 3
+MAX_QUERY = 500
+MAX_CSV_VALUES = 20
+MAX_CSV_VALUE_LENGTH = 100
+SENTIMENTS = ("BULLISH", "NEUTRAL", "BEARISH")
+
+#: What ``q`` is trimmed of before its length is checked (the document's pattern uses the same set).
+QUERY_BLANKS = " \t\r\n"
+
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+# RFC 3339 date-time (the JSON Schema ``date-time`` format): an offset is required.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,
+)
+_MIN_UTC = datetime.min.replace(tzinfo=timezone.utc)
+_MAX_UTC = datetime.max.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The /posts filters; ``None`` means "not given". Values are already normalized."""
+
+    since: datetime | None = None
+    category: tuple[str, ...] | None = None
+    ticker: tuple[str, ...] | None = None
+    hashtag: tuple[str, ...] | None = None
+    sentiment: tuple[str, ...] | None = None
+    importance_min: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    limit: int = DEFAULT_LIMIT
+    after: int | None = None
+    before: int | None = None
+
+
+def _integer(query: Mapping[str, str], name: str, low: int, high: int, default: int | None) -> int | None:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not _INT.fullmatch(raw):
+        raise validation_failed(name, f"{name} must be an integer from {low} to {high}; got {raw[:40]!r}.")
+    value = int(raw)
+    if not low <= value <= high:
+        raise validation_failed(name, f"{name} must be an integer from {low} to {high}; got {value if abs(value) < 10**12 else raw[:40]}.")
+    return value
+
+
+def parse_page(query: Mapping[str, str]) -> Page:
+    """limit (1-50, default 20), after and before (post ids, 1 to 2^53)."""
+    limit = _integer(query, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
+    after = _integer(query, "after", 1, MAX_CURSOR, None)
+    before = _integer(query, "before", 1, MAX_CURSOR, None)
+    assert limit is not None
+    return Page(limit, after, before)
+
+
+def parse_since(raw: str | None) -> datetime | None:
+    """An RFC 3339 timestamp with ``Z`` or an offset; a naive timestamp is rejected.
+
+    A leap second (``:60``) counts as the last instant of its minute; instants outside
+    years 1-9999 after conversion to UTC are clamped to that range.
+    """
+    if raw is None:
+        return None
+    m = _RFC3339.fullmatch(raw)
+    if not m:
+        raise validation_failed(
+            "since", f"since must be an RFC 3339 timestamp with a UTC offset, e.g. 2024-05-01T12:00:00Z; got {raw[:60]!r}."
+        )
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac, offset = m.group(7), m.group(8)
+    micro = int((frac[1:] + "000000")[:6]) if frac else 0
+    if second == 60:
+        second, micro = 59, 999_999
+    if offset in ("Z", "z"):
+        tz = timezone.utc
+    else:
+        oh, om = int(offset[1:3]), int(offset[4:6])
+        if oh > 23 or om > 59:
+            raise validation_failed("since", f"since has an invalid UTC offset {offset!r}.")
+        delta = timedelta(hours=oh, minutes=om)
+        tz = timezone(delta if offset[0] == "+" else -delta)
+    if hour > 23 or minute > 59 or second > 59:
+        raise validation_failed("since", f"since has an invalid time of day: {raw[:60]!r}.")
+    try:
+        local = datetime(max(year, 1), month, day, hour, minute, second, micro, tzinfo=tz)
+    except ValueError:
+        raise validation_failed("since", f"since is not a calendar date: {raw[:60]!r}.") from None
+    try:
+        return local.astimezone(timezone.utc)
+    except OverflowError:
+        return _MIN_UTC if local.year == 1 else _MAX_UTC
+
+
+def _csv(query: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    """Comma-separated values; empty items are skipped; no value at all means "not given"."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    values = tuple(v for v in raw.split(",") if v)
+    if not values:
+        return None
+    if len(values) > MAX_CSV_VALUES:
+        raise validation_failed(name, f"{name} takes at most {MAX_CSV_VALUES} comma-separated values; got {len(values)}.")
+    for v in values:
+        if len(v) > MAX_CSV_VALUE_LENGTH:
+            raise validation_failed(name, f"each {name} value is at most {MAX_CSV_VALUE_LENGTH} characters long.")
+    # A value with a NUL can match nothing stored; "" never matches either and is safe to send to PostgreSQL.
+    return tuple("" if "\x00" in v else v for v in values)
+
+
+def parse_filters(query: Mapping[str, str]) -> Filters:
+    sentiment = _csv(query, "sentiment")
+    if sentiment is not None:
+        for value in sentiment:
+            if value not in SENTIMENTS:
+                raise validation_failed(
+                    "sentiment",
+                    f"Unknown sentiment value {value[:40]!r}; allowed values are {', '.join(SENTIMENTS)}.",
+                )
+    ticker = _csv(query, "ticker")
+    hashtag = _csv(query, "hashtag")
+    return Filters(
+        since=parse_since(query.get("since")),
+        category=_csv(query, "category"),
+        ticker=tuple(t.upper() for t in ticker) if ticker is not None else None,
+        hashtag=tuple(h.lower() for h in hashtag) if hashtag is not None else None,
+        sentiment=tuple(dict.fromkeys(sentiment)) if sentiment is not None else None,
+        importance_min=_integer(query, "importance_min", 0, 100, None),
+    )
+
+
+def parse_q(query: Mapping[str, str]) -> str:
+    """The search text: required, 3 to 500 characters once trimmed of spaces, tabs and line breaks."""
+    raw = query.get("q")
+    if raw is None:
+        raise validation_failed("q", f"q is required: a search text of at least {MIN_QUERY} characters.")
+    if len(raw) > MAX_QUERY:
+        raise validation_failed("q", f"q is at most {MAX_QUERY} characters long; got {len(raw)}.")
+    text = raw.strip(QUERY_BLANKS)
+    if len(text) < MIN_QUERY:
+        raise validation_failed("q", f"q must be at least {MIN_QUERY} characters long (after trimming); got {len(text)}.")
+    return text.replace("\x00", " ")
+
+
+def text_key(segment: str) -> str | None:
+    """A path segment usable as a lookup key, or None when it cannot name anything stored."""
+    if "\x00" in segment or len(segment) > 300:
+        return None
+    return segment

@@ -1,0 +1,184 @@
+"""The OpenAPI 3.1 contract against the live API: the document validates, real responses of every
+endpoint validate against it, schemathesis finds nothing, and a client that knows only the
+document can walk the post list both ways and gap-fill."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import aiohttp
+import jsonschema
+import orjson
+import pytest
+from openapi_spec_validator import validate as validate_spec
+
+from tickerwire.services.demo import dataset
+from tests.e2e.test_api_read import running_stack, visible_feed
+from tests.support.stack import BASE, auth
+
+pytestmark = pytest.mark.e2e
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture(scope="module")
+async def live(pg_dsn, kafka_bootstrap):
+    catalog = dataset.catalog_events(11, now=NOW, tokens=3000)
+    posts = dataset.post_events(11, now=NOW, posts=250)
+    async with running_stack(pg_dsn, kafka_bootstrap, "apicontract", [*catalog, *posts]) as (stack, key):
+        url = stack.of("api")[0].url
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):  # the token cache is polled
+                async with http.get(url + BASE + "/tokens", headers=auth(key)) as resp:
+                    if len((await resp.json())["tokens"]) == 3000:
+                        break
+                await asyncio.sleep(0.1)
+        yield stack, url, key, posts
+
+
+def test_document_is_valid_openapi_31():
+    doc = orjson.loads(DOC_PATH.read_bytes())
+    assert doc["openapi"].startswith("3.1")
+    validate_spec(doc)
+    assert set(doc["paths"]) == {
+        "/posts", "/posts/{id_or_slug}", "/categories", "/categories/{slug}", "/tokens", "/tokens/{ticker}",
+        "/sentiment-pulse", "/languages", "/search",
+    }
+
+
+async def test_document_is_served_publicly(live):
+    stack, url, key, posts = live
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}{BASE}/openapi.json") as resp:  # no key
+            assert resp.status == 200 and resp.content_type == "application/json"
+            served = await resp.json()
+    on_disk = orjson.loads(DOC_PATH.read_bytes())
+    assert served["paths"] == on_disk["paths"] and served["components"] == on_disk["components"]
+    assert served["servers"][0]["url"] == BASE
+
+
+def _validator(doc: dict, path: str, status: str) -> jsonschema.Draft202012Validator:
+    response = doc["paths"][path]["get"]["responses"][status]
+    if "$ref" in response:
+        response = doc["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
+    schema = {**response["content"]["application/json"]["schema"], "components": doc["components"]}
+    # Refs in the document point at #/components/...; embedding the components makes them resolve.
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+async def test_real_responses_validate_against_the_document(live):
+    stack, url, key, posts = live
+    doc = orjson.loads(DOC_PATH.read_bytes())
+    post = visible_feed(posts)[0]
+    calls = [
+        ("/posts", "/posts", {}, "200"), ("/posts", "/posts", {"limit": "3", "before": str(post.id)}, "200"),
+        ("/posts/{id_or_slug}", f"/posts/{post.id}", {}, "200"), ("/posts/{id_or_slug}", "/posts/missing", {}, "404"),
+        ("/categories", "/categories", {"lang": "ja-JP"}, "200"), ("/categories/{slug}", "/categories/markets", {}, "200"),
+        ("/categories/{slug}", "/categories/lending", {}, "200"), ("/tokens", "/tokens", {}, "200"),
+        ("/tokens/{ticker}", "/tokens/btc", {}, "200"), ("/sentiment-pulse", "/sentiment-pulse", {}, "200"),
+        ("/languages", "/languages", {}, "200"), ("/search", "/search", {"q": post.translations[0].title}, "200"),
+        ("/search", "/search", {"q": "x"}, "422"), ("/posts", "/posts", {"sentiment": "SAD"}, "422"),
+    ]
+    async with aiohttp.ClientSession() as http:
+        for template, path, params, status in calls:
+            async with http.get(url + BASE + path, params=params, headers=auth(key)) as resp:
+                assert str(resp.status) == status, (path, resp.status)
+                body = orjson.loads(await resp.read())
+            errors = sorted(_validator(doc, template, status).iter_errors(body), key=str)
+            assert not errors, (path, [e.message for e in errors[:3]])
+        async with http.get(url + BASE + "/posts") as resp:
+            assert resp.status == 401
+            errors = list(_validator(doc, "/posts", "401").iter_errors(await resp.json()))
+            assert not errors
+
+
+def test_schemathesis_finds_no_failure(live):
+    stack, url, key, posts = live
+    report = stack.log_dir / "schemathesis.txt"
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("st")), "run", f"{url}{BASE}/openapi.json",
+            "--url", f"{url}{BASE}", "-H", f"Authorization: Bearer {key}",
+            "--max-examples", "30", "--seed", "4", "--workers", "2", "--request-timeout", "10",
+            "--suppress-health-check", "all",
+        ],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"},
+    )
+    report.write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+
+
+class DocumentClient:
+    """A partner's client built from the served OpenAPI document alone: plain aiohttp, the
+    document's server URL, operation paths, parameter names and response fields."""
+
+    def __init__(self, http: aiohttp.ClientSession, doc_url: str, key: str) -> None:
+        self.http, self.doc_url, self.key = http, doc_url, key
+
+    async def load(self) -> None:
+        async with self.http.get(self.doc_url) as resp:
+            self.doc = await resp.json()
+        origin = self.doc_url.split("/", 3)
+        self.base = f"{origin[0]}//{origin[2]}" + self.doc["servers"][0]["url"]
+        self.ops = {op["operationId"]: (path, op) for path, item in self.doc["paths"].items() for op in item.values()}
+        scheme = next(iter(self.doc["components"]["securitySchemes"].values()))
+        assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+
+    def _param_names(self, op_id: str) -> set[str]:
+        refs = self.ops[op_id][1]["parameters"]
+        params = self.doc["components"]["parameters"]
+        return {params[r["$ref"].rsplit("/", 1)[1]]["name"] for r in refs}
+
+    async def call(self, op_id: str, **params) -> dict:
+        path, _ = self.ops[op_id]
+        assert set(params) <= self._param_names(op_id)
+        async with self.http.get(self.base + path, params={k: str(v) for k, v in params.items()},
+                                 headers={"Authorization": f"Bearer {self.key}"}) as resp:
+            assert resp.status == 200, await resp.text()
+            return await resp.json()
+
+    async def walk_older(self, limit: int) -> list[int]:
+        ids, page = [], await self.call("listPosts", limit=limit)
+        while True:
+            ids += [p["id"] for p in page["posts"]]
+            if page["next_cursor"] is None:
+                return ids
+            page = await self.call("listPosts", limit=limit, before=page["next_cursor"])
+
+    async def walk_newer(self, start: int, limit: int) -> list[int]:
+        """From a post id towards the newest, newest-first pages reversed into oldest-first order."""
+        ids, cursor = [], start
+        while True:
+            page = await self.call("listPosts", limit=limit, after=cursor)
+            ids += [p["id"] for p in reversed(page["posts"])]
+            if page["prev_cursor"] is None:
+                return ids
+            cursor = page["prev_cursor"]
+
+    async def gap_fill(self, last_id: int, limit: int = 20) -> list[int]:
+        """Spec 6 rule 3: after=<last_id> repeatedly until the page is empty."""
+        ids, cursor = [], last_id
+        while True:
+            page = await self.call("listPosts", limit=limit, after=cursor)
+            if not page["posts"]:
+                return ids
+            ids += [p["id"] for p in reversed(page["posts"])]
+            cursor = page["posts"][0]["id"]
+
+
+async def test_a_client_from_the_document_alone_pages_both_ways_and_gap_fills(live):
+    stack, url, key, posts = live
+    expected = [p.id for p in visible_feed(posts)]
+    async with aiohttp.ClientSession() as http:
+        client = DocumentClient(http, f"{url}{BASE}/openapi.json", key)
+        await client.load()
+        assert await client.walk_older(limit=17) == expected
+        assert await client.walk_newer(expected[-1], limit=13) == list(reversed(expected[:-1]))
+        assert await client.gap_fill(expected[30]) == list(reversed(expected[:30]))
+        assert await client.gap_fill(expected[0]) == []

@@ -1,0 +1,498 @@
+"""The nine read endpoints over the real stack: events on the broker, the real projector filling
+PostgreSQL, the real API process answering HTTP. Expectations are computed from the published
+events, never from the read model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+from datetime import datetime, timedelta, timezone
+from typing import AsyncIterator, Sequence
+
+import aiohttp
+import orjson
+import pytest
+
+from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, PostEvent, TokenEvent
+from tickerwire.services.demo import dataset
+from tickerwire.services.embedded.ports import free_port
+from tickerwire.services.embedded.postgres import scratch_database
+from tests.support.stack import BASE, ServiceStack, auth, wait_http
+
+pytestmark = pytest.mark.e2e
+
+LEAN_KEYS = ["id", "slug", "published_at", "lang", "canonical_url", "title", "lede", "cover_image_url", "categories", "importance", "sentiment"]
+DETAIL_KEYS = LEAN_KEYS + ["body", "og_image_url", "gallery_urls", "tags", "hashtags", "byline", "source_url"]
+TOKEN_KEYS = ["ticker", "name", "logo_url", "post_count", "market_cap_rank", "exchange_listings", "categories", "genesis_date", "primary_ecosystem"]
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+POSTS = 400
+TOKENS = 3000
+
+
+# --------------------------------------------------------------------------- shared helpers (imported by the other API test modules)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(pg_dsn: str, kafka_bootstrap: str, prefix: str, events: Sequence, **limits) -> AsyncIterator[tuple[ServiceStack, str]]:
+    """A fresh database and topic prefix, the projector and one API, ``events`` projected, a key."""
+    async with scratch_database(pg_dsn) as dsn:
+        stack = ServiceStack(dsn, kafka_bootstrap, prefix)
+        await stack.prepare()
+        try:
+            await stack.start("projector")
+            await stack.publish(events)
+            await stack.wait_projected(timeout=180)
+            key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, **limits)
+            await stack.start("api")
+            yield stack, key
+        finally:
+            stack.stop_all()
+
+
+def visible_feed(posts: Sequence[PostEvent], lang: str = "en-US") -> list:
+    """The posts a partner may list in ``lang``, newest first (the latest version of each post)."""
+    latest: dict[int, PostEvent] = {}
+    for e in posts:
+        if e.data.id not in latest or latest[e.data.id].version < e.version:
+            latest[e.data.id] = e
+    shown = [
+        e.data for e in latest.values()
+        if e.data.status in VISIBLE_STATUSES and e.data.published_at and any(t.lang == lang for t in e.data.translations)
+    ]
+    return sorted(shown, key=lambda p: (p.published_at, p.id), reverse=True)
+
+
+class Client:
+    def __init__(self, http: aiohttp.ClientSession, url: str, key: str) -> None:
+        self.http, self.url, self.key = http, url, key
+
+    async def get(self, path: str, params=None, headers=None, *, status: int = 200):
+        async with self.http.get(self.url + BASE + path, params=params, headers={**auth(self.key), **(headers or {})}) as resp:
+            body = await resp.read()
+            assert resp.status == status, (resp.status, body[:500])
+            return resp, (orjson.loads(body) if body else None)
+
+    async def ids(self, path: str = "/posts", **params) -> tuple[list[int], dict]:
+        _, doc = await self.get(path, {k: str(v) for k, v in params.items()})
+        return [p["id"] for p in doc["posts"]], doc
+
+
+# --------------------------------------------------------------------------- the module's stack
+
+
+@pytest.fixture(scope="module")
+async def world(pg_dsn, kafka_bootstrap):
+    catalog = dataset.catalog_events(7, now=NOW, tokens=TOKENS)
+    posts = dataset.post_events(7, now=NOW, posts=POSTS)
+    async with running_stack(pg_dsn, kafka_bootstrap, "apiread", [*catalog, *posts]) as (stack, key):
+        async with aiohttp.ClientSession() as http:
+            client = Client(http, stack.of("api")[0].url, key)
+            # The catalog cache is polled; wait until the API serves the projected tokens.
+            for _ in range(100):
+                _, doc = await client.get("/tokens")
+                if len(doc["tokens"]) == TOKENS:
+                    break
+                await asyncio.sleep(0.1)
+            yield stack, client, catalog, posts
+
+
+async def test_posts_list_is_lean_newest_first_default_20(world):
+    stack, client, catalog, posts = world
+    ids, doc = await client.ids()
+    expected = visible_feed(posts)
+    assert ids == [p.id for p in expected[:20]]
+    assert list(doc) == ["posts", "next_cursor", "prev_cursor"]
+    assert all(list(p) == LEAN_KEYS for p in doc["posts"])
+    assert doc["next_cursor"] == str(ids[-1]) and doc["prev_cursor"] is None
+
+
+async def test_detail_by_id_and_slug_with_locale_rules(world):
+    stack, client, catalog, posts = world
+    feed = visible_feed(posts)
+    post = next(p for p in feed if len(p.translations) >= 3 and p.translations[0].lang == "en-US")
+    other = next(t for t in post.translations if t.lang != "en-US")
+    _, by_id = await client.get(f"/posts/{post.id}")
+    assert list(by_id) == DETAIL_KEYS and by_id["id"] == post.id and by_id["lang"] == "en-US"
+    _, by_slug = await client.get(f"/posts/{post.translations[0].slug}")
+    assert by_slug == by_id
+    # A slug of another locale names the same post, served in the requested (default) locale.
+    _, via_other = await client.get(f"/posts/{other.slug}")
+    assert via_other == by_id
+    _, localized = await client.get(f"/posts/{other.slug}", {"lang": other.lang})
+    assert localized["lang"] == other.lang and localized["slug"] == other.slug and localized["body"] == other.body
+    # The detail's lean fields are the list item.
+    at = feed.index(post)
+    ids, doc = await client.ids(limit=50, **({"before": feed[at - 1].id} if at else {}))
+    listed = next(p for p in doc["posts"] if p["id"] == post.id)
+    assert {k: by_id[k] for k in LEAN_KEYS} == listed
+    # Missing translation in the requested locale, an invisible post and an unknown one: 404.
+    missing = next(p for p in feed if not any(t.lang == "de-DE" for t in p.translations))
+    _, err = await client.get(f"/posts/{missing.id}", {"lang": "de-DE"}, status=404)
+    assert err["error"]["code"] == "NOT_FOUND"
+    hidden = next(e.data for e in posts if e.data.status not in VISIBLE_STATUSES)
+    await client.get(f"/posts/{hidden.id}", status=404)
+    await client.get(f"/posts/{hidden.translations[0].slug}", {"lang": hidden.translations[0].lang}, status=404)
+    await client.get("/posts/no-such-post", status=404)
+    await client.get("/posts/99999999", status=404)
+
+
+async def test_lang_optional_and_unsupported_falls_back(world):
+    stack, client, catalog, posts = world
+    default, _ = await client.ids(limit=10)
+    assert (await client.ids(limit=10, lang="xx-XX"))[0] == default
+    assert (await client.ids(limit=10, lang="pl-PL"))[0] == default  # active but not on the web channel
+    de_ids, doc = await client.ids(limit=50, lang="de-DE")
+    assert de_ids == [p.id for p in visible_feed(posts, "de-DE")[:50]]
+    assert {p["lang"] for p in doc["posts"]} == {"de-DE"}
+    _, cats = await client.get("/categories", {"lang": "zz"})
+    _, cats_default = await client.get("/categories")
+    assert cats == cats_default
+
+
+def _matching(posts, **pred) -> list[int]:
+    return [p.id for p in visible_feed(posts) if all(f(p) for f in pred.values())]
+
+
+async def test_filters_or_within_and_between(world):
+    stack, client, catalog, posts = world
+    feed = visible_feed(posts)
+    groups = {c.data.slug: c.data.group_slug for c in catalog if c.type == "category"}
+
+    async def all_ids(**params) -> list[int]:
+        out, cursor = [], None
+        while True:
+            ids, doc = await client.ids(limit=50, **params, **({"before": cursor} if cursor else {}))
+            out += ids
+            cursor = doc["next_cursor"]
+            if cursor is None:
+                return out
+
+    assert await all_ids(category="markets") == _matching(posts, c=lambda p: any(groups.get(s) == "markets" for s in p.categories))
+    assert await all_ids(category="mining,lending") == _matching(posts, c=lambda p: {"mining", "lending"} & set(p.categories))
+    assert await all_ids(category="no-such-category") == []
+    some_tickers = sorted({t for p in feed[:30] for t in p.tickers})[:2]
+    expected = _matching(posts, t=lambda p: set(some_tickers) & set(p.tickers))
+    assert expected and await all_ids(ticker=",".join(some_tickers)) == expected
+    assert await all_ids(ticker=",".join(t.lower() for t in some_tickers)) == expected
+    assert await all_ids(ticker="NOPE123") == []
+    tag = next(h for p in feed for h in p.hashtags)
+    assert await all_ids(hashtag=tag.upper()) == _matching(posts, h=lambda p: tag.lower() in {h.lower() for h in p.hashtags})
+    assert await all_ids(sentiment="BULLISH,BEARISH") == _matching(posts, s=lambda p: p.sentiment.value in {"BULLISH", "BEARISH"})
+    assert await all_ids(importance_min=70) == _matching(posts, i=lambda p: p.importance >= 70)
+    since = feed[40].published_at
+    assert await all_ids(since=since.isoformat()) == [p.id for p in feed[:41]]
+    assert await all_ids(since=since.astimezone(timezone(timedelta(hours=5))).isoformat()) == [p.id for p in feed[:41]]
+    both = await all_ids(sentiment="NEUTRAL", importance_min=40, category="technology")
+    assert both == _matching(
+        posts, s=lambda p: p.sentiment.value == "NEUTRAL", i=lambda p: p.importance >= 40,
+        c=lambda p: any(groups.get(s) == "technology" for s in p.categories),
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"limit": "0"}, "limit"), ({"limit": "-3"}, "limit"), ({"limit": "51"}, "limit"), ({"limit": "2.5"}, "limit"),
+        ({"limit": "ten"}, "limit"), ({"limit": ""}, "limit"), ({"since": ""}, "since"), ({"limit": "9" * 400}, "limit"),
+        ({"importance_min": "101"}, "importance_min"), ({"importance_min": "-1"}, "importance_min"),
+        ({"since": "yesterday"}, "since"), ({"since": "2024-05-01T12:00:00"}, "since"), ({"since": "2024-02-30T00:00:00Z"}, "since"),
+        ({"sentiment": "BULLISH,HAPPY"}, "sentiment"), ({"after": "abc"}, "after"), ({"before": "0"}, "before"),
+        ({"category": ",".join(["a"] * 21)}, "category"), ({"hashtag": "x" * 101}, "hashtag"),
+    ],
+)
+async def test_invalid_list_parameters_get_422_naming_the_field(world, params, field):
+    stack, client, catalog, posts = world
+    resp, doc = await client.get("/posts", params, status=422)
+    assert resp.content_type == "application/json"
+    assert doc["error"]["code"] == "VALIDATION_FAILED" and doc["error"]["field"] == field
+
+
+async def test_unknown_sentiment_message_names_value_and_allowed_values(world):
+    stack, client, catalog, posts = world
+    _, doc = await client.get("/posts", {"sentiment": "HAPPY"}, status=422)
+    message = doc["error"]["message"]
+    assert "HAPPY" in message and all(s in message for s in ("BULLISH", "NEUTRAL", "BEARISH"))
+
+
+async def test_limit_bounds_are_accepted(world):
+    stack, client, catalog, posts = world
+    assert len((await client.ids(limit=1))[0]) == 1
+    assert len((await client.ids(limit=50))[0]) == 50
+
+
+async def test_cursor_walks_both_ways_and_gap_fill(world):
+    stack, client, catalog, posts = world
+    expected = [p.id for p in visible_feed(posts)]
+    down, cursor = [], None
+    while True:
+        ids, doc = await client.ids(limit=37, **({"before": cursor} if cursor else {}))
+        down += ids
+        if cursor:
+            assert doc["prev_cursor"] == str(ids[0])
+        cursor = doc["next_cursor"]
+        if cursor is None:
+            break
+    assert down == expected
+    # Upwards from the oldest post with after=prev_cursor, exactly like a stream gap-fill.
+    up, cursor = [], str(expected[-1])
+    while True:
+        ids, doc = await client.ids(limit=23, after=cursor)
+        if not ids:
+            break
+        assert ids == sorted(ids, key=expected.index)  # every page newest first
+        up = ids + up
+        cursor = str(ids[0])  # gap-fill: after=<newest id seen>
+    assert up == expected[:-1]
+    # after=X returns the posts right after X, newest first; prev_cursor null at the top.
+    ids, doc = await client.ids(limit=5, after=expected[100])
+    assert ids == expected[95:100] and doc["prev_cursor"] == str(expected[95]) and doc["next_cursor"] == str(expected[99])
+    ids, doc = await client.ids(limit=5, after=expected[3])
+    assert ids == expected[:3] and doc["prev_cursor"] is None
+    # Both cursors: the posts strictly between them, nearest to `before` first.
+    ids, _ = await client.ids(limit=50, before=expected[10], after=expected[20])
+    assert ids == expected[11:20]
+    ids, _ = await client.ids(limit=4, before=expected[10], after=expected[20])
+    assert ids == expected[11:15]
+
+
+async def test_cursor_of_another_locale_or_invisible_post_positions_by_time(world):
+    stack, client, catalog, posts = world
+    de_feed = [p.id for p in visible_feed(posts, "de-DE")]
+    en_only = next(p for p in visible_feed(posts) if p.id not in de_feed and p.id < de_feed[5])
+    ids, _ = await client.ids(lang="de-DE", limit=3, before=en_only.id)
+    assert ids == [i for i in de_feed if i < en_only.id][:3]
+    hidden = next(e.data for e in posts if e.data.status.value == "retracted" and e.data.published_at)
+    ids, _ = await client.ids(limit=2, before=hidden.id)
+    assert ids == [p.id for p in visible_feed(posts) if (p.published_at, p.id) < (hidden.published_at, hidden.id)][:2]
+
+
+async def test_unknown_or_malformed_cursor(world):
+    stack, client, catalog, posts = world
+    _, doc = await client.get("/posts", {"after": "99999999"}, status=404)
+    assert doc["error"] == {"code": "NOT_FOUND", "message": doc["error"]["message"], "field": "after"}
+    never_published = next(e.data for e in posts if e.data.published_at is None)
+    _, doc = await client.get("/posts", {"before": str(never_published.id)}, status=404)
+    assert doc["error"]["field"] == "before"
+    _, doc = await client.get("/posts", {"before": "12x"}, status=422)
+    assert doc["error"]["field"] == "before"
+
+
+async def test_search_ranked_paged_filtered(world):
+    stack, client, catalog, posts = world
+    for q, field in [(None, "q"), ("ab", "q"), ("  ab \n", "q"), ("x" * 501, "q")]:
+        _, doc = await client.get("/search", {} if q is None else {"q": q}, status=422)
+        assert doc["error"]["field"] == field
+    feed = visible_feed(posts)
+    word = max(feed[0].translations[0].title.split(), key=len).strip(".,:;!?'\"")
+    ids, doc = await client.ids("/search", q=word, limit=50)
+    assert ids and feed[0].id in ids or doc["next_cursor"]
+    # Walking every page gives each match once; the same walk backwards gives the same order.
+    walked, cursor = [], None
+    while True:
+        page, doc = await client.ids("/search", q=word, limit=7, **({"before": cursor} if cursor else {}))
+        walked += page
+        cursor = doc["next_cursor"]
+        if cursor is None:
+            break
+    assert len(walked) == len(set(walked))
+    back, cursor = [], walked[-1]
+    while True:
+        page, doc = await client.ids("/search", q=word, limit=7, after=cursor)
+        if not page:
+            break
+        back = page + back
+        cursor = page[0]
+    assert back == walked[:-1]
+    # Exclusion and filters.
+    excluded, _ = await client.ids("/search", q=f"{word} -{word}", limit=50)
+    assert excluded == []
+    bullish, _ = await client.ids("/search", q=word, limit=50, sentiment="BULLISH")
+    by_id = {p.id: p for p in feed}
+    assert set(bullish) == {i for i in walked if by_id[i].sentiment.value == "BULLISH"}
+
+
+async def test_search_is_per_locale_with_its_stemmer(world):
+    stack, client, catalog, posts = world
+    de = visible_feed(posts, "de-DE")
+    title = next(t for t in de[0].translations if t.lang == "de-DE").title
+    word = max(title.split(), key=len).strip(".,:;!?'\"„“")
+    ids, doc = await client.ids("/search", q=word, lang="de-DE", limit=50)
+    assert de[0].id in ids or doc["next_cursor"]
+    assert {p["lang"] for p in doc["posts"]} == {"de-DE"}
+    phrase = " ".join(title.split()[:2])
+    ids, _ = await client.ids("/search", q=f'"{phrase}"', lang="de-DE", limit=50)
+    assert de[0].id in ids
+
+
+async def test_tokens_all_rows_in_documented_order(world):
+    stack, client, catalog, posts = world
+    resp, doc = await client.get("/tokens")
+    tokens = doc["tokens"]
+    assert len(tokens) == TOKENS and all(list(t) == TOKEN_KEYS for t in tokens)
+    published = {e.data.ticker: e.data for e in catalog if isinstance(e, TokenEvent)}
+    ranked = sorted((t for t in published.values() if t.market_cap_rank is not None), key=lambda t: (t.market_cap_rank, t.ticker))
+    unranked = sorted((t for t in published.values() if t.market_cap_rank is None), key=lambda t: t.ticker)
+    assert [t["ticker"] for t in tokens] == [t.ticker for t in ranked + unranked]
+    counts: dict[str, int] = {}
+    for e in posts:
+        if e.data.status in LIVE_STATUSES:
+            for t in e.data.tickers:
+                counts[t] = counts.get(t, 0) + 1
+    assert {t["ticker"]: t["post_count"] for t in tokens} == {t: counts.get(t, 0) for t in published}
+    assert any(t["post_count"] == 0 for t in tokens)
+    assert resp.headers["ETag"].startswith('"')
+
+
+async def test_token_single_shape_case_insensitive(world):
+    stack, client, catalog, posts = world
+    _, listed = await client.get("/tokens")
+    first = listed["tokens"][0]
+    _, one = await client.get(f"/tokens/{first['ticker'].lower()}")
+    assert list(one) == TOKEN_KEYS + ["homepage_url", "description"]
+    assert {k: one[k] for k in TOKEN_KEYS} == first
+    _, again = await client.get(f"/tokens/{first['ticker']}")
+    assert again == one
+    _, err = await client.get("/tokens/NOPE-NOT-A-TOKEN", status=404)
+    assert err["error"]["code"] == "NOT_FOUND"
+
+
+async def test_categories_tree_group_and_leaf(world):
+    stack, client, catalog, posts = world
+    _, tree = await client.get("/categories", {"lang": "fr-FR"})
+    assert len(tree["groups"]) == 7 and all(len(g["leaves"]) == 5 for g in tree["groups"])
+    assert tree["groups"][0] == {"slug": "markets", "name": "Marchés", "leaves": tree["groups"][0]["leaves"]}
+    assert tree["groups"][0]["leaves"][0] == {"slug": "spot-trading", "name": "Marché au comptant"}
+    _, group = await client.get("/categories/markets", {"lang": "de-DE"})
+    assert group == {"slug": "markets", "name": "Märkte", "is_group": True, "group": None, "leaves": group["leaves"]}
+    assert [l["slug"] for l in group["leaves"]] == ["spot-trading", "derivatives", "price-analysis", "fund-flows", "macroeconomics"]
+    _, leaf = await client.get("/categories/derivatives")
+    assert leaf == {"slug": "derivatives", "name": "Derivatives", "is_group": False, "group": {"slug": "markets", "name": "Markets"}, "leaves": None}
+    await client.get("/categories/nope", status=404)
+
+
+async def test_languages_cacheable_for_30s(world):
+    stack, client, catalog, posts = world
+    resp, doc = await client.get("/languages")
+    assert resp.headers["Cache-Control"] == "public, max-age=30"
+    assert [l["code"] for l in doc["languages"]] == list(dataset.LISTED_LOCALES)
+    assert sum(l["is_default"] for l in doc["languages"]) == 1
+
+
+async def test_sentiment_pulse_counts_last_24h(world):
+    stack, client, catalog, posts = world
+    _, doc = await client.get("/sentiment-pulse")
+    as_of = datetime.fromisoformat(doc["as_of"].replace("Z", "+00:00"))
+    counts = {"BULLISH": 0, "NEUTRAL": 0, "BEARISH": 0}
+    seen = set()
+    for e in posts:
+        p = e.data
+        if p.id in seen or p.status not in VISIBLE_STATUSES or p.published_at is None:
+            continue
+        seen.add(p.id)
+        bucket = p.published_at.replace(second=0, microsecond=0)
+        if as_of - timedelta(hours=24) < bucket <= as_of:
+            counts[p.sentiment.value] += 1
+    assert doc["window"] == "24h" and doc["total_posts"] == sum(counts.values()) > 0
+    assert {k: v["count"] for k, v in doc["breakdown"].items()} == counts
+    assert math.isclose(sum(v["percent"] for v in doc["breakdown"].values()), 1.0, abs_tol=1e-12)
+    assert all(0 <= v["percent"] <= 1 for v in doc["breakdown"].values())
+
+
+async def test_conditional_requests(world):
+    stack, client, catalog, posts = world
+    for path in ["/posts", "/posts/1", "/categories", "/categories/markets", "/tokens", "/tokens/BTC", "/languages", "/search?q=bitcoin"]:
+        resp, _ = await client.get(path, status=200) if path != "/posts/1" else (await _first_detail(client), None)
+        etag = resp.headers["ETag"]
+        assert etag.startswith('"') and etag.endswith('"') and not etag.startswith("W/")
+        target = path if path != "/posts/1" else resp.url.path.removeprefix(BASE)
+        for header in [etag, f"W/{etag}", f'"nope", {etag}', "*"]:
+            r304, body = await client.get(target, headers={"If-None-Match": header}, status=304)
+            assert body is None and r304.headers["ETag"] == etag
+        await client.get(target, headers={"If-None-Match": '"something-else"'}, status=200)
+
+
+async def _first_detail(client: Client):
+    _, doc = await client.get("/posts", {"limit": "1"})
+    resp, _ = await client.get(f"/posts/{doc['posts'][0]['id']}")
+    return resp
+
+
+async def test_errors_are_envelopes(world):
+    stack, client, catalog, posts = world
+    api = stack.of("api")[0]
+    async with aiohttp.ClientSession() as http:
+        cases = [
+            ("GET", f"{BASE}/nope", 404), ("GET", "/", 404), ("DELETE", f"{BASE}/posts", 405), ("POST", f"{BASE}/tokens", 405),
+            ("GET", f"{BASE}/posts?limit=%zz", 422), ("GET", f"{BASE}/posts?%%%&&==", 200), ("GET", f"{BASE}/search?q=" + "a" * 20000, 422),
+            ("GET", f"{BASE}/posts/%00bad", 404), ("GET", f"{BASE}/tokens/%00", 404), ("GET", f"{BASE}/posts?category=%00", 200),
+            ("GET", f"{BASE}/search?q=%00%00%00", 200), ("GET", f"{BASE}/posts?since=%00", 422),
+        ]
+        for method, path, status in cases:
+            async with http.request(method, api.url + path, headers=auth(client.key)) as resp:
+                body = await resp.read()
+                assert resp.status == status, (path, resp.status, body[:300])
+                assert resp.content_type == "application/json", path
+                if status >= 400:
+                    err = orjson.loads(body)["error"]
+                    assert set(err) <= {"code", "message", "field", "retry_after_sec"} and err["code"] and err["message"]
+
+
+class TcpProxy:
+    """A TCP forwarder in front of PostgreSQL that the test can cut, like a database going away."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.port = free_port()
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.writers += [writer, up_writer]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        self.server.close()
+        for w in self.writers:
+            w.transport.abort()
+        await self.server.wait_closed()
+
+
+async def test_database_down_gives_503_envelope(world):
+    from yarl import URL
+
+    stack, client, catalog, posts = world
+    dsn = URL(stack.database_url)
+    proxy = TcpProxy(dsn.host, dsn.port)
+    await proxy.start()
+    api = stack.spawn("api", TICKERWIRE_DATABASE_URL=str(dsn.with_host("127.0.0.1").with_port(proxy.port)))
+    try:
+        await wait_http(f"{api.url}/readyz", api)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{api.url}{BASE}/posts", headers=auth(client.key)) as resp:
+                assert resp.status == 200
+            await proxy.cut()
+            for path in ["/posts", "/tokens", "/posts/1", "/sentiment-pulse"]:
+                async with http.get(f"{api.url}{BASE}{path}", headers=auth(client.key)) as resp:
+                    body = await resp.read()
+                    assert resp.status == 503, (path, body[:300])
+                    assert resp.content_type == "application/json"
+                    assert resp.headers["Retry-After"] == "1"
+                    err = orjson.loads(body)["error"]
+                    assert err["code"] == "SERVICE_UNAVAILABLE" and err["retry_after_sec"] == 1
+    finally:
+        stack.stop(api, signal.SIGTERM)
+        with contextlib.suppress(Exception):
+            await proxy.cut()
