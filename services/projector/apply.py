@@ -4,6 +4,20 @@ The batch's events, its dead letters and the partition's new position commit tog
 a crash at any point leaves either all of the batch or none of it. Every entity carries a
 version: an event whose version is not newer than the stored one changes nothing, which
 makes redelivery, duplicates and out-of-order replays harmless.
+
+The result never depends on how the log was cut into batches: within a batch an entity's
+events are reduced to the chain a one-by-one replay would have applied (each version higher
+than everything before it), and a translation's announcement is the first event of that
+chain that made it visible, exactly as if every event were its own batch.
+
+Two advisory locks order concurrent writers (several projectors, the sweeper, a rebuild):
+
+* ``SWITCH_LOCK``, taken shared by every read-model transaction and exclusively by
+  ``tickerwire projector rebuild`` while it swaps schemas (see :mod:`.rebuild`);
+* ``TAXONOMY_LOCK``, taken exclusively by a batch that changes categories or locales and
+  shared by a batch that writes posts, before any post row is locked. Post rows embed
+  localized category names, so a post written concurrently with a category change would
+  otherwise keep the old names (the re-render would not see the uncommitted post).
 """
 
 from __future__ import annotations
@@ -16,23 +30,14 @@ from typing import Any, Iterable
 
 import asyncpg
 import orjson
-
 from tickerwire.schemas.models import (
-    ApiKeyEvent,
     Category,
-    CategoryEvent,
-    EmbedEvent,
-    HeartbeatEvent,
     InvalidEvent,
-    LocaleEvent,
     Post,
-    PostEvent,
-    TokenEvent,
-    WorkspaceEvent,
     decode_event,
     entity_key,
 )
-from tickerwire.schemas.readmodel import Taxonomy, translation_rows
+from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
 
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
@@ -96,9 +101,65 @@ def latest_per_entity(events: Iterable[Decoded]) -> list[Decoded]:
     for d in events:
         key = entity_key(d.event)
         cur = best.get(key)
-        if cur is None or d.event.version >= cur.event.version:
+        # Strictly greater: of two events with one version the first wins, as one by one.
+        if cur is None or d.event.version > cur.event.version:
             best[key] = d
     return sorted(best.values(), key=lambda d: d.offset)
+
+
+def applied_chain(events: Iterable[Decoded], stored_version: int) -> list[Decoded]:
+    """The events (offset order) that a one-by-one replay would apply over ``stored_version``."""
+    chain: list[Decoded] = []
+    high = stored_version
+    for d in sorted(events, key=lambda d: d.offset):
+        if d.event.version > high:
+            chain.append(d)
+            high = d.event.version
+    return chain
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """Translation rows to write from one post snapshot: all its locales (``langs`` None) or
+    some, ``hidden`` forcing them invisible; ``announce`` maps a locale to the offset that
+    first showed it (empty: announce nothing)."""
+
+    post: Post
+    announce: dict[str, int] = field(default_factory=dict)
+    langs: frozenset[str] | None = None
+    hidden: bool = False
+
+
+def chain_renderings(chain: list[Decoded]) -> list[Rendering]:
+    """What a one-by-one replay of ``chain`` leaves in post_translations: the last snapshot's
+    rows, plus a hidden row (from the last snapshot that had it) for each locale shown earlier
+    in the chain and dropped since, so its announcement is remembered as it would have been."""
+    final: Post = chain[-1].event.data
+    announce = first_visible_offsets(chain)
+    out = [Rendering(final, announce)]
+    final_langs = {tr.lang for tr in final.translations}
+    dropped: dict[int, tuple[Decoded, set[str]]] = {}
+    for lang in sorted({tr.lang for d in chain for tr in d.event.data.translations} - final_langs):
+        source = next(d for d in reversed(chain) if any(tr.lang == lang for tr in d.event.data.translations))
+        dropped.setdefault(source.offset, (source, set()))[1].add(lang)
+    for _, (source, langs) in sorted(dropped.items()):
+        out.append(Rendering(source.event.data, {l: announce[l] for l in langs if l in announce}, frozenset(langs), True))
+    return out
+
+
+def first_visible_offsets(chain: list[Decoded]) -> dict[str, int]:
+    """Per locale, the offset of the first event of ``chain`` that showed that translation."""
+    out: dict[str, int] = {}
+    for d in chain:
+        post: Post = d.event.data
+        if is_visible(post):
+            for tr in post.translations:
+                out.setdefault(tr.lang, d.offset)
+    return out
+
+
+SWITCH_LOCK = 0x7477_7377  # "twsw"
+TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
 
 async def apply_batch(
@@ -109,6 +170,7 @@ async def apply_batch(
     if not records:
         return result
     async with conn.transaction():
+        await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
         await conn.execute(sql.LOCK_POSITION, topic, partition)
         stored = await conn.fetchval(sql.SELECT_POSITION_FOR_UPDATE, topic, partition)
         fresh = [r for r in records if r.offset >= stored]
@@ -122,17 +184,26 @@ async def apply_batch(
                 sql.INSERT_DEAD_LETTER, [(topic, partition, d.offset, d.key, d.value, d.kind, d.reason) for d in dead]
             )
         by_type: dict[str, list[Decoded]] = defaultdict(list)
-        for d in latest_per_entity(events):
+        posts: dict[int, list[Decoded]] = defaultdict(list)
+        for d in events:
+            if d.event.type == "post":
+                posts[d.event.data.id].append(d)
+        for d in latest_per_entity(d for d in events if d.event.type != "post"):
             by_type[d.event.type].append(d)
+        for d in events:
             emitted = d.event.emitted_at
             if result.newest_emitted_at is None or emitted > result.newest_emitted_at:
                 result.newest_emitted_at = emitted
         stamps: set[str] = set()
         # Catalog first, so posts in the same batch see the categories and locales before them.
+        if by_type["locale"] or by_type["category"]:
+            await conn.execute(sql.ADVISORY_XACT_LOCK, TAXONOMY_LOCK)
+        elif posts:
+            await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, TAXONOMY_LOCK)
         await _apply_locales(conn, by_type["locale"], result, stamps)
         await _apply_categories(conn, by_type["category"], result, stamps)
         await _apply_tokens(conn, by_type["token"], result, stamps)
-        await _apply_posts(conn, partition, by_type["post"], result, stamps)
+        await _apply_posts(conn, partition, posts, result, stamps)
         await _apply_access(conn, by_type, result, stamps)
         if stamps:
             await conn.execute(sql.BUMP_STAMPS, sorted(stamps))
@@ -164,14 +235,20 @@ def _facts(post: Post) -> PostFacts:
 
 
 async def _apply_posts(
-    conn: asyncpg.Connection, partition: int, items: list[Decoded], result: BatchResult, stamps: set[str]
+    conn: asyncpg.Connection, partition: int, chains: dict[int, list[Decoded]], result: BatchResult, stamps: set[str]
 ) -> None:
-    if not items:
+    if not chains:
         return
-    ids = [d.event.data.id for d in items]
-    old = {r["id"]: r for r in await conn.fetch(sql.SELECT_POSTS_FOR_UPDATE, ids)}
-    newer = [d for d in items if d.event.data.id not in old or old[d.event.data.id]["version"] < d.event.version]
-    result.stale += len(items) - len(newer)
+    old = {r["id"]: r for r in await conn.fetch(sql.SELECT_POSTS_FOR_UPDATE, sorted(chains))}
+    newer: list[Decoded] = []
+    renderings: list[Rendering] = []
+    for post_id in sorted(chains):
+        events = chains[post_id]
+        chain = applied_chain(events, old[post_id]["version"] if post_id in old else 0)
+        result.stale += len(events) - len(chain)
+        if chain:
+            newer.append(chain[-1])
+            renderings.extend(chain_renderings(chain))
     if not newer:
         return
     ticker_delta: dict[str, int] = {}
@@ -200,7 +277,7 @@ async def _apply_posts(
             for d in newer
         ],
     )
-    await write_translations(conn, [(d.event.data, d.offset) for d in newer], partition, await load_taxonomy(conn))
+    await write_translations(conn, renderings, partition, await load_taxonomy(conn))
     # Sorted, so that concurrent projectors lock shared counter rows in one order.
     if ticker_delta:
         await conn.executemany(sql.APPLY_TICKER_DELTA, sorted(ticker_delta.items()))
@@ -211,15 +288,19 @@ async def _apply_posts(
 
 
 async def write_translations(
-    conn: asyncpg.Connection, posts: list[tuple[Post, int | None]], partition: int | None, taxonomy: Taxonomy
+    conn: asyncpg.Connection, renderings: list[Rendering], partition: int | None, taxonomy: Taxonomy
 ) -> None:
-    """Upsert every locale row of each post; ``offset`` None means "re-render, announce nothing"."""
+    """Upsert the locale rows of each rendering, then hide the rows of locales a post no longer
+    has. A stored announcement always wins over a new one."""
     rows = []
     kept_ids: list[int] = []
     kept_langs: list[str] = []
-    for post, offset in posts:
-        for r in translation_rows(post, taxonomy):
-            announce = r.visible and offset is not None
+    for rendering in renderings:
+        for r in translation_rows(rendering.post, taxonomy):
+            if rendering.langs is not None and r.lang not in rendering.langs:
+                continue
+            offset = rendering.announce.get(r.lang)
+            announce = offset is not None
             rows.append(
                 (
                     r.post_id,
@@ -228,7 +309,7 @@ async def write_translations(
                     r.published_at,
                     r.importance,
                     r.sentiment,
-                    r.visible,
+                    r.visible and not rendering.hidden,
                     list(r.category_slugs),
                     list(r.tickers),
                     list(r.hashtags),
@@ -242,10 +323,11 @@ async def write_translations(
                     offset if announce else None,
                 )
             )
-            kept_ids.append(r.post_id)
-            kept_langs.append(r.lang)
+            if not rendering.hidden:
+                kept_ids.append(r.post_id)
+                kept_langs.append(r.lang)
     await conn.executemany(sql.UPSERT_TRANSLATION, rows)
-    await conn.execute(sql.HIDE_DROPPED_TRANSLATIONS, [p.id for p, _ in posts], kept_ids, kept_langs)
+    await conn.execute(sql.HIDE_DROPPED_TRANSLATIONS, sorted({r.post.id for r in renderings}), kept_ids, kept_langs)
 
 
 # --------------------------------------------------------------------------- catalog
@@ -254,17 +336,27 @@ async def write_translations(
 async def _apply_locales(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
-    await conn.executemany(
+    default_before = await conn.fetchval(sql.SELECT_DEFAULT_LOCALE)
+    codes = await conn.fetch(
         sql.UPSERT_LOCALE,
-        [
-            (l.code, d.event.version, l.name, l.native_name, l.country_code, l.direction, l.active, l.web_channel,
-             l.is_default, l.position)
-            for d in items
-            for l in [d.event.data]
-        ],
+        [d.event.data.code for d in items],
+        [d.event.version for d in items],
+        [d.event.data.name for d in items],
+        [d.event.data.native_name for d in items],
+        [d.event.data.country_code for d in items],
+        [d.event.data.direction for d in items],
+        [d.event.data.active for d in items],
+        [d.event.data.web_channel for d in items],
+        [d.event.data.is_default for d in items],
+        [d.event.data.position for d in items],
     )
-    result.applied["locale"] += len(items)
+    _count(result, "locale", len(items), len(codes))
+    if not codes:
+        return
     stamps.add("locales")
+    # Category names fall back to the default locale's name: a new default re-renders them.
+    if await conn.fetchval(sql.SELECT_DEFAULT_LOCALE) != default_before:
+        await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_WITH_CATEGORIES))
 
 
 async def _apply_categories(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
@@ -278,8 +370,7 @@ async def _apply_categories(conn, items: list[Decoded], result: BatchResult, sta
         )
         if slug is not None:
             changed.append(slug)
-    result.applied["category"] += len(changed)
-    result.stale += len(items) - len(changed)
+    _count(result, "category", len(items), len(changed))
     if changed:
         stamps.add("categories")
         await rerender_posts_for_categories(conn, changed)
@@ -290,80 +381,71 @@ async def rerender_posts_for_categories(conn: asyncpg.Connection, changed: list[
     re-render the posts that reference a changed category (or a leaf of a changed group)."""
     taxonomy = await load_taxonomy(conn)
     affected = set(changed) | {c.slug for c in taxonomy.categories.values() if c.group_slug in changed}
-    rows = await conn.fetch(sql.SELECT_POST_SNAPSHOTS_BY_CATEGORY, sorted(affected))
+    await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_BY_CATEGORY, sorted(affected)), taxonomy)
+
+
+async def rerender_posts(conn: asyncpg.Connection, rows: list[asyncpg.Record], taxonomy: Taxonomy | None = None) -> None:
     if rows:
-        posts = [(Post.model_validate_json(r["snapshot"]), None) for r in rows]
-        await write_translations(conn, posts, None, taxonomy)
+        posts = [Rendering(Post.model_validate_json(r["snapshot"])) for r in rows]
+        await write_translations(conn, posts, None, taxonomy or await load_taxonomy(conn))
 
 
 async def _apply_tokens(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
-    await conn.executemany(
+    tokens = [d.event.data for d in items]
+    changed = await conn.fetch(
         sql.UPSERT_TOKEN,
-        [
-            (
-                t.ticker,
-                d.event.version,
-                t.name,
-                t.logo_url,
-                t.market_cap_rank,
-                list(t.exchange_listings),
-                list(t.categories),
-                t.genesis_date,
-                t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None,
-                t.homepage_url,
-                t.description,
-            )
-            for d in items
-            for t in [d.event.data]
-        ],
+        [t.ticker for t in tokens],
+        [d.event.version for d in items],
+        [t.name for t in tokens],
+        [t.logo_url for t in tokens],
+        [t.market_cap_rank for t in tokens],
+        [orjson.dumps(t.exchange_listings).decode() for t in tokens],
+        [orjson.dumps(t.categories).decode() for t in tokens],
+        [t.genesis_date for t in tokens],
+        [t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None for t in tokens],
+        [t.homepage_url for t in tokens],
+        [t.description for t in tokens],
     )
-    result.applied["token"] += len(items)
-    stamps.add("tokens")
+    _count(result, "token", len(items), len(changed))
+    if changed:
+        stamps.add("tokens")
+
+
+def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
+    if changed:
+        result.applied[kind] += changed
+    result.stale += offered - changed
 
 
 # --------------------------------------------------------------------------- access
 
 
 async def _apply_access(conn, by_type: dict[str, list[Decoded]], result: BatchResult, stamps: set[str]) -> None:
-    statements: list[tuple[str, str, list[tuple]]] = [
-        (
-            "workspace",
-            sql.UPSERT_WORKSPACE,
-            [
-                (w.id, d.event.version, w.name, w.status, w.rate_limit_per_minute, w.daily_quota,
-                 w.stream_connection_limit)
-                for d in by_type["workspace"]
-                for w in [d.event.data]
-            ],
-        ),
-        (
-            "api_key",
-            sql.UPSERT_API_KEY,
-            [
-                (k.id, d.event.version, k.workspace_id, k.key_hash, k.display_prefix, k.issued_at, k.revoked_at)
-                for d in by_type["api_key"]
-                for k in [d.event.data]
-            ],
-        ),
-        (
-            "embed",
-            sql.UPSERT_EMBED,
-            [
-                (e.id, d.event.version, e.workspace_id, e.kind, e.created_at)
-                for d in by_type["embed"]
-                for e in [d.event.data]
-            ],
-        ),
-        (
-            "heartbeat",
-            sql.UPSERT_HEARTBEAT,
-            [(h.embed_id, h.workspace_id, h.landed_at) for d in by_type["heartbeat"] for h in [d.event.data]],
-        ),
+    def columns(kind: str, *getters) -> list[list]:
+        items = by_type[kind]
+        return [[get(d) for d in items] for get in getters]
+
+    statements = [
+        ("workspace", sql.UPSERT_WORKSPACE, columns(
+            "workspace", lambda d: d.event.data.id, lambda d: d.event.version, lambda d: d.event.data.name,
+            lambda d: d.event.data.status, lambda d: d.event.data.rate_limit_per_minute,
+            lambda d: d.event.data.daily_quota, lambda d: d.event.data.stream_connection_limit)),
+        ("api_key", sql.UPSERT_API_KEY, columns(
+            "api_key", lambda d: d.event.data.id, lambda d: d.event.version, lambda d: d.event.data.workspace_id,
+            lambda d: d.event.data.key_hash, lambda d: d.event.data.display_prefix, lambda d: d.event.data.issued_at,
+            lambda d: d.event.data.revoked_at)),
+        ("embed", sql.UPSERT_EMBED, columns(
+            "embed", lambda d: d.event.data.id, lambda d: d.event.version, lambda d: d.event.data.workspace_id,
+            lambda d: d.event.data.kind, lambda d: d.event.data.created_at)),
+        ("heartbeat", sql.UPSERT_HEARTBEAT, columns(
+            "heartbeat", lambda d: d.event.data.embed_id, lambda d: d.event.data.workspace_id,
+            lambda d: d.event.data.landed_at)),
     ]
-    for kind, statement, rows in statements:
-        if rows:
-            await conn.executemany(statement, rows)
-            result.applied[kind] += len(rows)
-            stamps.add("access")
+    for kind, statement, cols in statements:
+        if by_type[kind]:
+            changed = await conn.fetch(statement, *cols)
+            _count(result, kind, len(by_type[kind]), len(changed))
+            if changed:
+                stamps.add("access")

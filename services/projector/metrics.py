@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -37,9 +39,21 @@ class ProjectorMetrics:
         )
         self.newest_event_age = Gauge(
             "tickerwire_projector_newest_event_age_seconds",
-            "Age of the newest projected event (now - emitted_at), at its commit", registry=r,
+            "Age of the newest projected event (now - its emitted_at), at scrape time", registry=r,
         )
+        self._newest_emitted: datetime | None = None
+        self.newest_event_age.set_function(self._newest_age)
         self.retries = Counter(
             "tickerwire_projector_retries_total", "Transient failures retried", ["what"], registry=r
         )
         self.sweeps = Counter("tickerwire_projector_badge_sweeps_total", "Badge sweeper ticks", registry=r)
+
+    def saw_event(self, emitted_at: datetime) -> None:
+        """Record a committed event's emission time; the age gauge reports the newest one."""
+        if self._newest_emitted is None or emitted_at > self._newest_emitted:
+            self._newest_emitted = emitted_at
+
+    def _newest_age(self) -> float:
+        if self._newest_emitted is None:
+            return float("nan")
+        return (datetime.now(timezone.utc) - self._newest_emitted).total_seconds()

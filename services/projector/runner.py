@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timezone
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
-
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
-from ..common.retry import retry_transient
+from ..common.retry import backoff_delays, retry_transient
 from . import sql
 from .apply import Record, apply_batch
 from .metrics import ProjectorMetrics
@@ -39,6 +37,12 @@ class _SeekToStored(ConsumerRebalanceListener):
 
     async def on_partitions_revoked(self, revoked) -> None:
         log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
+        for tp in revoked:  # another process reports them now
+            for gauge in (self.projector.metrics.lag, self.projector.metrics.position):
+                try:
+                    gauge.remove(tp.topic, str(tp.partition))
+                except KeyError:
+                    pass
 
     async def on_partitions_assigned(self, assigned) -> None:
         await self.projector.seek_to_stored(list(assigned))
@@ -72,6 +76,7 @@ class Projector:
                 await self.consumer.seek_to_beginning(tp)
             else:
                 self.consumer.seek(tp, offset)
+            self.metrics.position.labels(tp.topic, str(tp.partition)).set(offset or 0)
         log.info("assigned and seeked: %s", {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned})
 
     async def _apply(self, tp: TopicPartition, records: list[Record]) -> None:
@@ -96,7 +101,7 @@ class Projector:
             m.dead_lettered.labels(d.kind).inc()
             log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, d.offset, d.reason)
         if result.newest_emitted_at is not None:
-            m.newest_event_age.set((datetime.now(timezone.utc) - result.newest_emitted_at).total_seconds())
+            m.saw_event(result.newest_emitted_at)
         m.position.labels(tp.topic, str(tp.partition)).set(records[-1].offset + 1)
 
     async def _update_lag(self) -> None:
@@ -116,6 +121,7 @@ class Projector:
 
     async def run(self) -> None:
         """Consume until cancelled. Broker outages are retried, never skipped past."""
+        delays = backoff_delays(base=0.5, cap=30.0)
         while True:
             self.consumer = kafka.consumer(
                 self.config,
@@ -130,7 +136,13 @@ class Projector:
             except KafkaError as exc:
                 log.warning("broker error, reconnecting: %s", exc)
                 self.metrics.retries.labels("broker").inc()
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(next(delays))
+            except Exception:
+                # Not known to be transient (a bug, a constraint a snapshot violates): never skip
+                # the batch; start over from the stored positions after a capped, jittered pause.
+                log.exception("projector loop failed; restarting from the stored positions")
+                self.metrics.retries.labels("loop").inc()
+                await asyncio.sleep(next(delays))
             finally:
                 await self.consumer.stop()
 

@@ -15,6 +15,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (topic, partition, "offset") DO NOTHING
 """
 
+ADVISORY_XACT_LOCK = "SELECT pg_advisory_xact_lock($1)"
+ADVISORY_XACT_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared($1)"
+
 BUMP_STAMPS = "UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY($1::text[])"
 
 # --------------------------------------------------------------------------- posts
@@ -79,6 +82,10 @@ SELECT_POST_SNAPSHOTS_BY_CATEGORY = """
 SELECT snapshot FROM posts WHERE snapshot->'categories' ?| $1::text[] ORDER BY id
 """
 
+SELECT_POST_SNAPSHOTS_WITH_CATEGORIES = """
+SELECT snapshot FROM posts WHERE jsonb_array_length(snapshot->'categories') > 0 ORDER BY id
+"""
+
 SELECT_TAXONOMY = "SELECT slug, version, is_group, group_slug, position, names FROM categories"
 SELECT_DEFAULT_LOCALE = """
 SELECT code FROM locales
@@ -100,63 +107,79 @@ WHERE categories.version < EXCLUDED.version
 RETURNING slug
 """
 
+# Set-based: one statement for the whole batch (arrays in, changed codes out).
 UPSERT_LOCALE = """
-INSERT INTO locales (code, version, name, native_name, country_code, direction, active, web_channel, is_default, position)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+INSERT INTO locales AS l (code, version, name, native_name, country_code, direction, active, web_channel, is_default, position)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::boolean[], $8::boolean[], $9::boolean[], $10::integer[])
 ON CONFLICT (code) DO UPDATE SET
     version = EXCLUDED.version, name = EXCLUDED.name, native_name = EXCLUDED.native_name,
     country_code = EXCLUDED.country_code, direction = EXCLUDED.direction, active = EXCLUDED.active,
     web_channel = EXCLUDED.web_channel, is_default = EXCLUDED.is_default, position = EXCLUDED.position
-WHERE locales.version < EXCLUDED.version
+WHERE l.version < EXCLUDED.version
+RETURNING code
 """
 
 UPSERT_TOKEN = """
-INSERT INTO tokens (ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,
-                    genesis_date, primary_ecosystem, homepage_url, description)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)
+INSERT INTO tokens AS t (ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,
+                         genesis_date, primary_ecosystem, homepage_url, description)
+SELECT u.ticker, u.version, u.name, u.logo_url, u.market_cap_rank,
+       ARRAY(SELECT jsonb_array_elements_text(u.exchange_listings::jsonb)),
+       ARRAY(SELECT jsonb_array_elements_text(u.categories::jsonb)),
+       u.genesis_date, u.primary_ecosystem::jsonb, u.homepage_url, u.description
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[],
+            $8::date[], $9::text[], $10::text[], $11::text[])
+     AS u(ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,
+          genesis_date, primary_ecosystem, homepage_url, description)
 ON CONFLICT (ticker) DO UPDATE SET
     version = EXCLUDED.version, name = EXCLUDED.name, logo_url = EXCLUDED.logo_url,
     market_cap_rank = EXCLUDED.market_cap_rank, exchange_listings = EXCLUDED.exchange_listings,
     categories = EXCLUDED.categories, genesis_date = EXCLUDED.genesis_date,
     primary_ecosystem = EXCLUDED.primary_ecosystem, homepage_url = EXCLUDED.homepage_url,
     description = EXCLUDED.description
-WHERE tokens.version < EXCLUDED.version
+WHERE t.version < EXCLUDED.version
+RETURNING ticker
 """
 
 # --------------------------------------------------------------------------- access
 
 UPSERT_WORKSPACE = """
-INSERT INTO workspaces (id, version, name, status, rate_limit_per_minute, daily_quota, stream_connection_limit)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO workspaces AS w (id, version, name, status, rate_limit_per_minute, daily_quota, stream_connection_limit)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::integer[], $6::integer[], $7::integer[])
 ON CONFLICT (id) DO UPDATE SET
     version = EXCLUDED.version, name = EXCLUDED.name, status = EXCLUDED.status,
     rate_limit_per_minute = EXCLUDED.rate_limit_per_minute, daily_quota = EXCLUDED.daily_quota,
     stream_connection_limit = EXCLUDED.stream_connection_limit
-WHERE workspaces.version < EXCLUDED.version
+WHERE w.version < EXCLUDED.version
+RETURNING id
 """
 
 UPSERT_API_KEY = """
-INSERT INTO api_keys (id, version, workspace_id, key_hash, display_prefix, issued_at, revoked_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO api_keys AS k (id, version, workspace_id, key_hash, display_prefix, issued_at, revoked_at)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[])
 ON CONFLICT (id) DO UPDATE SET
     version = EXCLUDED.version, workspace_id = EXCLUDED.workspace_id, key_hash = EXCLUDED.key_hash,
     display_prefix = EXCLUDED.display_prefix, issued_at = EXCLUDED.issued_at, revoked_at = EXCLUDED.revoked_at
-WHERE api_keys.version < EXCLUDED.version
+WHERE k.version < EXCLUDED.version
+RETURNING id
 """
 
 UPSERT_EMBED = """
-INSERT INTO embeds (id, version, workspace_id, kind, created_at)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO embeds AS e (id, version, workspace_id, kind, created_at)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::timestamptz[])
 ON CONFLICT (id) DO UPDATE SET
     version = EXCLUDED.version, workspace_id = EXCLUDED.workspace_id, kind = EXCLUDED.kind,
     created_at = EXCLUDED.created_at
-WHERE embeds.version < EXCLUDED.version
+WHERE e.version < EXCLUDED.version
+RETURNING id
 """
 
 UPSERT_HEARTBEAT = """
-INSERT INTO heartbeats (embed_id, workspace_id, landed_at) VALUES ($1, $2, $3)
+INSERT INTO heartbeats AS h (embed_id, workspace_id, landed_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
 ON CONFLICT (embed_id) DO UPDATE SET landed_at = EXCLUDED.landed_at, workspace_id = EXCLUDED.workspace_id
-WHERE heartbeats.landed_at < EXCLUDED.landed_at
+WHERE h.landed_at < EXCLUDED.landed_at
+RETURNING embed_id
 """
 
 # --------------------------------------------------------------------------- badge sweeper

@@ -13,6 +13,7 @@ import asyncpg
 from ..common.db import storage_errors
 from ..common.errors import TransientError
 from . import sql
+from .apply import SWITCH_LOCK
 from .metrics import ProjectorMetrics
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 async def sweep_once(conn: asyncpg.Connection) -> dict[str, str]:
     """One tick, on the database clock. Returns {workspace_id: badge_status}."""
     async with conn.transaction():
+        await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)  # never across a rebuild's switch
         rows = await conn.fetch(sql.SWEEP_BADGES)
         await conn.execute(sql.BUMP_STAMPS, ["access"])
     return {r["id"]: r["badge_status"] for r in rows}

@@ -1,0 +1,225 @@
+"""``tickerwire projector rebuild``: replay every topic from the start into a fresh schema, then
+switch the readers over in one transaction.
+
+How it runs beside the live system:
+
+1. ``<schema>_next`` (normally ``rm_next``) is dropped if a failed run left it, and migrated.
+2. A consumer without a group assigns itself every partition, seeks to the beginning, measures
+   the end offsets *once* (``end_offsets``; ``seek_to_end`` is not trusted) and applies batches
+   with the projector's own :func:`~.apply.apply_batch` until every partition's position has
+   reached its measured end. The API keeps reading the live schema all along.
+3. It catches up with the live projector's stored positions, first without any lock, then under
+   ``pg_advisory_lock(SWITCH_LOCK)``, taken exclusively on one session. Every live write (each
+   projector batch, each badge sweep) takes that lock *shared* at the start of its transaction,
+   so once the rebuild holds it no live transaction is running or can start: the live positions
+   are frozen, the rebuild applies (on the locking session itself) up to them, and switches.
+4. The switch, one transaction: copy the live badge statuses (they are sweeper ticks, not log
+   events, and must not fall back to ``unknown``), raise every change stamp above the live one
+   (so API caches reload), ``ALTER SCHEMA rm RENAME TO rm_old``, ``ALTER SCHEMA rm_next RENAME
+   TO rm``, ``DROP SCHEMA rm_old CASCADE``, and move the ``readmodel:rm_next`` bookkeeping rows
+   of ``public.tw_migrations`` to ``readmodel:rm``.
+5. The lock is released. Blocked live batches resume; their connections resolve ``rm`` by
+   search_path, so they now write the rebuilt tables, whose stored positions are at or past the
+   live ones: records already replayed are skipped as redelivered, nothing is lost, nothing is
+   applied twice. The API's prepared statements are re-planned by PostgreSQL against the new
+   tables (same definitions, same result types), so it keeps answering.
+
+Decision recorded: the live projector is never paused or stopped; the advisory lock only holds
+its writes for the few milliseconds of the final catch-up and the switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+
+from ..common import kafka
+from ..common.config import Config
+from ..common.db import _MIGRATION_LOCK, create_pool, migrate, storage_errors
+from ..common.errors import TickerwireError
+from ..common.logs import setup_logging
+from ..common.retry import retry_transient
+from .apply import SWITCH_LOCK, Record, apply_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RebuildReport:
+    schema: str
+    records: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    ends: dict[str, int] = field(default_factory=dict)
+
+
+def _tps(config: Config) -> list[TopicPartition]:
+    return [TopicPartition(topic_name(config.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+
+
+class Replayer:
+    """A group-less consumer over every partition that applies what it reads into one schema."""
+
+    def __init__(self, config: Config, pool: asyncpg.Pool, report: RebuildReport) -> None:
+        self.config = config
+        self.pool = pool
+        self.report = report
+        self.tps = _tps(config)
+        self.consumer: AIOKafkaConsumer | None = None
+        self.reached: dict[TopicPartition, int] = {tp: 0 for tp in self.tps}
+
+    async def start(self) -> dict[TopicPartition, int]:
+        await kafka.ensure_topics(self.config)
+        self.consumer = kafka.consumer(
+            self.config, group_id=None, client_id="tickerwire-rebuild", max_poll_records=self.config.projector_batch_max
+        )
+        await self.consumer.start()
+        self.consumer.assign(self.tps)
+        await self.consumer.seek_to_beginning(*self.tps)
+        return await self.consumer.end_offsets(self.tps)
+
+    async def stop(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+    async def until(self, targets: dict[TopicPartition, int], conn: asyncpg.Connection | None = None) -> None:
+        """Apply until each partition's consumer position reaches its target offset.
+
+        ``conn`` None applies through the pool; the final catch-up passes the session that
+        holds the switch lock (its own shared lock does not conflict with it)."""
+        assert self.consumer is not None
+        while any(self.reached[tp] < targets.get(tp, 0) for tp in self.tps):
+            batches = await self.consumer.getmany(timeout_ms=500, max_records=self.config.projector_batch_max)
+            for tp, msgs in batches.items():
+                if msgs:
+                    await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs], conn)
+            for tp in self.tps:
+                self.reached[tp] = await self.consumer.position(tp)
+
+    async def _apply(self, tp: TopicPartition, records: list[Record], conn: asyncpg.Connection | None) -> None:
+        async def attempt():
+            with storage_errors(f"rebuild {tp.topic}[{tp.partition}]"):
+                if conn is not None:
+                    return await apply_batch(conn, tp.topic, tp.partition, records)
+                async with self.pool.acquire() as c:
+                    return await apply_batch(c, tp.topic, tp.partition, records)
+
+        await retry_transient(attempt, what=f"rebuild {tp.topic}[{tp.partition}]")
+        self.report.records += len(records)
+        self.report.batches += 1
+
+
+async def _live_positions(conn: asyncpg.Connection, live: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{live}.positions"):
+        return {}
+    rows = await conn.fetch(f'SELECT topic, partition, next_offset FROM "{live}".positions')
+    stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+    return {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
+
+
+async def _switch(conn: asyncpg.Connection, live: str, target: str) -> None:
+    old = f"{live}_old"
+    async with conn.transaction():
+        await conn.execute("SET LOCAL lock_timeout = '30s'")
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)  # no migrate() meanwhile
+        live_exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{live}.positions")
+        if live_exists:
+            await conn.execute(f"""
+                UPDATE "{target}".workspaces n SET badge_status = o.badge_status, badge_swept_at = o.badge_swept_at
+                FROM "{live}".workspaces o WHERE o.id = n.id""")
+            await conn.execute(f"""
+                UPDATE "{target}".change_stamps n SET stamp = n.stamp + o.stamp + 1
+                FROM "{live}".change_stamps o WHERE o.name = n.name""")
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{old}" CASCADE')
+            await conn.execute(f'ALTER SCHEMA "{live}" RENAME TO "{old}"')
+        await conn.execute(f'ALTER SCHEMA "{target}" RENAME TO "{live}"')
+        if live_exists:
+            await conn.execute(f'DROP SCHEMA "{old}" CASCADE')
+        await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", f"readmodel:{live}")
+        await conn.execute("UPDATE public.tw_migrations SET scope = $1 WHERE scope = $2", f"readmodel:{live}", f"readmodel:{target}")
+
+
+async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
+    """A brand-new, migrated ``schema`` (whatever a failed earlier run left is dropped)."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if await conn.fetchval("SELECT to_regclass('public.tw_migrations') IS NOT NULL"):
+            await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", f"readmodel:{schema}")
+    await migrate(conn, schema)
+
+
+async def replay_into(
+    config: Config, schema: str, *, switch_from: str | None = None, catch_up_with: str | None = None
+) -> RebuildReport:
+    """Replay the whole log into a fresh ``schema``; with ``catch_up_with``, also until the stored
+    positions of that schema; with ``switch_from``, catch up with that live schema under the
+    switch lock and take its place."""
+    report = RebuildReport(schema)
+    started = time.perf_counter()
+    async with _connect(config) as admin:
+        await prepare_schema(admin, schema)
+    pool = await create_pool(config.database_url, schema, min_size=1, max_size=2)
+    replayer = Replayer(config, pool, report)
+    try:
+        ends = await replayer.start()
+        report.ends = {f"{tp.topic}[{tp.partition}]": end for tp, end in ends.items()}
+        log.info("rebuild: replaying %d records into %s", sum(ends.values()), schema)
+        await replayer.until(ends)
+        if catch_up_with is not None:
+            async with _connect(config) as conn:
+                await replayer.until(await _live_positions(conn, catch_up_with, replayer.tps))
+        if switch_from is not None:
+            async with _connect(config, schema) as conn:
+                await replayer.until(await _live_positions(conn, switch_from, replayer.tps))  # unlocked, most of the gap
+                await conn.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
+                try:
+                    await replayer.until(await _live_positions(conn, switch_from, replayer.tps), conn)
+                    await _switch(conn, switch_from, schema)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock($1)", SWITCH_LOCK)
+            report.schema = switch_from
+    finally:
+        await replayer.stop()
+        await pool.close()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _connect(config: Config, schema: str | None = None):
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def go():
+        settings = {"search_path": f'"{schema}",public'} if schema else {}
+        with storage_errors("connect"):
+            conn = await asyncpg.connect(config.database_url, server_settings=settings)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    return go()
+
+
+async def rebuild(config: Config) -> RebuildReport:
+    live = config.read_model_schema
+    return await replay_into(config, f"{live}_next", switch_from=live)
+
+
+def rebuild_main(config: Config) -> int:
+    setup_logging("rebuild", config.log_level)
+    try:
+        report = asyncio.run(rebuild(config))
+    except TickerwireError as exc:
+        print(f"tickerwire projector rebuild: {exc}", file=sys.stderr)
+        return 2
+    print(f"rebuilt {report.schema} from {report.records} records in {report.batches} batches ({report.seconds:.1f}s); switched")
+    return 0

@@ -1,0 +1,330 @@
+"""apply_batch against the real PostgreSQL: poison events, redelivery, stale versions, derived counters.
+
+The event factories and :func:`read_model` (a comparable dump of the whole read model) are
+shared with the property test and the end-to-end tests of the projector.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Sequence
+
+import asyncpg
+import orjson
+import pytest
+from tickerwire.schemas.models import (
+    ApiKey,
+    ApiKeyEvent,
+    Category,
+    CategoryEvent,
+    Embed,
+    EmbedEvent,
+    Heartbeat,
+    HeartbeatEvent,
+    Locale,
+    LocaleEvent,
+    Post,
+    PostEvent,
+    Token,
+    TokenEvent,
+    Workspace,
+    WorkspaceEvent,
+    encode_event,
+    entity_key,
+)
+from tickerwire.services.common.db import migrate
+from tickerwire.services.projector.apply import Record, apply_batch
+
+T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
+TOPIC = "t.posts.v1"
+
+# --------------------------------------------------------------------------- event factories
+
+
+def locale_ev(code: str, version: int = 1, *, default: bool = False, active: bool = True, web: bool = True, position: int = 0) -> LocaleEvent:
+    return LocaleEvent(
+        version=version, emitted_at=T0,
+        data=Locale(code=code, name=f"Name {code} v{version}", native_name=f"Native {code}", country_code="US",
+                    direction="ltr", active=active, web_channel=web, is_default=default, position=position),
+    )
+
+
+def category_ev(slug: str, version: int = 1, *, group: str | None = None, names: dict[str, str] | None = None, position: int = 0) -> CategoryEvent:
+    return CategoryEvent(
+        version=version, emitted_at=T0,
+        data=Category(slug=slug, is_group=group is None, group_slug=group, position=position,
+                      names=names or {"en-US": f"{slug} v{version}"}),
+    )
+
+
+def token_ev(ticker: str, version: int = 1, *, rank: int | None = 1) -> TokenEvent:
+    return TokenEvent(
+        version=version, emitted_at=T0,
+        data=Token(ticker=ticker, name=f"{ticker} v{version}", logo_url="https://img.example/t.png", market_cap_rank=rank,
+                   exchange_listings=("binance",), categories=("layer-1",), genesis_date=None, primary_ecosystem=None,
+                   homepage_url="https://t.example", description=None),
+    )
+
+
+def post_ev(
+    post_id: int,
+    version: int = 1,
+    *,
+    status: str = "published",
+    at: datetime | None = T0,
+    sentiment: str = "BULLISH",
+    tickers: Sequence[str] = ("BTC",),
+    categories: Sequence[str] = (),
+    langs: Sequence[str] = ("en-US",),
+    importance: int = 50,
+) -> PostEvent:
+    if status in ("published", "partial") and at is None:
+        at = T0
+    return PostEvent(
+        version=version, emitted_at=T0 + timedelta(seconds=version),
+        data=Post.model_validate(dict(
+            id=post_id, status=status, published_at=at, importance=importance, sentiment=sentiment,
+            tickers=list(tickers), hashtags=["Crypto"], categories=list(categories),
+            cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
+            source_url="https://src.example/a", byline="Desk",
+            translations=[dict(lang=lang, slug=f"p{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{post_id}/{lang}",
+                               title=f"Bitcoin rallies {post_id} v{version}", lede="Markets moved.", body="Prices rose sharply.")
+                          for lang in langs],
+        )),
+    )
+
+
+def workspace_ev(ws_id: str, version: int = 1, *, status: str = "active") -> WorkspaceEvent:
+    return WorkspaceEvent(version=version, emitted_at=T0, data=Workspace(id=ws_id, name=f"{ws_id} v{version}", status=status))
+
+
+def api_key_ev(key_id: str, ws_id: str, version: int = 1, *, revoked: bool = False) -> ApiKeyEvent:
+    return ApiKeyEvent(version=version, emitted_at=T0, data=ApiKey(
+        id=key_id, workspace_id=ws_id, key_hash=f"{abs(hash(key_id)) % 10**20:064d}", display_prefix="tw_live_abcd",
+        issued_at=T0, revoked_at=T0 if revoked else None))
+
+
+def embed_ev(embed_id: str, ws_id: str, version: int = 1, kind: str = "badge") -> EmbedEvent:
+    return EmbedEvent(version=version, emitted_at=T0, data=Embed(id=embed_id, workspace_id=ws_id, kind=kind, created_at=T0))
+
+
+def heartbeat_ev(embed_id: str, ws_id: str, landed_at: datetime) -> HeartbeatEvent:
+    return HeartbeatEvent(version=max(int(landed_at.timestamp() * 1000), 1), emitted_at=T0,
+                          data=Heartbeat(embed_id=embed_id, workspace_id=ws_id, landed_at=landed_at))
+
+
+def records(events: Iterable[Any], start: int = 0) -> list[Record]:
+    """Events as consecutive log records; a ``bytes`` item is a raw (possibly poison) value."""
+    out = []
+    for offset, ev in enumerate(events, start):
+        if ev is None or isinstance(ev, bytes):
+            out.append(Record(offset, b"raw", ev))
+        else:
+            out.append(Record(offset, entity_key(ev).encode(), encode_event(ev)))
+    return out
+
+
+# --------------------------------------------------------------------------- the read model as data
+
+#: Order-independent content of every table the API and stream read. Positions, dead letters,
+#: change stamps and announcements are compared separately where a test means them.
+_TABLES = {
+    "locales": "SELECT * FROM locales ORDER BY code",
+    "categories": "SELECT * FROM categories ORDER BY slug",
+    "posts": "SELECT * FROM posts ORDER BY id",
+    "post_translations": """SELECT post_id, lang, slug, published_at, importance, sentiment, visible, category_slugs,
+                                   tickers, hashtags, tsv::text AS tsv, lean, detail
+                            FROM post_translations ORDER BY post_id, lang""",
+    "tokens": "SELECT * FROM tokens ORDER BY ticker",
+    "ticker_post_counts": "SELECT * FROM ticker_post_counts WHERE post_count <> 0 ORDER BY ticker",
+    "sentiment_buckets": "SELECT * FROM sentiment_buckets WHERE count <> 0 ORDER BY bucket, sentiment",
+    "workspaces": "SELECT id, version, name, status, rate_limit_per_minute, daily_quota, stream_connection_limit, badge_status FROM workspaces ORDER BY id",
+    "api_keys": "SELECT * FROM api_keys ORDER BY id",
+    "embeds": "SELECT * FROM embeds ORDER BY id",
+    "heartbeats": "SELECT * FROM heartbeats ORDER BY embed_id",
+}
+
+
+async def read_model(conn: asyncpg.Connection, schema: str = "rm") -> dict[str, list[dict]]:
+    out = {}
+    for table, query in _TABLES.items():
+        await conn.execute(f'SET search_path TO "{schema}", public')
+        out[table] = [dict(r) for r in await conn.fetch(query)]
+    return out
+
+
+async def announcements(conn: asyncpg.Connection, schema: str = "rm") -> dict[tuple[int, str], tuple]:
+    await conn.execute(f'SET search_path TO "{schema}", public')
+    rows = await conn.fetch("SELECT post_id, lang, announced_partition, announced_offset FROM post_translations")
+    return {(r["post_id"], r["lang"]): (r["announced_partition"], r["announced_offset"]) for r in rows}
+
+
+async def derived_from_scratch(conn: asyncpg.Connection, schema: str = "rm") -> tuple[list[dict], list[dict]]:
+    """post_count and the sentiment buckets computed from the posts table alone (spec 2.4, 2.7)."""
+    await conn.execute(f'SET search_path TO "{schema}", public')
+    counts = await conn.fetch("""
+        SELECT ticker, count(*)::integer AS post_count
+        FROM posts, LATERAL (SELECT DISTINCT unnest(tickers) AS ticker) t
+        WHERE status IN ('queued', 'publishing', 'published', 'partial')
+        GROUP BY ticker ORDER BY ticker""")
+    buckets = await conn.fetch("""
+        SELECT date_trunc('minute', published_at) AS bucket, sentiment, count(*)::integer AS count
+        FROM posts WHERE status IN ('published', 'partial') AND published_at IS NOT NULL
+        GROUP BY 1, 2 ORDER BY 1, 2""")
+    return [dict(r) for r in counts], [dict(r) for r in buckets]
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+async def conn(fresh_db: str):
+    c = await asyncpg.connect(fresh_db)
+    await migrate(c, "rm")
+    await c.execute("SET search_path TO rm, public")
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def counts(conn) -> dict[str, int]:
+    return {r["ticker"]: r["post_count"] for r in await conn.fetch("SELECT * FROM ticker_post_counts WHERE post_count > 0")}
+
+
+async def buckets(conn) -> dict[tuple[datetime, str], int]:
+    return {(r["bucket"], r["sentiment"]): r["count"] for r in await conn.fetch("SELECT * FROM sentiment_buckets WHERE count > 0")}
+
+
+# --------------------------------------------------------------------------- tests
+
+
+async def test_poison_records_are_dead_lettered_and_the_events_after_them_projected(conn):
+    schema_violation = orjson.dumps({"type": "post", "version": 1, "emitted_at": "2026-01-01T00:00:00Z", "data": {"id": -5}})
+    batch = records([
+        post_ev(1),
+        b"\xff{not json",
+        orjson.dumps({"type": "wallet", "version": 1}),
+        schema_violation,
+        None,  # a tombstone
+        post_ev(2),
+        token_ev("BTC"),
+    ], start=100)
+    result = await apply_batch(conn, TOPIC, 3, batch)
+
+    dead = await conn.fetch('SELECT topic, partition, "offset", value, reason_kind, reason FROM dead_letters ORDER BY "offset"')
+    assert [(r["topic"], r["partition"], r["offset"], r["reason_kind"]) for r in dead] == [
+        (TOPIC, 3, 101, "undecodable"), (TOPIC, 3, 102, "unknown_type"), (TOPIC, 3, 103, "schema"), (TOPIC, 3, 104, "undecodable"),
+    ]
+    assert [r["value"] for r in dead] == [b"\xff{not json", batch[2].value, schema_violation, None]
+    assert "wallet" in dead[1]["reason"] and "data.id" in dead[2]["reason"] and "tombstone" in dead[3]["reason"]
+    assert sorted(d.kind for d in result.dead) == ["schema", "undecodable", "undecodable", "unknown_type"]
+    assert [r["id"] for r in await conn.fetch("SELECT id FROM posts ORDER BY id")] == [1, 2]
+    assert await conn.fetchval("SELECT count(*) FROM tokens") == 1
+    assert await conn.fetchval("SELECT next_offset FROM positions WHERE topic = $1 AND partition = 3", TOPIC) == 107
+
+
+async def test_redelivered_and_overlapping_batches_change_nothing(conn):
+    history = [locale_ev("en-US", default=True), category_ev("markets"), category_ev("btc", group="markets"),
+               post_ev(1, tickers=("BTC", "ETH"), categories=("btc",)), post_ev(2, sentiment="BEARISH"), token_ev("ETH"),
+               workspace_ev("ws1"), b"poison"]
+    batch = records(history)
+    await apply_batch(conn, TOPIC, 0, batch[:5])
+    await apply_batch(conn, TOPIC, 0, batch[5:])
+    before = (await read_model(conn), await announcements(conn),
+              await conn.fetch("SELECT * FROM positions"), await conn.fetch("SELECT * FROM change_stamps ORDER BY name"),
+              await conn.fetch("SELECT topic, partition, \"offset\", received_at FROM dead_letters"))
+
+    again = await apply_batch(conn, TOPIC, 0, batch)  # the whole history again, e.g. after a rebalance
+    overlap = await apply_batch(conn, TOPIC, 0, batch[3:])
+    assert again.skipped_redelivered == len(batch) and overlap.skipped_redelivered == len(batch) - 3
+    assert not again.applied and not overlap.applied and not again.dead
+    after = (await read_model(conn), await announcements(conn),
+             await conn.fetch("SELECT * FROM positions"), await conn.fetch("SELECT * FROM change_stamps ORDER BY name"),
+             await conn.fetch("SELECT topic, partition, \"offset\", received_at FROM dead_letters"))
+    assert after == before
+    assert await counts(conn) == {"BTC": 2, "ETH": 1}
+
+
+async def test_an_older_version_after_a_newer_one_changes_nothing(conn):
+    newer = [locale_ev("en-US", 5, default=True), category_ev("markets", 5), token_ev("BTC", 5), post_ev(1, 5, tickers=("ETH",)),
+             workspace_ev("ws1", 5), api_key_ev("k1", "ws1", 5), embed_ev("bdg_0001", "ws1", 5),
+             heartbeat_ev("bdg_0001", "ws1", T0)]
+    older = [locale_ev("en-US", 4, default=False), category_ev("markets", 4), token_ev("BTC", 4), post_ev(1, 4, tickers=("SOL",), status="retracted"),
+             workspace_ev("ws1", 4, status="suspended"), api_key_ev("k1", "ws1", 4, revoked=True), embed_ev("bdg_0001", "ws2", 4),
+             heartbeat_ev("bdg_0001", "ws1", T0 - timedelta(hours=5)),
+             post_ev(1, 5, tickers=("XRP",))]  # an equal version does not replace either
+    await apply_batch(conn, TOPIC, 0, records(newer))
+    before = (await read_model(conn), await announcements(conn))
+    result = await apply_batch(conn, TOPIC, 0, records(older, start=len(newer)))
+    assert not result.applied
+    assert result.stale >= 4  # posts, categories and locales report what they ignored
+    assert (await read_model(conn), await announcements(conn)) == before
+    assert await counts(conn) == {"ETH": 1}
+
+
+async def test_post_count_and_sentiment_buckets_follow_every_change(conn):
+    t1 = T0 + timedelta(minutes=5, seconds=30)
+    steps = [
+        (post_ev(1, 1, tickers=("BTC", "ETH", "BTC")), {"BTC": 1, "ETH": 1}, {(T0, "BULLISH"): 1}),
+        (post_ev(1, 2, tickers=("ETH", "SOL")), {"ETH": 1, "SOL": 1}, {(T0, "BULLISH"): 1}),
+        (post_ev(1, 3, tickers=("ETH", "SOL"), sentiment="BEARISH"), {"ETH": 1, "SOL": 1}, {(T0, "BEARISH"): 1}),
+        (post_ev(1, 4, tickers=("ETH", "SOL"), sentiment="BEARISH", at=t1), {"ETH": 1, "SOL": 1},
+         {(t1.replace(second=0), "BEARISH"): 1}),
+        (post_ev(1, 5, tickers=("ETH",), status="retracted", at=t1), {}, {}),
+        (post_ev(1, 6, tickers=("ETH",), status="queued", at=None), {"ETH": 1}, {}),  # live, not yet visible
+        (post_ev(1, 7, tickers=("ETH",), status="partial", sentiment="NEUTRAL"), {"ETH": 1}, {(T0, "NEUTRAL"): 1}),
+        (post_ev(1, 8, tickers=("ETH",), status="draft", at=None), {}, {}),
+        (post_ev(1, 9, tickers=("ETH",), status="failed", at=None), {}, {}),
+    ]
+    for offset, (event, want_counts, want_buckets) in enumerate(steps):
+        await apply_batch(conn, TOPIC, 0, records([event], start=offset))
+        assert await counts(conn) == want_counts, event.version
+        assert await buckets(conn) == want_buckets, event.version
+    # A second post shares the counters; collapsing versions inside one batch moves them the same.
+    await apply_batch(conn, TOPIC, 1, records([post_ev(2, 1, tickers=("ETH",)), post_ev(2, 2, tickers=("BTC",), sentiment="BEARISH")]))
+    assert await counts(conn) == {"BTC": 1}
+    assert await buckets(conn) == {(T0, "BEARISH"): 1}
+
+
+async def test_announcements_do_not_depend_on_how_the_log_is_batched(conn):
+    history = [
+        post_ev(1, 1, status="draft", at=None, langs=("en-US", "de-DE")),
+        post_ev(1, 2, langs=("en-US", "de-DE")),  # first visible: announces en-US and de-DE here
+        post_ev(1, 3, langs=("en-US", "de-DE", "fr-FR")),  # fr-FR first shown here
+        post_ev(1, 2, langs=("en-US", "es-ES")),  # stale: announces nothing
+        post_ev(1, 4, status="retracted", langs=("en-US",)),
+        post_ev(1, 5, langs=("en-US", "es-ES")),  # es-ES first shown here
+    ]
+    await migrate(conn, "rm_b")
+    await conn.execute("SET search_path TO rm, public")
+    await apply_batch(conn, TOPIC, 2, records(history))  # one batch, in rm
+    one_batch = await announcements(conn, "rm")
+    await conn.execute("SET search_path TO rm_b, public")
+    for offset, event in enumerate(history):  # one event per batch, in rm_b
+        await apply_batch(conn, TOPIC, 2, records([event], start=offset))
+    assert await announcements(conn, "rm_b") == one_batch == {
+        (1, "en-US"): (2, 1), (1, "de-DE"): (2, 1), (1, "fr-FR"): (2, 2), (1, "es-ES"): (2, 5)}
+    assert await read_model(conn, "rm_b") == await read_model(conn, "rm")
+    visible = await conn.fetch("SELECT lang FROM post_translations WHERE visible ORDER BY lang")
+    assert [r["lang"] for r in visible] == ["en-US", "es-ES"]  # dropped locales stay, hidden
+
+
+async def test_category_and_default_locale_changes_rerender_stored_posts(conn):
+    await apply_batch(conn, TOPIC, 0, records([
+        locale_ev("en-US", default=True), locale_ev("de-DE"),
+        post_ev(1, categories=("btc",), langs=("en-US", "de-DE")),  # its category arrives later
+    ]))
+    lean = lambda rows: {r["lang"]: orjson.loads(r["lean"])["categories"] for r in rows}  # noqa: E731
+    rows = await conn.fetch("SELECT lang, lean, category_slugs FROM post_translations ORDER BY lang")
+    assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "btc"}], "en-US": [{"slug": "btc", "name": "btc"}]}
+
+    await apply_batch(conn, TOPIC, 0, records([category_ev("markets"), category_ev("btc", group="markets", names={"en-US": "Bitcoin", "fr-FR": "Le Bitcoin"})], start=3))
+    rows = await conn.fetch("SELECT lang, lean, category_slugs FROM post_translations ORDER BY lang")
+    assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "Bitcoin"}], "en-US": [{"slug": "btc", "name": "Bitcoin"}]}
+    assert all(r["category_slugs"] == ["btc", "markets"] for r in rows)
+
+    # French becomes the default: German falls back to the French name now.
+    await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", 2), locale_ev("fr-FR", 1, default=True)], start=5))
+    rows = await conn.fetch("SELECT lang, lean FROM post_translations ORDER BY lang")
+    assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "Le Bitcoin"}], "en-US": [{"slug": "btc", "name": "Bitcoin"}]}
