@@ -57,7 +57,7 @@ def _run(coro) -> int:
     except (TickerwireError, ConfigError) as exc:
         print(f"tickerwire: {exc}", file=sys.stderr)
         return 2
-    return 0 if result is None else int(result)
+    return result if isinstance(result, int) else 0
 
 
 async def _read_conn(config: Config):

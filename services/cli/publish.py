@@ -35,8 +35,13 @@ def parse_lines(lines: Iterable[str]) -> tuple[list, list[LineError]]:
     return events, errors
 
 
-async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence) -> None:
-    """Send every event keyed by its entity, then wait until the broker has them all."""
+Marks = dict[tuple[str, int], int]
+
+
+async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence) -> Marks:
+    """Send every event keyed by its entity and wait until the broker has them all.
+
+    Returns, per (topic, partition), the offset after the last record written there."""
     futures = []
     for event in events:
         futures.append(
@@ -47,12 +52,16 @@ async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence)
             )
         )
     await producer.flush()
-    await asyncio.gather(*futures)
+    marks: Marks = {}
+    for meta in await asyncio.gather(*futures):
+        key = (meta.topic, meta.partition)
+        marks[key] = max(marks.get(key, 0), meta.offset + 1)
+    return marks
 
 
-async def publish(config: Config, events: Sequence) -> None:
+async def publish(config: Config, events: Sequence) -> Marks:
     async with started_producer(config) as producer:
-        await send_events(producer, config.topic_prefix, events)
+        return await send_events(producer, config.topic_prefix, events)
 
 
 def read_source(path: str, stdin: TextIO) -> list[str]:

@@ -115,8 +115,8 @@ async def prepare(config: Config) -> None:
         await migrate(conn, config.read_model_schema)
 
 
-async def publish_demo(config: Config, args) -> tuple[str, int]:
-    """Publish the demo dataset and a demo workspace; returns (api key, last post id)."""
+async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
+    """Publish the demo dataset and a demo workspace; returns (api key, last post id, marks)."""
     from ..common.keys import display_prefix, generate_key, hash_key
     from ..demo import dataset
     from .publish import publish
@@ -133,12 +133,15 @@ async def publish_demo(config: Config, args) -> tuple[str, int]:
         posts = dataset.post_events(now=now, posts=args.posts)
         events += posts
         last_id = max((e.data.id for e in posts), default=0)
-    await publish(config, events)
-    return key, last_id
+    marks = await publish(config, events)
+    return key, last_id, marks
 
 
-async def wait_projected(config: Config, timeout: float = 120.0) -> None:
-    """Until the projector's stored positions reach the end of every partition of every topic."""
+async def wait_projected(config: Config, marks: dict[tuple[str, int], int] | None = None, timeout: float = 120.0) -> None:
+    """Until the projector's stored positions reach the end of every partition of every topic.
+
+    ``marks`` are offsets a publisher was acknowledged for; they are exact, whereas a broker's
+    reported end offsets may lag behind recent writes (so both are waited for)."""
     from aiokafka import TopicPartition
 
     from tickerwire.schemas.topics import ALL_TOPICS, topic_name
@@ -150,15 +153,17 @@ async def wait_projected(config: Config, timeout: float = 120.0) -> None:
     await consumer.start()
     try:
         tps = [TopicPartition(topic_name(config.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
-        ends = await consumer.end_offsets(tps)
+        ends = {(tp.topic, tp.partition): end for tp, end in (await consumer.end_offsets(tps)).items()}
     finally:
         await consumer.stop()
+    for key, mark in (marks or {}).items():
+        ends[key] = max(ends.get(key, 0), mark)
     deadline = time.monotonic() + timeout
     async with connect(config.database_url) as conn:
         while True:
             rows = await conn.fetch(f"SELECT topic, partition, next_offset FROM {config.read_model_schema}.positions")
             stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
-            if all(stored.get((tp.topic, tp.partition), 0) >= end for tp, end in ends.items()):
+            if all(stored.get(key, 0) >= end for key, end in ends.items()):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the projector did not catch up in {timeout:.0f}s: {stored} of {ends}")
@@ -229,8 +234,8 @@ async def run(args, stack: Stack) -> None:
          f"http://{host}:{config.stream_port}/readyz"],
         stack.children,
     )
-    key, last_id = await publish_demo(config, args)
-    await wait_projected(config)
+    key, last_id, marks = await publish_demo(config, args)
+    await wait_projected(config, marks)
     await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
     # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
     await asyncio.sleep(1.0)

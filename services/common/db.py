@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS public.tw_migrations (
 )
 """
 #: Any constant works; it only serializes concurrent migrators.
-_MIGRATION_LOCK = 0x7477_6D69
+MIGRATION_LOCK = 0x7477_6D69
 
 
 async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
@@ -79,7 +79,7 @@ async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
         raise ValueError(f"bad schema name {schema!r}")
     applied: list[str] = []
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await conn.execute(_BOOKKEEPING)
         for scope, target in (("platform", "public"), ("readmodel", schema)):
             key = scope if scope == "platform" else f"readmodel:{schema}"

@@ -214,6 +214,23 @@ async def apply_batch(
 # --------------------------------------------------------------------------- posts
 
 
+async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str) -> bool:
+    """Set aside one record the read model refuses (a constraint violation) and move past it.
+
+    Returns False if the position had already passed it (nothing to do)."""
+    async with conn.transaction():
+        await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
+        await conn.execute(sql.LOCK_POSITION, topic, partition)
+        stored = await conn.fetchval(sql.SELECT_POSITION_FOR_UPDATE, topic, partition)
+        if record.offset < stored:
+            return False
+        await conn.execute(
+            sql.INSERT_DEAD_LETTER, topic, partition, record.offset, record.key, record.value, "rejected", reason
+        )
+        await conn.execute(sql.SAVE_POSITION, topic, partition, record.offset + 1)
+    return True
+
+
 async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
     rows = await conn.fetch(sql.SELECT_TAXONOMY)
     cats = {

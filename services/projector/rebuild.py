@@ -42,7 +42,7 @@ from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import _MIGRATION_LOCK, create_pool, migrate, storage_errors
+from ..common.db import MIGRATION_LOCK, create_pool, migrate, storage_errors
 from ..common.errors import TickerwireError
 from ..common.logs import setup_logging
 from ..common.retry import retry_transient
@@ -128,7 +128,7 @@ async def _switch(conn: asyncpg.Connection, live: str, target: str) -> None:
     old = f"{live}_old"
     async with conn.transaction():
         await conn.execute("SET LOCAL lock_timeout = '30s'")
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)  # no migrate() meanwhile
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)  # no migrate() meanwhile
         live_exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{live}.positions")
         if live_exists:
             await conn.execute(f"""
@@ -149,7 +149,7 @@ async def _switch(conn: asyncpg.Connection, live: str, target: str) -> None:
 async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
     """A brand-new, migrated ``schema`` (whatever a failed earlier run left is dropped)."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         if await conn.fetchval("SELECT to_regclass('public.tw_migrations') IS NOT NULL"):
             await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", f"readmodel:{schema}")

@@ -21,10 +21,15 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.retry import backoff_delays, retry_transient
 from . import sql
-from .apply import Record, apply_batch
+from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics
 
 log = logging.getLogger(__name__)
+
+
+#: Errors that say a record's data is unacceptable to the read model (SQLSTATE classes 22
+#: and 23). Anything else (connection, schema, locks) is retried, never set aside.
+REFUSALS = (asyncpg.exceptions.DataError, asyncpg.exceptions.IntegrityConstraintViolationError)
 
 
 def projector_topics(config: Config) -> list[str]:
@@ -80,6 +85,35 @@ class Projector:
         log.info("assigned and seeked: %s", {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned})
 
     async def _apply(self, tp: TopicPartition, records: list[Record]) -> None:
+        try:
+            result = await self._apply_retrying(tp, records)
+        except REFUSALS as exc:
+            # Not transient: some record breaks a read-model constraint. Find it by applying
+            # one record at a time; the offender is set aside, everything else is applied.
+            log.error("batch %s[%d]@%d refused (%s); isolating the record", tp.topic, tp.partition, records[0].offset, exc)
+            for record in records:
+                await self._apply_or_reject(tp, record)
+            return
+        self._observe(tp, records, result)
+
+    async def _apply_or_reject(self, tp: TopicPartition, record: Record) -> None:
+        try:
+            result = await self._apply_retrying(tp, [record])
+        except REFUSALS as exc:
+            reason = f"refused by the read model: {type(exc).__name__}: {exc}"
+
+            async def reject():
+                with storage_errors("reject record"):
+                    async with self.pool.acquire() as conn:
+                        return await reject_record(conn, tp.topic, tp.partition, record, reason)
+
+            if await retry_transient(reject, what="reject record"):
+                self.metrics.dead_lettered.labels("rejected").inc()
+                log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+            return
+        self._observe(tp, [record], result)
+
+    async def _apply_retrying(self, tp: TopicPartition, records: list[Record]) -> BatchResult:
         async def attempt():
             started = time.perf_counter()
             with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
@@ -88,7 +122,11 @@ class Projector:
             self.metrics.batch_seconds.observe(time.perf_counter() - started)
             return result
 
-        result = await retry_transient(attempt, what=f"apply {tp.topic}[{tp.partition}]", on_retry=lambda _: self.metrics.retries.labels("apply").inc())
+        return await retry_transient(
+            attempt, what=f"apply {tp.topic}[{tp.partition}]", on_retry=lambda _: self.metrics.retries.labels("apply").inc()
+        )
+
+    def _observe(self, tp: TopicPartition, records: list[Record], result: BatchResult) -> None:
         m = self.metrics
         m.batch_size.observe(len(records))
         for kind, n in result.applied.items():

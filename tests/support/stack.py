@@ -56,6 +56,8 @@ class ServiceStack:
     topic_prefix: str
     extra_env: dict[str, str] = field(default_factory=dict)
     services: list[Service] = field(default_factory=list)
+    #: Per (topic, partition), the offset after the last record this stack published.
+    marks: dict[tuple[str, int], int] = field(default_factory=dict)
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tickerwire-stack-")))
 
     # ------------------------------------------------------------------ configuration
@@ -133,7 +135,8 @@ class ServiceStack:
     # ------------------------------------------------------------------ the log and the read model
 
     async def publish(self, events: Sequence) -> None:
-        await publish(self.config, list(events))
+        for key, mark in (await publish(self.config, list(events))).items():
+            self.marks[key] = max(self.marks.get(key, 0), mark)
 
     async def read_conn(self) -> asyncpg.Connection:
         return await asyncpg.connect(self.database_url, server_settings={"search_path": "rm,public"})
@@ -141,7 +144,7 @@ class ServiceStack:
     async def wait_projected(self, timeout: float = 60.0) -> None:
         """Until the projector's stored positions reach the end of every partition."""
         try:
-            await wait_projected(self.config, timeout)
+            await wait_projected(self.config, self.marks, timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.logs()[-4000:]}") from None
 
