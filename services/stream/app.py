@@ -1,5 +1,10 @@
 """The stream process: ``create_app(config)`` builds the aiohttp application serving
-``{base_path}/stream`` (WebSocket) and the operator routes."""
+``{base_path}/stream`` (WebSocket) and the operator routes.
+
+A handshake passes the access gates of spec 5 and takes a connection slot of the
+workspace (a lease shared by every stream process); a refusal is the HTTP status with the
+spec-7 JSON envelope, no upgrade. Stream messages never touch the usage (quota) tables.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import secrets
 from typing import AsyncIterator
 
 import asyncpg
-import orjson
 from aiohttp import WSMsgType, web
 
 from ..common.access import AccessDenied, check_access
@@ -19,9 +23,12 @@ from ..common.ops import add_ops_routes, run_app
 from ..common.retry import retry_transient
 from ..common.tasks import background_task
 from . import protocol
+from .errors import envelope, error_middleware
 from .feed import Feed
-from .hub import Hub
+from .hub import Hub, limit_send_buffer
+from .leases import LEASE_TTL_S, Leases
 from .metrics import StreamMetrics
+from .watchdog import run_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -29,48 +36,63 @@ CONFIG = web.AppKey("config", Config)
 POOL = web.AppKey("pool", asyncpg.Pool)
 HUB = web.AppKey("hub", Hub)
 FEED = web.AppKey("feed", Feed)
+LEASES = web.AppKey("leases", Leases)
 METRICS = web.AppKey("metrics", StreamMetrics)
 
 
-def refusal(status: int, code: str, message: str) -> web.Response:
-    """A refused handshake: the HTTP status and the spec-7 JSON envelope, no upgrade."""
-    return web.Response(
-        status=status,
-        body=orjson.dumps({"error": {"code": code, "message": message}}),
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
+def limit_reached(limit: int) -> web.Response:
+    return envelope(
+        429,
+        protocol.STREAM_LIMIT_REACHED,
+        f"This workspace already has {limit} open stream connections, its limit. "
+        "Close one, or retry after a connection has closed.",
+        retry_after_sec=int(LEASE_TTL_S),
     )
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
     app = request.app
+    metrics = app[METRICS]
     try:
         principal = await check_access(app[POOL], request.query.get("key"))
     except AccessDenied as exc:
-        app[METRICS].refused.labels(exc.denial.code).inc()
-        return refusal(exc.denial.status, exc.denial.code, exc.denial.message)
+        metrics.refused.labels(exc.denial.code).inc()
+        return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
     ws = web.WebSocketResponse(compress=False, autoping=True, max_msg_size=4096)
     if not ws.can_prepare(request).ok:
-        return refusal(426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.")
-    await ws.prepare(request)
+        return envelope(426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.", headers={"Upgrade": "websocket"})
     session_id = "ses_" + secrets.token_urlsafe(12)
+    limit = principal.stream_connection_limit
+    if limit is None:
+        limit = app[CONFIG].stream_max_connections_per_workspace
+    leases = app[LEASES]
+    if not await leases.acquire(principal.workspace_id, session_id, limit):
+        metrics.refused.labels(protocol.STREAM_LIMIT_REACHED).inc()
+        return limit_reached(limit)
     hub = app[HUB]
-    conn = hub.open(ws, principal.workspace_id, principal.key_hash, session_id)
-    hub.send(conn, protocol.ready(session_id), "ready")
+    conn = None
     try:
+        transport = request.transport
+        limit_send_buffer(transport)
+        await ws.prepare(request)
+        conn = hub.open(ws, transport, principal.workspace_id, principal.key_hash, session_id)
+        hub.send(conn, protocol.ready(session_id))
         async for msg in ws:  # clients send nothing; anything they send is ignored
             if msg.type == WSMsgType.ERROR:
                 break
     finally:
-        await hub.forget(conn)
+        if conn is not None:
+            await hub.forget(conn)
+        await asyncio.shield(leases.release(session_id))
     return ws
 
 
 async def _pinger(app: web.Application) -> None:
     interval = app[CONFIG].stream_ping_interval_s
+    hub = app[HUB]
     while True:
         await asyncio.sleep(interval)
-        app[HUB].broadcast(protocol.ping(), "ping")
+        hub.broadcast(protocol.ping())
 
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -80,20 +102,30 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         what="connect to PostgreSQL",
         cap=2.0,
     )
+    app[LEASES] = Leases(app[POOL])
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     yield
-    await app[HUB].shutdown()
     await app[POOL].close()
 
 
+async def _close_connections(app: web.Application) -> None:
+    """on_shutdown (before the server stops): 1001 to every client, then free their slots."""
+    await app[HUB].shutdown()
+    if LEASES in app:
+        await app[LEASES].release_all()
+
+
 def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[error_middleware(config.base_path)], client_max_size=config.max_body_bytes)
     app[CONFIG] = config
     app[METRICS] = metrics or StreamMetrics()
     app[HUB] = Hub(app[METRICS], config.stream_queue_size)
     app.cleanup_ctx.append(_pool_ctx)
     app.cleanup_ctx.append(background_task("feed", lambda a: a[FEED].run()))
     app.cleanup_ctx.append(background_task("pinger", _pinger))
+    app.cleanup_ctx.append(background_task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
+    app.cleanup_ctx.append(background_task("access-watchdog", lambda a: run_watchdog(a[POOL], a[HUB])))
+    app.on_shutdown.append(_close_connections)
     app.router.add_get(config.base_path + "/stream", stream, name="partner:stream")
 
     async def ready() -> tuple[bool, str]:
@@ -105,6 +137,13 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
 
     add_ops_routes(app, app[METRICS].registry, ready)
     return app
+
+
+def _on_lease_lost(hub: Hub):
+    def on_lost(session_ids: set[str]) -> None:
+        hub.close_sessions(session_ids, protocol.CLOSE_TRY_AGAIN_LATER, protocol.LEASE_LOST_REASON)
+
+    return on_lost
 
 
 async def serve(config: Config) -> None:

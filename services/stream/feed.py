@@ -2,14 +2,20 @@
 
 Each stream process assigns itself every partition of the post topic and starts at the
 projector's stored positions, so it announces exactly the posts projected after it started
-(it never trusts the broker's end offset). A record is announced only once the projector's
-position has passed it, i.e. the post is committed and readable through the API; the data
-sent is the lean JSON the projector stored, identical to the GET /posts item.
+(it never trusts the broker's end offset).
+
+Two tasks form a pipeline. The consumer decodes each record's post id into a pending
+queue and goes on reading. The announcer waits until the projector's stored position
+has passed the oldest pending records (one cheap query per poll, and only while something
+is pending), then selects the lean JSON of the translations those records first made
+visible and broadcasts it. A post.created is therefore sent only after the projector has
+committed the post, and its data is the stored lean JSON, identical to the GET /posts item.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from dataclasses import dataclass
@@ -25,22 +31,16 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.retry import retry_transient
-from . import protocol
+from . import protocol, sql
 from .hub import Hub
 from .metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
-SELECT_POSITIONS = "SELECT partition, next_offset FROM positions WHERE topic = $1"
-
-SELECT_ANNOUNCED = """
-SELECT t.lean, t.announced_partition, t.announced_offset
-FROM post_translations t
-JOIN unnest($1::bigint[], $2::integer[], $3::bigint[]) AS e(post_id, partition, "offset")
-  ON t.post_id = e.post_id AND t.announced_partition = e.partition AND t.announced_offset = e."offset"
-WHERE t.visible
-ORDER BY t.announced_offset, t.announced_partition, t.lang
-"""
+#: Records waiting for the projector beyond which consumption pauses (bounded memory).
+MAX_PENDING = 50_000
+#: Records announced per query.
+ANNOUNCE_BATCH = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,27 +59,32 @@ class Feed:
         self.metrics = metrics
         self.poll_s = poll_s
         self.topic = topic_name(config.topic_prefix, POSTS)
+        self.yield_every = max(1, config.stream_queue_size // 4)
         self.started = asyncio.Event()
-
-    async def _positions(self) -> dict[int, int]:
-        async def load():
-            with storage_errors("projector positions"):
-                return await self.pool.fetch(SELECT_POSITIONS, self.topic)
-
-        rows = await retry_transient(load, what="projector positions", cap=2.0)
-        return {r["partition"]: r["next_offset"] for r in rows}
+        self._pending: collections.deque[Pending] = collections.deque()
+        self._has_pending = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._next: dict[int, int] = {}  # next offset to consume per partition, kept across broker reconnects
 
     async def run(self) -> None:
-        while True:
-            consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream")
-            try:
-                await consumer.start()
-                await self._consume(consumer)
-            except KafkaError as exc:
-                log.warning("broker error, reconnecting: %s", exc)
-                await asyncio.sleep(1.0)
-            finally:
-                await consumer.stop()
+        announcer = asyncio.create_task(self._announce_forever(), name="stream-announcer")
+        try:
+            while True:
+                consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream")
+                try:
+                    await consumer.start()
+                    await self._consume(consumer)
+                except KafkaError as exc:
+                    log.warning("broker error, reconnecting: %s", exc)
+                    await asyncio.sleep(1.0)
+                finally:
+                    await consumer.stop()
+        finally:
+            announcer.cancel()
+            await asyncio.gather(announcer, return_exceptions=True)
+
+    # ------------------------------------------------------------------ consuming
 
     async def _consume(self, consumer) -> None:
         partitions = None
@@ -90,44 +95,82 @@ class Feed:
                 await asyncio.sleep(0.5)
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
-        start = await self._positions()
+        if not self._next:
+            self._next = {p: o for p, o in (await self._positions()).items()}
         for tp in tps:
-            consumer.seek(tp, start.get(tp.partition, 0))
+            consumer.seek(tp, self._next.setdefault(tp.partition, 0))
         self.started.set()
-        log.info("stream feed started at %s", {tp.partition: start.get(tp.partition, 0) for tp in tps})
+        log.info("stream feed reading from %s", dict(self._next))
         while True:
+            await self._room.wait()
             batches = await consumer.getmany(timeout_ms=500)
             arrived = time.perf_counter()
-            pending = [
-                Pending(tp.partition, m.offset, post_id, arrived)
-                for tp, msgs in batches.items()
-                for m in msgs
-                if (post_id := _post_id(m.value)) is not None
-            ]
-            if pending:
-                await self._announce(pending)
+            for tp, msgs in batches.items():
+                for m in msgs:
+                    if (post_id := _post_id(m.value)) is not None:
+                        self._pending.append(Pending(tp.partition, m.offset, post_id, arrived))
+                if msgs:
+                    self._next[tp.partition] = msgs[-1].offset + 1
+            if self._pending:
+                self._has_pending.set()
+                if len(self._pending) >= MAX_PENDING:
+                    self._room.clear()
 
-    async def _announce(self, pending: list[Pending]) -> None:
-        """Wait for the projector to commit these records, then send their post.created."""
+    # ------------------------------------------------------------------ announcing
+
+    async def _positions(self) -> dict[int, int]:
+        async def load():
+            with storage_errors("projector positions"):
+                return await self.pool.fetch(sql.SELECT_POSITIONS, self.topic)
+
+        rows = await retry_transient(load, what="projector positions", cap=2.0)
+        return {r["partition"]: r["next_offset"] for r in rows}
+
+    async def _announce_forever(self) -> None:
         while True:
+            await self._has_pending.wait()
             positions = await self._positions()
-            if all(positions.get(p.partition, 0) > p.offset for p in pending):
-                break
-            await asyncio.sleep(self.poll_s)
+            ready = self._take_committed(positions)
+            if ready:
+                await self._announce(ready)
+            else:
+                await asyncio.sleep(self.poll_s)
+            if not self._pending:
+                self._has_pending.clear()
+            if len(self._pending) < MAX_PENDING // 2:
+                self._room.set()
+
+    def _take_committed(self, positions: dict[int, int]) -> list[Pending]:
+        """Remove and return pending records the projector has committed, in log order per partition."""
+        ready, waiting = [], collections.deque()
+        for p in self._pending:
+            if len(ready) < ANNOUNCE_BATCH and positions.get(p.partition, 0) > p.offset:
+                ready.append(p)
+            else:
+                waiting.append(p)
+        self._pending = waiting
+        return ready
+
+    async def _announce(self, ready: list[Pending]) -> None:
         async def load():
             with storage_errors("announced posts"):
                 return await self.pool.fetch(
-                    SELECT_ANNOUNCED,
-                    [p.post_id for p in pending],
-                    [p.partition for p in pending],
-                    [p.offset for p in pending],
+                    sql.SELECT_ANNOUNCED,
+                    [p.post_id for p in ready],
+                    [p.partition for p in ready],
+                    [p.offset for p in ready],
                 )
 
         rows = await retry_transient(load, what="announced posts", cap=2.0)
-        arrived = {(p.partition, p.offset): p.arrived for p in pending}
-        for row in rows:
-            self.hub.broadcast(protocol.post_created(row["lean"]), "post.created")
+        arrived = {(p.partition, p.offset): p.arrived for p in ready}
+        for n, row in enumerate(rows, start=1):
+            self.hub.broadcast(protocol.post_created(row["lean"]))
             self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(row["announced_partition"], row["announced_offset"])])
+            if n % self.yield_every == 0:
+                # Let every writer hand the queued messages to its socket: a burst never
+                # fills the queue of a client that is reading.
+                await asyncio.sleep(0)
+        await asyncio.sleep(0)
 
 
 def _post_id(value: bytes | None) -> int | None:

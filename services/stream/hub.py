@@ -1,8 +1,9 @@
 """Fan-out: every connection has a bounded queue and one writer task.
 
-A message is encoded once and the same bytes are queued to every connection. A client
-whose queue is full has stopped reading: it is closed with :data:`CLOSE_SLOW_CONSUMER`
-and never slows the others.
+A message is encoded once and the same bytes object is queued to every connection; the
+per-message, per-connection work is one ``put_nowait`` and one ``send_frame``. A client
+whose queue is full has stopped reading: it is closed with ``CLOSE_SLOW_CONSUMER`` and
+never slows the others (nothing here ever awaits a client's socket except its own writer).
 """
 
 from __future__ import annotations
@@ -10,27 +11,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
 
+from . import protocol
 from .metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
-#: Close codes (documented in the AsyncAPI document and the README).
-CLOSE_GOING_AWAY = 1001  # the server shuts down: reconnect, possibly elsewhere
-CLOSE_SLOW_CONSUMER = 4008  # the client did not read fast enough
-CLOSE_ACCESS_REVOKED = 4003  # key revoked, workspace suspended or badge missing since connect
+#: How long a closing handshake may take before the socket is aborted (a stuck client).
+CLOSE_GRACE_S = 10.0
+#: Kernel send buffer per connection (Linux doubles it). Autotuning would let a stuck client
+#: hold up to 4 MiB of kernel memory and go unnoticed that long; 256 KiB still covers the
+#: bandwidth-delay product of ordinary partner links for this message rate.
+SEND_BUFFER_BYTES = 256 * 1024
 
 
 @dataclass(eq=False)
 class Connection:
     ws: web.WebSocketResponse
+    transport: asyncio.BaseTransport | None
     workspace_id: str
     key_hash: str
     session_id: str
-    queue: asyncio.Queue[bytes | None]
+    queue: asyncio.Queue[bytes]
     closing: bool = False
     writer: asyncio.Task | None = field(default=None, repr=False)
 
@@ -39,69 +45,113 @@ class Hub:
     def __init__(self, metrics: StreamMetrics, queue_size: int = 256) -> None:
         self.metrics = metrics
         self.queue_size = queue_size
-        self.connections: set[Connection] = set()
+        self.connections: dict[str, Connection] = {}
+        self._closers: set[asyncio.Task] = set()
+        # Keyed by bytes 9..13 of the encoded message: b'{"type":"' is followed by the type.
+        self._sent = {kind.encode()[:4]: metrics.messages_sent.labels(kind) for kind in ("ready", "ping", "post.created")}
 
-    def open(self, ws: web.WebSocketResponse, workspace_id: str, key_hash: str, session_id: str) -> Connection:
-        conn = Connection(ws, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size))
+    def open(self, ws: web.WebSocketResponse, transport, workspace_id: str, key_hash: str, session_id: str) -> Connection:
+        conn = Connection(ws, transport, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size))
         conn.writer = asyncio.create_task(self._write(conn), name=f"ws-writer-{session_id}")
-        self.connections.add(conn)
+        self.connections[session_id] = conn
         self.metrics.connections.set(len(self.connections))
         return conn
 
     async def forget(self, conn: Connection) -> None:
-        self.connections.discard(conn)
+        self.connections.pop(conn.session_id, None)
         self.metrics.connections.set(len(self.connections))
-        if conn.writer is not None:
-            conn.writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await conn.writer
+        await _cancel(conn.writer)
 
-    def send(self, conn: Connection, message: bytes, kind: str) -> None:
+    def send(self, conn: Connection, message: bytes) -> None:
         if conn.closing:
             return
         try:
             conn.queue.put_nowait(message)
         except asyncio.QueueFull:
-            self.metrics.slow_closed.inc()
-            log.info("closing slow client", extra={"fields": {"session_id": conn.session_id}})
-            self.close(conn, CLOSE_SLOW_CONSUMER, "slow consumer: messages were not read in time")
+            self._slow(conn)
 
-    def broadcast(self, message: bytes, kind: str) -> None:
-        for conn in list(self.connections):
-            self.send(conn, message, kind)
+    def broadcast(self, message: bytes) -> int:
+        """Queue ``message`` to every open connection; returns how many got it."""
+        slow = []
+        for conn in self.connections.values():
+            if conn.closing:
+                continue
+            try:
+                conn.queue.put_nowait(message)
+            except asyncio.QueueFull:
+                slow.append(conn)
+        for conn in slow:
+            self._slow(conn)
+        return len(self.connections) - len(slow)
+
+    def _slow(self, conn: Connection) -> None:
+        self.metrics.slow_closed.inc()
+        log.info("closing slow client", extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}})
+        self.close(conn, protocol.CLOSE_SLOW_CONSUMER, protocol.SLOW_CONSUMER_REASON)
 
     def close(self, conn: Connection, code: int, reason: str) -> None:
-        """Close without waiting on the client's socket (which may be stuck)."""
+        """Start closing ``conn``; never waits on the client's socket."""
         if conn.closing:
             return
         conn.closing = True
         self.metrics.closed.labels(str(code)).inc()
-        asyncio.create_task(self._close(conn, code, reason))
+        task = asyncio.create_task(self._close(conn, code, reason), name=f"ws-close-{conn.session_id}")
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    def close_sessions(self, session_ids, code: int, reason: str) -> None:
+        for session_id in session_ids:
+            if (conn := self.connections.get(session_id)) is not None:
+                self.close(conn, code, reason)
 
     async def _close(self, conn: Connection, code: int, reason: str) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.ws.close(code=code, message=reason.encode()), timeout=2.0)
-        if not conn.ws.closed:
-            with contextlib.suppress(Exception):
-                conn.ws._writer.transport.abort()  # type: ignore[union-attr]  # noqa: SLF001
+        # The writer may be stuck on a full socket: stop it, then send the close frame after
+        # whatever is already buffered, and give the client a grace period to read it.
+        await _cancel(conn.writer)
+        try:
+            await asyncio.wait_for(conn.ws.close(code=code, message=reason.encode()), timeout=CLOSE_GRACE_S)
+            return
+        except (asyncio.TimeoutError, ConnectionError, RuntimeError):
+            pass
+        if conn.transport is not None:
+            conn.transport.abort()  # the client did not take the close frame in time
 
     async def _write(self, conn: Connection) -> None:
+        queue, ws, sent = conn.queue, conn.ws, self._sent
         while True:
-            message = await conn.queue.get()
-            if message is None:
-                return
-            try:
-                await conn.ws.send_frame(message, WSMsgType.TEXT)
-            except (ConnectionError, RuntimeError):
-                return
-            self.metrics.messages_sent.labels(_kind(message)).inc()
+            message = await queue.get()
+            while True:  # one wake-up sends everything already queued
+                try:
+                    await ws.send_frame(message, WSMsgType.TEXT)
+                except (ConnectionError, RuntimeError):
+                    conn.closing = True  # the client is gone; its handler forgets it
+                    return
+                counter = sent.get(message[9:13])
+                if counter is not None:
+                    counter.inc()
+                try:
+                    message = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
 
-    async def shutdown(self) -> None:
-        """Graceful shutdown: every client gets 1001 and reconnects elsewhere."""
-        for conn in list(self.connections):
-            self.close(conn, CLOSE_GOING_AWAY, "server shutting down")
-        await asyncio.sleep(0)
+    async def shutdown(self, timeout: float = CLOSE_GRACE_S) -> None:
+        """Graceful shutdown: every client gets 1001 and reconnects, possibly elsewhere."""
+        for conn in list(self.connections.values()):
+            self.close(conn, protocol.CLOSE_GOING_AWAY, protocol.GOING_AWAY_REASON)
+        if self._closers:
+            await asyncio.wait(list(self._closers), timeout=timeout)
 
 
-def _kind(message: bytes) -> str:
-    return message[9:message.index(b'"', 9)].decode() if message.startswith(b'{"type":"') else "other"
+def limit_send_buffer(transport: asyncio.BaseTransport | None) -> None:
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+
+
+async def _cancel(task: asyncio.Task | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -19,9 +19,11 @@ class StreamMetrics:
         self.refused = Counter(
             "tickerwire_stream_refused_total", "Connections refused at the handshake", ["code"], registry=r
         )
-        self.closed = Counter("tickerwire_stream_closed_total", "Connections closed by the server", ["reason"], registry=r)
+        self.closed = Counter(
+            "tickerwire_stream_closed_total", "Connections closed by the server, by WebSocket close code", ["code"], registry=r
+        )
         self.delivery_seconds = Histogram(
             "tickerwire_stream_event_to_send_seconds",
-            "From the event's arrival at the stream process to its send to the clients",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r,
+            "From the post event's arrival at the stream process to its post.created being queued to every connection",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r,
         )

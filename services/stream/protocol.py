@@ -1,4 +1,5 @@
-"""Stream messages (spec 6), each encoded once into the bytes of one JSON text frame."""
+"""The stream protocol (spec 6): messages, each encoded once into the bytes of one JSON
+text frame, and the close codes the server uses. Documented in schemas/asyncapi.json."""
 
 from __future__ import annotations
 
@@ -7,6 +8,24 @@ from datetime import datetime, timezone
 import orjson
 
 from tickerwire.schemas.readmodel import iso_utc
+
+#: The server shuts down (SIGTERM): reconnect, possibly to another process.
+CLOSE_GOING_AWAY = 1001
+#: The connection's slot lease could not be kept (the database was unreachable for longer
+#: than the lease lifetime): reconnect after a short back-off.
+CLOSE_TRY_AGAIN_LATER = 1013
+#: Access changed while connected (key revoked, workspace suspended, badge missing);
+#: the close reason is the error code (NOT_AUTHENTICATED, WORKSPACE_SUSPENDED, BADGE_MISSING).
+CLOSE_ACCESS_REVOKED = 4003
+#: The client did not read its messages fast enough (its queue overflowed).
+CLOSE_SLOW_CONSUMER = 4008
+
+SLOW_CONSUMER_REASON = "SLOW_CONSUMER"
+GOING_AWAY_REASON = "SERVER_SHUTTING_DOWN"
+LEASE_LOST_REASON = "STREAM_LEASE_LOST"
+
+#: Error code of the HTTP 429 refusing a handshake beyond the workspace's connection limit.
+STREAM_LIMIT_REACHED = "STREAM_LIMIT_REACHED"
 
 
 def _now() -> str:

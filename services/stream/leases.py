@@ -1,0 +1,96 @@
+"""Connection slots per workspace, shared by every stream process through PostgreSQL.
+
+Each accepted connection holds a lease row (``public.stream_leases``) that expires
+:data:`LEASE_TTL_S` seconds after its last renewal. A process renews all of its leases in
+one statement every :data:`RENEW_EVERY_S` seconds and deletes a lease when its connection
+closes; the leases of a crashed process simply expire, which frees their slots within
+seconds. A new lease is granted under a per-workspace advisory lock, so concurrent
+handshakes on several processes never exceed the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from typing import Callable
+
+import asyncpg
+
+from ..common.db import storage_errors
+from ..common.errors import TransientError
+from . import sql
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 10.0
+RENEW_EVERY_S = 3.0
+
+
+class Leases:
+    def __init__(self, pool: asyncpg.Pool, ttl_s: float = LEASE_TTL_S, renew_every_s: float = RENEW_EVERY_S) -> None:
+        self.pool = pool
+        self.ttl_s = ttl_s
+        self.renew_every_s = renew_every_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.held: set[str] = set()
+
+    async def acquire(self, workspace_id: str, session_id: str, limit: int) -> bool:
+        """Take a slot of ``workspace_id`` for ``session_id``; False when all ``limit`` are taken."""
+        with storage_errors("acquire stream lease"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
+                await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
+                granted = await conn.fetchval(sql.INSERT_LEASE_IF_FREE, workspace_id, session_id, self.holder, self.ttl_s, limit)
+        if granted is None:
+            return False
+        self.held.add(session_id)
+        return True
+
+    async def release(self, session_id: str) -> None:
+        if session_id not in self.held:
+            return
+        self.held.discard(session_id)
+        await self._release([session_id])
+
+    async def release_all(self) -> None:
+        ids = list(self.held)
+        self.held.clear()
+        if ids:
+            await self._release(ids)
+
+    async def _release(self, ids: list[str]) -> None:
+        try:
+            with storage_errors("release stream leases"):
+                await self.pool.execute(sql.RELEASE_LEASES, ids)
+        except TransientError as exc:  # the leases expire on their own
+            log.warning("could not release %d stream lease(s), they will expire: %s", len(ids), exc)
+
+    async def renew(self) -> set[str]:
+        """Renew every held lease in one statement; returns the sessions whose lease was lost."""
+        ids = list(self.held)
+        if not ids:
+            return set()
+        with storage_errors("renew stream leases"):
+            rows = await self.pool.fetch(sql.RENEW_LEASES, ids, self.ttl_s)
+        renewed = {r["session_id"] for r in rows}
+        return {s for s in ids if s not in renewed and s in self.held}
+
+    async def run(self, on_lost: Callable[[set[str]], None]) -> None:
+        """Renew every few seconds until cancelled; ``on_lost`` closes connections that lost their slot."""
+        while True:
+            await asyncio.sleep(self.renew_every_s)
+            try:
+                lost = await self.renew()
+                with storage_errors("purge expired stream leases"):
+                    await self.pool.execute(sql.DELETE_EXPIRED_LEASES)
+            except TransientError as exc:
+                log.warning("stream lease renewal failed, retrying: %s", exc)
+                continue
+            if lost:
+                log.warning("%d stream lease(s) lost", len(lost))
+                for s in lost:
+                    self.held.discard(s)
+                on_lost(lost)

@@ -1,0 +1,92 @@
+"""Pure logic of the stream: message encoding, the access rules of open connections, and
+the hub's fan-out (with a fake socket standing in for a client)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import orjson
+
+from tickerwire.services.stream import protocol
+from tickerwire.services.stream.hub import Hub
+from tickerwire.services.stream.metrics import StreamMetrics
+from tickerwire.services.stream.watchdog import denial_code, denials
+
+TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+
+
+def test_messages_are_json_objects_starting_with_their_type():
+    lean = '{"id":7,"lang":"de-DE","title":"Ü \\"quoted\\""}'
+    for raw, kind in ((protocol.ready("ses_x"), "ready"), (protocol.ping(), "ping"), (protocol.post_created(lean), "post.created")):
+        assert raw.startswith(b'{"type":"' + kind.encode() + b'"')  # the hub counts sends by this prefix
+        body = orjson.loads(raw)
+        assert body["type"] == kind and TS.match(body["ts"])
+    assert orjson.loads(protocol.post_created(lean))["data"] == orjson.loads(lean)
+    assert set(orjson.loads(protocol.ping())) == {"type", "ts"}
+
+
+def row(revoked=False, status="active", badge="ok"):
+    return {"key_hash": "h", "revoked": revoked, "status": status, "badge_status": badge}
+
+
+def test_access_rules_of_open_connections_match_the_handshake_gates():
+    assert denial_code(None) == "NOT_AUTHENTICATED"  # key deleted
+    assert denial_code(row(revoked=True, status="suspended")) == "NOT_AUTHENTICATED"
+    assert denial_code(row(status="suspended", badge="missing")) == "WORKSPACE_SUSPENDED"
+    assert denial_code(row(badge="missing")) == "BADGE_MISSING"
+    assert denial_code(row(badge="unknown")) == "BADGE_MISSING"
+    assert denial_code(row(badge="warning")) is None
+    assert denial_code(row()) is None
+    assert denials(["h", "gone"], [row()]) == {"gone": "NOT_AUTHENTICATED"}
+
+
+class FakeSocket:
+    """Stands in for a WebSocketResponse: records frames; can be made to block like a full socket."""
+
+    def __init__(self, stuck: bool = False) -> None:
+        self.frames: list[bytes] = []
+        self.stuck = asyncio.Event() if stuck else None
+        self.close_code: int | None = None
+        self.close_reason: bytes | None = None
+        self.closed = False
+
+    async def send_frame(self, message: bytes, opcode) -> None:
+        if self.stuck is not None:
+            await self.stuck.wait()
+        self.frames.append(message)
+
+    async def close(self, *, code: int, message: bytes) -> bool:
+        self.close_code, self.close_reason, self.closed = code, message, True
+        return True
+
+
+async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_message():
+    metrics = StreamMetrics()
+    hub = Hub(metrics, queue_size=4)
+    healthy, stuck = FakeSocket(), FakeSocket(stuck=True)
+    a = hub.open(healthy, None, "ws", "k1", "ses_a")
+    b = hub.open(stuck, None, "ws", "k2", "ses_b")
+    messages = [protocol.post_created(f'{{"id":{i}}}') for i in range(20)]
+    for message in messages:
+        hub.broadcast(message)
+        await asyncio.sleep(0)  # as the feed does: writers take their message
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert [id(f) for f in healthy.frames] == [id(m) for m in messages]  # the same bytes objects, in order
+    assert b.closing and not a.closing
+    assert (stuck.close_code, stuck.close_reason) == (4008, b"SLOW_CONSUMER")
+    assert metrics.slow_closed._value.get() == 1
+    await hub.forget(a)
+    await hub.forget(b)
+
+
+async def test_shutdown_closes_every_connection_with_1001():
+    hub = Hub(StreamMetrics(), queue_size=4)
+    sockets = [FakeSocket() for _ in range(3)]
+    for i, ws in enumerate(sockets):
+        hub.open(ws, None, "ws", f"k{i}", f"ses_{i}")
+    await hub.shutdown()
+    assert [(ws.close_code, ws.close_reason) for ws in sockets] == [(1001, b"SERVER_SHUTTING_DOWN")] * 3
+    for conn in list(hub.connections.values()):
+        await hub.forget(conn)
