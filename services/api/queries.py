@@ -7,7 +7,6 @@ from fixed fragments (only values travel as parameters), so each request is a si
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from .params import Filters, Page
 

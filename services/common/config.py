@@ -48,6 +48,9 @@ class Config:
     stream_ping_interval_s: float = 30.0
     stream_queue_size: int = 256
     stream_max_connections_per_workspace: int = 5
+    stream_lease_ttl_s: float = 10.0
+    stream_lease_renew_s: float = 3.0
+    stream_access_recheck_s: float = 1.0
     default_rate_limit_per_minute: int = 60
     default_daily_quota: int = 5_000
     max_body_bytes: int = 16_384

@@ -26,7 +26,7 @@ from . import protocol
 from .errors import envelope, error_middleware
 from .feed import Feed
 from .hub import Hub, limit_send_buffer
-from .leases import LEASE_TTL_S, Leases
+from .leases import Leases
 from .metrics import StreamMetrics
 from .watchdog import run_watchdog
 
@@ -40,13 +40,13 @@ LEASES = web.AppKey("leases", Leases)
 METRICS = web.AppKey("metrics", StreamMetrics)
 
 
-def limit_reached(limit: int) -> web.Response:
+def limit_reached(limit: int, retry_after_s: float) -> web.Response:
     return envelope(
         429,
         protocol.STREAM_LIMIT_REACHED,
         f"This workspace already has {limit} open stream connections, its limit. "
         "Close one, or retry after a connection has closed.",
-        retry_after_sec=int(LEASE_TTL_S),
+        retry_after_sec=max(int(retry_after_s), 1),
     )
 
 
@@ -68,7 +68,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     leases = app[LEASES]
     if not await leases.acquire(principal.workspace_id, session_id, limit):
         metrics.refused.labels(protocol.STREAM_LIMIT_REACHED).inc()
-        return limit_reached(limit)
+        return limit_reached(limit, app[CONFIG].stream_lease_ttl_s)
     hub = app[HUB]
     conn = None
     try:
@@ -102,7 +102,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         what="connect to PostgreSQL",
         cap=2.0,
     )
-    app[LEASES] = Leases(app[POOL])
+    app[LEASES] = Leases(app[POOL], app[CONFIG].stream_lease_ttl_s, app[CONFIG].stream_lease_renew_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     yield
     await app[POOL].close()
@@ -124,7 +124,7 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app.cleanup_ctx.append(background_task("feed", lambda a: a[FEED].run()))
     app.cleanup_ctx.append(background_task("pinger", _pinger))
     app.cleanup_ctx.append(background_task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
-    app.cleanup_ctx.append(background_task("access-watchdog", lambda a: run_watchdog(a[POOL], a[HUB])))
+    app.cleanup_ctx.append(background_task("access-watchdog", lambda a: run_watchdog(a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)))
     app.on_shutdown.append(_close_connections)
     app.router.add_get(config.base_path + "/stream", stream, name="partner:stream")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import os
 import re
 import signal
@@ -341,6 +340,24 @@ async def test_access_changes_close_open_connections_with_4003(stack: ServiceSta
     for ws in unaffected:
         assert (await next_post(ws, {4001}))["data"]["id"] == 4001
         await ws.close()
+
+
+async def test_losing_the_badge_closes_open_connections_with_4003(stack: ServiceStack, http):
+    key = await stack.provision("ws_loses_badge")
+    a, b = stack.of("stream")
+    sockets = [(await connect(http, s, key))[0] for s in (a, b)]
+    # A badge is lost only when a sweeper tick finds the newest heartbeat over 72 h old; a test
+    # cannot wait 72 h, so it records that tick's outcome in the read model directly.
+    conn = await stack.read_conn()
+    try:
+        await conn.execute("UPDATE workspaces SET badge_status = 'missing' WHERE id = 'ws_loses_badge'")
+    finally:
+        await conn.close()
+    for ws in sockets:
+        msg = await until_closed(ws)
+        assert (msg.type, msg.data, msg.extra) == (aiohttp.WSMsgType.CLOSE, 4003, "BADGE_MISSING")
+    async with http.get(stream_url(a, key), headers=upgrade_headers()) as resp:
+        assert resp.status == 403 and (await resp.json())["error"]["code"] == "BADGE_MISSING"
 
 
 # ---------------------------------------------------------------------------------------------- handshake

@@ -9,6 +9,7 @@ workspace with a working key, run a badge tick. Everything it starts, it stops.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -105,6 +106,8 @@ class ServiceStack:
                 start_new_session=True,
             )
         service = Service(name, port, proc, log_path)
+        if not self.services:
+            atexit.register(self.kill_all)  # even a test run that is cut short leaves no process
         self.services.append(service)
         return service
 
@@ -128,6 +131,11 @@ class ServiceStack:
     def stop_all(self) -> None:
         for service in self.services:
             self.stop(service)
+
+    def kill_all(self) -> None:
+        for service in self.services:
+            if service.proc.poll() is None:
+                service.proc.kill()
 
     def logs(self) -> str:
         return "\n".join(f"==== {s.name}:{s.port}\n{s.log()}" for s in self.services)
