@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 import pytest
 from aiokafka import TopicPartition
 
