@@ -72,6 +72,13 @@ def _validator(doc: dict, path: str, status: str) -> jsonschema.Draft202012Valid
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
+def _declared_headers(doc: dict, path: str, status: str) -> set[str]:
+    response = doc["paths"][path]["get"]["responses"][status]
+    if "$ref" in response:
+        response = doc["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
+    return set(response.get("headers", {}))
+
+
 async def test_real_responses_validate_against_the_document(live):
     stack, url, key, posts = live
     doc = orjson.loads(DOC_PATH.read_bytes())
@@ -90,6 +97,8 @@ async def test_real_responses_validate_against_the_document(live):
             async with http.get(url + BASE + path, params=params, headers=auth(key)) as resp:
                 assert str(resp.status) == status, (path, resp.status)
                 body = orjson.loads(await resp.read())
+                missing = {h.lower() for h in _declared_headers(doc, template, status)} - {h.lower() for h in resp.headers}
+                assert not missing, (path, status, missing)
             errors = sorted(_validator(doc, template, status).iter_errors(body), key=str)
             assert not errors, (path, [e.message for e in errors[:3]])
         async with http.get(url + BASE + "/posts") as resp:
