@@ -22,9 +22,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..common.access import AccessDenied, bearer_key, resolve
+from ..common.db import storage_errors
 from .errors import ApiError, from_http_exception
 from .limits import Usage, add_headers, refusal
-from .state import CONFIG, METRICS, POOL
+from .state import CONFIG, METRICS, POOL, REQUEST_DB
 
 PARTNER = "partner:"
 
@@ -35,45 +36,55 @@ def denial_error(exc: AccessDenied) -> ApiError:
     return ApiError(d.status, d.code, d.message, headers=headers)
 
 
+async def _gated(request: web.Request, handler, conn) -> web.StreamResponse:
+    app = request.app
+    config = app[CONFIG]
+    try:
+        principal, row = await resolve(
+            conn,
+            bearer_key(request.headers.get("Authorization")),
+            count=True,
+            default_rate=config.default_rate_limit_per_minute,
+            default_quota=config.default_daily_quota,
+        )
+    except AccessDenied as exc:
+        app[METRICS].rejected.labels(exc.denial.code).inc()
+        raise denial_error(exc) from None
+    usage = Usage.from_row(row)
+    if not usage.admitted:
+        app[METRICS].rejected.labels(usage.outcome).inc()
+        raise refusal(usage)
+    request["principal"] = principal
+    request["usage"] = usage
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        add_headers(exc.headers, usage)
+        raise
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            add_headers(exc.headers, usage)
+            raise
+        error = from_http_exception(exc, config.base_path)
+        add_headers(error.headers, usage)
+        raise error from None
+    if not response.prepared:
+        add_headers(response.headers, usage)
+    return response
+
+
 def access_middleware():
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
         route = request.match_info.route.name or ""
         if not route.startswith(PARTNER):
             return await handler(request)
-        app = request.app
-        config = app[CONFIG]
-        try:
-            principal, row = await resolve(
-                app[POOL],
-                bearer_key(request.headers.get("Authorization")),
-                count=True,
-                default_rate=config.default_rate_limit_per_minute,
-                default_quota=config.default_daily_quota,
-            )
-        except AccessDenied as exc:
-            app[METRICS].rejected.labels(exc.denial.code).inc()
-            raise denial_error(exc) from None
-        usage = Usage.from_row(row)
-        if not usage.admitted:
-            app[METRICS].rejected.labels(usage.outcome).inc()
-            raise refusal(usage)
-        request["principal"] = principal
-        request["usage"] = usage
-        try:
-            response = await handler(request)
-        except ApiError as exc:
-            add_headers(exc.headers, usage)
-            raise
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                add_headers(exc.headers, usage)
-                raise
-            error = from_http_exception(exc, config.base_path)
-            add_headers(error.headers, usage)
-            raise error from None
-        if not response.prepared:
-            add_headers(response.headers, usage)
-        return response
+        with storage_errors("acquire a connection"):
+            async with request.app[POOL].acquire() as conn:
+                request[REQUEST_DB] = conn
+                try:
+                    return await _gated(request, handler, conn)
+                finally:
+                    del request[REQUEST_DB]
 
     return middleware

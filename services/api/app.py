@@ -59,7 +59,9 @@ def add_partner_routes(app: web.Application, base: str) -> None:
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     app[POOL] = await retry_transient(
-        lambda: create_pool(config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max),
+        lambda: create_pool(
+            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max, stateless=True
+        ),
         what="connect to PostgreSQL",
         cap=2.0,
     )

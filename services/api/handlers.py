@@ -16,7 +16,7 @@ from . import queries
 from .catalog import Body
 from .errors import ApiError, not_found
 from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
-from .state import CATALOG, POOL
+from .state import CATALOG, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -48,7 +48,7 @@ def _cursor(value: int | None) -> str:
 async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:
     sql, args = queries.page_query(lang, filters, page, search)
     with storage_errors(what):
-        rows = await request.app[POOL].fetch(sql, *args)
+        rows = await db(request).fetch(sql, *args)
     items = [r for r in rows if r["kind"] == queries.ITEM]
     flags = {r["kind"] for r in rows}
     for kind, name, value in ((queries.MISSING_AFTER, "after", page.after), (queries.MISSING_BEFORE, "before", page.before)):
@@ -83,7 +83,7 @@ async def post_detail(request: web.Request) -> web.Response:
         raise not_found()
     post_id = int(segment) if _ID.fullmatch(segment) and int(segment) <= 2**53 else None
     with storage_errors("post detail"):
-        detail = await request.app[POOL].fetchval(queries.SELECT_DETAIL, _lang(request), post_id, segment)
+        detail = await db(request).fetchval(queries.SELECT_DETAIL, _lang(request), post_id, segment)
     if detail is None:
         raise not_found("No visible post has this id or slug in the requested language.")
     return json_bytes(detail.encode())
@@ -139,5 +139,5 @@ def pulse_document(counts: dict[str, int], as_of: datetime) -> dict:
 async def sentiment_pulse(request: web.Request) -> web.Response:
     as_of = datetime.now(timezone.utc)
     with storage_errors("sentiment pulse"):
-        rows: list[asyncpg.Record] = await request.app[POOL].fetch(queries.SELECT_PULSE, as_of)
+        rows: list[asyncpg.Record] = await db(request).fetch(queries.SELECT_PULSE, as_of)
     return json_bytes(orjson.dumps(pulse_document({r["sentiment"]: r["n"] for r in rows}, as_of)))

@@ -61,6 +61,11 @@ _SEARCH_CURSOR = (
 )
 
 
+#: Search ranks the newest this-many matching translations of the locale, so its cost is
+#: bounded however common the words are (the ranking reads each candidate's tsvector).
+SEARCH_CANDIDATES = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class Search:
     config: str
@@ -123,17 +128,26 @@ def page_query(lang: str, filters: Filters, page: Page, search: Search | None = 
         bounds.append(f"({key}) < (SELECT * FROM b)")
         flags.append(f"SELECT {MISSING_BEFORE}, NULL::bigint, NULL::text, 0::bigint WHERE NOT EXISTS (SELECT 1 FROM b)")
     base = " AND ".join(where)
+    source = "post_translations t"
+    if search is not None:
+        # The matches to rank: the newest SEARCH_CANDIDATES, fetched once for the page and both flags.
+        ctes.insert(
+            0,
+            f"cand AS MATERIALIZED (SELECT t.post_id, t.lean, t.tsv, t.published_at FROM post_translations t "
+            f"WHERE {base} ORDER BY t.published_at DESC, t.post_id DESC LIMIT {SEARCH_CANDIDATES})",
+        )
+        source, base = "cand t", "TRUE"
     ctes.append(
-        f"page AS (SELECT t.post_id, t.lean, {select_key} FROM post_translations t "
+        f"page AS (SELECT t.post_id, t.lean, {select_key} FROM {source} "
         f"WHERE {' AND '.join([base, *bounds])} ORDER BY {order} LIMIT {arg(page.limit)}::integer)"
     )
     flags.append(
-        f"SELECT {OLDER}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS (SELECT 1 FROM post_translations t "
+        f"SELECT {OLDER}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS (SELECT 1 FROM {source} "
         f"WHERE {base} AND ({key}) < (SELECT {cols} FROM page ORDER BY {asc} LIMIT 1))"
     )
     if page.after is not None or page.before is not None:
         flags.append(
-            f"SELECT {NEWER}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS (SELECT 1 FROM post_translations t "
+            f"SELECT {NEWER}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS (SELECT 1 FROM {source} "
             f"WHERE {base} AND ({key}) > (SELECT {cols} FROM page ORDER BY {desc} LIMIT 1))"
         )
     items = f"SELECT {ITEM} AS kind, post_id, lean, row_number() OVER (ORDER BY {desc}) AS pos FROM page"

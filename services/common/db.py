@@ -39,13 +39,24 @@ def storage_errors(what: str):
         raise StorageUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-async def create_pool(dsn: str, schema: str, *, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
-    """A pool whose connections resolve unqualified names in the read-model schema first."""
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset for readers that never change session state: nothing to undo, so no round trip
+    (asyncpg still rolls back a transaction left open)."""
+
+
+async def create_pool(
+    dsn: str, schema: str, *, min_size: int = 2, max_size: int = 10, stateless: bool = False
+) -> asyncpg.Pool:
+    """A pool whose connections resolve unqualified names in the read-model schema first.
+
+    ``stateless`` pools belong to processes that never SET, LISTEN or take session locks;
+    their connections skip asyncpg's reset statement when returned to the pool."""
     with storage_errors("connect"):
         return await asyncpg.create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
+            reset=_keep_session if stateless else None,
             server_settings={"search_path": f"{schema},public", "application_name": "tickerwire"},
             command_timeout=30,
         )

@@ -98,7 +98,9 @@ async def _pinger(app: web.Application) -> None:
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     app[POOL] = await retry_transient(
-        lambda: create_pool(config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max),
+        lambda: create_pool(
+            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max, stateless=True
+        ),
         what="connect to PostgreSQL",
         cap=2.0,
     )
