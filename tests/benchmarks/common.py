@@ -1,0 +1,410 @@
+"""Shared helpers of the benchmark suite: settings, statistics, result rows, the shared
+infrastructure (PostgreSQL, broker, service stacks), process accounting and load generation.
+
+A benchmark module exposes ``NAME`` and ``async def run(ctx: Context) -> Result``. A
+:class:`Result` holds one :class:`Metric` per measured figure; each metric keeps the raw
+per-run values of the product and of its baseline, so the runner can print and store the
+median, min and max of each and their ratio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+
+from tickerwire.schemas.models import PostStatus
+from tickerwire.services.demo import dataset
+from tickerwire.services.embedded.broker import EmbeddedBroker
+from tickerwire.services.embedded.ports import free_port
+from tickerwire.services.embedded.postgres import EmbeddedPostgres, scratch_database
+from tests.support.stack import ServiceStack, wait_http
+
+log = logging.getLogger("bench")
+
+REPO = Path(__file__).resolve().parents[2]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class Settings:
+    smoke: bool
+    runs: int  # runs of the product and of the baseline, alternated
+
+    @classmethod
+    def create(cls, smoke: bool, runs: int | None = None) -> "Settings":
+        return cls(smoke=smoke, runs=runs or (1 if smoke else 5))
+
+    def pick(self, smoke, full):
+        return smoke if self.smoke else full
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sample."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+@dataclass
+class Summary:
+    median: float
+    min: float
+    max: float
+    runs: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Summary | None":
+        return cls(statistics.median(values), min(values), max(values), len(values)) if values else None
+
+
+@dataclass
+class Metric:
+    """One figure: product vs baseline over alternated runs. ``higher_is_better`` sets the ratio's direction."""
+
+    name: str
+    unit: str
+    product: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
+    higher_is_better: bool = True
+    #: Human-readable target and a predicate over (product median, ratio) that says whether it is met.
+    target: str = ""
+    check: Callable[[float, float | None], bool] | None = field(default=None, repr=False)
+    note: str = ""
+
+    def ratio(self) -> float | None:
+        p, b = Summary.of(self.product), Summary.of(self.baseline)
+        if p is None or b is None or b.median == 0 or p.median == 0:
+            return None
+        # Always "product relative to baseline" where >1 would mean the product is better.
+        return p.median / b.median if self.higher_is_better else b.median / p.median
+
+    def met(self) -> bool | None:
+        p = Summary.of(self.product)
+        if self.check is None or p is None:
+            return None
+        return bool(self.check(p.median, self.ratio()))
+
+    def to_json(self) -> dict:
+        return {
+            "metric": self.name,
+            "unit": self.unit,
+            "product": asdict(s) if (s := Summary.of(self.product)) else None,
+            "baseline": asdict(s) if (s := Summary.of(self.baseline)) else None,
+            "product_runs": [round(v, 4) for v in self.product],
+            "baseline_runs": [round(v, 4) for v in self.baseline],
+            "ratio": self.ratio(),
+            "higher_is_better": self.higher_is_better,
+            "target": self.target,
+            "met": self.met(),
+            "note": self.note,
+        }
+
+
+@dataclass
+class Result:
+    benchmark: str
+    status: str = "ok"  # ok | n/a | error
+    metrics: list[Metric] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def metric(self, name: str, unit: str, **kw) -> Metric:
+        m = Metric(name, unit, **kw)
+        self.metrics.append(m)
+        return m
+
+    def to_json(self) -> dict:
+        return {
+            "benchmark": self.benchmark,
+            "status": self.status,
+            "seconds": round(self.seconds, 1),
+            "notes": self.notes,
+            "metrics": [m.to_json() for m in self.metrics],
+        }
+
+
+async def alternate(runs: int, product: Callable[[int], Awaitable[None]], baseline: Callable[[int], Awaitable[None]]) -> None:
+    """Run product, baseline, product, baseline... ``runs`` times each (each call records its own metrics)."""
+    for i in range(runs):
+        await product(i)
+        await baseline(i)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields_ = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields_[11]) + int(fields_[12])) / CLK_TCK
+
+
+def proc_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as fh:
+        return int(fh.read().split()[1]) * PAGE / 1e6
+
+
+def raise_nofile() -> int:
+    """Raise the soft open-files limit to the hard limit (the stream benchmark holds thousands of sockets)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class RssSampler:
+    """Samples the RSS of named pids every ``every`` seconds while active; keeps the peak of each."""
+
+    def __init__(self, every: float = 0.25) -> None:
+        self.every = every
+        self.peak: dict[str, float] = {}
+        self._task: asyncio.Task | None = None
+        self._pids: dict[str, int] = {}
+
+    def watch(self, label: str, pid: int) -> None:
+        self._pids[label] = pid
+
+    def sample(self) -> None:
+        for label, pid in list(self._pids.items()):
+            with contextlib.suppress(OSError):
+                self.peak[label] = max(self.peak.get(label, 0.0), proc_rss_mb(pid))
+
+    async def _loop(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(self.every)
+
+    def __enter__(self) -> "RssSampler":
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sample()
+        if self._task:
+            self._task.cancel()
+
+
+# --------------------------------------------------------------------------- infrastructure
+
+
+@dataclass
+class Context:
+    """What every benchmark gets: settings, the shared servers, and the memory figures they gather."""
+
+    settings: Settings
+    pg_dsn: str
+    kafka_bootstrap: str
+    #: label -> list of peak RSS (MB) observations, filled by the load benchmarks for the memory row.
+    memory: dict[str, list[float]] = field(default_factory=dict)
+    out_dir: Path = Path("bench-results")
+
+    def record_rss(self, sampler: RssSampler, prefix: str = "") -> None:
+        for label, mb in sampler.peak.items():
+            self.memory.setdefault(prefix + label, []).append(mb)
+
+    @contextlib.asynccontextmanager
+    async def database(self) -> AsyncIterator[str]:
+        async with scratch_database(self.pg_dsn, prefix="bench_") as dsn:
+            yield dsn
+
+    @contextlib.asynccontextmanager
+    async def stack(self, **extra_env: str) -> AsyncIterator[ServiceStack]:
+        """A migrated database, fresh topics and a ServiceStack (no process started yet)."""
+        async with self.database() as dsn:
+            stack = ServiceStack(dsn, self.kafka_bootstrap, f"b{uuid.uuid4().hex[:8]}", extra_env=dict(extra_env))
+            await stack.prepare()
+            try:
+                yield stack
+            finally:
+                stack.stop_all()
+
+
+@contextlib.contextmanager
+def infrastructure():
+    """(pg_dsn, kafka_bootstrap): from TICKERWIRE_TEST_* variables, else embedded servers."""
+    import shutil
+    import tempfile
+
+    with contextlib.ExitStack() as stack:
+        dsn = os.environ.get("TICKERWIRE_TEST_DATABASE_URL")
+        if not dsn:
+            root = Path(tempfile.mkdtemp(prefix="tickerwire-bench-pg-"))
+            stack.callback(shutil.rmtree, root, True)
+            dsn = stack.enter_context(EmbeddedPostgres(root / "data")).dsn
+        bootstrap = os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS")
+        if not bootstrap:
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+        yield dsn, bootstrap
+
+
+WIDE_OPEN = dict(rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, stream_connection_limit=10_000)
+
+
+async def provision_wide_open(stack: ServiceStack, workspace_id: str = "ws_bench") -> str:
+    """A workspace whose limits never throttle the benchmarks; returns its key."""
+    return await stack.provision(workspace_id, **WIDE_OPEN)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+async def probe(url: str, headers: dict[str, str]) -> tuple[int, bytes, str | None]:
+    """(status, body, reason-if-missing). A 404 that is not the spec's JSON envelope means the route does not exist."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url, headers=headers) as resp:
+            body = await resp.read()
+            missing = None
+            if resp.status == 404 and (not body.startswith(b'{"error"') or b"No such endpoint" in body):
+                missing = "n/a (endpoint missing: 404)"
+            elif resp.status != 200:
+                missing = f"n/a (status {resp.status}: {body[:120].decode(errors='replace')})"
+            return resp.status, body, missing
+
+
+@dataclass
+class LoadResult:
+    requests: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+    cpu_seconds: float
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU seconds of the load generator per wall second (1.0 = one core busy)."""
+        return self.cpu_seconds / self.seconds if self.seconds else 0.0
+
+
+async def closed_loop(url: str, headers: dict[str, str], seconds: float, connections: int) -> LoadResult:
+    """Python fallback for peak throughput: ``connections`` workers sending back to back."""
+    latencies: list[float] = []
+    errors = 0
+    conn = aiohttp.TCPConnector(limit=connections)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    deadline = t0 + seconds
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            while (start := time.perf_counter()) < deadline:
+                try:
+                    async with session.get(url, headers=headers) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            errors += 1
+                except aiohttp.ClientError:
+                    errors += 1
+                latencies.append((time.perf_counter() - start) * 1000)
+
+        await asyncio.gather(*(worker() for _ in range(connections)))
+    wall = time.perf_counter() - t0
+    return LoadResult(len(latencies), errors, wall, latencies, time.process_time() - cpu0)
+
+
+async def open_loop(url: str, headers: dict[str, str], rate: float, seconds: float, max_in_flight: int = 256) -> LoadResult:
+    """Fixed-rate load: request i is due at t0 + i/rate; latency counts from the due time, so a
+    stalled server is charged for the requests it delayed (no coordinated omission)."""
+    latencies: list[float] = []
+    errors = 0
+    total = max(1, int(rate * seconds))
+    gate = asyncio.Semaphore(max_in_flight)
+    conn = aiohttp.TCPConnector(limit=max_in_flight)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def one(due: float) -> None:
+            nonlocal errors
+            try:
+                async with session.get(url, headers=headers) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors += 1
+            except aiohttp.ClientError:
+                errors += 1
+            finally:
+                gate.release()
+            latencies.append((time.perf_counter() - due) * 1000)
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        tasks = []
+        for i in range(total):
+            due = t0 + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await gate.acquire()
+            tasks.append(asyncio.create_task(one(due)))
+        await asyncio.gather(*tasks)
+        wall = time.perf_counter() - t0
+    return LoadResult(len(latencies), errors, wall, latencies, time.process_time() - cpu0)
+
+
+# --------------------------------------------------------------------------- data and processes
+
+THREE_LOCALES = ("en-US", "es-ES", "fr-FR")
+
+
+def catalog(tokens: int = 500) -> list:
+    """Locales, categories and ``tokens`` tokens of the demo dataset."""
+    return dataset.catalog_events(now=datetime.now(timezone.utc), tokens=tokens)
+
+
+def posts(first_id: int, count: int, locales: tuple[str, ...] = THREE_LOCALES, seed: int = 7) -> list:
+    """``count`` published posts with ids from ``first_id``, each translated into exactly ``locales``
+    (which must start with en-US); published_at is now, rising with the id."""
+    rng = random.Random(f"bench/{seed}/{first_id}")
+    pool = dataset.ticker_pool(seed)
+    now = datetime.now(timezone.utc)
+    out = []
+    for i in range(count):
+        at = now + timedelta(microseconds=i)
+        event = dataset.build_post(
+            rng, post_id=first_id + i, status=PostStatus.published, published_at=at, emitted_at=at, locales=locales, pool=pool
+        )
+        assert len(event.data.translations) == len(locales)
+        out.append(event)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def baseline_process(kind: str, *args: str) -> AsyncIterator[tuple[subprocess.Popen, str]]:
+    """Start ``python -m tests.benchmarks.baselines KIND`` on a free port; yields (process, base url)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.benchmarks.baselines", kind, "--port", str(port), *args],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await wait_http(url + "/readyz")
+        yield proc, url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,0 +1,183 @@
+"""3. Stream fan-out: 1,000 and 5,000 WebSocket clients held by separate client processes;
+deliveries/s and publish-to-receive p50/p99 for a burst of posts, against a bare aiohttp
+broadcast server sending pre-encoded bytes to the same clients.
+
+Product path: produce to the log -> projector commits -> stream announces -> clients.
+Baseline: ``POST /publish`` of the same number of pre-encoded messages -> clients.
+Deliveries/s = receipts / (last receipt - first publish). Times are CLOCK_MONOTONIC,
+which every process on the machine shares.
+
+``python -m tests.benchmarks.stream client URL CONNECTIONS EXPECT TIMEOUT`` is one client
+process: it prints ``ready`` once connected, then one JSON line of [post id, receive time] pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import aiohttp
+import orjson
+
+from tickerwire.schemas.models import encode_event, entity_key
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
+
+from tests.support.stack import BASE
+
+from .common import REPO, Context, Result, RssSampler, baseline_process, catalog, percentile, posts, proc_rss_mb, provision_wide_open, raise_nofile
+
+NAME = "stream"
+
+
+# --------------------------------------------------------------------------- client process
+
+
+async def client_main(url: str, connections: int, expect: int, timeout: float) -> None:
+    raise_nofile()
+    receipts: list[tuple[int, float]] = []
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    gate = asyncio.Semaphore(50)
+
+    async def connect() -> aiohttp.ClientWebSocketResponse:
+        async with gate:
+            return await session.ws_connect(url, autoping=True, max_msg_size=0)
+
+    sockets = await asyncio.gather(*(connect() for _ in range(connections)))
+    print("ready", flush=True)
+
+    async def read(ws: aiohttp.ClientWebSocketResponse) -> None:
+        got = 0
+        async for msg in ws:
+            if msg.type != aiohttp.WSMsgType.TEXT or not msg.data.startswith('{"type":"post.created"'):
+                continue
+            receipts.append((orjson.loads(msg.data)["data"]["id"], time.monotonic()))
+            got += 1
+            if got >= expect:
+                return
+
+    await asyncio.wait([asyncio.create_task(read(ws)) for ws in sockets], timeout=timeout)
+    sys.stdout.write(json.dumps(receipts) + "\n")
+    sys.stdout.flush()
+    for ws in sockets:
+        await ws.close()
+    await session.close()
+
+
+# --------------------------------------------------------------------------- driver
+
+
+class Clients:
+    """Client processes holding ``total`` connections between them."""
+
+    def __init__(self, url: str, total: int, expect: int, processes: int, timeout: float) -> None:
+        per = [total // processes + (1 if i < total % processes else 0) for i in range(processes)]
+        self.procs = [
+            subprocess.Popen([sys.executable, "-m", "tests.benchmarks.stream", "client", url, str(n), str(expect), str(timeout)],
+                             cwd=REPO, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+            for n in per if n
+        ]
+
+    async def ready(self) -> None:
+        for p in self.procs:
+            line = await asyncio.to_thread(p.stdout.readline)
+            if line.strip() != "ready":
+                raise RuntimeError(f"stream client failed to connect (exit {p.poll()})")
+
+    async def receipts(self) -> list[tuple[int, float]]:
+        out = []
+        for p in self.procs:
+            line = await asyncio.to_thread(p.stdout.readline)
+            await asyncio.to_thread(p.wait)
+            out.extend(json.loads(line) if line.strip() else [])
+        return out
+
+
+def figures(receipts, sent: dict[int, float]) -> tuple[float, float, float]:
+    lat = [(t - sent[i]) * 1000 for i, t in receipts if i in sent]
+    if not lat:
+        raise RuntimeError("no client received anything")
+    span = max(t for _, t in receipts) - min(sent.values())
+    return len(lat) / span, percentile(lat, 50), percentile(lat, 99)
+
+
+async def stored_lean(stack, post_id: int) -> bytes:
+    """The lean JSON the product sent, so the baseline sends messages of the same size."""
+    conn = await stack.read_conn()
+    try:
+        return (await conn.fetchval("SELECT lean FROM post_translations WHERE post_id = $1", post_id)).encode()
+    finally:
+        await conn.close()
+
+
+def template_message(post_id: int, lean: bytes) -> bytes:
+    doc = orjson.loads(lean)
+    doc["id"] = post_id
+    return b'{"type":"post.created","ts":"2026-01-01T00:00:00.000Z","data":' + orjson.dumps(doc) + b"}"
+
+
+async def run(ctx: Context) -> Result:
+    s = ctx.settings
+    result = Result(NAME)
+    sizes = s.pick([50], [1000, 5000])
+    burst = s.pick(3, 10)
+    procs = s.pick(2, 4)
+    timeout = s.pick(30.0, 90.0)
+    result.notes.append(f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream")
+    next_id = 1
+    async with ctx.stack() as stack:
+        projector = await stack.start("projector")
+        await stack.publish(catalog(tokens=0))
+        key = await provision_wide_open(stack)
+        server = await stack.start("stream")
+        product_url = server.url.replace("http", "ws") + BASE + f"/stream?key={key}"
+        topic = topic_name(stack.topic_prefix, POSTS)
+        async with baseline_process("broadcast") as (bproc, base_url), kafka.started_producer(stack.config, linger_ms=0) as producer:
+            with RssSampler() as rss:
+                rss.watch("stream", server.proc.pid)
+                rss.watch("projector", projector.proc.pid)
+                for size in sizes:
+                    rate = result.metric(f"{size} clients deliveries/s", "msg/s", target=">= 0.7x baseline", check=lambda p, r: r is not None and r >= 0.7)
+                    p50 = result.metric(f"{size} clients publish-to-receive p50", "ms", higher_is_better=False)
+                    p99 = result.metric(f"{size} clients publish-to-receive p99", "ms", higher_is_better=False,
+                                        target="< 250 ms" if size >= 5000 else "", check=(lambda p, r: p < 250) if size >= 5000 else None)
+                    per_k = []
+                    for _ in range(s.runs):
+                        # product
+                        idle = proc_rss_mb(server.proc.pid)
+                        clients = Clients(product_url, size, burst, procs, timeout)
+                        await clients.ready()
+                        await asyncio.sleep(0.5)
+                        per_k.append((proc_rss_mb(server.proc.pid) - idle) / size * 1000)
+                        events = posts(next_id, burst, locales=("en-US",))
+                        next_id += burst
+                        sent = {}
+                        for event in events:
+                            sent[event.data.id] = time.monotonic()
+                            await producer.send(topic, value=encode_event(event), key=entity_key(event).encode())
+                        await producer.flush()
+                        for metric, value in zip((rate, p50, p99), figures(await clients.receipts(), sent)):
+                            metric.product.append(value)
+                        lean = await stored_lean(stack, events[0].data.id)
+                        # baseline
+                        clients = Clients(base_url.replace("http", "ws") + "/stream", size, burst, procs, timeout)
+                        await clients.ready()
+                        await asyncio.sleep(0.5)
+                        ids = list(range(10**9, 10**9 + burst))
+                        body = b"\n".join(template_message(i, lean) for i in ids)
+                        async with aiohttp.ClientSession() as session:
+                            t0 = time.monotonic()
+                            async with session.post(base_url + "/publish", data=body) as resp:
+                                await resp.read()
+                        for metric, value in zip((rate, p50, p99), figures(await clients.receipts(), {i: t0 for i in ids})):
+                            metric.baseline.append(value)
+                    ctx.memory.setdefault("stream RSS growth per 1,000 connections", []).extend(per_k)
+            ctx.record_rss(rss, "stream load: ")
+    return result
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["client"]:
+    asyncio.run(client_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])))
