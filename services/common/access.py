@@ -73,7 +73,12 @@ def bearer_key(header: str | None) -> str | None:
 
 
 async def resolve(
-    pool: asyncpg.Pool, key: str | None, *, count: bool, default_rate: int | None = None, default_quota: int | None = None
+    db: asyncpg.Pool | asyncpg.Connection,
+    key: str | None,
+    *,
+    count: bool,
+    default_rate: int | None = None,
+    default_quota: int | None = None,
 ) -> tuple[Principal, asyncpg.Record]:
     """Run the gates (and, with ``count``, admit against the limits) in one round trip.
 
@@ -84,7 +89,7 @@ async def resolve(
         raise AccessDenied(NOT_AUTHENTICATED)
     digest = hash_key(key)
     with storage_errors("authenticate"):
-        row = await pool.fetchrow(CALL_ACCESS, digest, count, default_rate, default_quota)
+        row = await db.fetchrow(CALL_ACCESS, digest, count, default_rate, default_quota)
     # The lookup is by digest (an index probe reveals nothing about the key); the stored
     # digest is compared again here in constant time.
     if row is None or row["key_hash"] is None or not hashes_match(row["key_hash"], digest):

@@ -203,9 +203,14 @@ async def test_a_post_is_pushed_only_after_the_projector_committed_it(stack: Ser
         received = set()
         while received != ids:
             message = await next_post(ws, ids)
-            # Read-your-stream: on receipt the API already lists the post.
-            assert message["data"]["id"] in await listed(http, stack, key, "en-US")
-            received.add(message["data"]["id"])
+            post = message["data"]
+            # Read-your-stream: on receipt the post's detail answers 200 and the list has it.
+            detail_url = f"{stack.of('api')[0].url}{BASE}/posts/{post['id']}"
+            async with http.get(detail_url, params={"lang": post["lang"]}, headers=auth(key)) as resp:
+                assert resp.status == 200
+                assert {k: v for k, v in (await resp.json()).items() if k in post} == post
+            assert post["id"] in await listed(http, stack, key, post["lang"])
+            received.add(post["id"])
         await ws.close()
 
 
