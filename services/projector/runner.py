@@ -8,6 +8,7 @@ only informational (they are still committed, after the database, for lag toolin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -26,6 +27,8 @@ from .metrics import ProjectorMetrics
 
 log = logging.getLogger(__name__)
 
+
+KAFKA_COMMIT_INTERVAL_S = 2.0
 
 #: Errors that say a record's data is unacceptable to the read model (SQLSTATE classes 22
 #: and 23). Anything else (connection, schema, locks) is retried, never set aside.
@@ -62,6 +65,7 @@ class Projector:
         self.metrics = metrics
         self.client_id = client_id
         self.consumer: AIOKafkaConsumer | None = None
+        self._uncommitted: dict[TopicPartition, int] = {}
         self.caught_up = asyncio.Event()
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
@@ -168,8 +172,10 @@ class Projector:
                 max_poll_records=self.config.projector_batch_max,
             )
             self.consumer.subscribe(projector_topics(self.config), listener=_SeekToStored(self))
+            committer = None
             try:
                 await self.consumer.start()
+                committer = asyncio.create_task(self._commit_to_kafka(), name="kafka-commit")
                 await self._loop()
             except KafkaError as exc:
                 log.warning("broker error, reconnecting: %s", exc)
@@ -182,6 +188,10 @@ class Projector:
                 self.metrics.retries.labels("loop").inc()
                 await asyncio.sleep(next(delays))
             finally:
+                if committer is not None:
+                    committer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await committer
                 await self.consumer.stop()
 
     async def _loop(self) -> None:
@@ -192,13 +202,24 @@ class Projector:
                 if not msgs:
                     continue
                 await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs])
-            if batches:
-                offsets = {tp: msgs[-1].offset + 1 for tp, msgs in batches.items() if msgs}
+            for tp, msgs in batches.items():
+                if msgs:
+                    self._uncommitted[tp] = msgs[-1].offset + 1
+            await self._update_lag()
+
+    async def _commit_to_kafka(self) -> None:
+        """Mirror the stored positions into Kafka's committed offsets now and then, off the hot
+        path: they are informational (lag tooling), the database holds the truth."""
+        while True:
+            await asyncio.sleep(KAFKA_COMMIT_INTERVAL_S)
+            offsets, self._uncommitted = self._uncommitted, {}
+            assigned = self.consumer.assignment() if self.consumer is not None else set()
+            offsets = {tp: o for tp, o in offsets.items() if tp in assigned}
+            if offsets:
                 try:
                     await self.consumer.commit(offsets)
-                except KafkaError as exc:  # informational only; the database holds the truth
+                except KafkaError as exc:
                     log.debug("kafka commit failed: %s", exc)
-            await self._update_lag()
 
 
 async def ensure_topics_with_retry(config: Config) -> None:
