@@ -82,6 +82,12 @@ def main() -> None:
             app = http_app(fh.read())
     else:
         app = broadcast_app()
+    try:  # the same event loop the product's processes use, so the comparison stays fair
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 
