@@ -12,9 +12,8 @@ from typing import AsyncIterator
 from aiohttp import web
 
 from ..common.config import Config
-from ..common.db import create_pool, schema_ready
+from ..common.db import reader_pool, schema_ready
 from ..common.ops import add_ops_routes, run_app
-from ..common.retry import retry_transient
 from ..common.tasks import background_task
 from . import handlers, openapi
 from .access import PARTNER, access_middleware
@@ -58,13 +57,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
-    app[POOL] = await retry_transient(
-        lambda: create_pool(
-            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max, stateless=True
-        ),
-        what="connect to PostgreSQL",
-        cap=2.0,
-    )
+    app[POOL] = await reader_pool(config)
     yield
     await app[POOL].close()
 

@@ -9,7 +9,9 @@ from typing import AsyncIterator
 
 import asyncpg
 
+from .config import Config
 from .errors import StorageUnavailable
+from .retry import retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,17 @@ async def create_pool(
             server_settings={"search_path": f"{schema},public", "application_name": "tickerwire"},
             command_timeout=30,
         )
+
+
+async def reader_pool(config: Config) -> asyncpg.Pool:
+    """The pool of a reading service (API, stream), connecting with retries until PostgreSQL answers."""
+    return await retry_transient(
+        lambda: create_pool(
+            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max, stateless=True
+        ),
+        what="connect to PostgreSQL",
+        cap=2.0,
+    )
 
 
 def _migration_files(scope: str) -> list[tuple[str, str]]:

@@ -18,9 +18,8 @@ from aiohttp import WSMsgType, web
 
 from ..common.access import AccessDenied, check_access
 from ..common.config import Config
-from ..common.db import create_pool, schema_ready
+from ..common.db import reader_pool, schema_ready
 from ..common.ops import add_ops_routes, run_app
-from ..common.retry import retry_transient
 from ..common.tasks import background_task
 from . import protocol
 from .errors import envelope, error_middleware
@@ -97,13 +96,7 @@ async def _pinger(app: web.Application) -> None:
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
-    app[POOL] = await retry_transient(
-        lambda: create_pool(
-            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max, stateless=True
-        ),
-        what="connect to PostgreSQL",
-        cap=2.0,
-    )
+    app[POOL] = await reader_pool(config)
     app[LEASES] = Leases(app[POOL], app[CONFIG].stream_lease_ttl_s, app[CONFIG].stream_lease_renew_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     yield

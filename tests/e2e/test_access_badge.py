@@ -13,25 +13,15 @@ import orjson
 import pytest
 
 from tickerwire.services.cli import admin
-from tests.support.stack import BASE, ServiceStack, auth
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(dsn, kafka_bootstrap, "access-badge")
-        await s.prepare()
-        try:
-            await s.start("projector")
-            await s.start("api")
-            await s.start("api")
-            yield s
-        finally:
-            s.stop_all()
+    async with started_stack(pg_dsn, kafka_bootstrap, "access-badge", services=("projector", "api", "api")) as s:
+        yield s
 
 
 def sweep_cli(stack: ServiceStack) -> dict[str, str]:

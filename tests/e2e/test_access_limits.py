@@ -11,7 +11,7 @@ import pytest
 
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import generate_key, hash_key
-from tests.support.stack import BASE, ServiceStack, auth
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -24,18 +24,9 @@ LIMIT_HEADERS = (
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(dsn, kafka_bootstrap, "access-limits")
-        await s.prepare()
-        try:
-            await s.start("projector")
-            for _ in range(API_PROCESSES):
-                await s.start("api")
-            yield s
-        finally:
-            s.stop_all()
+    services = ("projector",) + ("api",) * API_PROCESSES
+    async with started_stack(pg_dsn, kafka_bootstrap, "access-limits", services=services) as s:
+        yield s
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from aiokafka import TopicPartition
 
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from tickerwire.services.common import kafka
-from tests.support.stack import ServiceStack
+from tests.support.stack import started_stack, ServiceStack
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +39,8 @@ async def log_size(stack: ServiceStack) -> int:
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(dsn, kafka_bootstrap, "clitest")
-        await s.prepare()
-        try:
-            await s.start("projector")
-            yield s
-        finally:
-            s.stop_all()
+    async with started_stack(pg_dsn, kafka_bootstrap, "clitest", services=("projector",)) as s:
+        yield s
 
 
 async def test_a_file_with_an_invalid_line_publishes_nothing(stack, tmp_path):

@@ -7,24 +7,15 @@ import asyncio
 import orjson
 import pytest
 
-from tests.support.stack import BASE, ServiceStack
+from tests.support.stack import started_stack, BASE
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(dsn, kafka_bootstrap, "lowlevel")
-        await s.prepare()
-        try:
-            for name in ("projector", "api", "stream"):
-                await s.start(name)
-            yield s
-        finally:
-            s.stop_all()
+    async with started_stack(pg_dsn, kafka_bootstrap, "lowlevel") as s:
+        yield s
 
 
 async def raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:

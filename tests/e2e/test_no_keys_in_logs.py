@@ -13,26 +13,16 @@ import pytest
 
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import KEY_PREFIX, generate_key, hash_key
-from tests.support.stack import BASE, ServiceStack, auth
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(dsn, kafka_bootstrap, "access-nokeys", extra_env={"TICKERWIRE_LOG_LEVEL": "DEBUG"})
-        await s.prepare()
-        try:
-            await s.start("projector")
-            await s.start("api")
-            await s.start("api")
-            await s.start("stream")
-            yield s
-        finally:
-            s.stop_all()
+    services = ("projector", "api", "api", "stream")
+    async with started_stack(pg_dsn, kafka_bootstrap, "access-nokeys", services=services, TICKERWIRE_LOG_LEVEL="DEBUG") as s:
+        yield s
 
 
 async def exercise(stack: ServiceStack) -> list[str]:

@@ -23,7 +23,7 @@ import pytest
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import hash_key
-from tests.support.stack import BASE, ServiceStack, auth
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -65,23 +65,13 @@ def post_event(post_id: int, *, langs=("en-US",), version: int = 1, title: str |
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(
-            dsn, kafka_bootstrap, f"stream{os.getpid()}",
-            extra_env={"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_STREAM_QUEUE_SIZE": str(QUEUE_SIZE)},
-        )
-        await s.prepare()
-        try:
-            for name in ("projector", "api", "stream", "stream"):
-                await s.start(name)
-            await s.publish([locale_event("en-US", "English", "US", True), locale_event("de-DE", "German", "DE", False),
-                             locale_event("fr-FR", "French", "FR", False)])
-            await s.wait_projected()
-            yield s
-        finally:
-            s.stop_all()
+    env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_STREAM_QUEUE_SIZE": str(QUEUE_SIZE)}
+    services = ("projector", "api", "stream", "stream")
+    async with started_stack(pg_dsn, kafka_bootstrap, f"stream{os.getpid()}", services=services, **env) as s:
+        await s.publish([locale_event("en-US", "English", "US", True), locale_event("de-DE", "German", "DE", False),
+                         locale_event("fr-FR", "French", "FR", False)])
+        await s.wait_projected()
+        yield s
 
 
 @pytest.fixture

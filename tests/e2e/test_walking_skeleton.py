@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
-from tests.support.stack import BASE, ServiceStack, auth
+from tests.support.stack import started_stack, BASE, ServiceStack, auth
 
 pytestmark = pytest.mark.e2e
 
@@ -43,17 +43,8 @@ def post_event(post_id: int, at: datetime) -> PostEvent:
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
-    from tickerwire.services.embedded.postgres import scratch_database
-
-    async with scratch_database(pg_dsn) as dsn:
-        s = ServiceStack(dsn, kafka_bootstrap, "skeleton")
-        await s.prepare()
-        try:
-            for name in ("projector", "api", "stream"):
-                await s.start(name)
-            yield s
-        finally:
-            s.stop_all()
+    async with started_stack(pg_dsn, kafka_bootstrap, "skeleton") as s:
+        yield s
 
 
 async def test_event_reaches_http_and_websocket(stack: ServiceStack):

@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import AsyncIterator, Sequence
 
 import aiohttp
 import asyncpg
@@ -30,6 +30,7 @@ from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tickerwire.services.common.db import connect, migrate
 from tickerwire.services.embedded.ports import free_port
+from tickerwire.services.embedded.postgres import scratch_database
 from tickerwire.services.projector.sweeper import sweep_once
 
 BASE = "/api/v1/developer"
@@ -176,6 +177,22 @@ class ServiceStack:
         await self.wait_projected()
         await self.sweep()
         return key
+
+
+@contextlib.asynccontextmanager
+async def started_stack(
+    pg_dsn: str, kafka_bootstrap: str, prefix: str, services: Sequence[str] = ("projector", "api", "stream"), **extra_env: str
+) -> AsyncIterator[ServiceStack]:
+    """A scratch database and topic prefix, prepared, with ``services`` started; all stopped after."""
+    async with scratch_database(pg_dsn) as dsn:
+        stack = ServiceStack(dsn, kafka_bootstrap, prefix, extra_env=dict(extra_env))
+        await stack.prepare()
+        try:
+            for name in services:
+                await stack.start(name)
+            yield stack
+        finally:
+            stack.stop_all()
 
 
 async def wait_http(url: str, service: Service | None = None, timeout: float = 60.0) -> None:
