@@ -72,6 +72,8 @@ class BatchResult:
     skipped_redelivered: int = 0
     dead: list[DeadLetter] = field(default_factory=list)
     newest_emitted_at: datetime | None = None
+    #: The partition's stored position after the batch (None for an empty batch).
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,7 @@ async def apply_batch(
         stored = await conn.fetchval(sql.SELECT_POSITION_FOR_UPDATE, topic, partition)
         fresh = [r for r in records if r.offset >= stored]
         result.skipped_redelivered = len(records) - len(fresh)
+        result.position = stored
         if not fresh:
             return result
         events, dead = decode_records(fresh)
@@ -208,6 +211,7 @@ async def apply_batch(
         if stamps:
             await conn.execute(sql.BUMP_STAMPS, sorted(stamps))
         await conn.execute(sql.SAVE_POSITION, topic, partition, fresh[-1].offset + 1)
+        result.position = fresh[-1].offset + 1
     return result
 
 

@@ -144,7 +144,8 @@ class Projector:
             log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, d.offset, d.reason)
         if result.newest_emitted_at is not None:
             m.saw_event(result.newest_emitted_at)
-        m.position.labels(tp.topic, str(tp.partition)).set(records[-1].offset + 1)
+        if result.position is not None:  # the stored position: a redelivered batch does not move it back
+            m.position.labels(tp.topic, str(tp.partition)).set(result.position)
 
     async def _update_lag(self) -> None:
         assert self.consumer is not None
