@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import asyncpg
 from aiokafka import TopicPartition
 
 from tickerwire.schemas.models import ApiKey, ApiKeyEvent, Workspace, WorkspaceEvent, encode_event
-from tickerwire.services.common.config import Config
-from tickerwire.services.common.db import create_pool, migrate
 from tickerwire.services.projector.apply import Record
-from tickerwire.services.projector.metrics import ProjectorMetrics
-from tickerwire.services.projector.runner import Projector
+from tests.support.projector import projector_on
 
 NOW = datetime(2026, 11, 20, tzinfo=timezone.utc)
 HASH = "ab" * 32
@@ -28,20 +24,14 @@ def workspace_event(ws_id: str) -> bytes:
 
 
 async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fresh_db):
-    conn = await asyncpg.connect(fresh_db)
-    await migrate(conn, "rm")
-    await conn.close()
-    pool = await create_pool(fresh_db, "rm", min_size=1, max_size=2)
-    metrics = ProjectorMetrics()
-    projector = Projector(Config(database_url=fresh_db, kafka_bootstrap_servers="unused:9092"), pool, metrics)
-    tp = TopicPartition("t.access.v1", 0)
-    records = [
-        Record(0, b"workspace:ws_1", workspace_event("ws_1")),
-        Record(1, b"api_key:key_a", key_event("key_a")),
-        Record(2, b"api_key:key_b", key_event("key_b")),  # same hash as key_a: violates UNIQUE(key_hash)
-        Record(3, b"workspace:ws_2", workspace_event("ws_2")),
-    ]
-    try:
+    async with projector_on(fresh_db) as (projector, pool, metrics):
+        tp = TopicPartition("t.access.v1", 0)
+        records = [
+            Record(0, b"workspace:ws_1", workspace_event("ws_1")),
+            Record(1, b"api_key:key_a", key_event("key_a")),
+            Record(2, b"api_key:key_b", key_event("key_b")),  # same hash as key_a: violates UNIQUE(key_hash)
+            Record(3, b"workspace:ws_2", workspace_event("ws_2")),
+        ]
         await projector._apply(tp, records)
         assert {r["id"] for r in await pool.fetch("SELECT id FROM workspaces")} == {"ws_1", "ws_2"}
         assert [r["id"] for r in await pool.fetch("SELECT id FROM api_keys")] == ["key_a"]
@@ -52,5 +42,3 @@ async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fres
         assert metrics.dead_lettered.labels("rejected")._value.get() == 1
         await projector._apply(tp, records)  # redelivery changes nothing
         assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 1
-    finally:
-        await pool.close()

@@ -1,0 +1,29 @@
+"""An in-process Projector on a migrated scratch database, for integration tests of its batch path."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator
+
+import asyncpg
+
+from tickerwire.services.common.config import Config
+from tickerwire.services.common.db import create_pool, migrate
+from tickerwire.services.projector.metrics import ProjectorMetrics
+from tickerwire.services.projector.runner import Projector
+
+
+@contextlib.asynccontextmanager
+async def projector_on(dsn: str) -> AsyncIterator[tuple[Projector, asyncpg.Pool, ProjectorMetrics]]:
+    """No broker involved: tests hand batches to ``Projector._apply`` directly."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate(conn, "rm")
+    finally:
+        await conn.close()
+    pool = await create_pool(dsn, "rm", min_size=1, max_size=2)
+    metrics = ProjectorMetrics()
+    try:
+        yield Projector(Config(database_url=dsn, kafka_bootstrap_servers="unused:9092"), pool, metrics), pool, metrics
+    finally:
+        await pool.close()
