@@ -62,25 +62,25 @@ class Hub:
         self.metrics.connections.set(len(self.connections))
         await _cancel(conn.writer)
 
-    def send(self, conn: Connection, message: bytes) -> None:
+    @staticmethod
+    def _offer(conn: Connection, message: bytes) -> bool:
+        """Queue ``message`` for ``conn``; False when its queue is full (it stopped reading)."""
         if conn.closing:
-            return
+            return True
         try:
             conn.queue.put_nowait(message)
         except asyncio.QueueFull:
+            return False
+        return True
+
+    def send(self, conn: Connection, message: bytes) -> None:
+        if not self._offer(conn, message):
             self._slow(conn)
 
     def broadcast(self, message: bytes) -> int:
         """Queue ``message`` to every open connection; returns how many got it."""
-        slow = []
-        for conn in self.connections.values():
-            if conn.closing:
-                continue
-            try:
-                conn.queue.put_nowait(message)
-            except asyncio.QueueFull:
-                slow.append(conn)
-        for conn in slow:
+        slow = [conn for conn in self.connections.values() if not self._offer(conn, message)]
+        for conn in slow:  # closed after the loop: closing changes the set being walked
             self._slow(conn)
         return len(self.connections) - len(slow)
 
