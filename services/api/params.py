@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Mapping
 
+from ..common.errors import InvalidParameter
+from ..common.query import csv_values, tickers
 from .errors import validation_failed
 
 DEFAULT_LIMIT = 20
@@ -19,8 +21,6 @@ MAX_LIMIT = 50
 MAX_CURSOR = 2**53
 MIN_QUERY = 3
 MAX_QUERY = 500
-MAX_CSV_VALUES = 20
-MAX_CSV_VALUE_LENGTH = 100
 SENTIMENTS = ("BULLISH", "NEUTRAL", "BEARISH")
 
 #: What ``q`` is trimmed of before its length is checked (the document's pattern uses the same set).
@@ -114,21 +114,16 @@ def parse_since(raw: str | None) -> datetime | None:
         return _MIN_UTC if local.year == 1 else _MAX_UTC
 
 
+def _shared(parse, query: Mapping[str, str], name: str):
+    """A parameter whose grammar :mod:`..common.query` holds (shared with the stream)."""
+    try:
+        return parse(query.get(name), name)
+    except InvalidParameter as exc:
+        raise validation_failed(exc.field, exc.message) from None
+
+
 def _csv(query: Mapping[str, str], name: str) -> tuple[str, ...] | None:
-    """Comma-separated values; empty items are skipped; no value at all means "not given"."""
-    raw = query.get(name)
-    if raw is None:
-        return None
-    values = tuple(v for v in raw.split(",") if v)
-    if not values:
-        return None
-    if len(values) > MAX_CSV_VALUES:
-        raise validation_failed(name, f"{name} takes at most {MAX_CSV_VALUES} comma-separated values; got {len(values)}.")
-    for v in values:
-        if len(v) > MAX_CSV_VALUE_LENGTH:
-            raise validation_failed(name, f"each {name} value is at most {MAX_CSV_VALUE_LENGTH} characters long.")
-    # A value with a NUL can match nothing stored; "" never matches either and is safe to send to PostgreSQL.
-    return tuple("" if "\x00" in v else v for v in values)
+    return _shared(csv_values, query, name)
 
 
 def parse_filters(query: Mapping[str, str]) -> Filters:
@@ -140,12 +135,12 @@ def parse_filters(query: Mapping[str, str]) -> Filters:
                     "sentiment",
                     f"Unknown sentiment value {value[:40]!r}; allowed values are {', '.join(SENTIMENTS)}.",
                 )
-    ticker = _csv(query, "ticker")
+    ticker = _shared(tickers, query, "ticker")
     hashtag = _csv(query, "hashtag")
     return Filters(
         since=parse_since(query.get("since")),
         category=_csv(query, "category"),
-        ticker=tuple(t.upper() for t in ticker) if ticker is not None else None,
+        ticker=ticker,
         hashtag=tuple(h.lower() for h in hashtag) if hashtag is not None else None,
         sentiment=tuple(dict.fromkeys(sentiment)) if sentiment is not None else None,
         importance_min=_integer(query, "importance_min", 0, 100, None),

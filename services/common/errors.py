@@ -25,3 +25,12 @@ class BrokerUnavailable(TransientError):
 
 class EmbeddedError(TickerwireError):
     """An embedded dependency (PostgreSQL, broker) could not be started."""
+
+
+class InvalidParameter(TickerwireError):
+    """A query parameter breaks its documented grammar; each service answers 422 VALIDATION_FAILED."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
