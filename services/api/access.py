@@ -12,8 +12,9 @@ never counts, and a request refused with 429 counts in neither window, so a clie
 waits for ``Retry-After`` is admitted. Only matched partner routes are gated; unknown paths
 answer 404 without authentication and count nothing.
 
-Every counted response, and every 429, carries X-RateLimit-Limit/Remaining/Reset and
-X-Quota-Limit/Remaining/Reset. Errors raised by handlers are turned into responses by the
+Every counted response, and every 429, carries X-RateLimit-Limit/Remaining/Reset,
+X-Quota-Limit/Remaining/Reset, RateLimit-Policy and RateLimit; every counted response also
+carries X-Log-Position, the consistency mark. Errors raised by handlers are turned into responses by the
 error middleware outside this one, so they get the headers on the way out here.
 """
 
@@ -23,11 +24,20 @@ from aiohttp import web
 
 from ..common.access import AccessDenied, bearer_key, resolve
 from ..common.db import storage_errors
-from .errors import ApiError, from_http_exception
+from .errors import ApiError, from_failure, from_http_exception
 from .limits import Usage, add_headers, refusal
-from .state import CONFIG, METRICS, POOL, REQUEST_DB
+from .state import CONFIG, METRICS, POOL, REQUEST_DB, log_position
 
 PARTNER = "partner:"
+
+#: The consistency mark on every response after the gates (see :func:`.state.log_position`).
+LOG_POSITION_HEADER = "X-Log-Position"
+
+
+def _admitted_headers(request: web.Request, usage: Usage, target) -> None:
+    """What every response to an admitted request carries: pacing headers and the mark."""
+    add_headers(target, usage)
+    target[LOG_POSITION_HEADER] = log_position(request)
 
 
 def denial_error(exc: AccessDenied) -> ApiError:
@@ -59,17 +69,21 @@ async def _gated(request: web.Request, handler, conn) -> web.StreamResponse:
     try:
         response = await handler(request)
     except ApiError as exc:
-        add_headers(exc.headers, usage)
+        _admitted_headers(request, usage, exc.headers)
         raise
     except web.HTTPException as exc:
         if exc.status < 400:
-            add_headers(exc.headers, usage)
+            _admitted_headers(request, usage, exc.headers)
             raise
         error = from_http_exception(exc, config.base_path)
-        add_headers(error.headers, usage)
+        _admitted_headers(request, usage, error.headers)
+        raise error from None
+    except Exception as exc:  # a 503 or 500 of a counted request carries the headers too
+        error = from_failure(exc, request)
+        _admitted_headers(request, usage, error.headers)
         raise error from None
     if not response.prepared:
-        add_headers(response.headers, usage)
+        _admitted_headers(request, usage, response.headers)
     return response
 
 

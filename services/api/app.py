@@ -11,6 +11,8 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
+from tickerwire.schemas.topics import POSTS, topic_name
+
 from ..common.config import Config
 from ..common.db import reader_pool, schema_ready
 from ..common.ops import add_ops_routes, run_app
@@ -64,7 +66,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware(), error_middleware(config.base_path), conditional_middleware(), access_middleware()],
+        # The access middleware wraps the conditional one, so a 304 carries the pacing headers too.
+        middlewares=[metrics_middleware(), error_middleware(config.base_path), access_middleware(), conditional_middleware()],
         client_max_size=config.max_body_bytes,
         # Long (percent-encoded) query strings reach the app and get a JSON 422, not the
         # protocol layer's plain-text 400; see params.py for the per-parameter limits.
@@ -72,7 +75,7 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     )
     app[CONFIG] = config
     app[METRICS] = metrics or ApiMetrics()
-    app[CATALOG] = Catalog()
+    app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app.cleanup_ctx.append(_pool_ctx)
     app.cleanup_ctx.append(background_task("catalog", lambda a: a[CATALOG].run(a[POOL])))
     add_partner_routes(app, config.base_path)

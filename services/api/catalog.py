@@ -151,18 +151,25 @@ def _tokens(rows: list[asyncpg.Record]) -> Tokens:
 
 @dataclass(slots=True)
 class Catalog:
+    #: The posts topic, whose stored positions make up the consistency mark.
+    log_topic: str = ""
     languages: Languages = field(default_factory=Languages)
     categories: Categories = field(default_factory=Categories)
     tokens: Tokens = field(default_factory=Tokens)
     stamps: dict[str, int] = field(default_factory=dict)
     loaded: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The mark every cached body is current for: read with the stamps of the last completed
+    #: refresh. A body whose stamp did not move is what that snapshot would give; a reloaded
+    #: one was read after it. So the mark may lag the bodies (by up to ``poll_s``), never lead.
+    log_position: str = ""
 
     def _changed(self, stamps: dict[str, int], *names: str) -> bool:
         return not self.loaded.is_set() or any(stamps.get(n) != self.stamps.get(n) for n in names)
 
     async def refresh(self, pool: asyncpg.Pool) -> None:
         with storage_errors("catalog refresh"):
-            stamps = {r["name"]: r["stamp"] for r in await pool.fetch(queries.SELECT_STAMPS)}
+            rows = await pool.fetch(queries.SELECT_STAMPS, self.log_topic)
+            stamps = {r["name"]: r["stamp"] for r in rows}
             if self._changed(stamps, "locales"):
                 self.languages = _languages(await pool.fetch(queries.SELECT_LANGUAGES))
             if self._changed(stamps, "locales", "categories"):
@@ -170,6 +177,8 @@ class Catalog:
             if self._changed(stamps, "tokens"):
                 self.tokens = _tokens(await pool.fetch(queries.SELECT_TOKENS))
         self.stamps = stamps
+        if rows:
+            self.log_position = rows[0]["log_position"]
         self.loaded.set()
 
     async def run(self, pool: asyncpg.Pool, poll_s: float = 0.5) -> None:

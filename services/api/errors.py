@@ -80,6 +80,15 @@ def from_http_exception(exc: web.HTTPException, base_path: str) -> ApiError:
     return ApiError(exc.status, code, message.format(base=base_path), headers=headers)
 
 
+def from_failure(exc: Exception, request: web.Request) -> ApiError:
+    """503 for a dependency that is briefly unavailable, else 500; either way logged."""
+    if isinstance(exc, (TransientError, asyncpg.QueryCanceledError)):
+        log.warning("dependency unavailable on %s: %s", request.path, exc)
+        return ApiError(503, "SERVICE_UNAVAILABLE", "A dependency is temporarily unavailable; retry shortly.", retry_after_sec=1)
+    log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+    return ApiError(500, "INTERNAL", "An internal error occurred; it has been logged.")
+
+
 def error_middleware(base_path: str):
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
@@ -91,11 +100,7 @@ def error_middleware(base_path: str):
             if exc.status < 400:
                 raise
             return from_http_exception(exc, base_path).response()
-        except (TransientError, asyncpg.QueryCanceledError) as exc:
-            log.warning("dependency unavailable on %s: %s", request.path, exc)
-            return ApiError(503, "SERVICE_UNAVAILABLE", "A dependency is temporarily unavailable; retry shortly.", retry_after_sec=1).response()
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            return ApiError(500, "INTERNAL", "An internal error occurred; it has been logged.").response()
+        except Exception as exc:
+            return from_failure(exc, request).response()
 
     return middleware

@@ -16,7 +16,7 @@ from . import queries
 from .catalog import Body
 from .errors import ApiError, not_found
 from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
-from .state import CATALOG, db
+from .state import CATALOG, REQUEST_LOG_POSITION, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -34,6 +34,10 @@ def cached(body: Body, cache: str = PRIVATE) -> web.Response:
     return json_bytes(body.data, cache=cache, etag=body.etag)
 
 
+def _log_topic(request: web.Request) -> str:
+    return request.app[CATALOG].log_topic
+
+
 def _lang(request: web.Request) -> str:
     return request.app[CATALOG].languages.resolve(request.query.get("lang"))
 
@@ -46,9 +50,10 @@ def _cursor(value: int | None) -> str:
 
 
 async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:
-    sql, args = queries.page_query(lang, filters, page, search)
+    sql, args = queries.page_query(lang, filters, page, search, log_topic=_log_topic(request))
     with storage_errors(what):
         rows = await db(request).fetch(sql, *args)
+    request[REQUEST_LOG_POSITION] = next((r["lean"] for r in rows if r["kind"] == queries.LOG_POSITION), None)
     items = [r for r in rows if r["kind"] == queries.ITEM]
     flags = {r["kind"] for r in rows}
     for kind, name, value in ((queries.MISSING_AFTER, "after", page.after), (queries.MISSING_BEFORE, "before", page.before)):
@@ -83,7 +88,9 @@ async def post_detail(request: web.Request) -> web.Response:
         raise not_found()
     post_id = int(segment) if _ID.fullmatch(segment) and int(segment) <= 2**53 else None
     with storage_errors("post detail"):
-        detail = await db(request).fetchval(queries.SELECT_DETAIL, _lang(request), post_id, segment)
+        row = await db(request).fetchrow(queries.SELECT_DETAIL, _lang(request), post_id, segment, _log_topic(request))
+    request[REQUEST_LOG_POSITION] = row["log_position"]
+    detail = row["detail"]
     if detail is None:
         raise not_found("No visible post has this id or slug in the requested language.")
     return json_bytes(detail.encode())
@@ -139,5 +146,7 @@ def pulse_document(counts: dict[str, int], as_of: datetime) -> dict:
 async def sentiment_pulse(request: web.Request) -> web.Response:
     as_of = datetime.now(timezone.utc)
     with storage_errors("sentiment pulse"):
-        rows: list[asyncpg.Record] = await db(request).fetch(queries.SELECT_PULSE, as_of)
-    return json_bytes(orjson.dumps(pulse_document({r["sentiment"]: r["n"] for r in rows}, as_of)))
+        rows: list[asyncpg.Record] = await db(request).fetch(queries.SELECT_PULSE, as_of, _log_topic(request))
+    request[REQUEST_LOG_POSITION] = next(r["log_position"] for r in rows if r["sentiment"] is None)
+    counts = {r["sentiment"]: r["n"] for r in rows if r["sentiment"] is not None}
+    return json_bytes(orjson.dumps(pulse_document(counts, as_of)))

@@ -2,7 +2,9 @@
 
 The counting itself happens in the database (``tw_access``, platform migration 0002), in the
 same round trip as the access gates. This module turns its answer into the headers every
-counted response carries and into the two 429 errors of spec section 7.
+counted response carries and into the two 429 errors of spec section 7: the spec's
+X-RateLimit-* and X-Quota-*, and the standard ``RateLimit-Policy`` and ``RateLimit`` fields of
+draft-ietf-httpapi-ratelimit-headers-11 (policies ``"minute"`` and ``"day"``).
 
 Windows: the rate limit is a fixed window aligned to the UTC minute (it resets at second 0 of
 the next minute, ``X-RateLimit-Reset``); the quota is the UTC day (it resets at the next UTC
@@ -18,6 +20,19 @@ from typing import Mapping
 import asyncpg
 
 from .errors import ApiError
+
+#: Names of the two quota policies in RateLimit-Policy and RateLimit.
+MINUTE_POLICY = "minute"
+DAY_POLICY = "day"
+
+
+def ratelimit_policy(rate_limit: int, quota: int) -> str:
+    """``RateLimit-Policy`` (draft-11 section 3): the per-minute and the per-day request quotas.
+
+    ``w`` is the window length in seconds; both windows are fixed (the UTC minute and the UTC
+    day), so the RateLimit field's ``t`` tells how much of the current one is left.
+    """
+    return f'"{MINUTE_POLICY}";q={rate_limit};w=60, "{DAY_POLICY}";q={quota};w=86400'
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +59,23 @@ class Usage:
     def admitted(self) -> bool:
         return self.outcome == "OK"
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, refused: str | None = None) -> dict[str, str]:
+        """The pacing headers; ``refused`` (a 429's code) reports that window as used up."""
+        minute_left = 0 if refused == "RATE_LIMITED" else max(0, self.rate_limit - self.minute_used)
+        day_left = 0 if refused == "QUOTA_EXHAUSTED" else max(0, self.quota - self.day_used)
         return {
             "X-RateLimit-Limit": str(self.rate_limit),
-            "X-RateLimit-Remaining": str(max(0, self.rate_limit - self.minute_used)),
+            "X-RateLimit-Remaining": str(minute_left),
             "X-RateLimit-Reset": str(self.minute_reset),
             "X-Quota-Limit": str(self.quota),
-            "X-Quota-Remaining": str(max(0, self.quota - self.day_used)),
+            "X-Quota-Remaining": str(day_left),
             "X-Quota-Reset": str(self.day_reset),
+            # draft-ietf-httpapi-ratelimit-headers-11, sections 3 and 4 (Structured Field lists).
+            "RateLimit-Policy": ratelimit_policy(self.rate_limit, self.quota),
+            "RateLimit": (
+                f'"{MINUTE_POLICY}";r={minute_left};t={self.seconds_until(self.minute_reset)}, '
+                f'"{DAY_POLICY}";r={day_left};t={self.seconds_until(self.day_reset)}'
+            ),
         }
 
     def seconds_until(self, reset: int) -> int:
@@ -61,10 +85,9 @@ class Usage:
 
 def refusal(usage: Usage) -> ApiError:
     """The 429 for a request the limits refused (it was not counted)."""
-    headers = usage.headers()
+    headers = usage.headers(refused=usage.outcome)
     if usage.outcome == "RATE_LIMITED":
         retry = usage.seconds_until(usage.minute_reset)
-        headers["X-RateLimit-Remaining"] = "0"
         message = (
             f"Rate limit of {usage.rate_limit} requests per minute reached for this workspace; "
             f"retry after {retry} s (the window resets at the start of the next UTC minute)."
@@ -72,7 +95,6 @@ def refusal(usage: Usage) -> ApiError:
         code = "RATE_LIMITED"
     else:
         retry = usage.seconds_until(usage.day_reset)
-        headers["X-Quota-Remaining"] = "0"
         message = (
             f"Daily quota of {usage.quota} requests used up for this workspace; "
             f"it resets at the next UTC midnight, in {retry} s."

@@ -10,7 +10,22 @@ from dataclasses import dataclass
 
 from .params import Filters, Page
 
-SELECT_STAMPS = "SELECT name, stamp FROM change_stamps"
+# The consistency mark (X-Log-Position): the projector's stored position (next offset to
+# project) of every partition of the posts topic, "partition:offset" ascending, comma-separated;
+# '' while nothing is stored. Read inside the statement whose snapshot the response reflects.
+_LOG_POSITION = (
+    "(SELECT COALESCE(string_agg(p.partition || ':' || p.next_offset, ',' ORDER BY p.partition), '') "
+    "FROM positions p WHERE p.topic = {topic}::text)"
+)
+
+
+def log_position(topic_ref: str) -> str:
+    """The mark as an SQL expression; ``topic_ref`` is the parameter holding the posts topic."""
+    return _LOG_POSITION.format(topic=topic_ref)
+
+
+# The change stamps and, in the same snapshot, the mark the cached bodies are current for.
+SELECT_STAMPS = f"SELECT name, stamp, {log_position('$1')} AS log_position FROM change_stamps"
 
 SELECT_LANGUAGES = """
 SELECT code, name, native_name, country_code, direction, is_default
@@ -31,26 +46,28 @@ ORDER BY t.market_cap_rank ASC NULLS LAST, t.ticker ASC
 """
 
 # Minute buckets of visible posts by published_at; the window is (as_of - 24h, as_of].
-SELECT_PULSE = """
-SELECT sentiment, COALESCE(sum(count), 0)::bigint AS n
+# The last row (sentiment NULL) carries the mark.
+SELECT_PULSE = f"""
+SELECT sentiment, COALESCE(sum(count), 0)::bigint AS n, NULL AS log_position
 FROM sentiment_buckets
 WHERE bucket > $1::timestamptz - interval '24 hours' AND bucket <= $1::timestamptz
 GROUP BY sentiment
+UNION ALL SELECT NULL, NULL, {log_position('$2')}
 """
 
 # By id (when the segment is a number) or by slug in any locale (the requested locale's own
 # slug first); the post is then served in the requested locale, or not at all.
-SELECT_DETAIL = """
-SELECT t.detail FROM post_translations t
+SELECT_DETAIL = f"""
+SELECT (SELECT t.detail FROM post_translations t
 WHERE t.lang = $1 AND t.visible AND t.post_id = (
     SELECT s.post_id FROM post_translations s
     WHERE s.post_id = $2::bigint OR s.slug = $3
     ORDER BY (s.post_id = $2::bigint) IS TRUE DESC, (s.lang = $1) DESC, s.visible DESC, s.post_id DESC
-    LIMIT 1)
+    LIMIT 1)) AS detail, {log_position('$4')} AS log_position
 """
 
 # Row kinds of a page statement's result.
-ITEM, OLDER, NEWER, MISSING_AFTER, MISSING_BEFORE = range(5)
+ITEM, OLDER, NEWER, MISSING_AFTER, MISSING_BEFORE, LOG_POSITION = range(6)
 
 # The cursor's position: for the feed, its (published_at, id) in any locale.
 _FEED_CURSOR = "SELECT published_at, id FROM posts WHERE id = {id} AND published_at IS NOT NULL"
@@ -72,12 +89,15 @@ class Search:
     text: str
 
 
-def page_query(lang: str, filters: Filters, page: Page, search: Search | None = None) -> tuple[str, list]:
+def page_query(
+    lang: str, filters: Filters, page: Page, search: Search | None = None, log_topic: str | None = None
+) -> tuple[str, list]:
     """One statement answering a page of /posts or /search, with its parameters.
 
     Rows: the page items (kind ITEM, newest or best first, with ``post_id`` and ``lean``),
     then one row per flag that holds: OLDER (items exist past the last one), NEWER (items
-    exist before the first one), MISSING_AFTER / MISSING_BEFORE (that cursor names no post).
+    exist before the first one), MISSING_AFTER / MISSING_BEFORE (that cursor names no post),
+    and with ``log_topic`` the LOG_POSITION row (its ``lean`` is the mark of this snapshot).
     """
     args: list = [lang]
 
@@ -150,6 +170,8 @@ def page_query(lang: str, filters: Filters, page: Page, search: Search | None = 
             f"SELECT {NEWER}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS (SELECT 1 FROM {source} "
             f"WHERE {base} AND ({key}) > (SELECT {cols} FROM page ORDER BY {desc} LIMIT 1))"
         )
+    if log_topic is not None:
+        flags.append(f"SELECT {LOG_POSITION}, NULL::bigint, {log_position(arg(log_topic))}, 0::bigint")
     items = f"SELECT {ITEM} AS kind, post_id, lean, row_number() OVER (ORDER BY {desc}) AS pos FROM page"
     sql = (
         f"WITH {', '.join(ctes)}\n"

@@ -45,8 +45,12 @@ def test_admitted_usage_headers():
     assert usage().headers() == {
         "X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "50", "X-RateLimit-Reset": "1700000040",
         "X-Quota-Limit": "5000", "X-Quota-Remaining": "4900", "X-Quota-Reset": "1700006400",
+        # draft-ietf-httpapi-ratelimit-headers-11: both policies, then what is left of each window.
+        "RateLimit-Policy": '"minute";q=60;w=60, "day";q=5000;w=86400',
+        "RateLimit": '"minute";r=50;t=30, "day";r=4900;t=6390',
     }
     assert usage(minute_used=70).headers()["X-RateLimit-Remaining"] == "0"  # limit lowered below usage
+    assert usage(minute_used=70).headers()["RateLimit"].startswith('"minute";r=0;')
 
 
 def test_rate_limited_refusal():
@@ -56,12 +60,14 @@ def test_rate_limited_refusal():
     assert resp.status == 429 and body["code"] == "RATE_LIMITED"
     assert body["retry_after_sec"] == 30 and resp.headers["Retry-After"] == "30"  # ceil(29.8)
     assert resp.headers["X-RateLimit-Remaining"] == "0" and resp.headers["X-RateLimit-Reset"] == "1700000040"
+    assert resp.headers["RateLimit"] == '"minute";r=0;t=30, "day";r=4900;t=6390'
 
 
 def test_quota_refusal_waits_for_utc_midnight_and_never_less_than_a_second():
     err = refusal(usage("QUOTA_EXHAUSTED", day_used=5000))
     assert err.retry_after_sec == 6390 and err.headers["X-Quota-Remaining"] == "0"
     assert err.headers["X-Quota-Reset"] == "1700006400" and err.code == "QUOTA_EXHAUSTED"
+    assert err.headers["RateLimit"].endswith('"day";r=0;t=6390')
     late = refusal(usage("QUOTA_EXHAUSTED", day_used=5000, now=1_700_006_399.99))
     assert late.retry_after_sec == 1
 
