@@ -16,14 +16,16 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import WSMsgType, web
 
-from ..common.access import AccessDenied, check_access
+from ..common.access import AccessDenied, bearer_key, check_access
 from ..common.config import Config
 from ..common.db import reader_pool, schema_ready
+from ..common.errors import InvalidParameter
 from ..common.ops import add_ops_routes, run_app
 from ..common.tasks import background_task
 from . import protocol
 from .errors import envelope, error_middleware
 from .feed import Feed
+from .filters import StreamFilter, parse_filter
 from .hub import Hub, limit_send_buffer
 from .leases import Leases
 from .metrics import StreamMetrics
@@ -49,14 +51,32 @@ def limit_reached(limit: int, retry_after_s: float) -> web.Response:
     )
 
 
+def presented_key(request: web.Request) -> str | None:
+    """The key of the handshake: the ``key`` query parameter (spec 5.2) when it is non-empty, else
+    an ``Authorization: Bearer <key>`` header, as on HTTP. Either way the same gates apply."""
+    return request.query.get("key") or bearer_key(request.headers.get("Authorization"))
+
+
+def requested_filter(request: web.Request) -> StreamFilter | web.Response:
+    """The connection's opt-in filter, or the 422 refusing a value that breaks the grammar."""
+    try:
+        return parse_filter(request.query)
+    except InvalidParameter as exc:
+        request.app[METRICS].refused.labels("VALIDATION_FAILED").inc()
+        return envelope(422, "VALIDATION_FAILED", exc.message, field=exc.field)
+
+
 async def stream(request: web.Request) -> web.StreamResponse:
     app = request.app
     metrics = app[METRICS]
     try:
-        principal = await check_access(app[POOL], request.query.get("key"))
+        principal = await check_access(app[POOL], presented_key(request))
     except AccessDenied as exc:
         metrics.refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
+    stream_filter = requested_filter(request)
+    if isinstance(stream_filter, web.Response):
+        return stream_filter
     ws = web.WebSocketResponse(compress=False, autoping=True, max_msg_size=4096)
     if not ws.can_prepare(request).ok:
         return envelope(426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.", headers={"Upgrade": "websocket"})
@@ -74,7 +94,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         transport = request.transport
         limit_send_buffer(transport)
         await ws.prepare(request)
-        conn = hub.open(ws, transport, principal.workspace_id, principal.key_hash, session_id)
+        conn = hub.open(ws, transport, principal.workspace_id, principal.key_hash, session_id, stream_filter)
         hub.send(conn, protocol.ready(session_id))
         async for msg in ws:  # clients send nothing; anything they send is ignored
             if msg.type == WSMsgType.ERROR:

@@ -14,10 +14,18 @@ log = logging.getLogger(__name__)
 
 
 def envelope(
-    status: int, code: str, message: str, *, retry_after_sec: int | None = None, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    *,
+    field: str | None = None,
+    retry_after_sec: int | None = None,
+    headers: dict[str, str] | None = None,
 ) -> web.Response:
     """A JSON error response; a 429 or 503 also carries ``Retry-After``."""
     err: dict[str, object] = {"code": code, "message": message}
+    if field is not None:
+        err["field"] = field
     out = {"Cache-Control": "no-store", **(headers or {})}
     if retry_after_sec is not None:
         err["retry_after_sec"] = retry_after_sec

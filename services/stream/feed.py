@@ -32,6 +32,7 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.retry import retry_transient
 from . import protocol, sql
+from .filters import PostFacts
 from .hub import Hub
 from .metrics import StreamMetrics
 
@@ -164,8 +165,10 @@ class Feed:
         rows = await retry_transient(load, what="announced posts", cap=2.0)
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
         for n, row in enumerate(rows, start=1):
-            self.hub.broadcast(protocol.post_created(row["lean"]))
-            self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(row["announced_partition"], row["announced_offset"])])
+            partition, offset = row["announced_partition"], row["announced_offset"]
+            facts = PostFacts(row["lang"], frozenset(row["tickers"]), frozenset(row["category_slugs"]))
+            self.hub.publish(protocol.post_created(row["lean"], partition, offset), facts)
+            self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(partition, offset)])
             if n % self.yield_every == 0:
                 # Let every writer hand the queued messages to its socket: a burst never
                 # fills the queue of a client that is reading.

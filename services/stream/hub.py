@@ -1,7 +1,9 @@
 """Fan-out: every connection has a bounded queue and one writer task.
 
 A message is encoded once and the same bytes object is queued to every connection; the
-per-message, per-connection work is one ``put_nowait`` and one ``send_frame``. A client
+per-message, per-connection work is one ``put_nowait`` and one ``send_frame``. Connections
+are grouped by their opt-in filter (``filters.py``): a post.created is matched once per
+distinct filter set, then queued to every connection of the groups that admit it. A client
 whose queue is full has stopped reading: it is closed with ``CLOSE_SLOW_CONSUMER`` and
 never slows the others (nothing here ever awaits a client's socket except its own writer).
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import WSMsgType, web
 
 from . import protocol
+from .filters import EVERYTHING, PostFacts, StreamFilter
 from .metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,7 @@ class Connection:
     key_hash: str
     session_id: str
     queue: asyncio.Queue[bytes]
+    filter: StreamFilter = EVERYTHING
     closing: bool = False
     writer: asyncio.Task | None = field(default=None, repr=False)
 
@@ -46,21 +50,36 @@ class Hub:
         self.metrics = metrics
         self.queue_size = queue_size
         self.connections: dict[str, Connection] = {}
+        #: Open connections by filter set, so matching costs one test per set and message.
+        self.groups: dict[StreamFilter, dict[str, Connection]] = {}
         self._closers: set[asyncio.Task] = set()
         # Keyed by bytes 9..13 of the encoded message: b'{"type":"' is followed by the type.
         self._sent = {kind.encode()[:4]: metrics.messages_sent.labels(kind) for kind in ("ready", "ping", "post.created")}
 
-    def open(self, ws: web.WebSocketResponse, transport, workspace_id: str, key_hash: str, session_id: str) -> Connection:
-        conn = Connection(ws, transport, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size))
+    def open(
+        self, ws: web.WebSocketResponse, transport, workspace_id: str, key_hash: str, session_id: str,
+        stream_filter: StreamFilter = EVERYTHING,
+    ) -> Connection:
+        conn = Connection(ws, transport, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size), stream_filter)
         conn.writer = asyncio.create_task(self._write(conn), name=f"ws-writer-{session_id}")
         self.connections[session_id] = conn
-        self.metrics.connections.set(len(self.connections))
+        self.groups.setdefault(stream_filter, {})[session_id] = conn
+        self._gauges()
         return conn
 
     async def forget(self, conn: Connection) -> None:
         self.connections.pop(conn.session_id, None)
-        self.metrics.connections.set(len(self.connections))
+        group = self.groups.get(conn.filter)
+        if group is not None:
+            group.pop(conn.session_id, None)
+            if not group:
+                del self.groups[conn.filter]
+        self._gauges()
         await _cancel(conn.writer)
+
+    def _gauges(self) -> None:
+        self.metrics.connections.set(len(self.connections))
+        self.metrics.filter_groups.set(len(self.groups))
 
     @staticmethod
     def _offer(conn: Connection, message: bytes) -> bool:
@@ -83,6 +102,19 @@ class Hub:
         for conn in slow:  # closed after the loop: closing changes the set being walked
             self._slow(conn)
         return len(self.connections) - len(slow)
+
+    def publish(self, message: bytes, post: PostFacts) -> int:
+        """Queue a post.created to every connection whose filter admits ``post``; returns how many got it."""
+        slow: list[Connection] = []
+        offered = 0
+        for stream_filter, group in self.groups.items():
+            if not stream_filter.admits(post):
+                continue
+            offered += len(group)
+            slow.extend(conn for conn in group.values() if not self._offer(conn, message))
+        for conn in slow:  # closed after the loop: closing changes the set being walked
+            self._slow(conn)
+        return offered - len(slow)
 
     def _slow(self, conn: Connection) -> None:
         self.metrics.slow_closed.inc()

@@ -10,6 +10,9 @@ class StreamMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.connections = Gauge("tickerwire_stream_connections", "Open stream connections", registry=r)
+        self.filter_groups = Gauge(
+            "tickerwire_stream_filter_groups", "Distinct filter sets among open connections (one match per message each)", registry=r
+        )
         self.messages_sent = Counter(
             "tickerwire_stream_messages_sent_total", "Messages written to clients", ["type"], registry=r
         )

@@ -40,6 +40,15 @@ def ping() -> bytes:
     return orjson.dumps({"type": "ping", "ts": _now()})
 
 
-def post_created(lean_json: str) -> bytes:
-    """``data`` is the stored lean JSON, byte for byte the item GET /posts lists."""
-    return b'{"type":"post.created","ts":"' + _now().encode() + b'","data":' + lean_json.encode() + b"}"
+def post_created(lean_json: str, partition: int, offset: int) -> bytes:
+    """``data`` is the stored lean JSON, byte for byte the item GET /posts lists.
+
+    ``log_position`` is ``"<partition>:<offset>"`` of the posts-topic record that announced the
+    post: a read whose ``X-Log-Position`` holds an offset above ``offset`` for ``partition``
+    reflects this post.
+    """
+    return (
+        b'{"type":"post.created","ts":"' + _now().encode()
+        + b'","log_position":"' + f"{partition}:{offset}".encode()
+        + b'","data":' + lean_json.encode() + b"}"
+    )

@@ -7,7 +7,7 @@ SELECT_POSITIONS = "SELECT partition, next_offset FROM positions WHERE topic = $
 
 # The translations that the given log records first made visible, as stored by the projector.
 SELECT_ANNOUNCED = """
-SELECT t.lean, t.announced_partition, t.announced_offset
+SELECT t.lean, t.announced_partition, t.announced_offset, t.lang, t.tickers, t.category_slugs
 FROM post_translations t
 JOIN unnest($1::bigint[], $2::integer[], $3::bigint[]) AS e(post_id, partition, "offset")
   ON t.post_id = e.post_id AND t.announced_partition = e.partition AND t.announced_offset = e."offset"

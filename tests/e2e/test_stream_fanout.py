@@ -160,7 +160,7 @@ async def test_messages_have_type_and_ts_and_data_equals_the_get_posts_item(stac
         got = [await next_post(ws, {1001}) for _ in LOCALES]
         assert sorted(m["data"]["lang"] for m in got) == sorted(LOCALES)  # one post.created per locale
         for message in got:
-            assert set(message) == {"type", "ts", "data"} and TS.match(message["ts"])
+            assert set(message) == {"type", "ts", "log_position", "data"} and TS.match(message["ts"])
             assert message["data"] == (await listed(http, stack, key, message["data"]["lang"]))[1001]
 
     # An edit produces no post.created; the next post does.

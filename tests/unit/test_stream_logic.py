@@ -12,17 +12,19 @@ from tickerwire.services.stream import protocol
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
 from tickerwire.services.stream.watchdog import denial_code, denials
+from tests.support.fakes import FakeSocket
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 
 
 def test_messages_are_json_objects_starting_with_their_type():
     lean = '{"id":7,"lang":"de-DE","title":"Ü \\"quoted\\""}'
-    for raw, kind in ((protocol.ready("ses_x"), "ready"), (protocol.ping(), "ping"), (protocol.post_created(lean), "post.created")):
+    for raw, kind in ((protocol.ready("ses_x"), "ready"), (protocol.ping(), "ping"), (protocol.post_created(lean, 2, 1611), "post.created")):
         assert raw.startswith(b'{"type":"' + kind.encode() + b'"')  # the hub counts sends by this prefix
         body = orjson.loads(raw)
         assert body["type"] == kind and TS.match(body["ts"])
-    assert orjson.loads(protocol.post_created(lean))["data"] == orjson.loads(lean)
+    assert orjson.loads(protocol.post_created(lean, 2, 1611))["data"] == orjson.loads(lean)
+    assert orjson.loads(protocol.post_created(lean, 2, 1611))["log_position"] == "2:1611"
     assert set(orjson.loads(protocol.ping())) == {"type", "ts"}
 
 
@@ -41,33 +43,13 @@ def test_access_rules_of_open_connections_match_the_handshake_gates():
     assert denials(["h", "gone"], [row()]) == {"gone": "NOT_AUTHENTICATED"}
 
 
-class FakeSocket:
-    """Stands in for a WebSocketResponse: records frames; can be made to block like a full socket."""
-
-    def __init__(self, stuck: bool = False) -> None:
-        self.frames: list[bytes] = []
-        self.stuck = asyncio.Event() if stuck else None
-        self.close_code: int | None = None
-        self.close_reason: bytes | None = None
-        self.closed = False
-
-    async def send_frame(self, message: bytes, opcode) -> None:
-        if self.stuck is not None:
-            await self.stuck.wait()
-        self.frames.append(message)
-
-    async def close(self, *, code: int, message: bytes) -> bool:
-        self.close_code, self.close_reason, self.closed = code, message, True
-        return True
-
-
 async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_message():
     metrics = StreamMetrics()
     hub = Hub(metrics, queue_size=4)
     healthy, stuck = FakeSocket(), FakeSocket(stuck=True)
     a = hub.open(healthy, None, "ws", "k1", "ses_a")
     b = hub.open(stuck, None, "ws", "k2", "ses_b")
-    messages = [protocol.post_created(f'{{"id":{i}}}') for i in range(20)]
+    messages = [protocol.post_created(f'{{"id":{i}}}', 0, i) for i in range(20)]
     for message in messages:
         hub.broadcast(message)
         await asyncio.sleep(0)  # as the feed does: writers take their message

@@ -1,0 +1,62 @@
+"""Opt-in stream filters (``lang``, ``tickers``, ``categories`` on the stream URL).
+
+Without any of them a connection receives everything, exactly as spec section 6 says. Each
+takes the CSV grammar of the ``/posts`` filters (``services/common/query.py``: empty items
+skipped, at most 20 values of at most 100 characters); a value breaking it refuses the
+handshake with 422 VALIDATION_FAILED before the upgrade. Semantics are those of ``/posts``:
+OR within a parameter, AND between parameters; ``tickers`` compare upper-case; a group
+category slug matches posts in any of its leaves; unknown values match nothing. ``lang``
+is a list of locale codes matched exactly (no fallback to the default locale, unlike the
+``lang`` of HTTP reads, which picks one locale to render).
+
+Connections with equal filters share one :class:`StreamFilter` value, so the hub decides
+once per message and distinct filter set, not once per connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..common.query import csv_values, tickers
+
+
+@dataclass(frozen=True, slots=True)
+class PostFacts:
+    """What the filters look at, from the announced translation's row."""
+
+    lang: str
+    tickers: frozenset[str]
+    categories: frozenset[str]  # leaf and group slugs, as the /posts category filter sees them
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFilter:
+    """None means "not given" (no restriction)."""
+
+    langs: frozenset[str] | None = None
+    tickers: frozenset[str] | None = None
+    categories: frozenset[str] | None = None
+
+    def admits(self, post: PostFacts) -> bool:
+        return (
+            (self.langs is None or post.lang in self.langs)
+            and (self.tickers is None or not self.tickers.isdisjoint(post.tickers))
+            and (self.categories is None or not self.categories.isdisjoint(post.categories))
+        )
+
+
+EVERYTHING = StreamFilter()
+
+
+def _set(values: tuple[str, ...] | None) -> frozenset[str] | None:
+    return frozenset(values) if values is not None else None
+
+
+def parse_filter(query: Mapping[str, str]) -> StreamFilter:
+    """The filter of a stream URL; raises ``InvalidParameter`` for a value breaking the grammar."""
+    return StreamFilter(
+        langs=_set(csv_values(query.get("lang"), "lang")),
+        tickers=_set(tickers(query.get("tickers"), "tickers")),
+        categories=_set(csv_values(query.get("categories"), "categories")),
+    )

@@ -1,0 +1,93 @@
+"""The stream's opt-in filters: the /posts CSV grammar, /posts semantics, and a hub that decides
+once per message and distinct filter set (with a fake socket standing in for a client)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from tickerwire.services.api.errors import ApiError
+from tickerwire.services.api.params import parse_filters
+from tickerwire.services.common.errors import InvalidParameter
+from tickerwire.services.stream import protocol
+from tickerwire.services.stream.filters import EVERYTHING, PostFacts, StreamFilter, parse_filter
+from tickerwire.services.stream.hub import Hub
+from tickerwire.services.stream.metrics import StreamMetrics
+from tests.support.fakes import FakeSocket
+
+
+def test_no_parameter_means_everything():
+    assert parse_filter({}) == EVERYTHING
+    assert parse_filter({"lang": "", "tickers": ",,", "categories": ","}) == EVERYTHING  # empty items are skipped
+    assert EVERYTHING.admits(PostFacts("ja-JP", frozenset(), frozenset()))
+
+
+def test_values_are_normalized_like_posts():
+    f = parse_filter({"lang": "de-DE,fr-FR", "tickers": "btc,Eth", "categories": "markets,,defi"})
+    assert f == StreamFilter(frozenset({"de-DE", "fr-FR"}), frozenset({"BTC", "ETH"}), frozenset({"markets", "defi"}))
+
+
+@pytest.mark.parametrize(
+    ("stream_name", "posts_name", "raw"),
+    [("tickers", "ticker", ",".join(f"T{i}" for i in range(21))), ("categories", "category", "x" * 101),
+     ("tickers", "ticker", "y" * 101), ("categories", "category", ",".join("abc" for _ in range(21)))],
+)
+def test_the_grammar_is_the_one_of_posts(stream_name, posts_name, raw):
+    with pytest.raises(InvalidParameter) as stream_err:
+        parse_filter({stream_name: raw})
+    with pytest.raises(ApiError) as posts_err:
+        parse_filters({posts_name: raw})
+    assert stream_err.value.field == stream_name and posts_err.value.field == posts_name
+    assert stream_err.value.message.replace(stream_name, "P") == posts_err.value.message.replace(posts_name, "P")
+    with pytest.raises(InvalidParameter) as lang_err:
+        parse_filter({"lang": raw})
+    assert lang_err.value.field == "lang"
+
+
+def test_or_within_and_between_parameters():
+    post = PostFacts("de-DE", frozenset({"BTC", "SOL"}), frozenset({"markets", "trading"}))
+    assert parse_filter({"lang": "en-US,de-DE"}).admits(post)
+    assert not parse_filter({"lang": "en-US"}).admits(post)
+    assert not parse_filter({"lang": "xx"}).admits(post)  # unknown values match nothing, no error
+    assert parse_filter({"tickers": "eth,sol"}).admits(post)
+    assert parse_filter({"categories": "markets", "tickers": "btc", "lang": "de-DE"}).admits(post)
+    assert not parse_filter({"categories": "markets", "tickers": "eth"}).admits(post)
+    assert not parse_filter({"categories": "nft"}).admits(post)
+
+
+class CountingFilter(StreamFilter):
+    """Counts the decisions taken, to show there is one per filter set and message."""
+
+    decisions: list = []
+
+    def admits(self, post: PostFacts) -> bool:
+        CountingFilter.decisions.append(self)
+        return StreamFilter.admits(self, post)
+
+
+async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
+    hub = Hub(StreamMetrics(), queue_size=8)
+    german, btc, everything = (CountingFilter(langs=frozenset({"de-DE"})), CountingFilter(tickers=frozenset({"BTC"})),
+                               CountingFilter())
+    sockets = {name: [FakeSocket() for _ in range(20)] for name in ("german", "btc", "everything")}
+    conns = []
+    for name, f in (("german", german), ("btc", btc), ("everything", everything)):
+        for i, ws in enumerate(sockets[name]):
+            # equal filters built separately still share a group
+            conns.append(hub.open(ws, None, "ws", "k", f"ses_{name}_{i}", CountingFilter(**{s: getattr(f, s) for s in ("langs", "tickers", "categories")})))
+    assert len(hub.groups) == 3 and hub.metrics.filter_groups._value.get() == 3
+    CountingFilter.decisions.clear()
+    message = protocol.post_created('{"id":1,"lang":"en-US"}', 3, 99)
+    delivered = hub.publish(message, PostFacts("en-US", frozenset({"BTC"}), frozenset()))
+    assert len(CountingFilter.decisions) == 3  # 60 connections, 3 filter sets: 3 decisions
+    assert delivered == 40
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert all(not ws.frames for ws in sockets["german"])
+    assert all(len(ws.frames) == 1 and ws.frames[0] is message for ws in sockets["btc"] + sockets["everything"])
+    assert orjson.loads(sockets["btc"][0].frames[0])["log_position"] == "3:99"
+    for conn in conns:
+        await hub.forget(conn)
+    assert hub.groups == {} and hub.metrics.filter_groups._value.get() == 0
