@@ -18,6 +18,7 @@ from ..common.db import reader_pool, schema_ready
 from ..common.ops import add_ops_routes, run_app
 from ..common.tasks import background_task
 from . import handlers, openapi
+from .docs import add_docs_routes
 from .access import PARTNER, access_middleware
 from .catalog import Catalog
 from .conditional import conditional_middleware
@@ -55,6 +56,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
         app.router.add_get(base + path, handler, name=PARTNER + name)
     # The contract is public: no key, and (outside the partner routes) no rate limit or quota.
     app.router.add_get(base + "/openapi.json", openapi.handler(base), name="openapi")
+    add_docs_routes(app, base)
 
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
