@@ -242,6 +242,7 @@ async def run(args, stack: Stack) -> None:
     info = {
         "base_url": f"http://{host}:{config.api_port}{config.base_path}",
         "stream_url": f"ws://{host}:{config.stream_port}{config.base_path}/stream?key={key}",
+        "docs_url": f"http://{host}:{config.api_port}{config.base_path}/docs",
         "api_key": key,
         "database_url": dsn,
         "kafka_bootstrap_servers": bootstrap,
@@ -260,6 +261,7 @@ async def run(args, stack: Stack) -> None:
         f"Tickerwire is up.\n"
         f"  base URL:   {info['base_url']}\n"
         f"  stream URL: {info['stream_url']}\n"
+        f"  docs:       {info['docs_url']}\n"
         f"  API key:    {key}\n"
         f"  state:      {state_file}\n"
         f"Try: curl -H 'Authorization: Bearer {key}' {info['base_url']}/posts\n"

@@ -65,6 +65,8 @@ async def exercise(info: dict) -> None:
         async with http.get(info["base_url"] + "/posts", headers=headers) as resp:
             assert resp.status == 200
             assert (await resp.json())["posts"]
+        async with http.get(info["docs_url"]) as resp:  # no key
+            assert resp.status == 200 and resp.content_type == "text/html"
         async with http.ws_connect(info["stream_url"]) as ws:
             assert orjson.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
             kinds = set()
