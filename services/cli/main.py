@@ -210,6 +210,26 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return _run(go())
 
 
+def cmd_topics(args: argparse.Namespace) -> int:
+    from ..common import kafka
+
+    async def go() -> int:
+        config = _config()
+        if args.action == "ensure":
+            for name in await kafka.ensure_topics(config):
+                print(f"created {name}")
+        differences = await kafka.check_topics(config)
+        for diff in differences:
+            print(diff)
+        if differences:
+            print(f"tickerwire topics {args.action}: {len(differences)} difference(s) from the declaration", file=sys.stderr)
+            return 1
+        print("topics match the declaration")
+        return 0
+
+    return _run(go())
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from .up import up_main
 
@@ -276,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("sweep", help="run one badge-sweeper tick now").set_defaults(func=cmd_sweep)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+    top = sub.add_parser("topics", help="create the declared topics, or compare a cluster's topics with the declaration")
+    top.add_argument(
+        "action",
+        choices=["ensure", "check"],
+        help="ensure: create missing topics, then check; check: list each difference, exit 1 if any",
+    )
+    top.set_defaults(func=cmd_topics)
     sub.add_parser("config", help="list the settings (environment variables) and defaults").set_defaults(func=cmd_config)
 
     sch = sub.add_parser("schemas", help="write the JSON Schema files of the event contract")

@@ -8,7 +8,7 @@ A missing required value or an unparsable one fails loudly with :class:`ConfigEr
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 from .errors import ConfigError
@@ -54,6 +54,21 @@ class Config:
     default_rate_limit_per_minute: int = 60
     default_daily_quota: int = 5_000
     max_body_bytes: int = 16_384
+    # Kafka security: one set of settings for every producer, consumer and admin client.
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_ssl_cafile: str = ""
+    kafka_ssl_certfile: str = ""
+    kafka_ssl_keyfile: str = ""
+    kafka_ssl_key_password: str = field(default="", repr=False)
+    kafka_ssl_check_hostname: bool = True
+    kafka_sasl_mechanism: str = "PLAIN"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = field(default="", repr=False)
+    # Topics as code (services/common/topics.py): what `tickerwire topics ensure` creates and
+    # what `tickerwire topics check` and the start-up check compare a cluster with.
+    topic_posts_partitions: int = 4
+    topic_replication_factor: int = 3
+    kafka_allow_unsafe_topics: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Config":
@@ -64,7 +79,7 @@ class Config:
                 values[f.name] = overrides[f.name]
                 continue
             var = PREFIX + f.name.upper()
-            raw = env.get(var)
+            raw = _value_or_file(env, var) if f.type in ("str", str) else env.get(var)
             if raw is None or raw == "":
                 if f.default is MISSING:
                     raise ConfigError(f"{var} is required but not set")
@@ -88,8 +103,78 @@ class Config:
             if not 0 <= port < 65536:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} out of range: {port}")
 
+        if self.kafka_security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"TICKERWIRE_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol!r} is invalid: "
+                f"expected one of {', '.join(SECURITY_PROTOCOLS)}"
+            )
+        self._validate_tls()
+        self._validate_sasl()
+        if self.topic_posts_partitions < 1 or self.topic_replication_factor < 1:
+            raise ConfigError("TICKERWIRE_TOPIC_POSTS_PARTITIONS and TICKERWIRE_TOPIC_REPLICATION_FACTOR must be at least 1")
+
+    @property
+    def kafka_uses_tls(self) -> bool:
+        return self.kafka_security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def kafka_uses_sasl(self) -> bool:
+        return self.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def _validate_tls(self) -> None:
+        files = {"CAFILE": self.kafka_ssl_cafile, "CERTFILE": self.kafka_ssl_certfile, "KEYFILE": self.kafka_ssl_keyfile}
+        if not self.kafka_uses_tls:
+            if given := [k for k, v in files.items() if v]:
+                raise ConfigError(
+                    f"TICKERWIRE_KAFKA_SSL_{given[0]} is set but TICKERWIRE_KAFKA_SECURITY_PROTOCOL="
+                    f"{self.kafka_security_protocol} does not use TLS (use SSL or SASL_SSL)"
+                )
+            return
+        for key, path in files.items():
+            if path and not os.access(path, os.R_OK):
+                raise ConfigError(f"TICKERWIRE_KAFKA_SSL_{key}={path!r}: no such readable file")
+        if self.kafka_ssl_keyfile and not self.kafka_ssl_certfile:
+            raise ConfigError("TICKERWIRE_KAFKA_SSL_KEYFILE is set without TICKERWIRE_KAFKA_SSL_CERTFILE")
+
+    def _validate_sasl(self) -> None:
+        if not self.kafka_uses_sasl:
+            if self.kafka_sasl_username or self.kafka_sasl_password:
+                raise ConfigError(
+                    f"SASL credentials are set but TICKERWIRE_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} "
+                    "does not use SASL (use SASL_SSL or SASL_PLAINTEXT)"
+                )
+            return
+        if self.kafka_sasl_mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"TICKERWIRE_KAFKA_SASL_MECHANISM={self.kafka_sasl_mechanism!r} is invalid: "
+                f"expected one of {', '.join(SASL_MECHANISMS)}"
+            )
+        if not self.kafka_sasl_username or not self.kafka_sasl_password:
+            raise ConfigError(
+                f"TICKERWIRE_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "TICKERWIRE_KAFKA_SASL_USERNAME and TICKERWIRE_KAFKA_SASL_PASSWORD (or their _FILE variants)"
+            )
+
     def topic(self, suffix: str) -> str:
         return f"{self.topic_prefix}.{suffix}"
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _value_or_file(env: Mapping[str, str], var: str) -> str | None:
+    """``VAR``, or the content of the file named by ``VAR_FILE`` (a mounted secret); not both."""
+    path = env.get(var + "_FILE")
+    if not path:
+        return env.get(var)
+    if env.get(var):
+        raise ConfigError(f"set either {var} or {var}_FILE, not both")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{var}_FILE={path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool, "str": str}

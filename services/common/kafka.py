@@ -1,25 +1,64 @@
 """Kafka client construction and topic administration, shared by the services and the CLI.
 
-Only standard Kafka protocol features are used (no idempotent or transactional producer:
-exactly-once effect comes from positions stored with the rows in PostgreSQL).
+Every producer, consumer and admin client is built here, so the security settings
+(TLS, SASL) apply to all of them. Only standard Kafka protocol features are used (no
+idempotent or transactional producer: exactly-once effect comes from positions stored with
+the rows in PostgreSQL).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from typing import AsyncIterator, Iterable
+import ssl
+from typing import Any, AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
-
-from tickerwire.schemas.topics import ALL_TOPICS, TopicSpec, topic_name
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.helpers import create_ssl_context
 
 from .config import Config
-from .errors import BrokerUnavailable
+from .errors import BrokerUnavailable, ConfigError
+from .retry import retry_transient
+from .topics import Difference, TopicState, compare, declared_topics
 
 log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=8)
+def _ssl_context(cafile: str, certfile: str, keyfile: str, key_password: str, check_hostname: bool) -> ssl.SSLContext:
+    try:
+        context = create_ssl_context(
+            cafile=cafile or None, certfile=certfile or None, keyfile=keyfile or None, password=key_password or None
+        )
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load the Kafka TLS files (TICKERWIRE_KAFKA_SSL_*): {exc}") from None
+    context.check_hostname = check_hostname
+    return context
+
+
+def security_options(config: Config) -> dict[str, Any]:
+    """The keyword arguments that make an aiokafka client use the configured TLS and SASL."""
+    options: dict[str, Any] = {"security_protocol": config.kafka_security_protocol}
+    if config.kafka_uses_tls:
+        options["ssl_context"] = _ssl_context(
+            config.kafka_ssl_cafile,
+            config.kafka_ssl_certfile,
+            config.kafka_ssl_keyfile,
+            config.kafka_ssl_key_password,
+            config.kafka_ssl_check_hostname,
+        )
+    if config.kafka_uses_sasl:
+        # aiokafka takes SCRAM credentials through the same two arguments as PLAIN.
+        options.update(
+            sasl_mechanism=config.kafka_sasl_mechanism,
+            sasl_plain_username=config.kafka_sasl_username,
+            sasl_plain_password=config.kafka_sasl_password,
+        )
+    return options
 
 
 def consumer(config: Config, *topics: str, group_id: str | None, client_id: str, **kw) -> AIOKafkaConsumer:
@@ -33,6 +72,7 @@ def consumer(config: Config, *topics: str, group_id: str | None, client_id: str,
         heartbeat_interval_ms=config.kafka_heartbeat_interval_ms,
         fetch_max_wait_ms=config.kafka_fetch_max_wait_ms,
         max_partition_fetch_bytes=4 * 1024 * 1024,
+        **security_options(config),
     )
     params.update(kw)
     return AIOKafkaConsumer(*topics, **params)
@@ -46,9 +86,16 @@ def producer(config: Config, client_id: str = "tickerwire-publisher", **kw) -> A
         linger_ms=5,
         max_batch_size=256 * 1024,
         compression_type=None,
+        **security_options(config),
     )
     params.update(kw)
     return AIOKafkaProducer(**params)
+
+
+def admin(config: Config, client_id: str = "tickerwire-admin") -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(
+        bootstrap_servers=config.kafka_bootstrap_servers, client_id=client_id, **security_options(config)
+    )
 
 
 @contextlib.asynccontextmanager
@@ -65,29 +112,115 @@ async def started_producer(config: Config, **kw) -> AsyncIterator[AIOKafkaProduc
         await prod.stop()
 
 
-async def ensure_topics(config: Config, specs: Iterable[TopicSpec] = ALL_TOPICS, replication: int = 1) -> list[str]:
-    """Create missing topics with their explicit partition counts; returns those created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=config.kafka_bootstrap_servers, client_id="tickerwire-admin")
+@contextlib.asynccontextmanager
+async def started_admin(config: Config) -> AsyncIterator[AIOKafkaAdminClient]:
+    client = admin(config)
     try:
-        await admin.start()
-    except KafkaConnectionError as exc:
-        await admin.close()
+        await client.start()
+    except KafkaError as exc:
+        await client.close()
         raise BrokerUnavailable(f"cannot reach the broker at {config.kafka_bootstrap_servers}: {exc}") from exc
-    created = []
     try:
-        existing = set(await admin.list_topics())
-        wanted = [s for s in specs if topic_name(config.topic_prefix, s) not in existing]
-        for spec in wanted:
-            name = topic_name(config.topic_prefix, spec)
-            try:
-                await admin.create_topics([NewTopic(name, spec.partitions, replication)])
-                created.append(name)
-            except TopicAlreadyExistsError:
-                pass
-            except KafkaError as exc:
-                raise BrokerUnavailable(f"cannot create topic {name}: {exc}") from exc
+        yield client
     finally:
-        await admin.close()
+        await client.close()
+
+
+async def ensure_topics(config: Config) -> list[str]:
+    """Create the missing declared topics with their partitions, replication factor and
+    configuration; returns those created. Existing topics are left as they are (see check_topics)."""
+    created = []
+    async with started_admin(config) as client:
+        try:
+            existing = set(await client.list_topics())
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"cannot list topics at {config.kafka_bootstrap_servers}: {exc}") from exc
+        for decl in declared_topics(config):
+            if decl.name in existing:
+                continue
+            try:
+                response = await client.create_topics(
+                    [NewTopic(decl.name, decl.partitions, decl.replication_factor, topic_configs=dict(decl.configs))]
+                )
+            except TopicAlreadyExistsError:
+                continue
+            except KafkaError as exc:
+                raise BrokerUnavailable(f"cannot create topic {decl.name}: {exc}") from exc
+            codes = [(code, message) for _, code, message in _topic_errors(response) if code]
+            for code, message in codes:
+                error = for_code(code)
+                if error is TopicAlreadyExistsError:  # another process won the race
+                    break
+                detail = f"cannot create topic {decl.name}: {error.__name__} {message or ''}".rstrip()
+                if error.retriable:
+                    raise BrokerUnavailable(detail)
+                # A refusal (e.g. a replication factor above the broker count) is a configuration problem.
+                raise ConfigError(detail)
+            else:
+                created.append(decl.name)
     for name in created:
         log.info("created topic %s", name)
     return created
+
+
+def _topic_errors(response) -> list[tuple[str, int, str | None]]:
+    return [(t[0], t[1], t[2] if len(t) > 2 else None) for t in response.topic_errors]
+
+
+async def cluster_topics(config: Config) -> dict[str, TopicState]:
+    """Partitions, replication factor and configuration of the declared topics that exist."""
+    names = [d.name for d in declared_topics(config)]
+    async with started_admin(config) as client:
+        try:
+            existing = [n for n in names if n in set(await client.list_topics())]
+            if not existing:
+                return {}
+            metadata = await client.describe_topics(existing)
+            responses = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in existing])
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"cannot describe topics at {config.kafka_bootstrap_servers}: {exc}") from exc
+    configs: dict[str, dict[str, str]] = {}
+    for response in responses:
+        for error_code, error_message, _type, name, entries in response.resources:
+            if error_code:
+                raise BrokerUnavailable(f"cannot read the configuration of {name}: {error_message}")
+            configs[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
+    states = {}
+    for topic in metadata:
+        partitions = topic["partitions"]
+        rf = min((len(p["replicas"]) for p in partitions), default=0)
+        states[topic["topic"]] = TopicState(topic["topic"], len(partitions), rf, configs.get(topic["topic"], {}))
+    return states
+
+
+async def check_topics(config: Config) -> list[Difference]:
+    """How the cluster's topics differ from the declaration (empty when they match)."""
+    return compare(declared_topics(config), await cluster_topics(config))
+
+
+async def require_safe_topics(config: Config, *, create: bool) -> None:
+    """The start-up check of every process that reads the log.
+
+    Creates missing topics first when ``create``; logs each difference; refuses (ConfigError)
+    a configuration that would make a rebuild lose history, unless
+    TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set. Waits, with capped backoff, for the broker."""
+
+    async def run() -> list[Difference]:
+        if create:
+            await ensure_topics(config)
+        return await check_topics(config)
+
+    diffs = await retry_transient(run, what="check topics", cap=5.0)
+    unsafe = [d for d in diffs if d.loses_history]
+    for d in diffs:
+        log.warning("topic differs from its declaration: %s", d)
+    if not unsafe:
+        return
+    if config.kafka_allow_unsafe_topics:
+        log.error("TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set: starting although %d topic setting(s) lose history", len(unsafe))
+        return
+    raise ConfigError(
+        "topics would lose rebuild history: "
+        + "; ".join(str(d) for d in unsafe)
+        + ". Fix them (see docs/operations.md, 'Topics') or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"
+    )

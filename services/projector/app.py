@@ -12,6 +12,7 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import web
 
+from ..common import kafka
 from ..common.config import Config
 from ..common.db import create_pool, migrate, storage_errors
 from ..common.ops import add_ops_routes, run_app
@@ -73,4 +74,5 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
 
 
 async def serve(config: Config) -> None:
+    await kafka.require_safe_topics(config, create=True)
     await run_app(create_app(config), config.host, config.projector_port, name="projector")

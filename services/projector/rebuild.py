@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
@@ -46,6 +45,7 @@ from ..common.db import MIGRATION_LOCK, create_pool, migrate, storage_errors
 from ..common.errors import TickerwireError
 from ..common.logs import setup_logging
 from ..common.retry import retry_transient
+from ..common.topics import declared_topics
 from .apply import SWITCH_LOCK, Record, apply_batch
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class RebuildReport:
 
 
 def _tps(config: Config) -> list[TopicPartition]:
-    return [TopicPartition(topic_name(config.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+    return [TopicPartition(d.name, p) for d in declared_topics(config) for p in range(d.partitions)]
 
 
 class Replayer:
@@ -76,7 +76,7 @@ class Replayer:
         self.reached: dict[TopicPartition, int] = {tp: 0 for tp in self.tps}
 
     async def start(self) -> dict[TopicPartition, int]:
-        await kafka.ensure_topics(self.config)
+        await kafka.require_safe_topics(self.config, create=True)  # a rebuild is what lost history would break
         self.consumer = kafka.consumer(
             self.config, group_id=None, client_id="tickerwire-rebuild", max_poll_records=self.config.projector_batch_max
         )

@@ -16,6 +16,7 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import WSMsgType, web
 
+from ..common import kafka
 from ..common.access import AccessDenied, bearer_key, check_access
 from ..common.config import Config
 from ..common.db import reader_pool, schema_ready
@@ -162,4 +163,5 @@ def _on_lease_lost(hub: Hub):
 
 
 async def serve(config: Config) -> None:
+    await kafka.require_safe_topics(config, create=False)
     await run_app(create_app(config), config.host, config.stream_port, name="stream")

@@ -76,6 +76,7 @@ class ServiceStack:
             TICKERWIRE_DB_POOL_MIN="1",
             TICKERWIRE_DB_POOL_MAX="5",
             TICKERWIRE_LOG_LEVEL="INFO",
+            TICKERWIRE_TOPIC_REPLICATION_FACTOR="1",  # one-node test brokers
         )
         env.update(self.extra_env)
         env.update(overrides)

@@ -1,0 +1,104 @@
+"""Kafka security and topic settings: parsing, start-up validation, and what aiokafka is given."""
+
+from __future__ import annotations
+
+import inspect
+import ssl
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from tickerwire.services.common import kafka
+from tickerwire.services.common.config import Config
+from tickerwire.services.common.errors import ConfigError
+
+BASE = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9093"}
+
+
+def cfg(**env: str) -> Config:
+    return Config.from_env({**BASE, **{f"TICKERWIRE_{k}": v for k, v in env.items()}})
+
+
+@pytest.fixture
+def ca_file(tmp_path):
+    """A readable CA bundle: the system's, so the TLS context can load it."""
+    path = ssl.get_default_verify_paths().cafile or ssl.get_default_verify_paths().openssl_cafile
+    if not path:
+        pytest.skip("no system CA bundle to load")
+    return path
+
+
+def test_defaults_are_plaintext_without_credentials():
+    config = cfg()
+    assert config.kafka_security_protocol == "PLAINTEXT"
+    assert kafka.security_options(config) == {"security_protocol": "PLAINTEXT"}
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "TICKERWIRE_KAFKA_SECURITY_PROTOCOL='TLS' is invalid"),
+        ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u"}, "needs TICKERWIRE_KAFKA_SASL_USERNAME and"),
+        ({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "needs TICKERWIRE_KAFKA_SASL_USERNAME and"),
+        (
+            {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_SASL_USERNAME": "u",
+             "KAFKA_SASL_PASSWORD": "p"},
+            "TICKERWIRE_KAFKA_SASL_MECHANISM='GSSAPI' is invalid",
+        ),
+        ({"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"}, "TICKERWIRE_KAFKA_SSL_CAFILE='/nonexistent/ca.pem': no such readable file"),
+        ({"KAFKA_SSL_CAFILE": "/etc/hostname"}, "does not use TLS"),
+        ({"KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "p"}, "does not use SASL"),
+        ({"TOPIC_REPLICATION_FACTOR": "0"}, "must be at least 1"),
+        ({"KAFKA_ALLOW_UNSAFE_TOPICS": "maybe"}, "TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS='maybe' is invalid"),
+    ],
+)
+def test_invalid_settings_fail_at_start_up_with_a_clear_message(env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        cfg(**env)
+
+
+def test_key_file_without_certificate_is_refused(ca_file):
+    with pytest.raises(ConfigError, match="KEYFILE is set without TICKERWIRE_KAFKA_SSL_CERTFILE"):
+        cfg(KAFKA_SECURITY_PROTOCOL="SSL", KAFKA_SSL_KEYFILE=ca_file)
+
+
+def test_password_comes_from_a_file_and_is_never_in_the_repr(tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("s3cr3t-value\n")
+    config = cfg(KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", KAFKA_SASL_MECHANISM="SCRAM-SHA-256",
+                 KAFKA_SASL_USERNAME="svc", KAFKA_SASL_PASSWORD_FILE=str(secret))
+    assert config.kafka_sasl_password == "s3cr3t-value"
+    assert "s3cr3t" not in repr(config)
+
+
+def test_value_and_file_together_or_an_unreadable_file_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="set either TICKERWIRE_KAFKA_SASL_PASSWORD or TICKERWIRE_KAFKA_SASL_PASSWORD_FILE"):
+        cfg(KAFKA_SASL_PASSWORD="a", KAFKA_SASL_PASSWORD_FILE=str(tmp_path / "p"))
+    with pytest.raises(ConfigError, match="TICKERWIRE_KAFKA_SASL_PASSWORD_FILE=.* cannot be read"):
+        cfg(KAFKA_SASL_PASSWORD_FILE=str(tmp_path / "missing"))
+
+
+async def test_sasl_ssl_options_reach_every_client_kind(ca_file):
+    config = cfg(KAFKA_SECURITY_PROTOCOL="SASL_SSL", KAFKA_SSL_CAFILE=ca_file, KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
+                 KAFKA_SASL_USERNAME="svc", KAFKA_SASL_PASSWORD="pw")
+    options = kafka.security_options(config)
+    assert options["security_protocol"] == "SASL_SSL"
+    assert isinstance(options["ssl_context"], ssl.SSLContext) and options["ssl_context"].check_hostname
+    assert options["ssl_context"].verify_mode == ssl.CERT_REQUIRED
+    assert (options["sasl_mechanism"], options["sasl_plain_username"], options["sasl_plain_password"]) == ("SCRAM-SHA-512", "svc", "pw")
+    # Every option is a real constructor argument of each aiokafka client kind ...
+    for cls in (AIOKafkaConsumer, AIOKafkaProducer, AIOKafkaAdminClient):
+        assert set(options) <= set(inspect.signature(cls.__init__).parameters), cls
+    # ... and the factories build them (aiokafka refuses SASL_SSL without an SSL context).
+    kafka.consumer(config, group_id=None, client_id="t")
+    kafka.producer(config)
+    await kafka.admin(config).close()
+
+
+def test_unloadable_tls_files_are_a_config_error(tmp_path):
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate")
+    config = cfg(KAFKA_SECURITY_PROTOCOL="SSL", KAFKA_SSL_CAFILE=str(bad))
+    with pytest.raises(ConfigError, match="cannot load the Kafka TLS files"):
+        kafka.security_options(config)
