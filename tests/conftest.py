@@ -11,7 +11,6 @@ import os
 import shutil
 import tempfile
 import uuid
-from functools import cache
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
@@ -19,18 +18,12 @@ import pytest
 
 from tickerwire.services.embedded.broker import EmbeddedBroker
 from tickerwire.services.embedded.postgres import EmbeddedPostgres, scratch_database
+from tests.support import containers
+from tests.support.containers import docker_available
 
 
-@cache
-def docker_available() -> bool:
-    """True if testcontainers is installed and a Docker engine answers a ping."""
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-    except Exception:  # no SDK, no socket, no engine: all mean "use the embedded servers"
-        return False
-    return True
+def pytest_report_header(config) -> str:
+    return f"tickerwire engines: {containers.engines()}"
 
 
 @pytest.fixture(scope="session")
@@ -39,10 +32,8 @@ def pg_dsn() -> Iterator[str]:
     if url := os.environ.get("TICKERWIRE_TEST_DATABASE_URL"):
         yield url
     elif docker_available():
-        from testcontainers.community.postgres import PostgresContainer
-
-        with PostgresContainer("postgres:16", driver=None) as container:
-            yield container.get_connection_url()
+        with containers.postgres() as dsn:
+            yield dsn
     else:
         root = Path(tempfile.mkdtemp(prefix="tickerwire-test-pg-"))
         try:
@@ -58,10 +49,8 @@ def kafka_bootstrap() -> Iterator[str]:
     if servers := os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"):
         yield servers
     elif docker_available():
-        from testcontainers.community.kafka import KafkaContainer
-
-        with KafkaContainer() as container:
-            yield container.get_bootstrap_server()
+        with containers.apache_kafka() as bootstrap:
+            yield bootstrap
     else:
         with EmbeddedBroker() as broker:
             yield broker.bootstrap_servers
