@@ -1,0 +1,303 @@
+"""deploy/ validated offline: the compose file against the Compose Specification schema, every
+Kubernetes manifest (base, and the example overlay rendered) against the Kubernetes schemas,
+the Dockerfile's shape, the Grafana dashboard and the Prometheus rules.
+
+The schemas come from PyPI packages that ship them (check-jsonschema's vendored compose-spec,
+kubernetes-validate's Kubernetes JSON schemas): no network at test time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[2]
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+OBS = DEPLOY / "observability"
+KUBERNETES_VERSION = "1.30.0"  # the oldest minor the manifests promise to work on
+ADMIN_PORTS = {"api": 9080, "stream": 9081, "projector": 9082}  # as in compose.yaml and base/configmap.yaml
+#: Metrics the dashboard and alerts use that another issue adds (issue 10: log discontinuity),
+#: and Kubernetes' own (kube-state-metrics), so not defined in services/.
+EXTERNAL_METRICS = {"tickerwire_projector_log_discontinuity", "kube_pod_container_status_ready", "up"}
+
+
+def load_all(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+# ------------------------------------------------------------------ compose
+
+
+@cache
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
+
+
+def test_compose_file_validates_against_the_compose_specification():
+    schema_text = resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json").read_text()
+    schema = json.loads(schema_text)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(compose())]
+    assert errors == []
+
+
+def test_compose_runs_kafka_in_kraft_mode_and_migrates_before_the_services():
+    services = compose()["services"]
+    kafka = services["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert services["init"]["entrypoint"] == ["sh", "-c"]  # the image's entrypoint is `tickerwire`
+    assert services["init"]["command"] == ["tickerwire migrate && tickerwire topics ensure"]
+    for name in ("projector", "api", "stream"):
+        assert services[name]["command"] == [name]
+        assert services[name]["depends_on"]["init"]["condition"] == "service_completed_successfully"
+        port = ADMIN_PORTS[name]
+        assert f"http://127.0.0.1:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"])
+    env = services["api"]["environment"]
+    assert (env["TICKERWIRE_API_ADMIN_PORT"], env["TICKERWIRE_STREAM_ADMIN_PORT"], env["TICKERWIRE_PROJECTOR_PORT"]) == (
+        "9080", "9081", "9082")
+
+
+def test_compose_mounts_files_that_exist_and_prometheus_scrapes_the_admin_ports():
+    compose_dir = DEPLOY / "compose"
+    for name, service in compose()["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (compose_dir / source).exists(), f"{name}: {source}"
+    prometheus = yaml.safe_load((OBS / "prometheus.yml").read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in prometheus["scrape_configs"]}
+    assert targets == {f"tickerwire-{name}": [f"{name}:{port}"] for name, port in ADMIN_PORTS.items()}
+    assert prometheus["rule_files"] == ["/etc/prometheus/alerts.yml"]
+
+
+# ------------------------------------------------------------------ Kubernetes
+
+
+def kustomization(folder: Path) -> dict:
+    return yaml.safe_load((folder / "kustomization.yaml").read_text())
+
+
+def base_resources() -> list[dict]:
+    docs = []
+    for entry in kustomization(K8S / "base")["resources"]:
+        docs += load_all(K8S / "base" / entry)
+    return docs
+
+
+def merge(target: dict, patch: dict) -> None:
+    """A strategic merge for patches made only of mappings and scalars (asserted by the caller)."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def has_list(node) -> bool:
+    return isinstance(node, list) or (isinstance(node, dict) and any(has_list(v) for v in node.values()))
+
+
+def render(folder: Path) -> list[dict]:
+    """The overlay as kustomize renders it, for the features the example uses."""
+    spec = kustomization(folder)
+    docs: list[dict] = []
+    for entry in spec.get("resources", []):
+        docs += render(folder / entry) if (folder / entry).is_dir() else load_all(folder / entry)
+    for patch_ref in spec.get("patches", []):
+        patch = yaml.safe_load((folder / patch_ref["path"]).read_text())
+        assert not has_list({k: v for k, v in patch.items() if k not in ("apiVersion", "kind", "metadata")}), patch_ref
+        matches = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (patch["kind"], patch["metadata"]["name"])]
+        assert len(matches) == 1, f"{patch_ref['path']} targets no single base resource"
+        merge(matches[0], patch)
+    for item in spec.get("replicas", []):
+        matches = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == item["name"]]
+        assert len(matches) == 1, item
+        matches[0]["spec"]["replicas"] = item["count"]
+    for image in spec.get("images", []):
+        for doc in docs:
+            for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+                if container["image"].split(":")[0] == image["name"]:
+                    container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
+    if namespace := spec.get("namespace"):
+        for doc in docs:
+            if doc["kind"] != "Namespace":
+                doc["metadata"]["namespace"] = namespace
+    return docs
+
+
+def patch_files() -> set[Path]:
+    return {
+        (kfile.parent / p["path"]).resolve()
+        for kfile in K8S.rglob("kustomization.yaml")
+        for p in yaml.safe_load(kfile.read_text()).get("patches", [])
+    }
+
+
+def k8s_files() -> list[Path]:
+    return sorted(p for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def k8s_manifests() -> list[Path]:
+    """Whole resources; patches are partial by design and checked in the rendered overlay."""
+    return [p for p in k8s_files() if p.resolve() not in patch_files()]
+
+
+def test_every_file_a_kustomization_names_exists_and_every_manifest_is_named():
+    named = set()
+    for kfile in K8S.rglob("kustomization.yaml"):
+        spec = yaml.safe_load(kfile.read_text())
+        for entry in spec.get("resources", []) + [p["path"] for p in spec.get("patches", [])]:
+            assert (kfile.parent / entry).exists(), f"{kfile}: {entry}"
+            named.add((kfile.parent / entry).resolve())
+    assert [p for p in k8s_files() if p.resolve() not in named] == []
+
+
+@pytest.mark.parametrize("path", k8s_manifests(), ids=lambda p: str(p.relative_to(K8S)))
+def test_every_kubernetes_manifest_validates_against_its_schema(path: Path):
+    for doc in load_all(path):
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("folder", [K8S / "base", K8S / "overlays" / "example"], ids=["base", "overlay-example"])
+def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder: Path):
+    docs = render(folder)
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    by_kind: dict[str, dict[str, dict]] = {}
+    for doc in docs:
+        by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
+    config = by_kind["ConfigMap"]["tickerwire-config"]["data"]
+    deployments = by_kind["Deployment"]
+    assert set(deployments) == {"tickerwire-api", "tickerwire-stream", "tickerwire-projector"}
+    assert {h["spec"]["scaleTargetRef"]["name"] for h in by_kind["HorizontalPodAutoscaler"].values()} == {
+        "tickerwire-api", "tickerwire-stream"}
+    assert {p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for p in by_kind["PodDisruptionBudget"].values()} == {
+        "api", "stream", "projector"}
+    assert set(by_kind["Service"]) == {"tickerwire-api", "tickerwire-stream"}
+    # One projector per partition of the posts topic.
+    assert deployments["tickerwire-projector"]["spec"]["replicas"] == int(config["TICKERWIRE_TOPIC_POSTS_PARTITIONS"])
+    for name, deployment in deployments.items():
+        component = name.removeprefix("tickerwire-")
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        (container,) = pod["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["admin"] == ADMIN_PORTS[component]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert container[probe]["httpGet"]["port"] == "admin", (name, probe)
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert set(container["resources"]) == {"requests", "limits"}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        assert secrets == {"tickerwire-database", "tickerwire-kafka"}
+        assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ADMIN_PORTS[component])
+    admin_vars = {"api": "TICKERWIRE_API_ADMIN_PORT", "stream": "TICKERWIRE_STREAM_ADMIN_PORT", "projector": "TICKERWIRE_PROJECTOR_PORT"}
+    assert {c: int(config[v]) for c, v in admin_vars.items()} == ADMIN_PORTS
+    assert config["TICKERWIRE_DATABASE_URL_FILE"].startswith("/var/run/secrets/tickerwire/database/")
+    assert config["TICKERWIRE_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    job = by_kind["Job"]["tickerwire-migrate"]["spec"]["template"]["spec"]["containers"][0]
+    assert job["command"][-1] == "tickerwire migrate && tickerwire topics ensure"
+
+
+# ------------------------------------------------------------------ Dockerfile
+
+
+def stages(text: str) -> list[list[str]]:
+    lines = re.sub(r"\\\n", " ", text).splitlines()
+    out: list[list[str]] = []
+    for line in (l.strip() for l in lines):
+        if line.upper().startswith("FROM "):
+            out.append([])
+        if out and line and not line.startswith("#"):
+            out[-1].append(line)
+    return out
+
+
+def test_dockerfile_is_multi_stage_non_root_with_no_build_tools_in_the_final_image():
+    text = (DEPLOY / "Dockerfile").read_text()
+    *build, final = stages(text)
+    assert build, "a build stage"
+    final_text = "\n".join(final)
+    assert re.search(r"^USER (\d+)", final_text, re.M) and not re.search(r"^USER 0\b|^USER root", final_text, re.M)
+    for tool in ("gcc", "build-essential", "apt-get install", "make ", "pip install"):
+        assert tool not in final_text, tool
+    assert "COPY --from=build /opt/tickerwire /opt/tickerwire" in final_text
+    assert re.search(r'^ENTRYPOINT \["tickerwire"\]', final_text, re.M)
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
+    for copied in re.findall(r"^COPY (?!--)(.+) \S+$", text, re.M):
+        for source in copied.split():
+            assert (ROOT / source).exists(), source
+            assert f"!{source.rstrip('/')}/" in ignore or f"!{source}" in ignore, source
+
+
+# ------------------------------------------------------------------ dashboard and alerts
+
+
+@cache
+def exported_metrics() -> set[str]:
+    names = set()
+    for path in (ROOT / "services").rglob("*.py"):
+        names |= set(re.findall(r'"(tickerwire_[a-z_]+)"', path.read_text()))
+    return names
+
+
+def metric_names(expr: str) -> set[str]:
+    found = set(re.findall(r"\b(tickerwire_[a-z_]+|kube_[a-z_]+|up)\b(?=\s*[{\[)])", expr))
+    return {re.sub(r"_(bucket|sum|count)$", "", n) for n in found}
+
+
+def test_dashboard_parses_and_uses_only_metrics_the_code_exports():
+    dashboard = json.loads((OBS / "grafana" / "dashboards" / "tickerwire.json").read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    titles = " | ".join(p["title"] for p in panels).lower()
+    for topic in ("partner requests", "latency", "429", "lag", "throughput", "dead letters", "connections", "slow-consumer"):
+        assert topic in titles, topic
+    used = set()
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            used |= metric_names(target["expr"])
+    assert used - exported_metrics() - EXTERNAL_METRICS == set()
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+@cache
+def alert_rules() -> list[dict]:
+    return [rule for group in yaml.safe_load((OBS / "alerts.yml").read_text())["groups"] for rule in group["rules"]]
+
+
+def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
+    rules = {rule["alert"]: rule for rule in alert_rules()}
+    for name in ("TickerwireProjectorLagging", "TickerwireLogDiscontinuity", "TickerwireDeadLettersGrowing",
+                 "TickerwireNotReady", "TickerwireApi5xxRate"):
+        assert name in rules
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    headings = {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-")) for h in re.findall(r"^#+ (.+)$", operations, re.M)}
+    for name, rule in rules.items():
+        assert rule["annotations"]["runbook"] == f"docs/operations.md#{name.lower()}"
+        assert name.lower() in headings, f"no runbook section for {name}"
+        assert metric_names(rule["expr"]) - exported_metrics() - EXTERNAL_METRICS == set(), name
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian package `prometheus`)")
+def test_promtool_accepts_the_rules_and_the_prometheus_config(tmp_path):
+    rules = subprocess.run(["promtool", "check", "rules", str(OBS / "alerts.yml")], capture_output=True, text=True, timeout=60)
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    shutil.copy(OBS / "alerts.yml", tmp_path / "alerts.yml")
+    config = (OBS / "prometheus.yml").read_text().replace("/etc/prometheus/alerts.yml", str(tmp_path / "alerts.yml"))
+    (tmp_path / "prometheus.yml").write_text(config)
+    checked = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
