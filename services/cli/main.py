@@ -25,9 +25,13 @@ def _config() -> Config:
         import orjson
 
         info = orjson.loads(state.read_bytes())
-        env.setdefault("TICKERWIRE_DATABASE_URL", info.get("database_url", ""))
-        env.setdefault("TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", info.get("kafka_bootstrap_servers", ""))
-        env.setdefault("TICKERWIRE_TOPIC_PREFIX", info.get("topic_prefix", "tickerwire"))
+        for var, key, default in (
+            ("TICKERWIRE_DATABASE_URL", "database_url", ""),
+            ("TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", "kafka_bootstrap_servers", ""),
+            ("TICKERWIRE_TOPIC_PREFIX", "topic_prefix", "tickerwire"),
+        ):
+            if var not in env and var + "_FILE" not in env:
+                env[var] = info.get(key, default)
     return Config.from_env(env)
 
 
