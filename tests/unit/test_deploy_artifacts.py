@@ -189,6 +189,8 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
     assert set(by_kind["Service"]) == {"tickerwire-api", "tickerwire-stream"}
     # One projector per partition of the posts topic.
     assert deployments["tickerwire-projector"]["spec"]["replicas"] == int(config["TICKERWIRE_TOPIC_POSTS_PARTITIONS"])
+    # ... so a rollout replaces a projector instead of adding one that would own no partition.
+    assert deployments["tickerwire-projector"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
     for name, deployment in deployments.items():
         component = name.removeprefix("tickerwire-")
         pod = deployment["spec"]["template"]["spec"]
