@@ -8,6 +8,7 @@ the rows in PostgreSQL).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -17,7 +18,7 @@ from typing import Any, AsyncIterator
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
 from aiokafka.helpers import create_ssl_context
 
 from .config import Config
@@ -112,6 +113,19 @@ async def started_producer(config: Config, **kw) -> AsyncIterator[AIOKafkaProduc
         await prod.stop()
 
 
+def translate_broker_error(error: BaseException | type[BaseException], detail: str) -> Exception:
+    """A broker error (an exception, or the class of an error code), translated at the seam:
+    transient ones become BrokerUnavailable (retried with backoff); the others (authorization,
+    an invalid topic setting) are configuration problems that no retry fixes."""
+    kind = error if isinstance(error, type) else type(error)
+    transient = (
+        kind is KafkaError  # aiokafka's generic "no metadata from any broker"
+        or issubclass(kind, (KafkaConnectionError, KafkaTimeoutError, asyncio.TimeoutError))
+        or getattr(kind, "retriable", False)
+    )
+    return BrokerUnavailable(detail) if transient else ConfigError(detail)
+
+
 @contextlib.asynccontextmanager
 async def started_admin(config: Config) -> AsyncIterator[AIOKafkaAdminClient]:
     client = admin(config)
@@ -134,7 +148,7 @@ async def ensure_topics(config: Config) -> list[str]:
         try:
             existing = set(await client.list_topics())
         except KafkaError as exc:
-            raise BrokerUnavailable(f"cannot list topics at {config.kafka_bootstrap_servers}: {exc}") from exc
+            raise translate_broker_error(exc, f"cannot list topics at {config.kafka_bootstrap_servers}: {exc!r}") from exc
         for decl in declared_topics(config):
             if decl.name in existing:
                 continue
@@ -145,17 +159,14 @@ async def ensure_topics(config: Config) -> list[str]:
             except TopicAlreadyExistsError:
                 continue
             except KafkaError as exc:
-                raise BrokerUnavailable(f"cannot create topic {decl.name}: {exc}") from exc
+                raise translate_broker_error(exc, f"cannot create topic {decl.name}: {exc!r}") from exc
             codes = [(code, message) for _, code, message in _topic_errors(response) if code]
             for code, message in codes:
                 error = for_code(code)
                 if error is TopicAlreadyExistsError:  # another process won the race
                     break
-                detail = f"cannot create topic {decl.name}: {error.__name__} {message or ''}".rstrip()
-                if error.retriable:
-                    raise BrokerUnavailable(detail)
-                # A refusal (e.g. a replication factor above the broker count) is a configuration problem.
-                raise ConfigError(detail)
+                # e.g. InvalidReplicationFactorError: more replicas than brokers.
+                raise translate_broker_error(error, f"cannot create topic {decl.name}: {error.__name__} {message or ''}".rstrip())
             else:
                 created.append(decl.name)
     for name in created:
@@ -178,12 +189,13 @@ async def cluster_topics(config: Config) -> dict[str, TopicState]:
             metadata = await client.describe_topics(existing)
             responses = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in existing])
         except KafkaError as exc:
-            raise BrokerUnavailable(f"cannot describe topics at {config.kafka_bootstrap_servers}: {exc}") from exc
+            raise translate_broker_error(exc, f"cannot describe topics at {config.kafka_bootstrap_servers}: {exc!r}") from exc
     configs: dict[str, dict[str, str]] = {}
     for response in responses:
         for error_code, error_message, _type, name, entries in response.resources:
             if error_code:
-                raise BrokerUnavailable(f"cannot read the configuration of {name}: {error_message}")
+                error = for_code(error_code)
+                raise translate_broker_error(error, f"cannot read the configuration of {name}: {error.__name__} {error_message or ''}".rstrip())
             configs[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
     states = {}
     for topic in metadata:

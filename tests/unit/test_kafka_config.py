@@ -8,10 +8,17 @@ import ssl
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    InvalidReplicationFactorError,
+    KafkaConnectionError,
+    KafkaError,
+    NotControllerError,
+    TopicAuthorizationFailedError,
+)
 
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
-from tickerwire.services.common.errors import ConfigError
+from tickerwire.services.common.errors import BrokerUnavailable, ConfigError
 
 BASE = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9093"}
 
@@ -102,3 +109,18 @@ def test_unloadable_tls_files_are_a_config_error(tmp_path):
     config = cfg(KAFKA_SECURITY_PROTOCOL="SSL", KAFKA_SSL_CAFILE=str(bad))
     with pytest.raises(ConfigError, match="cannot load the Kafka TLS files"):
         kafka.security_options(config)
+
+
+@pytest.mark.parametrize(
+    "error, translated",
+    [
+        (KafkaConnectionError("down"), BrokerUnavailable),
+        (KafkaError("Unable to get cluster metadata over all known brokers"), BrokerUnavailable),
+        (NotControllerError, BrokerUnavailable),
+        (TopicAuthorizationFailedError, ConfigError),
+        (InvalidReplicationFactorError, ConfigError),
+    ],
+)
+def test_broker_errors_are_retried_only_when_a_retry_can_help(error, translated):
+    result = kafka.translate_broker_error(error, "cannot create topic t")
+    assert type(result) is translated and str(result) == "cannot create topic t"
