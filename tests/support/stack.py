@@ -19,12 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 import aiohttp
 import asyncpg
 from tickerwire.services.cli import admin
-from tickerwire.services.cli.publish import publish
+from tickerwire.services.cli.publish import publish, send_events
 from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
@@ -94,8 +94,9 @@ class ServiceStack:
         async with connect(self.database_url) as conn:
             await migrate(conn, self.config.read_model_schema)
 
-    def spawn(self, name: str, **env_overrides: str) -> Service:
-        port = free_port()
+    def spawn(self, name: str, port: int | None = None, **env_overrides: str) -> Service:
+        """Start ``name`` on ``port`` (default: a free one; a restart may reuse its predecessor's)."""
+        port = port or free_port()
         port_var = {"projector": "TICKERWIRE_PROJECTOR_PORT", "api": "TICKERWIRE_API_PORT", "stream": "TICKERWIRE_STREAM_PORT"}[name]
         log_path = self.log_dir / f"{name}-{port}.log"
         with open(log_path, "ab") as out:
@@ -113,8 +114,8 @@ class ServiceStack:
         self.services.append(service)
         return service
 
-    async def start(self, name: str, **env_overrides: str) -> Service:
-        service = self.spawn(name, **env_overrides)
+    async def start(self, name: str, port: int | None = None, **env_overrides: str) -> Service:
+        service = self.spawn(name, port, **env_overrides)
         await wait_http(f"{service.url}/{'healthz' if name == 'projector' else 'readyz'}", service)
         return service
 
@@ -145,8 +146,21 @@ class ServiceStack:
     # ------------------------------------------------------------------ the log and the read model
 
     async def publish(self, events: Sequence) -> None:
-        for key, mark in (await publish(self.config, list(events))).items():
+        self._record(await publish(self.config, list(events)))
+
+    def _record(self, marks: dict[tuple[str, int], int]) -> None:
+        for key, mark in marks.items():
             self.marks[key] = max(self.marks.get(key, 0), mark)
+
+    @contextlib.asynccontextmanager
+    async def publisher(self) -> AsyncIterator[Callable[[Sequence], Awaitable[None]]]:
+        """One producer for many small publishes (a steady flow of posts); marks recorded as ``publish`` does."""
+        async with kafka.started_producer(self.config) as producer:
+
+            async def send(events: Sequence) -> None:
+                self._record(await send_events(producer, self.topic_prefix, list(events)))
+
+            yield send
 
     async def read_conn(self) -> asyncpg.Connection:
         return await asyncpg.connect(self.database_url, server_settings={"search_path": "rm,public"})

@@ -1,0 +1,256 @@
+"""``AsyncClient``: every endpoint of the developer read API, typed, with bounded retries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, TypeVar
+from urllib.parse import quote
+
+import aiohttp
+
+from .errors import ApiError, TransportError, error_from_response
+from .meta import ResponseMeta
+from .models import (
+    Category,
+    CategoryTree,
+    LanguageList,
+    Page,
+    PostDetail,
+    PostLean,
+    SentimentPulse,
+    TokenDetail,
+    TokenList,
+)
+from .retry import RetryPolicy
+
+T = TypeVar("T")
+Direction = Literal["older", "newer"]
+CSV = str | Iterable[str] | None
+
+USER_AGENT = "tickerwire-client-python/0.1"
+
+
+def _csv(value: CSV) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return ",".join(str(v) for v in value)
+
+
+def post_filters(*, category: CSV = None, ticker: CSV = None, hashtag: CSV = None, sentiment: CSV = None,
+                 importance_min: int | None = None, since: datetime | str | None = None) -> dict[str, str]:
+    """The /posts (and /search) filter parameters, CSV-joined, ``None`` left out."""
+    params = {
+        "category": _csv(category),
+        "ticker": _csv(ticker),
+        "hashtag": _csv(hashtag),
+        "sentiment": _csv(sentiment),
+        "importance_min": None if importance_min is None else str(importance_min),
+        "since": since.isoformat() if isinstance(since, datetime) else since,
+    }
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _page_params(lang: str | None, limit: int | None, after: int | str | None, before: int | str | None) -> dict[str, str]:
+    params = {"lang": lang, "limit": limit, "after": after, "before": before}
+    return {k: str(v) for k, v in params.items() if v is not None}
+
+
+def http_to_ws(url: str) -> str:
+    if url.startswith("https://"):
+        return "wss://" + url[len("https://"):]
+    if url.startswith("http://"):
+        return "ws://" + url[len("http://"):]
+    return url
+
+
+class AsyncClient:
+    """The read API over aiohttp.
+
+    ``base_url`` ends in ``/api/v1/developer``. ``stream_url`` is the stream's ``{ws_url}``
+    (the same path over ``ws``/``wss``, with or without the trailing ``/stream``; any
+    ``key`` in it is replaced by ``key``); by default it is ``base_url`` over ``ws``/``wss``.
+    Every call returns a typed model whose ``meta`` carries the limit headers and the
+    consistency mark; ``last_meta`` holds those of the latest response (errors included).
+    """
+
+    def __init__(self, base_url: str, key: str, *, stream_url: str | None = None, retry: RetryPolicy | None = None,
+                 timeout: float = 15.0, session: aiohttp.ClientSession | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.stream_url = stream_url or http_to_ws(self.base_url)
+        self.key = key
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self._session = session
+        self._owns_session = session is None
+        self.last_meta: ResponseMeta | None = None
+        #: Retries made so far (429/503 or connection errors), for observability.
+        self.retries = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                headers={"User-Agent": USER_AGENT},
+            )
+            self._owns_session = True
+        return self._session
+
+    async def close(self) -> None:
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ the HTTP seam
+
+    async def request(self, path: str, params: Mapping[str, str] | None = None) -> tuple[Any, ResponseMeta]:
+        """GET ``path`` with bounded retries; the decoded body and its meta, or an ``ApiError``."""
+        url = self.base_url + path
+        headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
+        attempt, waited = 0, 0.0
+        while True:
+            attempt += 1
+            try:
+                async with self.session.get(url, params=params or None, headers=headers) as resp:
+                    raw = await resp.read()
+                    meta = ResponseMeta.from_headers(resp.status, resp.headers)
+                    self.last_meta = meta
+                    body = _decode(raw)
+                    if resp.status < 400:
+                        return body, meta
+                    error = error_from_response(resp.status, body, resp.headers, meta)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                delay = self.retry.delay(attempt, None, waited) if self.retry.retry_connection_errors else None
+                if delay is None:
+                    raise TransportError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            else:
+                delay = self.retry.delay(attempt, error.retry_after, waited) if error.status in self.retry.retry_statuses else None
+                if delay is None:
+                    raise error
+            self.retries += 1
+            waited += delay
+            await asyncio.sleep(delay)
+
+    async def _get(self, path: str, parse: Callable[[Any, ResponseMeta], T], params: Mapping[str, str] | None = None) -> T:
+        body, meta = await self.request(path, params)
+        try:
+            return parse(body, meta)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ApiError(meta.status, "UNEXPECTED_BODY", f"GET {path}: the body does not match the contract: {exc!r}",
+                           meta=meta, body=body) from exc
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def posts(self, *, lang: str | None = None, after: int | str | None = None, before: int | str | None = None,
+                    limit: int | None = None, **filters: Any) -> Page:
+        """GET /posts: newest first. ``after`` gives the posts right after the cursor (newer),
+        ``before`` the older ones. Filters: ``category``, ``ticker``, ``hashtag``,
+        ``sentiment`` (a string or an iterable), ``importance_min``, ``since``."""
+        params = _page_params(lang, limit, after, before) | post_filters(**filters)
+        return await self._get("/posts", Page.from_dict, params)
+
+    async def post(self, id_or_slug: int | str, *, lang: str | None = None) -> PostDetail:
+        """GET /posts/{id_or_slug}."""
+        return await self._get(f"/posts/{quote(str(id_or_slug), safe='')}", PostDetail.from_dict, _page_params(lang, None, None, None))
+
+    async def categories(self, *, lang: str | None = None) -> CategoryTree:
+        """GET /categories: groups and their leaves."""
+        return await self._get("/categories", CategoryTree.from_dict, _page_params(lang, None, None, None))
+
+    async def category(self, slug: str, *, lang: str | None = None) -> Category:
+        """GET /categories/{slug}: a group or a leaf."""
+        return await self._get(f"/categories/{quote(slug, safe='')}", Category.from_dict, _page_params(lang, None, None, None))
+
+    async def tokens(self) -> TokenList:
+        """GET /tokens: every token in one response."""
+        return await self._get("/tokens", TokenList.from_dict)
+
+    async def token(self, ticker: str) -> TokenDetail:
+        """GET /tokens/{ticker} (case-insensitive)."""
+        return await self._get(f"/tokens/{quote(ticker, safe='')}", TokenDetail.from_dict)
+
+    async def sentiment_pulse(self) -> SentimentPulse:
+        """GET /sentiment-pulse: the 24 h aggregate."""
+        return await self._get("/sentiment-pulse", SentimentPulse.from_dict)
+
+    async def languages(self) -> LanguageList:
+        """GET /languages."""
+        return await self._get("/languages", LanguageList.from_dict)
+
+    async def search(self, q: str, *, lang: str | None = None, after: int | str | None = None, before: int | str | None = None,
+                     limit: int | None = None, **filters: Any) -> Page:
+        """GET /search: ranked best first; the /posts filters apply."""
+        params = {"q": q} | _page_params(lang, limit, after, before) | post_filters(**filters)
+        return await self._get("/search", Page.from_dict, params)
+
+    # ------------------------------------------------------------------ every page
+
+    def iter_posts(self, *, direction: Direction = "older", lang: str | None = None, after: int | str | None = None,
+                   before: int | str | None = None, limit: int | None = 50, **filters: Any) -> AsyncIterator[PostLean]:
+        """Every post, page after page.
+
+        ``direction="older"`` (default) starts at the newest post (or ``before``) and yields
+        newest first until the oldest. ``direction="newer"`` starts right after the
+        cursor ``after`` (required) and yields oldest first until the newest; posts published
+        while it runs are included.
+        """
+        return self._iterate(lambda **kw: self.posts(**kw, **filters), direction, lang, after, before, limit)
+
+    def iter_search(self, q: str, *, direction: Direction = "older", lang: str | None = None, after: int | str | None = None,
+                    before: int | str | None = None, limit: int | None = 50, **filters: Any) -> AsyncIterator[PostLean]:
+        """Every search result in rank order (``"older"``: best first), or in reverse rank
+        order from the cursor ``after`` (``"newer"``)."""
+        return self._iterate(lambda **kw: self.search(q, **kw, **filters), direction, lang, after, before, limit)
+
+    async def _iterate(self, fetch: Callable[..., Any], direction: Direction, lang: str | None,
+                       after: int | str | None, before: int | str | None, limit: int | None) -> AsyncIterator[PostLean]:
+        if direction == "older":
+            cursor = before
+            while True:
+                page: Page = await fetch(lang=lang, limit=limit, before=cursor)
+                for post in page.posts:
+                    yield post
+                if not page.posts or page.next_cursor is None:
+                    return
+                cursor = page.next_cursor
+        elif direction == "newer":
+            if after is None:
+                raise ValueError('direction="newer" needs a cursor: pass after=<post id>')
+            cursor = after
+            while True:
+                page = await fetch(lang=lang, limit=limit, after=cursor)
+                for post in reversed(page.posts):
+                    yield post
+                if not page.posts or page.prev_cursor is None:
+                    return
+                cursor = page.prev_cursor
+        else:
+            raise ValueError(f'direction must be "older" or "newer", not {direction!r}')
+
+    # ------------------------------------------------------------------ the stream
+
+    def stream(self, **options: Any):
+        """A :class:`~tickerwire_client.stream.PostStream` over this client (see its options)."""
+        from .stream import PostStream
+
+        return PostStream(self, **options)
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None

@@ -1,0 +1,144 @@
+"""``Client``: the synchronous face of :class:`AsyncClient`.
+
+It runs an ``AsyncClient`` on a private event loop in a daemon thread and waits for each
+call, so sync and async behave identically (same retries, models, errors and stream rules)
+with no second HTTP library. Safe to use from several threads; not from inside a running
+event loop's callbacks (use ``AsyncClient`` there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar
+
+from .client import AsyncClient
+from .ordering import StreamPost
+from .stream import PostStream
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="tickerwire-client-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)  # type: ignore[arg-type]
+
+    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self.run(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if hasattr(agen, "aclose"):
+                self.run(agen.aclose())
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+def _blocking(name: str) -> Callable[..., Any]:
+    method = getattr(AsyncClient, name)
+
+    @functools.wraps(method)
+    def call(self: Client, *args: Any, **kwargs: Any) -> Any:
+        return self._thread.run(getattr(self._async, name)(*args, **kwargs))
+
+    return call
+
+
+def _iterating(name: str) -> Callable[..., Any]:
+    method = getattr(AsyncClient, name)
+
+    @functools.wraps(method)
+    def call(self: Client, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return self._thread.iterate(getattr(self._async, name)(*args, **kwargs))
+
+    return call
+
+
+class Client:
+    """Same constructor, methods and results as :class:`AsyncClient`, blocking."""
+
+    def __init__(self, base_url: str, key: str, **options: Any) -> None:
+        self._thread = _LoopThread()
+
+        async def make() -> AsyncClient:
+            return AsyncClient(base_url, key, **options)
+
+        self._async = self._thread.run(make())
+
+    posts = _blocking("posts")
+    post = _blocking("post")
+    categories = _blocking("categories")
+    category = _blocking("category")
+    tokens = _blocking("tokens")
+    token = _blocking("token")
+    sentiment_pulse = _blocking("sentiment_pulse")
+    languages = _blocking("languages")
+    search = _blocking("search")
+    iter_posts = _iterating("iter_posts")
+    iter_search = _iterating("iter_search")
+
+    @property
+    def last_meta(self):
+        return self._async.last_meta
+
+    def stream(self, **options: Any) -> SyncPostStream:
+        """A blocking :class:`PostStream`: ``with client.stream(...) as s: for item in s: ...``."""
+        return SyncPostStream(self._thread, self._thread.run(self._make_stream(options)))
+
+    async def _make_stream(self, options: dict[str, Any]) -> PostStream:
+        return PostStream(self._async, **options)
+
+    def close(self) -> None:
+        self._thread.run(self._async.close())
+        self._thread.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncPostStream:
+    def __init__(self, thread: _LoopThread, stream: PostStream) -> None:
+        self._thread = thread
+        self.stream = stream
+
+    @property
+    def stats(self):
+        return self.stream.stats
+
+    def __enter__(self) -> SyncPostStream:
+        self._thread.run(self._start())
+        return self
+
+    async def _start(self) -> None:
+        self.stream.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[StreamPost]:
+        return self
+
+    def __next__(self) -> StreamPost:
+        try:
+            return self._thread.run(self.stream.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        self._thread.run(self.stream.close())
