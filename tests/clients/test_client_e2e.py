@@ -1,0 +1,363 @@
+"""The client library against the real processes (projector, API, stream) over real HTTP and
+WebSocket: every endpoint, paging both ways, 429 retries, and the stream's promise — every
+post exactly once and in order per locale across a killed and a silent stream process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from tickerwire.schemas.models import Post, PostEvent
+from tickerwire.services.demo import dataset
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tickerwire_client import (
+    AsyncClient,
+    Category,
+    Client,
+    NotAuthenticated,
+    NotFound,
+    PostStream,
+    QuotaExhausted,
+    RateLimited,
+    RetryPolicy,
+    Sentiment,
+    ValidationFailed,
+)
+
+pytestmark = pytest.mark.e2e
+
+DEMO_POSTS = 120
+FLOW_LOCALES = ("en-US", "de-DE", "fr-FR")
+CONSUMED = ("en-US", "de-DE")  # fr-FR is published too, and must never reach the application
+WAIT = 60.0  # upper bound for anything to arrive (a failure, not a measurement)
+README = Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md"
+
+
+@pytest.fixture(scope="module")
+async def stack(pg_dsn, kafka_bootstrap):
+    env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1"}
+    async with started_stack(pg_dsn, kafka_bootstrap, f"client{os.getpid()}", **env) as s:
+        now = datetime.now(timezone.utc)
+        await s.publish(dataset.catalog_events(now=now, tokens=60) + dataset.post_events(now=now, posts=DEMO_POSTS))
+        await s.wait_projected(timeout=180)
+        await asyncio.sleep(1.0)  # the API reloads its catalog caches shortly after a change
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def key(stack: ServiceStack) -> str:
+    return await stack.provision("ws_client", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+
+
+def api_url(stack: ServiceStack) -> str:
+    return stack.of("api")[0].url + BASE
+
+
+def stream_base(port: int) -> str:
+    return f"ws://127.0.0.1:{port}{BASE}"
+
+
+async def raw(stack: ServiceStack, key: str, path: str, **params) -> dict:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(api_url(stack) + path, params=params, headers=auth(key)) as resp:
+            assert resp.status == 200, await resp.text()
+            return orjson.loads(await resp.read())
+
+
+def flow_post(post_id: int) -> PostEvent:
+    at = datetime.now(timezone.utc)
+    return PostEvent(version=1, emitted_at=at, data=Post.model_validate(dict(
+        id=post_id, status="published", published_at=at, importance=40, sentiment="NEUTRAL", tickers=["BTC"],
+        hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
+        source_url="https://src.example/a", byline="Desk",
+        translations=[dict(lang=lang, slug=f"flow-{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{lang}/{post_id}",
+                           title=f"Flow {post_id} {lang}", lede="A lede.", body="One.\n\nTwo.") for lang in FLOW_LOCALES],
+    )))
+
+
+# ---------------------------------------------------------------------------------------------- endpoints
+
+
+async def test_every_endpoint_returns_typed_models_equal_to_the_wire(stack: ServiceStack, key: str):
+    async with AsyncClient(api_url(stack), key) as client:
+        languages = await client.languages()
+        assert [x.code for x in languages.languages] == [x["code"] for x in (await raw(stack, key, "/languages"))["languages"]]
+        assert languages.default.code == "en-US" and len(languages.languages) == 14
+
+        page = await client.posts(lang="de-DE", limit=5)
+        wire = await raw(stack, key, "/posts", lang="de-DE", limit="5")
+        assert [p.id for p in page.posts] == [p["id"] for p in wire["posts"]] and page.next_cursor == wire["next_cursor"]
+        assert all(p.lang == "de-DE" and isinstance(p.sentiment, Sentiment) for p in page.posts)
+        limits = page.meta.limits
+        assert limits.rate_limit == 1_000_000 and limits.rate_remaining < 1_000_000 and limits.quota_limit == 1_000_000_000
+
+        first = page.posts[0]
+        detail = await client.post(first.id, lang="de-DE")
+        assert detail.id == first.id and detail.title == first.title and detail.body
+        assert (await client.post(first.slug, lang="de-DE")).id == first.id
+        with pytest.raises(NotFound):
+            await client.post(9_999_999)
+
+        tree = await client.categories(lang="fr-FR")
+        assert len(tree.groups) == 7 and all(len(g.leaves) == 5 for g in tree.groups)
+        group = await client.category(tree.groups[0].slug, lang="fr-FR")
+        leaf = await client.category(tree.groups[0].leaves[0].slug)
+        assert isinstance(group, Category) and group.is_group and group.group is None and len(group.leaves) == 5
+        assert not leaf.is_group and leaf.group.slug == group.slug and leaf.leaves is None
+
+        tokens = await client.tokens()
+        assert len(tokens.tokens) == len((await raw(stack, key, "/tokens"))["tokens"]) == 60
+        token = await client.token(tokens.tokens[0].ticker.lower())
+        assert token.ticker == tokens.tokens[0].ticker and token.homepage_url
+
+        pulse = await client.sentiment_pulse()
+        assert pulse.window == "24h" and set(pulse.breakdown) == set(Sentiment)
+
+        word = next(w for w in first.title.split() if len(w) >= 4)
+        found = await client.search(word, lang="de-DE", limit=10)
+        assert found.posts and [p.id for p in found.posts] == [p["id"] for p in (await raw(stack, key, "/search", q=word, lang="de-DE", limit="10"))["posts"]]
+
+        with pytest.raises(ValidationFailed) as exc:
+            await client.posts(sentiment=["BULLISH", "EUPHORIC"])
+        assert exc.value.field == "sentiment" and exc.value.status == 422
+        assert client.last_meta.status == 422
+    async with AsyncClient(api_url(stack), "tw_live_" + "x" * 43) as client:
+        with pytest.raises(NotAuthenticated):
+            await client.languages()
+
+
+async def test_the_sync_client_gives_the_same_results(stack: ServiceStack, key: str):
+    def run() -> tuple[list[int], list[str], int]:
+        with Client(api_url(stack), key) as client:
+            ids = [p.id for p in client.iter_posts(lang="en-US", limit=50)]
+            codes = [x.code for x in client.languages().languages]
+            try:
+                client.post(9_999_999)
+            except NotFound as exc:
+                return ids, codes, exc.status
+        raise AssertionError("no NotFound")
+
+    ids, codes, status = await asyncio.to_thread(run)
+    async with AsyncClient(api_url(stack), key) as client:
+        assert ids == [p.id async for p in client.iter_posts(lang="en-US")]
+        assert codes == [x.code for x in (await client.languages()).languages]
+    assert status == 404
+
+
+async def test_iteration_walks_every_page_in_both_directions(stack: ServiceStack, key: str):
+    async with AsyncClient(api_url(stack), key) as client:
+        truth: list[int] = []
+        cursor = None
+        while True:  # the wire, page by page
+            body = await raw(stack, key, "/posts", lang="en-US", limit="50", **({"before": cursor} if cursor else {}))
+            truth += [p["id"] for p in body["posts"]]
+            if not (cursor := body["next_cursor"]):
+                break
+        assert len(truth) > 50  # several pages
+
+        older = [p.id async for p in client.iter_posts(lang="en-US", limit=7)]
+        assert older == truth
+        newer = [p.id async for p in client.iter_posts(direction="newer", lang="en-US", after=truth[-1], limit=7)]
+        assert newer == list(reversed(truth[:-1]))
+
+        word = next(w for w in (await client.posts(limit=1)).posts[0].title.split() if len(w) >= 4)
+        ranked = [p.id async for p in client.iter_search(word, limit=3)]
+        assert len(ranked) > 3 and len(set(ranked)) == len(ranked)
+        assert [p.id async for p in client.iter_search(word, direction="newer", after=ranked[-1], limit=3)] == list(reversed(ranked[:-1]))
+
+
+@pytest.mark.slow
+async def test_a_429_is_retried_after_retry_after_and_limits_are_exposed(stack: ServiceStack):
+    key = await stack.provision("ws_client_limited", rate_limit_per_minute=3)
+    if (second := datetime.now(timezone.utc).second) > 50:  # all four calls in one fixed minute window
+        await asyncio.sleep(61 - second)
+    async with AsyncClient(api_url(stack), key, retry=RetryPolicy(max_attempts=1)) as strict:
+        for _ in range(3):
+            await strict.languages()
+        with pytest.raises(RateLimited) as exc:  # no retries allowed: raised, with its headers
+            await strict.languages()
+    retry_after = exc.value.retry_after
+    assert 1 <= retry_after <= 60 and exc.value.meta.limits.rate_remaining == 0 and exc.value.meta.limits.rate_limit == 3
+    # A retrying client gets the 429 too, waits its Retry-After once and succeeds in the next minute.
+    async with AsyncClient(api_url(stack), key, retry=RetryPolicy(max_attempts=3, max_total_wait=65)) as client:
+        started = time.monotonic()
+        result = await client.languages()
+        elapsed = time.monotonic() - started
+    assert result.languages and client.retries == 1
+    assert retry_after - 2 <= elapsed <= retry_after + 5
+    assert result.meta.limits.rate_limit == 3 and result.meta.limits.rate_remaining == 2
+
+
+async def test_an_exhausted_daily_quota_is_raised_at_once_rather_than_slept_on(stack: ServiceStack):
+    key = await stack.provision("ws_client_quota", daily_quota=2)
+    async with AsyncClient(api_url(stack), key, retry=RetryPolicy(max_attempts=5, max_total_wait=30)) as client:
+        await client.languages()
+        await client.languages()
+        started = time.monotonic()
+        with pytest.raises(QuotaExhausted) as exc:
+            await client.languages()
+        assert time.monotonic() - started < 5 and client.retries == 0
+        assert exc.value.retry_after > 30 and exc.value.meta.limits.quota_remaining == 0
+
+
+# ---------------------------------------------------------------------------------------------- the stream
+
+
+class Flow:
+    """Publishes posts (in three locales) one after another, until stopped."""
+
+    def __init__(self, stack: ServiceStack, first_id: int) -> None:
+        self.stack = stack
+        self.next_id = first_id
+        self.published: list[int] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        async with self.stack.publisher() as send:
+            while not self._stop.is_set():
+                await send([flow_post(self.next_id)])
+                self.published.append(self.next_id)
+                self.next_id += 1
+                await asyncio.sleep(0.03)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> list[int]:
+        self._stop.set()
+        await self._task
+        return self.published
+
+
+class App:
+    """What the application sees, per locale."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.seen: dict[str, list[int]] = {}
+        self.sources: dict[str, int] = {}
+        self.task = asyncio.create_task(self._consume())
+
+    async def _consume(self) -> None:
+        async for item in self.stream:
+            self.seen.setdefault(item.post.lang, []).append(item.post.id)
+            self.sources[item.source] = self.sources.get(item.source, 0) + 1
+
+    async def until_seen(self, expected: list[int], timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        while any(set(expected) - set(self.seen.get(lang, [])) for lang in CONSUMED):
+            if self.task.done():
+                self.task.result()
+            assert time.monotonic() < deadline, {lang: sorted(set(expected) - set(self.seen.get(lang, []))) for lang in CONSUMED}
+            await asyncio.sleep(0.1)
+
+    async def until(self, condition, timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline and not self.task.done()
+            await asyncio.sleep(0.05)
+
+
+def stream_options() -> dict:
+    return dict(langs=list(CONSUMED), silence_timeout=3.0, backoff_base=0.2, backoff_cap=1.0, connect_timeout=2.0)
+
+
+def assert_exactly_once_in_order(app: App, published: list[int]) -> None:
+    for lang in CONSUMED:
+        ours = [i for i in app.seen.get(lang, []) if i in set(published)]
+        assert ours == published, lang  # every post once, in publication (= id) order
+    assert "fr-FR" not in app.seen
+
+
+async def deliver_through(stack: ServiceStack, key: str, first_id: int, disrupt) -> tuple[App, PostStream]:
+    """A client streams while posts are published steadily and ``disrupt(service, stream)``
+    happens mid-flow; returns once the application saw every post exactly once, in order."""
+    service = stack.of("stream")[0]
+    async with AsyncClient(api_url(stack), key, stream_url=stream_base(service.port)) as client:
+        stream = client.stream(**stream_options())
+        app = App(stream)
+        try:
+            await app.until(lambda: stream.stats.connects >= 1)
+            flow = Flow(stack, first_id)
+            flow.start()
+            await asyncio.sleep(1.5)
+            await disrupt(service, stream, app)
+            await asyncio.sleep(2.0)
+            published = await flow.stop()
+            await stack.wait_projected()
+            await app.until_seen(published)
+            await asyncio.sleep(1.5)  # anything delivered twice would show up now
+            assert_exactly_once_in_order(app, published)
+            return app, stream
+        finally:
+            await stream.close()
+            app.task.cancel()
+
+
+async def test_a_killed_stream_process_loses_and_repeats_nothing(stack: ServiceStack, key: str):
+    async def kill_and_restart(service, stream, app) -> None:
+        stack.stop(service, signal.SIGKILL)
+        await asyncio.sleep(1.5)  # posts committed now are never pushed: the new process does not replay
+        await stack.start("stream", port=service.port)
+
+    app, stream = await deliver_through(stack, key, 100_001, kill_and_restart)
+    assert stream.stats.connects >= 2
+    assert app.sources.get("gap_fill", 0) > 0 and app.sources.get("stream", 0) > 0
+
+
+async def test_a_silent_stream_is_left_after_the_silence_timeout_and_nothing_is_lost(stack: ServiceStack, key: str):
+    async def stop_for_longer_than_the_silence_timeout(service, stream, app) -> None:
+        service.proc.send_signal(signal.SIGSTOP)  # the connection stays open, and silent
+        try:
+            await app.until(lambda: stream.stats.reconnects_after_silence >= 1, timeout=15)
+            await asyncio.sleep(2.0)  # a reconnect to the stopped process hangs meanwhile
+        finally:
+            service.proc.send_signal(signal.SIGCONT)
+
+    app, stream = await deliver_through(stack, key, 200_001, stop_for_longer_than_the_silence_timeout)
+    assert stream.stats.reconnects_after_silence >= 1 and stream.stats.connects >= 2
+    assert app.sources.get("gap_fill", 0) > 0
+
+
+async def test_the_readme_example_lists_posts_then_streams_new_ones(stack: ServiceStack, key: str, tmp_path: Path):
+    text = README.read_text()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(example.strip().splitlines()) <= 12
+    state = tmp_path / ".tickerwire"
+    state.mkdir()
+    port = stack.of("stream")[0].port
+    (state / "up.json").write_bytes(orjson.dumps({
+        "base_url": api_url(stack), "stream_url": f"{stream_base(port)}/stream?key={key}", "api_key": key}))
+    (tmp_path / "example.py").write_text(example)
+    env = dict(os.environ, PYTHONPATH=str(README.parent / "src"))
+    proc = subprocess.Popen([sys.executable, "-u", "example.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        lines: list[str] = []
+
+        async def read_until(predicate) -> None:
+            while not predicate():
+                line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), WAIT)
+                assert line, "".join(lines)
+                lines.append(line)
+
+        await read_until(lambda: len(lines) >= 5)  # five listed posts
+        newest = (await raw(stack, key, "/posts", lang="en-US", limit="5"))["posts"]
+        assert [int(line.split()[0]) for line in lines[:5]] == [p["id"] for p in newest]
+        await asyncio.sleep(1.0)  # the example is connected by now
+        await stack.publish([flow_post(300_001)])
+        await read_until(lambda: any("300001" in line for line in lines[5:]))
+    finally:
+        proc.kill()
+        proc.wait()
