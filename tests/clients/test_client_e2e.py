@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from tickerwire.schemas.models import Post, PostEvent
+from tickerwire.services.cli import admin
 from tickerwire.services.demo import dataset
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire_client import (
@@ -32,6 +33,7 @@ from tickerwire_client import (
     RetryPolicy,
     Sentiment,
     ValidationFailed,
+    WorkspaceSuspended,
 )
 
 pytestmark = pytest.mark.e2e
@@ -328,6 +330,28 @@ async def test_a_silent_stream_is_left_after_the_silence_timeout_and_nothing_is_
     app, stream = await deliver_through(stack, key, 200_001, stop_for_longer_than_the_silence_timeout)
     assert stream.stats.reconnects_after_silence >= 1 and stream.stats.connects >= 2
     assert app.sources.get("gap_fill", 0) > 0
+
+
+async def test_a_refused_key_or_a_suspension_ends_the_stream_with_its_error(stack: ServiceStack, key: str):
+    port = stack.of("stream")[0].port
+    async with AsyncClient(api_url(stack), "tw_live_" + "x" * 43, stream_url=stream_base(port)) as client:
+        stream = client.stream(langs=["en-US"], start_after=1)  # no HTTP call first: the handshake is refused
+        with pytest.raises(NotAuthenticated):
+            await asyncio.wait_for(anext(stream), WAIT)
+        await stream.close()
+
+    suspended_key = await stack.provision("ws_client_suspended")
+    async with AsyncClient(api_url(stack), suspended_key, stream_url=stream_base(port)) as client:
+        async with client.stream(**stream_options()) as stream:
+            app = App(stream)
+            await app.until(lambda: stream.stats.connects >= 1)
+            conn = await stack.read_conn()
+            try:
+                await stack.publish([await admin.workspace_event(conn, "ws_client_suspended", status="suspended")])
+            finally:
+                await conn.close()
+            with pytest.raises(WorkspaceSuspended):  # close code 4003, raised to the application
+                await asyncio.wait_for(app.task, WAIT)
 
 
 async def test_the_readme_example_lists_posts_then_streams_new_ones(stack: ServiceStack, key: str, tmp_path: Path):

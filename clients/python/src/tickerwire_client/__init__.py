@@ -53,4 +53,6 @@ from .retry import RetryPolicy
 from .stream import PostStream, StreamStats
 from .sync import Client
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+from types import ModuleType as _Module
+
+__all__ = [name for name, value in list(globals().items()) if not name.startswith("_") and not isinstance(value, _Module)]

@@ -138,6 +138,7 @@ class PostStream:
         self.start()
         item = await self._queue.get()
         if item is _END:
+            self._queue.put_nowait(_END)  # and on every later call
             raise StopAsyncIteration
         if isinstance(item, BaseException):
             self._queue.put_nowait(_END)
@@ -145,11 +146,18 @@ class PostStream:
         return item
 
     async def close(self) -> None:
+        """Stop the stream; the iteration ends (posts not yet taken are dropped)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self._ws is not None:
             await self._ws.close()
+        while True:
+            try:
+                self._queue.put_nowait(_END)
+                return
+            except asyncio.QueueFull:
+                self._queue.get_nowait()
 
     def cursors(self) -> dict[str, int | None]:
         """Per locale, the id to resume after (persist it to resume with ``start_after``)."""
@@ -159,9 +167,10 @@ class PostStream:
 
     async def _supervise(self) -> None:
         try:
-            await self._prepare()
             while True:
                 try:
+                    if not self.lines:
+                        await self._prepare()
                     await self._connection()
                 except _Reconnect as why:
                     log.info("stream reconnecting: %s", why)
@@ -196,19 +205,24 @@ class PostStream:
             tree = await self.client.categories()
             self._leaves = set().union(*(tree.leaves_of(s) for s in self.categories.split(",") if s))
         start = self.start_after
-        if start is None:
+        if start is None or (isinstance(start, dict) and not set(self.langs) <= set(start)):
             # The newest post now: everything after it is new to the application.
             page = await self.client.posts(limit=1)
-            start = int(page.posts[0].id) if page.posts else None
+            newest = int(page.posts[0].id) if page.posts else None
+            start = newest if start is None else {lang: start.get(lang, newest) for lang in self.langs}
+        lines = {}
         for lang in self.langs:
             cursor = start.get(lang) if isinstance(start, dict) else start
-            self.lines[lang] = LocaleLine(lang, cursor=cursor, window=self.reorder_window)
+            lines[lang] = LocaleLine(lang, cursor=cursor, window=self.reorder_window)
+        self.lines = lines
 
     def _url(self) -> str:
         params: dict[str, str] = {}
         if self.server_filters:
-            if self.langs:
-                params["lang"] = ",".join(self.langs)
+            if self.langs and len(self.langs) == 1:
+                # /posts takes one locale, and falls back to the default for anything else: a
+                # list is never sent, so no server can narrow it to one locale by mistake.
+                params["lang"] = self.langs[0]
             if self.tickers:
                 params["tickers"] = self.tickers
             if self.categories:
@@ -223,7 +237,7 @@ class PostStream:
                 max_msg_size=4 * 1024 * 1024,
             )
         except aiohttp.WSServerHandshakeError as exc:
-            if exc.status in (401, 403, 429):
+            if exc.status in (401, 403, 404, 422, 429):
                 raise await self._refusal(url, exc) from None
             raise
 
@@ -242,13 +256,15 @@ class PostStream:
         if first.get("type") != "ready":
             raise _Reconnect(f"expected ready, got {first.get('type')!r}")
         self.stats.connects += 1
-        self.backoff.reset()
+        connected = asyncio.get_running_loop().time()
         for line in self.lines.values():
             line.begin_fill()  # before any push of this connection is handled
         filler = asyncio.create_task(self._gap_fill(), name="tickerwire-gap-fill")
         try:
             await self._read(ws, filler)
         finally:
+            if asyncio.get_running_loop().time() - connected >= min(10.0, self.silence_timeout):
+                self.backoff.reset()  # a connection that lived: the next attempt starts fast
             filler.cancel()
             await asyncio.gather(filler, return_exceptions=True)
             for line in self.lines.values():

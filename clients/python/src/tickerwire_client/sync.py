@@ -9,8 +9,11 @@ event loop's callbacks (use ``AsyncClient`` there).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
+import signal
 import threading
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar
 
 from .client import AsyncClient
@@ -23,11 +26,29 @@ T = TypeVar("T")
 class _LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="tickerwire-client-loop", daemon=True)
+        self.thread = threading.Thread(target=self._serve, name="tickerwire-client-loop", daemon=True)
         self.thread.start()
 
+    def _serve(self) -> None:
+        if hasattr(signal, "pthread_sigmask"):  # Ctrl-C and SIGTERM go to the application's thread
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        self.loop.run_forever()
+
     def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                # Short waits, so a signal (KeyboardInterrupt) is handled promptly on every platform.
+                step = 0.25 if deadline is None else max(min(0.25, deadline - time.monotonic()), 0.0)
+                try:
+                    return future.result(step)
+                except concurrent.futures.TimeoutError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+        except BaseException:
+            future.cancel()
+            raise
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
