@@ -94,7 +94,7 @@ class ServiceStack:
         async with connect(self.database_url) as conn:
             await migrate(conn, self.config.read_model_schema)
 
-    def spawn(self, name: str, port: int | None = None, **env_overrides: str) -> Service:
+    def spawn(self, name: str, *, port: int | None = None, **env_overrides: str) -> Service:
         """Start ``name`` on ``port`` (default: a free one; a restart may reuse its predecessor's)."""
         port = port or free_port()
         port_var = {"projector": "TICKERWIRE_PROJECTOR_PORT", "api": "TICKERWIRE_API_PORT", "stream": "TICKERWIRE_STREAM_PORT"}[name]
@@ -114,8 +114,8 @@ class ServiceStack:
         self.services.append(service)
         return service
 
-    async def start(self, name: str, port: int | None = None, **env_overrides: str) -> Service:
-        service = self.spawn(name, port, **env_overrides)
+    async def start(self, name: str, *, port: int | None = None, **env_overrides: str) -> Service:
+        service = self.spawn(name, port=port, **env_overrides)
         await wait_http(f"{service.url}/{'healthz' if name == 'projector' else 'readyz'}", service)
         return service
 

@@ -68,15 +68,20 @@ def parse_timestamp(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
-_EXTRA = dict(default_factory=dict, compare=False, repr=False)
-_META = dict(default=None, compare=False, repr=False)
+def _extra_field() -> Any:
+    """Fields the client does not know yet, kept as they came."""
+    return field(default_factory=dict, compare=False, repr=False)
+
+
+def _meta_field() -> Any:
+    return field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class NamedRef:
     slug: str
     name: str
-    extra: dict[str, Any] = field(**_EXTRA)
+    extra: dict[str, Any] = _extra_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NamedRef:
@@ -106,7 +111,7 @@ class PostLean:
     categories: list[NamedRef]
     importance: int
     sentiment: Sentiment | str
-    extra: dict[str, Any] = field(**_EXTRA)
+    extra: dict[str, Any] = _extra_field()
 
     @classmethod
     def _lean_kwargs(cls, d: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,7 +153,7 @@ class PostDetail(PostLean):
     hashtags: list[str] = field(default_factory=list)
     byline: str = ""
     source_url: str = ""
-    meta: ResponseMeta | None = field(**_META)
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> PostDetail:
@@ -173,8 +178,8 @@ class Page:
     posts: list[PostLean]
     next_cursor: str | None
     prev_cursor: str | None
-    extra: dict[str, Any] = field(**_EXTRA)
-    meta: ResponseMeta | None = field(**_META)
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> Page:
@@ -199,8 +204,8 @@ class Category:
     is_group: bool
     group: NamedRef | None
     leaves: list[NamedRef] | None
-    extra: dict[str, Any] = field(**_EXTRA)
-    meta: ResponseMeta | None = field(**_META)
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> Category:
@@ -221,7 +226,7 @@ class CategoryGroup:
     slug: str
     name: str
     leaves: list[NamedRef]
-    extra: dict[str, Any] = field(**_EXTRA)
+    extra: dict[str, Any] = _extra_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CategoryGroup:
@@ -234,8 +239,8 @@ class CategoryTree:
     """Spec 4.3: groups with their leaves, each in display order."""
 
     groups: list[CategoryGroup]
-    extra: dict[str, Any] = field(**_EXTRA)
-    meta: ResponseMeta | None = field(**_META)
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> CategoryTree:
@@ -254,7 +259,7 @@ class CategoryTree:
 class EcosystemRef:
     slug: Ecosystem | str
     name: str
-    extra: dict[str, Any] = field(**_EXTRA)
+    extra: dict[str, Any] = _extra_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EcosystemRef:
@@ -279,7 +284,7 @@ class Token:
     categories: list[str]
     genesis_date: date | None
     primary_ecosystem: EcosystemRef | None
-    extra: dict[str, Any] = field(**_EXTRA)
+    extra: dict[str, Any] = _extra_field()
 
     @classmethod
     def _token_kwargs(cls, d: Mapping[str, Any]) -> dict[str, Any]:
@@ -308,7 +313,7 @@ class TokenDetail(Token):
 
     homepage_url: str = ""
     description: str | None = None
-    meta: ResponseMeta | None = field(**_META)
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> TokenDetail:
@@ -319,8 +324,8 @@ class TokenDetail(Token):
 @dataclass(frozen=True, slots=True)
 class TokenList:
     tokens: list[Token]
-    extra: dict[str, Any] = field(**_EXTRA)
-    meta: ResponseMeta | None = field(**_META)
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> TokenList:
@@ -340,7 +345,7 @@ class Language:
     country_code: str
     direction: Direction | str
     is_default: bool
-    extra: dict[str, Any] = field(**_EXTRA)
+    extra: dict[str, Any] = _extra_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Language:
@@ -351,8 +356,8 @@ class Language:
 @dataclass(frozen=True, slots=True)
 class LanguageList:
     languages: list[Language]
-    extra: dict[str, Any] = field(**_EXTRA)
-    meta: ResponseMeta | None = field(**_META)
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> LanguageList:
@@ -382,8 +387,8 @@ class SentimentPulse:
     as_of: datetime
     total_posts: int
     breakdown: dict[Sentiment | str, SentimentShare]
-    extra: dict[str, Any] = field(**_EXTRA)
-    meta: ResponseMeta | None = field(**_META)
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> SentimentPulse:

@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
@@ -204,7 +204,7 @@ class PostStream:
         if self.categories:
             tree = await self.client.categories()
             self._leaves = set().union(*(tree.leaves_of(s) for s in self.categories.split(",") if s))
-        start = self.start_after
+        start: int | Mapping[str, int | None] | None = self.start_after
         if start is None or (isinstance(start, dict) and not set(self.langs) <= set(start)):
             # The newest post now: everything after it is new to the application.
             page = await self.client.posts(limit=1)
@@ -212,7 +212,7 @@ class PostStream:
             start = newest if start is None else {lang: start.get(lang, newest) for lang in self.langs}
         lines = {}
         for lang in self.langs:
-            cursor = start.get(lang) if isinstance(start, dict) else start
+            cursor = start.get(lang) if isinstance(start, Mapping) else start
             lines[lang] = LocaleLine(lang, cursor=cursor, window=self.reorder_window)
         self.lines = lines
 
@@ -363,10 +363,9 @@ class PostStream:
 
     async def _gap_fill(self) -> None:
         """One gap-fill per locale: ``after=<cursor>`` until the page is empty."""
-        filters = {"ticker": self.tickers, "category": self.categories}
-        filters = {k: v for k, v in filters.items() if v}
+        filters = {k: v for k, v in {"ticker": self.tickers, "category": self.categories}.items() if v}
         for lang, line in self.lines.items():
-            cursor = line.cursor
+            cursor: int | str | None = line.cursor
             if cursor is None:
                 await self._fill_from_start(line, filters)
                 continue
@@ -385,7 +384,7 @@ class PostStream:
         """No cursor yet (there were no posts when the stream started): every post is new."""
         posts: list[PostLean] = []
         position: LogPosition | None = None
-        before = None
+        before: str | None = None
         for _ in range(200):  # bounded: 10,000 posts
             self.stats.gap_fill_requests += 1
             page = await self.client.posts(lang=line.lang, before=before, limit=50, **filters)

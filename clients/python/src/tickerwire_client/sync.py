@@ -35,7 +35,7 @@ class _LoopThread:
         self.loop.run_forever()
 
     def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
