@@ -35,6 +35,10 @@ class _LoopThread:
         self.loop.run_forever()
 
     def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        if not self.thread.is_alive():
+            if hasattr(coro, "close"):
+                coro.close()
+            raise RuntimeError("the client is closed")
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -46,6 +50,8 @@ class _LoopThread:
                 except concurrent.futures.TimeoutError:
                     if deadline is not None and time.monotonic() >= deadline:
                         raise
+                    if not self.thread.is_alive():
+                        raise RuntimeError("the client was closed during the call") from None
         except BaseException:
             future.cancel()
             raise
