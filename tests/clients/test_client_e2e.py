@@ -76,10 +76,10 @@ async def raw(stack: ServiceStack, key: str, path: str, **params) -> dict:
             return orjson.loads(await resp.read())
 
 
-def flow_post(post_id: int) -> PostEvent:
+def flow_post(post_id: int, tickers: tuple[str, ...] = ("BTC",)) -> PostEvent:
     at = datetime.now(timezone.utc)
     return PostEvent(version=1, emitted_at=at, data=Post.model_validate(dict(
-        id=post_id, status="published", published_at=at, importance=40, sentiment="NEUTRAL", tickers=["BTC"],
+        id=post_id, status="published", published_at=at, importance=40, sentiment="NEUTRAL", tickers=list(tickers),
         hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
         source_url="https://src.example/a", byline="Desk",
         translations=[dict(lang=lang, slug=f"flow-{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{lang}/{post_id}",
@@ -100,6 +100,7 @@ async def test_every_endpoint_returns_typed_models_equal_to_the_wire(stack: Serv
         wire = await raw(stack, key, "/posts", lang="de-DE", limit="5")
         assert [p.id for p in page.posts] == [p["id"] for p in wire["posts"]] and page.next_cursor == wire["next_cursor"]
         assert all(p.lang == "de-DE" and isinstance(p.sentiment, Sentiment) for p in page.posts)
+        assert page.meta.log_position is not None and len(page.meta.log_position.offsets) == 4  # the consistency mark
         limits = page.meta.limits
         assert limits.rate_limit == 1_000_000 and limits.rate_remaining < 1_000_000 and limits.quota_limit == 1_000_000_000
 
@@ -249,12 +250,14 @@ class App:
         self.stream = stream
         self.seen: dict[str, list[int]] = {}
         self.sources: dict[str, int] = {}
+        self.unmarked_pushes = 0
         self.task = asyncio.create_task(self._consume())
 
     async def _consume(self) -> None:
         async for item in self.stream:
             self.seen.setdefault(item.post.lang, []).append(item.post.id)
             self.sources[item.source] = self.sources.get(item.source, 0) + 1
+            self.unmarked_pushes += item.source == "stream" and item.log_mark is None
 
     async def until_seen(self, expected: list[int], timeout: float = WAIT) -> None:
         deadline = time.monotonic() + timeout
@@ -301,6 +304,7 @@ async def deliver_through(stack: ServiceStack, key: str, first_id: int, disrupt)
             await app.until_seen(published)
             await asyncio.sleep(1.5)  # anything delivered twice would show up now
             assert_exactly_once_in_order(app, published)
+            assert app.unmarked_pushes == 0  # every push carries its log_position
             return app, stream
         finally:
             await stream.close()
@@ -330,6 +334,18 @@ async def test_a_silent_stream_is_left_after_the_silence_timeout_and_nothing_is_
     app, stream = await deliver_through(stack, key, 200_001, stop_for_longer_than_the_silence_timeout)
     assert stream.stats.reconnects_after_silence >= 1 and stream.stats.connects >= 2
     assert app.sources.get("gap_fill", 0) > 0
+
+
+async def test_stream_filters_reach_the_server_and_the_gap_fill(stack: ServiceStack, key: str):
+    port = stack.of("stream")[0].port
+    async with AsyncClient(api_url(stack), key, stream_url=stream_base(port)) as client:
+        async with client.stream(**(stream_options() | {"tickers": ["ETH"]})) as stream:
+            app = App(stream)
+            await app.until(lambda: stream.stats.connects >= 1)
+            await stack.publish([flow_post(400_001), flow_post(400_002, tickers=("ETH", "SOL"))])
+            await app.until_seen([400_002])
+            await asyncio.sleep(1.0)
+            assert {lang: [i for i in ids if i > 400_000] for lang, ids in app.seen.items()} == {lang: [400_002] for lang in CONSUMED}
 
 
 async def test_a_refused_key_or_a_suspension_ends_the_stream_with_its_error(stack: ServiceStack, key: str):

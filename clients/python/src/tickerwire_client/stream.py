@@ -219,10 +219,8 @@ class PostStream:
     def _url(self) -> str:
         params: dict[str, str] = {}
         if self.server_filters:
-            if self.langs and len(self.langs) == 1:
-                # /posts takes one locale, and falls back to the default for anything else: a
-                # list is never sent, so no server can narrow it to one locale by mistake.
-                params["lang"] = self.langs[0]
+            if self.langs:
+                params["lang"] = ",".join(self.langs)  # the stream's lang is a list, matched exactly
             if self.tickers:
                 params["tickers"] = self.tickers
             if self.categories:
