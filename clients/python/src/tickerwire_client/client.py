@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from datetime import datetime
 from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, TypeVar
 from urllib.parse import quote
@@ -86,6 +87,8 @@ class AsyncClient:
         self.timeout = timeout
         self._session = session
         self._owns_session = session is None
+        self._closed = False
+        self._streams: weakref.WeakSet[Any] = weakref.WeakSet()
         self.last_meta: ResponseMeta | None = None
         #: Retries made so far (429/503 or connection errors), for observability.
         self.retries = 0
@@ -94,6 +97,8 @@ class AsyncClient:
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("the client is closed")
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
@@ -103,6 +108,10 @@ class AsyncClient:
         return self._session
 
     async def close(self) -> None:
+        """Close every stream opened through this client, then the HTTP session."""
+        self._closed = True
+        for stream in list(self._streams):
+            await stream.close()
         if self._owns_session and self._session is not None:
             await self._session.close()
 
@@ -244,7 +253,9 @@ class AsyncClient:
         """A :class:`~tickerwire_client.stream.PostStream` over this client (see its options)."""
         from .stream import PostStream
 
-        return PostStream(self, **options)
+        stream = PostStream(self, **options)
+        self._streams.add(stream)
+        return stream
 
 
 def _decode(raw: bytes) -> Any:
