@@ -348,6 +348,26 @@ async def test_stream_filters_reach_the_server_and_the_gap_fill(stack: ServiceSt
             assert {lang: [i for i in ids if i > 400_000] for lang, ids in app.seen.items()} == {lang: [400_002] for lang in CONSUMED}
 
 
+async def test_a_restarted_application_resumes_from_its_cursors_without_a_gap(stack: ServiceStack, key: str):
+    port = stack.of("stream")[0].port
+    async with AsyncClient(api_url(stack), key, stream_url=stream_base(port)) as client:
+        async with client.stream(**stream_options()) as stream:
+            app = App(stream)
+            await app.until(lambda: stream.stats.connects >= 1)
+            await stack.publish([flow_post(500_001)])
+            await app.until_seen([500_001])
+            cursors = stream.cursors()
+        assert cursors == {lang: 500_001 for lang in CONSUMED}
+        missed = [500_002, 500_003, 500_004]  # published while the application was down
+        await stack.publish([flow_post(i) for i in missed])
+        await stack.wait_projected()
+        async with client.stream(**stream_options(), start_after=cursors) as stream:
+            app = App(stream)
+            await app.until_seen(missed)
+            await asyncio.sleep(1.0)
+            assert app.seen == {lang: missed for lang in CONSUMED} and app.sources == {"gap_fill": 6}
+
+
 async def test_a_refused_key_or_a_suspension_ends_the_stream_with_its_error(stack: ServiceStack, key: str):
     port = stack.of("stream")[0].port
     async with AsyncClient(api_url(stack), "tw_live_" + "x" * 43, stream_url=stream_base(port)) as client:
