@@ -33,7 +33,7 @@ CSV = str | Iterable[str] | None
 USER_AGENT = "tickerwire-client-python/0.1"
 
 
-def _csv(value: CSV) -> str | None:
+def csv_value(value: CSV) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -45,10 +45,10 @@ def post_filters(*, category: CSV = None, ticker: CSV = None, hashtag: CSV = Non
                  importance_min: int | None = None, since: datetime | str | None = None) -> dict[str, str]:
     """The /posts (and /search) filter parameters, CSV-joined, ``None`` left out."""
     params = {
-        "category": _csv(category),
-        "ticker": _csv(ticker),
-        "hashtag": _csv(hashtag),
-        "sentiment": _csv(sentiment),
+        "category": csv_value(category),
+        "ticker": csv_value(ticker),
+        "hashtag": csv_value(hashtag),
+        "sentiment": csv_value(sentiment),
         "importance_min": None if importance_min is None else str(importance_min),
         "since": since.isoformat() if isinstance(since, datetime) else since,
     }

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
-from .client import AsyncClient, _csv
+from .client import AsyncClient, csv_value
 from .errors import (
     ApiError,
     BadgeMissing,
@@ -102,8 +102,8 @@ class PostStream:
                  server_filters: bool = True) -> None:
         self.client = client
         self.langs = [langs] if isinstance(langs, str) else (list(langs) if langs is not None else None)
-        self.tickers = _csv(tickers)
-        self.categories = _csv(categories)
+        self.tickers = csv_value(tickers)
+        self.categories = csv_value(categories)
         self.start_after = start_after
         self.silence_timeout = silence_timeout
         self.reorder_window = reorder_window
