@@ -1,7 +1,8 @@
 """The read API process: ``create_app(config)`` builds the aiohttp application.
 
 Partner routes live under ``config.base_path``; operator routes (/healthz, /readyz,
-/metrics) at the root. The pool and the catalog refresher live in ``cleanup_ctx``.
+/metrics) are on the process's admin listener (``app[ADMIN_APP]``), never on the partner
+port. The pool and the catalog refresher live in ``cleanup_ctx``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common.config import Config
 from ..common.db import reader_pool, schema_ready
 from ..common.ops import add_ops_routes, run_app
+from ..common.requestlog import add_request_log
 from ..common.tasks import background_task
 from . import handlers, openapi
 from .docs import add_docs_routes
@@ -75,6 +77,7 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
         # protocol layer's plain-text 400; see params.py for the per-parameter limits.
         handler_args={"max_line_size": 131_072},
     )
+    add_request_log(app)
     app[CONFIG] = config
     app[METRICS] = metrics or ApiMetrics()
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
@@ -94,4 +97,4 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
 
 
 async def serve(config: Config) -> None:
-    await run_app(create_app(config), config.host, config.api_port, name="api")
+    await run_app(create_app(config), config, name="api", port=config.api_port, admin_port=config.api_admin_port)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-from ..common.config import Config
+from ..common.config import Config, ConfigError
 from ..common.logs import setup_logging
 
 log = logging.getLogger("tickerwire.up")
@@ -210,16 +210,24 @@ async def wait_healthy(urls: list[str], children: list[subprocess.Popen], timeou
                 await asyncio.sleep(0.2)
 
 
+#: The listeners `up` starts; each port comes from its flag, else the environment or the default.
+PORTS = ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")
+
+
+def settings_check(env: dict[str, str]) -> Config:
+    """The environment's settings, checked before anything starts (the database and broker
+    may not exist yet, so placeholders stand in for them)."""
+    return Config.from_env(env, database_url="-", kafka_bootstrap_servers="-")
+
+
 async def run(args, stack: Stack) -> None:
+    base = settings_check(dict(os.environ))
     dsn, bootstrap = start_embedded(stack, args)
     env = dict(os.environ)
-    env.update(
-        TICKERWIRE_DATABASE_URL=dsn,
-        TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap,
-        TICKERWIRE_API_PORT=str(_port(args.api_port)),
-        TICKERWIRE_STREAM_PORT=str(_port(args.stream_port)),
-        TICKERWIRE_PROJECTOR_PORT=str(_port(args.projector_port)),
-    )
+    env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
+    for name in PORTS:
+        flag = getattr(args, name, None)
+        env["TICKERWIRE_" + name.upper()] = str(_port(flag if flag is not None else getattr(base, name)))
     if not args.kafka_bootstrap_servers:
         # The embedded broker is one node: replication factor 1. It keeps its (memory-only)
         # log whole, and reports the compaction it was created with, so the topic check passes.
@@ -232,10 +240,13 @@ async def run(args, stack: Stack) -> None:
     for name in ("projector", "api", "stream"):
         stack.spawn(name, env)
     host = config.host
+    admin = {
+        "projector": f"http://{config.admin_host}:{config.projector_admin_port}",
+        "api": f"http://{config.admin_host}:{config.api_admin_port}",
+        "stream": f"http://{config.admin_host}:{config.stream_admin_port}",
+    }
     await wait_healthy(
-        [f"http://{host}:{config.projector_port}/healthz", f"http://{host}:{config.api_port}/readyz",
-         f"http://{host}:{config.stream_port}/readyz"],
-        stack.children,
+        [admin["projector"] + "/healthz", admin["api"] + "/readyz", admin["stream"] + "/readyz"], stack.children
     )
     key, last_id, marks = await publish_demo(config, args)
     await wait_projected(config, marks)
@@ -250,11 +261,9 @@ async def run(args, stack: Stack) -> None:
         "database_url": dsn,
         "kafka_bootstrap_servers": bootstrap,
         "topic_prefix": config.topic_prefix,
-        "metrics": {
-            "projector": f"http://{host}:{config.projector_port}/metrics",
-            "api": f"http://{host}:{config.api_port}/metrics",
-            "stream": f"http://{host}:{config.stream_port}/metrics",
-        },
+        # Operator endpoints (/healthz, /readyz, /metrics) of each process, on its admin listener.
+        "admin": admin,
+        "metrics": {name: url + "/metrics" for name, url in admin.items()},
         "pids": {"up": os.getpid(), "children": [p.pid for p in stack.children]},
     }
     state_file = stack.state_dir / "up.json"
@@ -266,6 +275,7 @@ async def run(args, stack: Stack) -> None:
         f"  stream URL: {info['stream_url']}\n"
         f"  docs:       {info['docs_url']}\n"
         f"  API key:    {key}\n"
+        f"  admin:      {', '.join(f'{n} {u}' for n, u in admin.items())} (/healthz /readyz /metrics)\n"
         f"  state:      {state_file}\n"
         f"Try: curl -H 'Authorization: Bearer {key}' {info['base_url']}/posts\n"
         f"Ctrl-C stops everything.",
@@ -286,6 +296,11 @@ async def _watch(children: list[subprocess.Popen]) -> None:
 
 
 def up_main(args) -> int:
+    try:
+        settings_check(dict(os.environ))
+    except ConfigError as exc:
+        print(f"tickerwire up: {exc}", file=sys.stderr)
+        return 2
     setup_logging("up", os.environ.get("TICKERWIRE_LOG_LEVEL", "INFO"))
     state_dir = Path(args.state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,12 @@ class Config:
     host: str = "127.0.0.1"
     api_port: int = 8080
     stream_port: int = 8081
-    projector_port: int = 8082
+    #: Operator endpoints (/healthz, /readyz, /metrics) have their own listener per process,
+    #: bound to ``admin_host`` (localhost by default), never on a partner port.
+    admin_host: str = "127.0.0.1"
+    api_admin_port: int = 9080
+    stream_admin_port: int = 9081
+    projector_admin_port: int = 9082
     base_path: str = "/api/v1/developer"
     read_model_schema: str = "rm"
     db_pool_min: int = 2
@@ -69,6 +74,10 @@ class Config:
     topic_posts_partitions: int = 4
     topic_replication_factor: int = 3
     kafka_allow_unsafe_topics: bool = False
+    #: Connection hygiene of every listener (deploy/README.md has the file-descriptor budget).
+    max_connections: int = 1_000
+    http_header_timeout_s: float = 10.0
+    http_keepalive_timeout_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Config":
@@ -96,12 +105,19 @@ class Config:
     def validate(self) -> None:
         if not self.base_path.startswith("/") or self.base_path.endswith("/"):
             raise ConfigError("TICKERWIRE_BASE_PATH must start with / and not end with /")
+        if self.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ConfigError(f"TICKERWIRE_LOG_LEVEL={self.log_level!r} is invalid: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
         if not self.read_model_schema.isidentifier():
             raise ConfigError("TICKERWIRE_READ_MODEL_SCHEMA must be a plain identifier")
-        for name in ("api_port", "stream_port", "projector_port"):
+        for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port"):
             port = getattr(self, name)
             if not 0 <= port < 65536:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} out of range: {port}")
+        if self.max_connections < 1:
+            raise ConfigError("TICKERWIRE_MAX_CONNECTIONS must be at least 1")
+        for name in ("http_header_timeout_s", "http_keepalive_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"TICKERWIRE_{name.upper()} must be a positive number of seconds")
 
         if self.kafka_security_protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(

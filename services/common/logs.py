@@ -9,9 +9,12 @@ from datetime import datetime, timezone
 
 import orjson
 
+from .errors import ConfigError
+from .requestlog import RequestIdFilter
+
 #: Anything that looks like an API key is masked before a line is written. This is the second
-#: line of defence: keys are never passed to a logger on purpose, and no access log is written
-#: (aiohttp's would print the stream's ``?key=`` query string).
+#: line of defence: keys are never passed to a logger on purpose, and aiohttp's access log is
+#: off (it would print the stream's ``?key=`` query string); ours (requestlog.py) never does.
 _KEY_RE = re.compile(r"tw_(live|test)_[A-Za-z0-9_\-]{8,}")
 
 
@@ -32,6 +35,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        request_id = getattr(record, "request_id", None)
+        if request_id is not None:
+            doc["request_id"] = request_id
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
             doc.update(extra)
@@ -45,8 +51,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(service: str, level: str = "INFO") -> None:
+    if not isinstance(logging.getLevelName(level.upper()), int):
+        raise ConfigError(f"TICKERWIRE_LOG_LEVEL={level!r} is invalid: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(service))
+    handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

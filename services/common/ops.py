@@ -1,21 +1,43 @@
-"""Operator endpoints every process serves outside the partner path: /healthz, /readyz, /metrics."""
+"""Operator endpoints (/healthz, /readyz, /metrics) on their own admin listener, and running a
+process's listeners.
+
+Every process has an admin listener (``TICKERWIRE_<SERVICE>_ADMIN_PORT`` on
+``TICKERWIRE_ADMIN_HOST``, localhost by default); the api and the stream also have their
+partner listener, which serves only the partner API or stream: operator paths there are 404.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import resource
 from typing import Awaitable, Callable
 
-import orjson
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from .config import Config
+from .listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
 
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], Awaitable[tuple[bool, str]]]
 
+#: The admin application of a process, attached to its main application.
+ADMIN_APP = web.AppKey("admin_app", web.Application)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+#: Connections the admin listener keeps at most (scrapers and probes on localhost).
+ADMIN_MAX_CONNECTIONS = 64
+#: File descriptors a process needs besides its connections and its database pool: the
+#: listening sockets, Kafka connections, the event loop, logs. deploy/README.md has the budget.
+FD_RESERVE = 64
+
 
 def add_ops_routes(app: web.Application, registry: CollectorRegistry, ready: ReadyCheck) -> None:
+    """Build the admin application serving the operator endpoints of ``app``'s process and
+    attach it as ``app[ADMIN_APP]``; :func:`run_app` serves it on the admin listener."""
+
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -30,47 +52,47 @@ def add_ops_routes(app: web.Application, registry: CollectorRegistry, ready: Rea
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    admin = web.Application()
+    admin[REGISTRY] = registry
+    admin.router.add_get("/healthz", healthz)
+    admin.router.add_get("/readyz", readyz)
+    admin.router.add_get("/metrics", metrics)
+    app[ADMIN_APP] = admin
 
 
-_LOW_LEVEL_CODES = {413: "PAYLOAD_TOO_LARGE", 414: "URI_TOO_LONG", 431: "HEADERS_TOO_LARGE"}
+def connection_budget(max_connections: int, db_pool_max: int, fd_limit: int) -> int:
+    """How many partner connections fit in ``fd_limit`` file descriptors (at least 1)."""
+    room = fd_limit - ADMIN_MAX_CONNECTIONS - db_pool_max - FD_RESERVE
+    return max(1, min(max_connections, room))
 
 
-class _JsonErrorHandler(RequestHandler):
-    """Requests aiohttp cannot even parse (bad request line, NUL in a header, oversized
-    lines) are answered before any middleware runs; answer them with the JSON error
-    envelope too, instead of aiohttp's plain-text page."""
-
-    def handle_error(self, request, status=500, exc=None, message=None):  # type: ignore[override]
-        super().handle_error(request, status, exc, message)  # logs, and refuses once output started
-        if status >= 500:
-            code, text = "INTERNAL", "An internal error occurred; it has been logged."
-        else:
-            code, text = _LOW_LEVEL_CODES.get(status, "VALIDATION_FAILED"), "The HTTP request could not be parsed."
-        response = web.Response(
-            status=status, body=orjson.dumps({"error": {"code": code, "message": text}}), content_type="application/json"
+def _fit_fd_limit(config: Config, name: str) -> int:
+    """Raise the soft file-descriptor limit towards the budget; if the hard limit is too low,
+    serve fewer connections than configured, loudly."""
+    need = config.max_connections + ADMIN_MAX_CONNECTIONS + config.db_pool_max + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return config.max_connections
+    allowed = connection_budget(config.max_connections, config.db_pool_max, soft)
+    if allowed < config.max_connections:
+        log.warning(
+            "%s: the file-descriptor limit %d is below the budget %d of TICKERWIRE_MAX_CONNECTIONS=%d; "
+            "serving at most %d connections. Raise LimitNOFILE (see deploy/README.md) or lower the setting.",
+            name, soft, need, config.max_connections, allowed,
         )
-        response.force_close()
-        return response
+    return allowed
 
 
-class _JsonErrorServer(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
-
-
-class _Runner(web.AppRunner):
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        server.__class__ = _JsonErrorServer  # same object, JSON error pages
-        return server
-
-
-async def run_app(app: web.Application, host: str, port: int, *, name: str) -> None:
-    """Serve ``app`` until cancelled (SIGTERM/SIGINT handled by the caller's runner)."""
-    runner = _Runner(app, handle_signals=False, access_log=None)
+async def _start(app: web.Application, guard: Guard, host: str, port: int, name: str) -> GuardedRunner:
+    app.on_response_prepare.append(server_header)
+    runner = GuardedRunner(app, guard)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
@@ -79,9 +101,30 @@ async def run_app(app: web.Application, host: str, port: int, *, name: str) -> N
         await runner.cleanup()
         raise SystemExit(f"{name}: cannot listen on {host}:{port}: {exc.strerror}") from None
     log.info("%s listening on http://%s:%d", name, host, port)
-    try:
-        import asyncio
+    return runner
 
+
+async def run_app(app: web.Application, config: Config, *, name: str, port: int | None, admin_port: int) -> None:
+    """Serve ``app`` on ``port`` (None: run its start-up and background tasks, serve nothing)
+    and its admin application on ``admin_port``, until cancelled. The admin listener starts
+    first, so /healthz answers and /readyz says why not ready while the process starts."""
+    registry = app[ADMIN_APP][REGISTRY]
+    metrics = ListenerMetrics(registry)
+    partner = Guard(
+        "partner",
+        Limits(_fit_fd_limit(config, name), config.http_header_timeout_s, config.http_keepalive_timeout_s),
+        metrics,
+    )
+    admin = Guard("admin", Limits(ADMIN_MAX_CONNECTIONS, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics)
+    runners = [await _start(app[ADMIN_APP], admin, config.admin_host, admin_port, f"{name} admin")]
+    try:
+        if port is None:
+            runner = GuardedRunner(app, partner)
+            runners.append(runner)
+            await runner.setup()
+        else:
+            runners.append(await _start(app, partner, config.host, port, name))
         await asyncio.Event().wait()
     finally:
-        await runner.cleanup()
+        for runner in reversed(runners):
+            await runner.cleanup()

@@ -1,6 +1,7 @@
 """The projector process: the only writer of the read model.
 
-``create_app(config)`` returns an aiohttp application that serves the operator endpoints;
+``create_app(config)`` returns an aiohttp application (no partner routes; its operator
+endpoints are served on the admin listener);
 the database pool, the consume loop and the badge sweeper live in its ``cleanup_ctx``.
 """
 
@@ -75,4 +76,4 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
 
 async def serve(config: Config) -> None:
     await kafka.require_safe_topics(config, create=True)
-    await run_app(create_app(config), config.host, config.projector_port, name="projector")
+    await run_app(create_app(config), config, name="projector", port=None, admin_port=config.projector_admin_port)

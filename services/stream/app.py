@@ -1,5 +1,5 @@
 """The stream process: ``create_app(config)`` builds the aiohttp application serving
-``{base_path}/stream`` (WebSocket) and the operator routes.
+``{base_path}/stream`` (WebSocket); the operator routes are on its admin listener.
 
 A handshake passes the access gates of spec 5 and takes a connection slot of the
 workspace (a lease shared by every stream process); a refusal is the HTTP status with the
@@ -22,6 +22,7 @@ from ..common.config import Config
 from ..common.db import reader_pool, schema_ready
 from ..common.errors import InvalidParameter
 from ..common.ops import add_ops_routes, run_app
+from ..common.requestlog import add_request_log
 from ..common.tasks import background_task
 from . import protocol
 from .errors import envelope, error_middleware
@@ -75,6 +76,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     except AccessDenied as exc:
         metrics.refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
+    request["principal"] = principal  # for the access log
     stream_filter = requested_filter(request)
     if isinstance(stream_filter, web.Response):
         return stream_filter
@@ -133,6 +135,7 @@ async def _close_connections(app: web.Application) -> None:
 
 def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Application:
     app = web.Application(middlewares=[error_middleware(config.base_path)], client_max_size=config.max_body_bytes)
+    add_request_log(app)
     app[CONFIG] = config
     app[METRICS] = metrics or StreamMetrics()
     app[HUB] = Hub(app[METRICS], config.stream_queue_size)
@@ -164,4 +167,4 @@ def _on_lease_lost(hub: Hub):
 
 async def serve(config: Config) -> None:
     await kafka.require_safe_topics(config, create=False)
-    await run_app(create_app(config), config.host, config.stream_port, name="stream")
+    await run_app(create_app(config), config, name="stream", port=config.stream_port, admin_port=config.stream_admin_port)

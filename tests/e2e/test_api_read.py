@@ -479,7 +479,7 @@ async def test_database_down_gives_503_envelope(world):
     await proxy.start()
     api = stack.spawn("api", TICKERWIRE_DATABASE_URL=str(dsn.with_host("127.0.0.1").with_port(proxy.port)))
     try:
-        await wait_http(f"{api.url}/readyz", api)
+        await wait_http(f"{api.admin_url}/readyz", api)
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{api.url}{BASE}/posts", headers=auth(client.key)) as resp:
                 assert resp.status == 200

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
 import pytest
 
+from tests.support.rawhttp import raw
 from tests.support.stack import started_stack, BASE
 
 pytestmark = pytest.mark.e2e
@@ -18,18 +17,6 @@ async def stack(pg_dsn, kafka_bootstrap):
         yield s
 
 
-async def raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
-    await writer.drain()
-    data = await asyncio.wait_for(reader.read(), timeout=10)
-    writer.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, body
-
-
 BAD_REQUESTS = [
     b"GET " + BASE.encode() + b"/posts HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n",
     b"GET /" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -37,11 +24,16 @@ BAD_REQUESTS = [
 ]
 
 
-@pytest.mark.parametrize("service", ["api", "stream", "projector"])
+LISTENERS = [("api", "partner"), ("api", "admin"), ("stream", "partner"), ("stream", "admin"), ("projector", "admin")]
+
+
+@pytest.mark.parametrize("service,listener", LISTENERS, ids=[f"{s}-{l}" for s, l in LISTENERS])
 @pytest.mark.parametrize("request_bytes", BAD_REQUESTS, ids=["nul-in-header", "huge-request-line", "garbage"])
-async def test_unparseable_requests_get_the_json_envelope(stack, service, request_bytes):
-    status, headers, body = await raw(stack.of(service)[0].port, request_bytes)
+async def test_unparseable_requests_get_the_json_envelope(stack, service, listener, request_bytes):
+    process = stack.of(service)[0]
+    status, headers, body = await raw(process.port if listener == "partner" else process.admin_port, request_bytes)
     assert 400 <= status < 500
     assert headers["content-type"].startswith("application/json")
+    assert headers["server"] == "tickerwire"
     error = orjson.loads(body)["error"]
     assert error["code"] and error["message"]

@@ -170,7 +170,7 @@ async def test_sigkill_mid_batch_repeatedly_loses_nothing_and_applies_nothing_tw
     await stack.publish([post_ev(999_999, 1)])
     await stack.wait_projected()
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{projector.url}/metrics") as resp:
+        async with http.get(f"{projector.admin_url}/metrics") as resp:
             assert resp.status == 200
             text = await resp.text()
     samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#")}

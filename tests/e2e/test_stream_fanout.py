@@ -268,7 +268,7 @@ class RawClient:
 
 async def slow_clients_closed(service) -> int:
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{service.url}/metrics") as resp:
+        async with http.get(f"{service.admin_url}/metrics") as resp:
             text = await resp.text()
     m = re.search(r"^tickerwire_stream_slow_clients_closed_total ([0-9.e+]+)$", text, re.M)
     return int(float(m.group(1))) if m else 0

@@ -36,16 +36,32 @@ from tickerwire.services.projector.sweeper import sweep_once
 BASE = "/api/v1/developer"
 
 
+#: The environment variables of each service's listeners: (partner port, admin port).
+PORT_VARS = {
+    "projector": (None, "TICKERWIRE_PROJECTOR_ADMIN_PORT"),
+    "api": ("TICKERWIRE_API_PORT", "TICKERWIRE_API_ADMIN_PORT"),
+    "stream": ("TICKERWIRE_STREAM_PORT", "TICKERWIRE_STREAM_ADMIN_PORT"),
+}
+
+
 @dataclass
 class Service:
     name: str
-    port: int
+    port: int | None
+    admin_port: int
     proc: subprocess.Popen
     log_path: Path
 
     @property
     def url(self) -> str:
+        """The partner origin (the api and the stream)."""
+        assert self.port is not None, f"the {self.name} has no partner port"
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        """The operator endpoints' origin: /healthz, /readyz, /metrics."""
+        return f"http://127.0.0.1:{self.admin_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -94,29 +110,33 @@ class ServiceStack:
         async with connect(self.database_url) as conn:
             await migrate(conn, self.config.read_model_schema)
 
-    def spawn(self, name: str, *, port: int | None = None, **env_overrides: str) -> Service:
-        """Start ``name`` on ``port`` (default: a free one; a restart may reuse its predecessor's)."""
-        port = port or free_port()
-        port_var = {"projector": "TICKERWIRE_PROJECTOR_PORT", "api": "TICKERWIRE_API_PORT", "stream": "TICKERWIRE_STREAM_PORT"}[name]
-        log_path = self.log_dir / f"{name}-{port}.log"
+    def spawn(self, name: str, *, port: int | None = None, preexec_fn=None, **env_overrides: str) -> Service:
+        """Start ``name`` on ``port`` (its partner port; default: a free one; a restart may reuse
+        its predecessor's), and its admin listener on a free port."""
+        port_var, admin_var = PORT_VARS[name]
+        port = (port or free_port()) if port_var else None
+        admin_port = free_port()
+        ports = {admin_var: str(admin_port), **({port_var: str(port)} if port_var else {})}
+        log_path = self.log_dir / f"{name}-{admin_port}.log"
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tickerwire.services.cli.main", name],
-                env=self.env(**{port_var: str(port)}, **env_overrides),
+                env=self.env(**ports, **env_overrides),
                 stdout=out,
                 stderr=out,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=preexec_fn,
             )
-        service = Service(name, port, proc, log_path)
+        service = Service(name, port, admin_port, proc, log_path)
         if not self.services:
             atexit.register(self.kill_all)  # even a test run that is cut short leaves no process
         self.services.append(service)
         return service
 
-    async def start(self, name: str, *, port: int | None = None, **env_overrides: str) -> Service:
-        service = self.spawn(name, port=port, **env_overrides)
-        await wait_http(f"{service.url}/{'healthz' if name == 'projector' else 'readyz'}", service)
+    async def start(self, name: str, *, port: int | None = None, preexec_fn=None, **env_overrides: str) -> Service:
+        service = self.spawn(name, port=port, preexec_fn=preexec_fn, **env_overrides)
+        await wait_http(f"{service.admin_url}/{'healthz' if name == 'projector' else 'readyz'}", service)
         return service
 
     def of(self, name: str) -> list[Service]:
@@ -141,7 +161,7 @@ class ServiceStack:
                 service.proc.kill()
 
     def logs(self) -> str:
-        return "\n".join(f"==== {s.name}:{s.port}\n{s.log()}" for s in self.services)
+        return "\n".join(f"==== {s.name}:{s.port or s.admin_port}\n{s.log()}" for s in self.services)
 
     # ------------------------------------------------------------------ the log and the read model
 

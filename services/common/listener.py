@@ -1,0 +1,246 @@
+"""How every listener of every process accepts connections (partner and admin alike).
+
+aiohttp parses HTTP; this module adds what a port facing the internet needs:
+
+- a **header-read timeout**: a connection that has not sent a whole request head within
+  ``header_timeout_s`` of connecting (or of the first byte of its next request) is closed,
+  so half-sent requests (slowloris) and silent connections cannot pile up;
+- an **idle keep-alive timeout** (aiohttp's ``keepalive_timeout``) between requests;
+- a **bound on concurrent connections**: at the bound, the oldest connection with no request
+  in progress (idle, or still sending its request head) is closed to make room; only when
+  every connection is busy with a request is the new one refused, with a 503 JSON envelope,
+  and closed. So idle or slow connections can never lock out a client that sends a request;
+- **low-level errors** (requests aiohttp cannot parse) answered with the JSON error envelope
+  and logged as one line without a traceback, at most ``LOG_BURST`` lines and then one per
+  second (the suppressed count goes in the next line and in a metric);
+- a ``Server`` header naming no versions on every response, these included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+log = logging.getLogger("tickerwire.listener")
+
+SERVER = "tickerwire"
+LOG_BURST = 10
+LOG_PER_SECOND = 1.0
+
+
+class LogLimiter:
+    """A token bucket for log lines: ``allow()`` returns how many lines were suppressed since
+    the last allowed one, or None when this line must be suppressed too."""
+
+    def __init__(self, burst: int = LOG_BURST, per_second: float = LOG_PER_SECOND, clock=time.monotonic) -> None:
+        self.burst = burst
+        self.per_second = per_second
+        self.clock = clock
+        self.tokens = float(burst)
+        self.last = clock()
+        self.suppressed = 0
+
+    def allow(self) -> int | None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.per_second)
+        self.last = now
+        if self.tokens < 1:
+            self.suppressed += 1
+            return None
+        self.tokens -= 1
+        suppressed, self.suppressed = self.suppressed, 0
+        return suppressed
+
+
+class ListenerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.connections = Gauge(
+            "tickerwire_http_connections", "Open connections", ["listener"], registry=registry
+        )
+        self.shed = Counter(
+            "tickerwire_http_connections_shed_total",
+            "Connections closed or refused by the listener: header_timeout, idle_evicted (to make room "
+            "at the connection bound), refused_busy (503: every connection was busy)",
+            ["listener", "reason"], registry=registry,
+        )
+        self.unparseable = Counter(
+            "tickerwire_http_unparseable_requests_total", "Requests aiohttp could not parse", ["listener"], registry=registry
+        )
+
+
+@dataclass
+class Limits:
+    max_connections: int
+    header_timeout_s: float
+    keepalive_timeout_s: float
+
+
+_LOW_LEVEL_CODES = {413: "PAYLOAD_TOO_LARGE", 414: "URI_TOO_LONG", 431: "HEADERS_TOO_LARGE"}
+
+
+def _envelope(code: str, message: str) -> bytes:
+    return orjson.dumps({"error": {"code": code, "message": message}})
+
+
+def _refusal() -> bytes:
+    body = _envelope("SERVICE_UNAVAILABLE", "Too many open connections; retry shortly.")
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        f"Server: {SERVER}\r\n"
+        "Content-Type: application/json\r\n"
+        "Cache-Control: no-store\r\n"
+        "Retry-After: 1\r\n"
+        "Connection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+REFUSAL = _refusal()
+
+
+class Guard:
+    """The connections of one listener: the bound, the timeouts, the error log's limiter."""
+
+    def __init__(self, name: str, limits: Limits, metrics: ListenerMetrics) -> None:
+        self.name = name
+        self.limits = limits
+        self.metrics = metrics
+        self.limiter = LogLimiter()
+        self.open: OrderedDict[GuardedHandler, None] = OrderedDict()
+
+    def admit(self, handler: "GuardedHandler") -> bool:
+        if len(self.open) >= self.limits.max_connections:
+            victim = next((h for h in self.open if h.idle), None)
+            if victim is None:
+                self.metrics.shed.labels(self.name, "refused_busy").inc()
+                return False
+            self.shed(victim, "idle_evicted")
+        self.open[handler] = None
+        self.metrics.connections.labels(self.name).set(len(self.open))
+        return True
+
+    def shed(self, handler: "GuardedHandler", reason: str) -> None:
+        self.metrics.shed.labels(self.name, reason).inc()
+        self.release(handler)
+        handler.force_close()
+
+    def release(self, handler: "GuardedHandler") -> None:
+        if self.open.pop(handler, 0) is None:
+            self.metrics.connections.labels(self.name).set(len(self.open))
+
+
+class GuardedHandler(RequestHandler):
+    """aiohttp's per-connection protocol, with the guard's bound and header-read timeout, and
+    JSON error pages for requests it cannot parse."""
+
+    def __init__(self, manager: web.Server, *, guard: Guard, **kwargs) -> None:
+        super().__init__(manager, **kwargs)
+        self.guard = guard
+        self.finished = 0  # requests answered; parsed ones are aiohttp's _request_count
+        self.header_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def idle(self) -> bool:
+        """No request in progress: waiting for (the rest of) the next request head."""
+        return not self._upgraded and self._request_count == self.finished
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self.guard.admit(self):
+            self._manager = None  # never registered with the server: nothing to clean up there
+            transport.write(REFUSAL)  # type: ignore[attr-defined]
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm_header_timer()
+        self.guard.release(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.idle and self.header_timer is None:
+            self._arm_header_timer()  # the first byte of a keep-alive connection's next request
+        super().data_received(data)
+        if not self.idle:
+            self._disarm_header_timer()
+
+    async def finish_response(self, request, resp, start_time):  # type: ignore[override]
+        try:
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self.finished += 1
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self.header_timer = self._loop.call_later(self.guard.limits.header_timeout_s, self._header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _header_timeout(self) -> None:
+        self.header_timer = None
+        if self.idle and self.transport is not None:
+            self.guard.shed(self, "header_timeout")
+
+    def handle_error(self, request, status=500, exc=None, message=None):  # type: ignore[override]
+        """aiohttp's own handler logs a traceback for every unparseable request; this one
+        logs one rate-limited line (a traceback only for our own 5xx) and answers JSON."""
+        if status < 500:
+            self.guard.metrics.unparseable.labels(self.guard.name).inc()
+        suppressed = self.guard.limiter.allow()
+        if suppressed is not None:
+            reason = str(message or exc or "")[:200]
+            fields = {"status": status, "remote": request.remote, "suppressed": suppressed}
+            if status >= 500:
+                log.error("request failed: %s", reason, exc_info=exc, extra={"fields": fields})
+            else:
+                log.info("unparseable request: %s", reason, extra={"fields": fields})
+        if request.writer.output_size > 0:
+            raise ConnectionError("Response is sent already, cannot send another response with the error message")
+        if status >= 500:
+            code, text = "INTERNAL", "An internal error occurred; it has been logged."
+        else:
+            code, text = _LOW_LEVEL_CODES.get(status, "VALIDATION_FAILED"), "The HTTP request could not be parsed."
+        response = web.Response(
+            status=status, body=_envelope(code, text), content_type="application/json",
+            headers={"Server": SERVER, "Cache-Control": "no-store"},
+        )
+        response.force_close()
+        return response
+
+
+class _GuardedServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return GuardedHandler(self, loop=self._loop, **self._kwargs)
+
+
+class GuardedRunner(web.AppRunner):
+    """An AppRunner whose connections are :class:`GuardedHandler` s of ``guard``."""
+
+    def __init__(self, app: web.Application, guard: Guard) -> None:
+        super().__init__(
+            app, handle_signals=False, access_log=None, guard=guard,
+            keepalive_timeout=guard.limits.keepalive_timeout_s,
+        )
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _GuardedServer  # same object, guarded connections
+        return server
+
+
+async def server_header(_: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: the ``Server`` header names the product, no versions."""
+    response.headers["Server"] = SERVER
