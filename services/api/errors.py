@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from ..common.errors import TransientError
+from ..common.headers import undecodable_header
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,21 @@ def from_failure(exc: Exception, request: web.Request) -> ApiError:
     return ApiError(500, "INTERNAL", "An internal error occurred; it has been logged.")
 
 
+#: No CORS: partner keys are secrets, and a browser calling the API would hold one. No
+#: response carries Access-Control-* headers, so browsers refuse cross-origin reads, and a
+#: preflight gets this 405.
+NO_CORS = (
+    "Browsers may not call this API (no CORS): an API key is a secret and must stay on your "
+    "server. Call the API from your backend."
+)
+
+
 def error_middleware(base_path: str):
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
+        bad = undecodable_header(request.headers.items())
+        if bad is not None:
+            return ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.").response()
         try:
             return await handler(request)
         except ApiError as exc:
@@ -99,7 +112,10 @@ def error_middleware(base_path: str):
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return from_http_exception(exc, base_path).response()
+            error = from_http_exception(exc, base_path)
+            if exc.status == 405 and request.method == "OPTIONS":
+                error.message = NO_CORS
+            return error.response()
         except Exception as exc:
             return from_failure(exc, request).response()
 

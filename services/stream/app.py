@@ -28,6 +28,7 @@ from . import protocol
 from .errors import envelope, error_middleware
 from .feed import Feed
 from .filters import StreamFilter, parse_filter
+from .handshake import handshake_error
 from .hub import Hub, limit_send_buffer
 from .leases import Leases
 from .metrics import StreamMetrics
@@ -71,6 +72,10 @@ def requested_filter(request: web.Request) -> StreamFilter | web.Response:
 async def stream(request: web.Request) -> web.StreamResponse:
     app = request.app
     metrics = app[METRICS]
+    malformed = handshake_error(request.headers)
+    if malformed is not None:
+        metrics.refused.labels("VALIDATION_FAILED").inc()
+        return malformed
     try:
         principal = await check_access(app[POOL], presented_key(request))
     except AccessDenied as exc:
