@@ -28,6 +28,10 @@ class AdminError(Exception):
     """A command that cannot be carried out as asked (unknown id, wrong state)."""
 
 
+class BadArgument(AdminError):
+    """An argument no state of the read model could make valid (e.g. a future timestamp)."""
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -99,6 +103,26 @@ async def revoke_key_event(conn: asyncpg.Connection, key_id: str) -> ApiKeyEvent
     return ApiKeyEvent(version=next_version(row["version"]), emitted_at=now(), data=data)
 
 
+async def require_workspace(conn: asyncpg.Connection, workspace_id: str) -> None:
+    """Refuse a workspace the read model does not show (read only: nothing is written)."""
+    if await _row(conn, "workspaces", workspace_id) is None:
+        raise AdminError(
+            f"no workspace {workspace_id} in the read model; create it with "
+            f"`tickerwire workspace create {workspace_id}` and wait until it is projected"
+        )
+
+
+async def require_embed(conn: asyncpg.Connection, embed_id: str, workspace_id: str) -> None:
+    """Refuse an embed the read model does not show for this workspace."""
+    row = await _row(conn, "embeds", embed_id)
+    if row is None:
+        raise AdminError(
+            f"no embed {embed_id} in the read model; register it with `tickerwire embed {embed_id} {workspace_id}`"
+        )
+    if row["workspace_id"] != workspace_id:
+        raise AdminError(f"embed {embed_id} belongs to workspace {row['workspace_id']}, not {workspace_id}")
+
+
 def embed_event(embed_id: str, workspace_id: str, kind: str = "badge") -> EmbedEvent:
     at = now()
     return EmbedEvent(version=next_version(None), emitted_at=at, data=Embed(id=embed_id, workspace_id=workspace_id, kind=kind, created_at=at))
@@ -106,6 +130,8 @@ def embed_event(embed_id: str, workspace_id: str, kind: str = "badge") -> EmbedE
 
 def heartbeat_event(embed_id: str, workspace_id: str, landed_at: datetime | None = None) -> HeartbeatEvent:
     landed = landed_at or now()
+    if landed > now():
+        raise BadArgument(f"--landed-at {landed.isoformat()} is in the future; a heartbeat records a ping that has landed")
     return HeartbeatEvent(
         version=max(int(landed.timestamp() * 1000), 1),
         emitted_at=now(),

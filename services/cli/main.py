@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +26,10 @@ def _config() -> Config:
     if state.exists():
         import orjson
 
-        info = orjson.loads(state.read_bytes())
+        try:
+            info = orjson.loads(state.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read {state}: {exc}; remove it if no `tickerwire up` is running") from None
         for var, key, default in (
             ("TICKERWIRE_DATABASE_URL", "database_url", ""),
             ("TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", "kafka_bootstrap_servers", ""),
@@ -54,36 +59,80 @@ def _service(name: str):
     return run
 
 
-def _run(coro) -> int:
-    setup_logging("cli", os.environ.get("TICKERWIRE_LOG_LEVEL", "WARNING"))
+def _fail(command: str, message: str, status: int) -> int:
+    print(f"tickerwire {command}: {message}", file=sys.stderr)
+    return status
+
+
+def _run(command: str, coro) -> int:
+    """Run an admin command; every failure is one line on stderr and a status: 2 for a bad
+    argument or setting, 1 for a refusal or an unreachable dependency. Never a traceback."""
+    import pydantic
+    from aiokafka.errors import KafkaError
+
+    from ..common.errors import BrokerUnavailable, StorageUnavailable
+    from .admin import AdminError, BadArgument
+
+    try:
+        setup_logging("cli", os.environ.get("TICKERWIRE_LOG_LEVEL", "WARNING"))
+    except ConfigError as exc:
+        coro.close()
+        return _fail(command, str(exc), 2)
+    # The client library logs each failed connection attempt; the command's own line says it once.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         result = asyncio.run(coro)
-    except (TickerwireError, ConfigError) as exc:
-        print(f"tickerwire: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:
+        return _fail(command, str(exc), 2)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"]) or "value"
+        return _fail(command, f"invalid {where} {err.get('input')!r}: {err['msg']} (see tickerwire {command} --help)", 2)
+    except BadArgument as exc:
+        return _fail(command, str(exc), 2)
+    except AdminError as exc:
+        return _fail(command, str(exc), 1)
+    except StorageUnavailable as exc:
+        return _fail(command, f"PostgreSQL is unreachable ({exc}); start it, or check TICKERWIRE_DATABASE_URL", 1)
+    except (BrokerUnavailable, KafkaError) as exc:
+        return _fail(command, f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1)
+    except TickerwireError as exc:
+        return _fail(command, str(exc), 1)
+    except Exception as exc:  # the last resort: still one line
+        log.debug("command failed", exc_info=True)
+        return _fail(command, f"failed: {type(exc).__name__}: {exc}", 1)
     return result if isinstance(result, int) else 0
 
 
-async def _read_conn(config: Config):
+@contextlib.asynccontextmanager
+async def _read_conn(config: Config, *, read_only: bool = True):
+    """A connection to the read model: read-only for admin commands, which never write it
+    (only the sweep, the projector's own sweeper run once, writes badge statuses)."""
     import asyncpg
 
-    return await asyncpg.connect(
-        config.database_url, server_settings={"search_path": f"{config.read_model_schema},public"}
-    )
+    from ..common.db import storage_errors
 
-
-async def _snapshot(config: Config, build, what: str):
-    """Build the next snapshot of an entity from its current read-model row; None if refused."""
-    from .admin import AdminError
-
-    conn = await _read_conn(config)
+    settings = {"search_path": f"{config.read_model_schema},public"}
+    if read_only:
+        settings["default_transaction_read_only"] = "on"
+    with storage_errors(f"connect to {_where(config.database_url)}"):
+        conn = await asyncpg.connect(config.database_url, timeout=10, server_settings=settings)
     try:
-        return await build(conn)
-    except AdminError as exc:
-        print(f"tickerwire {what}: {exc}", file=sys.stderr)
-        return None
+        with storage_errors("query the read model"):
+            yield conn
     finally:
         await conn.close()
+
+
+def _where(dsn: str) -> str:
+    """host:port of a DSN, without credentials."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(dsn)
+        return f"{parts.hostname}:{parts.port or 5432}"
+    except ValueError:
+        return "the configured database"
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -92,18 +141,19 @@ def cmd_publish(args: argparse.Namespace) -> int:
     try:
         lines = read_source(args.file, sys.stdin)
     except OSError as exc:
-        print(f"tickerwire publish: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
+        return _fail("publish", f"cannot read {args.file}: {exc.strerror}", 2)
     events, errors = parse_lines(lines)
     if errors:
         for err in errors:
             print(f"{args.file}:{err.line}: {err.reason}", file=sys.stderr)
-        print(f"tickerwire publish: {len(errors)} invalid event(s); nothing was published", file=sys.stderr)
-        return 1
-    rc = _run(publish(_config(), events))
-    if rc == 0:
+        return _fail("publish", f"{len(errors)} invalid event(s); nothing was published", 1)
+
+    async def go() -> int:
+        await publish(_config(), events)
         print(f"published {len(events)} event(s)")
-    return rc
+        return 0
+
+    return _run("publish", go())
 
 
 async def _publish_one(config: Config, event) -> None:
@@ -117,9 +167,8 @@ def cmd_workspace(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         config = _config()
-        event = await _snapshot(
-            config,
-            lambda conn: workspace_event(
+        async with _read_conn(config) as conn:
+            event = await workspace_event(
                 conn,
                 args.id,
                 name=getattr(args, "name", None),
@@ -128,90 +177,93 @@ def cmd_workspace(args: argparse.Namespace) -> int:
                 daily_quota=getattr(args, "daily_quota", None),
                 stream_connection_limit=getattr(args, "stream_connections", None),
                 create=args.action == "create",
-            ),
-            "workspace",
-        )
-        if event is None:
-            return 1
+            )
         await _publish_one(config, event)
         print(f"workspace {args.id}: {event.data.status} (version {event.version})")
         return 0
 
-    return _run(go())
+    return _run("workspace", go())
 
 
 def cmd_key(args: argparse.Namespace) -> int:
-    from .admin import issue_key, revoke_key_event
+    from .admin import issue_key, require_workspace, revoke_key_event
 
     async def go() -> int:
         config = _config()
         if args.action == "issue":
+            async with _read_conn(config) as conn:
+                await require_workspace(conn, args.workspace)
             key, event = issue_key(args.workspace, args.id)
             await _publish_one(config, event)
             print(f"key id: {event.data.id}", file=sys.stderr)
             print(key)  # shown once; only its hash is stored
             return 0
-        event = await _snapshot(config, lambda conn: revoke_key_event(conn, args.id), "key")
-        if event is None:
-            return 1
+        async with _read_conn(config) as conn:
+            event = await revoke_key_event(conn, args.id)
         await _publish_one(config, event)
         print(f"key {args.id} revoked")
         return 0
 
-    return _run(go())
+    return _run("key", go())
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    from .admin import embed_event
+    from .admin import embed_event, require_workspace
 
-    event = embed_event(args.id, args.workspace, args.kind)
-    rc = _run(_publish_one(_config(), event))
-    if rc == 0:
+    async def go() -> int:
+        event = embed_event(args.id, args.workspace, args.kind)  # validates the ids first
+        config = _config()
+        async with _read_conn(config) as conn:
+            await require_workspace(conn, args.workspace)
+        await _publish_one(config, event)
         print(f"embed {args.id} created for {args.workspace}")
-    return rc
+        return 0
+
+    return _run("embed", go())
 
 
 def cmd_heartbeat(args: argparse.Namespace) -> int:
-    from .admin import heartbeat_event
+    from .admin import heartbeat_event, require_embed
 
-    landed = datetime.fromisoformat(args.landed_at.replace("Z", "+00:00")) if args.landed_at else None
-    if landed is not None and landed.tzinfo is None:
-        print("tickerwire heartbeat: --landed-at needs a UTC offset (e.g. 2026-01-01T00:00:00Z)", file=sys.stderr)
-        return 2
-    event = heartbeat_event(args.embed, args.workspace, landed)
-    rc = _run(_publish_one(_config(), event))
-    if rc == 0:
+    async def go() -> int:
+        event = heartbeat_event(args.embed, args.workspace, args.landed_at)  # validates, refuses the future
+        config = _config()
+        async with _read_conn(config) as conn:
+            await require_embed(conn, args.embed, args.workspace)
+        await _publish_one(config, event)
         print(f"heartbeat for {args.embed} landed at {event.data.landed_at.isoformat()}")
-    return rc
+        return 0
+
+    return _run("heartbeat", go())
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..projector.sweeper import sweep_once
 
     async def go() -> int:
-        conn = await _read_conn(_config())
-        try:
+        async with _read_conn(_config(), read_only=False) as conn:
             statuses = await sweep_once(conn)
-        finally:
-            await conn.close()
         for ws, status in sorted(statuses.items()):
             print(f"{ws}\t{status}")
         return 0
 
-    return _run(go())
+    return _run("sweep", go())
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ..common.db import connect, migrate
 
     async def go() -> int:
+        from ..common.db import storage_errors
+
         config = _config()
-        async with connect(config.database_url) as conn:
-            applied = await migrate(conn, config.read_model_schema)
+        with storage_errors(f"migrate {_where(config.database_url)}"):
+            async with connect(config.database_url) as conn:
+                applied = await migrate(conn, config.read_model_schema)
         print("\n".join(applied) or "up to date")
         return 0
 
-    return _run(go())
+    return _run("migrate", go())
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -231,7 +283,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
         print("topics match the declaration")
         return 0
 
-    return _run(go())
+    return _run("topics", go())
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -254,12 +306,77 @@ def cmd_schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line (what was wrong, where to look) and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _bounded_int(low: int, high: int):
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range {low}..{high}")
+        return value
+
+    return parse
+
+
+def _positive_seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be above 0 and below 86400 seconds")
+    return value
+
+
+def _timestamp(raw: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not an ISO 8601 timestamp (e.g. 2026-01-01T00:00:00Z)") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{raw!r} needs a UTC offset (e.g. 2026-01-01T00:00:00Z)")
+    return value
+
+
+def _matching(pattern: str, what: str):
+    def parse(raw: str) -> str:
+        if not re.fullmatch(pattern, raw):
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a valid {what}")
+        return raw
+
+    return parse
+
+
+#: The event contract's patterns (schemas/models.py), checked before anything is contacted.
+_entity_id = _matching(r"[A-Za-z0-9_\-]{1,100}", "id (1 to 100 letters, digits, _ or -)")
+_embed_id = _matching(r"bdg_[A-Za-z0-9]{4,64}", "embed id (bdg_ then 4 to 64 letters or digits)")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tickerwire")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tickerwire", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="tickerwire", description=__doc__)
+    p.add_argument("--version", action="version", version=f"tickerwire {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     proj = sub.add_parser("projector", help="run the projector (the only writer of the read model)")
-    proj.add_argument("action", nargs="?", choices=["run", "rebuild"], default="run")
+    proj.add_argument("action", nargs="?", choices=["run", "rebuild"], default="run",
+                      help="run (default): consume the topics; rebuild: replay them into a fresh schema and switch")
     proj.set_defaults(func=_service("projector"))
     sub.add_parser("api", help="run the read API").set_defaults(func=_service("api"))
     sub.add_parser("stream", help="run the WebSocket stream").set_defaults(func=_service("stream"))
@@ -269,33 +386,34 @@ def build_parser() -> argparse.ArgumentParser:
     pub.set_defaults(func=cmd_publish)
 
     ws = sub.add_parser("workspace", help="create, suspend, reinstate or update a workspace")
-    ws.add_argument("action", choices=["create", "suspend", "reinstate", "update"])
-    ws.add_argument("id")
-    ws.add_argument("--name")
-    ws.add_argument("--rate-limit", type=int, help="requests per minute (default 60)")
-    ws.add_argument("--daily-quota", type=int, help="requests per UTC day (default 5000)")
-    ws.add_argument("--stream-connections", type=int, help="concurrent stream connections (default 5)")
+    ws.add_argument("action", choices=["create", "suspend", "reinstate", "update"], help="what to do")
+    ws.add_argument("id", type=_entity_id, help="workspace id (letters, digits, _ and -)")
+    ws.add_argument("--name", help="display name (default: the id, or the current name)")
+    ws.add_argument("--rate-limit", type=_bounded_int(1, 1_000_000), help="requests per minute, 1..1000000 (default 60)")
+    ws.add_argument("--daily-quota", type=_bounded_int(1, 1_000_000_000), help="requests per UTC day, 1..1000000000 (default 5000)")
+    ws.add_argument("--stream-connections", type=_bounded_int(1, 10_000), help="concurrent stream connections, 1..10000 (default 5)")
     ws.set_defaults(func=cmd_workspace)
 
     key = sub.add_parser("key", help="issue or revoke an API key")
-    key_sub = key.add_subparsers(dest="action", required=True)
-    issue = key_sub.add_parser("issue", help="issue a key (printed once on stdout)")
-    issue.add_argument("workspace")
-    issue.add_argument("--id", help="key id (default derived from the key hash)")
+    key_sub = key.add_subparsers(dest="action", required=True, metavar="ACTION")
+    issue = key_sub.add_parser("issue", help="issue a key for an existing workspace (printed once on stdout)")
+    issue.add_argument("workspace", type=_entity_id, help="id of a workspace the read model already shows")
+    issue.add_argument("--id", type=_entity_id, help="key id (default derived from the key hash)")
     revoke = key_sub.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("id")
+    revoke.add_argument("id", type=_entity_id, help="key id, as printed by `key issue`")
     key.set_defaults(func=cmd_key)
 
-    emb = sub.add_parser("embed", help="register an embed (badge or widget) for a workspace")
-    emb.add_argument("id", help="embed id, bdg_<id>")
-    emb.add_argument("workspace")
-    emb.add_argument("--kind", choices=["badge", "widget"], default="badge")
+    emb = sub.add_parser("embed", help="register an embed (badge or widget) for an existing workspace")
+    emb.add_argument("id", type=_embed_id, help="embed id: bdg_ then 4 to 64 letters or digits")
+    emb.add_argument("workspace", type=_entity_id, help="id of a workspace the read model already shows")
+    emb.add_argument("--kind", choices=["badge", "widget"], default="badge", help="what is embedded (default badge)")
     emb.set_defaults(func=cmd_embed)
 
-    hb = sub.add_parser("heartbeat", help="record a badge heartbeat")
-    hb.add_argument("embed", help="embed id, bdg_<id>")
-    hb.add_argument("workspace")
-    hb.add_argument("--landed-at", help="when the ping landed (ISO 8601 with offset); default now")
+    hb = sub.add_parser("heartbeat", help="record a badge heartbeat of an existing embed")
+    hb.add_argument("embed", type=_embed_id, help="embed id, bdg_<id>, registered for the workspace")
+    hb.add_argument("workspace", type=_entity_id, help="the embed's workspace id")
+    hb.add_argument("--landed-at", type=_timestamp,
+                    help="when the ping landed (ISO 8601 with offset, not in the future); default now")
     hb.set_defaults(func=cmd_heartbeat)
 
     sub.add_parser("sweep", help="run one badge-sweeper tick now").set_defaults(func=cmd_sweep)
@@ -310,22 +428,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("config", help="list the settings (environment variables) and defaults").set_defaults(func=cmd_config)
 
     sch = sub.add_parser("schemas", help="write the JSON Schema files of the event contract")
-    sch.add_argument("action", choices=["export"])
+    sch.add_argument("action", choices=["export"], help="export: write the files")
     sch.add_argument("--out", help="folder (default: the package's schemas/events)")
     sch.set_defaults(func=cmd_schemas)
 
     up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and broker unless configured)")
-    up.add_argument("--state-dir", default=os.environ.get("TICKERWIRE_STATE_DIR", ".tickerwire"))
-    up.add_argument("--database-url", default=os.environ.get("TICKERWIRE_DATABASE_URL"))
-    up.add_argument("--kafka", dest="kafka_bootstrap_servers", default=os.environ.get("TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS"))
-    up.add_argument("--api-port", type=int, default=int(os.environ.get("TICKERWIRE_API_PORT", 8080)))
-    up.add_argument("--stream-port", type=int, default=int(os.environ.get("TICKERWIRE_STREAM_PORT", 8081)))
-    up.add_argument("--projector-port", type=int, default=int(os.environ.get("TICKERWIRE_PROJECTOR_PORT", 8082)))
-    up.add_argument("--posts", type=int, default=2000, help="demo posts to publish (default 2000)")
-    up.add_argument("--tokens", type=int, default=3000, help="demo tokens to publish (default 3000)")
+    up.add_argument("--state-dir", default=os.environ.get("TICKERWIRE_STATE_DIR", ".tickerwire"),
+                    help="where logs, the embedded data and up.json go (default TICKERWIRE_STATE_DIR or .tickerwire)")
+    up.add_argument("--database-url", default=os.environ.get("TICKERWIRE_DATABASE_URL"),
+                    help="use this PostgreSQL instead of the embedded one (default TICKERWIRE_DATABASE_URL)")
+    up.add_argument("--kafka", dest="kafka_bootstrap_servers", default=os.environ.get("TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS"),
+                    help="use this Kafka instead of the embedded broker (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)")
+    port = _bounded_int(1, 65535)
+    for flag, what, var, default in (
+        ("--api-port", "partner API", "API_PORT", 8080),
+        ("--stream-port", "partner stream", "STREAM_PORT", 8081),
+        ("--api-admin-port", "API admin (/healthz /readyz /metrics)", "API_ADMIN_PORT", 9080),
+        ("--stream-admin-port", "stream admin", "STREAM_ADMIN_PORT", 9081),
+        ("--projector-admin-port", "projector admin", "PROJECTOR_ADMIN_PORT", 9082),
+    ):
+        up.add_argument(flag, type=port, help=f"{what} port (default TICKERWIRE_{var} or {default}; a free one if taken)")
+    up.add_argument("--posts", type=_bounded_int(0, 1_000_000), default=2000, help="demo posts to publish (default 2000)")
+    up.add_argument("--tokens", type=_bounded_int(0, 100_000), default=3000, help="demo tokens to publish (default 3000)")
     up.add_argument("--no-demo", action="store_true", help="publish no demo dataset")
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
-    up.add_argument("--trickle-interval", type=float, default=5.0, help="seconds between live demo posts (default 5)")
+    up.add_argument("--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)")
     up.set_defaults(func=cmd_up)
     return p
 

@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import MIGRATION_LOCK, create_pool, migrate, storage_errors
-from ..common.errors import TickerwireError
+from ..common.errors import ConfigError, TickerwireError
 from ..common.logs import setup_logging
 from ..common.retry import retry_transient
 from ..common.topics import declared_topics
@@ -218,8 +218,11 @@ def rebuild_main(config: Config) -> int:
     setup_logging("rebuild", config.log_level)
     try:
         report = asyncio.run(rebuild(config))
-    except TickerwireError as exc:
+    except ConfigError as exc:
         print(f"tickerwire projector rebuild: {exc}", file=sys.stderr)
         return 2
+    except TickerwireError as exc:  # a dependency failed: a runtime error, not a usage error
+        print(f"tickerwire projector rebuild: {exc}", file=sys.stderr)
+        return 1
     print(f"rebuilt {report.schema} from {report.records} records in {report.batches} batches ({report.seconds:.1f}s); switched")
     return 0

@@ -3,6 +3,7 @@ real `tickerwire` processes against the real broker and a real projector."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from aiokafka import TopicPartition
 
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from tickerwire.services.common import kafka
+from tickerwire.services.embedded.ports import free_port
 from tests.support.stack import started_stack, ServiceStack
 
 pytestmark = pytest.mark.e2e
@@ -78,6 +80,7 @@ async def test_admin_commands_publish_snapshots_and_never_print_hashes(stack):
     key = issued.stdout.strip()
     assert key.startswith("tw_live_") and len(key) > 40
     assert cli(stack, "embed", "bdg_cli00001", "ws_cli").returncode == 0
+    await stack.wait_projected()  # a heartbeat needs its embed in the read model
     assert cli(stack, "heartbeat", "bdg_cli00001", "ws_cli", "--landed-at", "2026-01-01T00:00:00Z").returncode == 0
     assert cli(stack, "workspace", "suspend", "ws_cli").returncode == 0
     await stack.wait_projected()
@@ -105,3 +108,64 @@ def test_missing_configuration_fails_loudly():
     )
     assert result.returncode == 2
     assert "TICKERWIRE_DATABASE_URL is required" in result.stderr
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", *args],
+        env={**env, "TICKERWIRE_STATE_DIR": "/nonexistent"}, input="", capture_output=True, text=True, timeout=60,
+    )
+
+
+async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status(stack):
+    """The issue's cases and their kin: one line on stderr (what was wrong, what to do), status
+    2 for usage and 1 for runtime, never a traceback, and nothing published."""
+    assert cli(stack, "workspace", "create", "ws_known").returncode == 0
+    await stack.wait_projected()
+    nowhere = f"127.0.0.1:{free_port()}"
+    no_pg = {**stack.env(), "TICKERWIRE_DATABASE_URL": f"postgresql://postgres@{nowhere}/tickerwire"}
+    no_broker = {**stack.env(), "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": nowhere}
+    ok = stack.env()
+    cases = [
+        # (environment, arguments, status, a word the line must hold)
+        (ok, ["embed", "bdg_acc", "ws_known"], 2, "embed id"),
+        (ok, ["embed", "bad_id", "ws_known"], 2, "embed id"),
+        (ok, ["workspace", "create", "bad id"], 2, "id"),
+        (ok, ["workspace", "update", "ws_known", "--rate-limit", "-5"], 2, "--rate-limit"),
+        (ok, ["workspace", "update", "ws_known", "--daily-quota", "0"], 2, "--daily-quota"),
+        (ok, ["workspace", "update", "ws_known", "--stream-connections", "x"], 2, "--stream-connections"),
+        (ok, ["heartbeat", "bdg_known01", "ws_known", "--landed-at", "yesterday"], 2, "--landed-at"),
+        (ok, ["heartbeat", "bdg_known01", "ws_known", "--landed-at", "2999-01-01T00:00:00Z"], 2, "future"),
+        (ok, ["heartbeat", "bdg_known01", "ws_known", "--landed-at", "2026-01-01T00:00:00"], 2, "offset"),
+        (ok, ["key", "issue", "ws_nobody"], 1, "no workspace ws_nobody"),
+        (ok, ["embed", "bdg_nobody01", "ws_nobody"], 1, "no workspace ws_nobody"),
+        (ok, ["heartbeat", "bdg_nobody01", "ws_known"], 1, "no embed bdg_nobody01"),
+        (ok, ["key", "revoke", "key_nobody"], 1, "no key"),
+        (ok, ["workspace", "suspend", "ws_nobody"], 1, "no workspace"),
+        (ok, ["nonsense"], 2, "invalid choice"),
+        (ok, ["publish", "/nonexistent/events.jsonl"], 2, "cannot read"),
+        ({**ok, "TICKERWIRE_API_PORT": "abc"}, ["api"], 2, "TICKERWIRE_API_PORT"),
+        ({**ok, "TICKERWIRE_API_PORT": "abc"}, ["up"], 2, "TICKERWIRE_API_PORT"),
+        ({**ok, "TICKERWIRE_MAX_CONNECTIONS": "0"}, ["stream"], 2, "TICKERWIRE_MAX_CONNECTIONS"),
+        ({**ok, "TICKERWIRE_LOG_LEVEL": "loud"}, ["sweep"], 2, "TICKERWIRE_LOG_LEVEL"),
+        (ok, ["up", "--api-port", "http"], 2, "--api-port"),
+    ]
+    for args in (["workspace", "create", "ws_x"], ["workspace", "update", "ws_known"], ["key", "issue", "ws_known"],
+                 ["key", "revoke", "key_x"], ["embed", "bdg_x0001", "ws_known"], ["heartbeat", "bdg_x0001", "ws_known"],
+                 ["sweep"], ["migrate"], ["projector", "rebuild"]):
+        cases.append((no_pg, args, 1, "PostgreSQL" if args[0] != "projector" else "connect"))
+    for args in (["workspace", "create", "ws_y"], ["key", "issue", "ws_known"], ["embed", "bdg_y0001", "ws_known"]):
+        cases.append((no_broker, args, 1, "broker"))
+    cases.append((no_broker, ["publish", "-"], 1, "broker"))
+    before = await log_size(stack)
+    for env, args, status, word in cases:
+        result = await asyncio.to_thread(run_cli, env, *args)
+        lines = result.stderr.splitlines()
+        assert (result.returncode, len(lines)) == (status, 1), (args, result.returncode, result.stderr)
+        assert word in lines[0] and "Traceback" not in result.stderr and not result.stdout, (args, result.stderr)
+    assert await log_size(stack) == before  # nothing was published by any of them
+
+
+def test_version():
+    result = subprocess.run([sys.executable, "-m", "tickerwire.services.cli.main", "--version"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and result.stdout.startswith("tickerwire ")
