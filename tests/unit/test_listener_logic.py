@@ -1,0 +1,67 @@
+"""Pure logic of the listeners: the log limiter, request ids, the fd budget, handshake checks."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from tickerwire.services.common.listener import LogLimiter
+from tickerwire.services.common.logs import JsonFormatter
+from tickerwire.services.common.ops import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
+from tickerwire.services.common.requestlog import REQUEST_ID, RequestIdFilter, request_id
+from tickerwire.services.stream.handshake import handshake_error
+
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+
+
+def test_log_limiter_allows_a_burst_then_one_per_second_and_counts_the_rest():
+    now = [0.0]
+    limiter = LogLimiter(burst=3, per_second=1.0, clock=lambda: now[0])
+    assert [limiter.allow() for _ in range(5)] == [0, 0, 0, None, None]
+    now[0] += 1.0
+    assert limiter.allow() == 2  # two lines were suppressed since the last one written
+    assert limiter.allow() is None
+
+
+def test_request_id_is_the_clients_when_well_formed():
+    assert request_id("abc-123.X_y:z") == "abc-123.X_y:z"
+    for bad in (None, "", "has space", "x" * 129, "new\nline", "ünicode"):
+        generated = request_id(bad)
+        assert generated.startswith("req_") and generated != bad
+
+
+def test_every_log_line_written_during_a_request_carries_its_id():
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter("test"))
+    handler.addFilter(RequestIdFilter())
+    logger = logging.getLogger("test.requestid")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        token = REQUEST_ID.set("req_abc")
+        logger.warning("inside")
+        REQUEST_ID.reset(token)
+        logger.warning("outside")
+    finally:
+        logger.removeHandler(handler)
+    inside, outside = out.getvalue().splitlines()
+    assert '"request_id":"req_abc"' in inside and "request_id" not in outside
+
+
+def test_connection_budget_fits_the_fd_limit():
+    assert connection_budget(1000, 10, 100_000) == 1000
+    assert connection_budget(1000, 10, 1024) == 1024 - ADMIN_MAX_CONNECTIONS - 10 - FD_RESERVE
+    assert connection_budget(1000, 10, 50) == 1
+
+
+def test_handshake_checks():
+    ok = {"Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": KEY}
+    assert handshake_error(ok) is None
+    assert handshake_error({}) is None  # a plain GET: the gates decide (426 after a valid key)
+    assert handshake_error({"Upgrade": "h2c"}) is None
+    for bad in ({**ok, "Sec-WebSocket-Version": "8"}, {**ok, "Sec-WebSocket-Key": "c2hvcnQ="},
+                {**ok, "Sec-WebSocket-Key": "not base64!"}, {"Upgrade": "websocket", "Sec-WebSocket-Version": "13"},
+                {**ok, "Upgrade": "websocket\udcff"}, {**ok, "User-Agent": "\udcc3("}):
+        response = handshake_error(bad)
+        assert response is not None and response.status == 400, bad
