@@ -25,7 +25,7 @@ def start_up(state_dir: Path, ports: dict[str, int]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tickerwire.services.cli.main", "up", "--state-dir", str(state_dir),
          "--posts", "60", "--tokens", "120", "--trickle-interval", "1",
-         "--api-port", str(ports["api"]), "--stream-port", str(ports["stream"]), "--projector-port", str(ports["projector"])],
+         *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))]],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
 
@@ -56,9 +56,17 @@ def alive(pid: int) -> bool:
     return stat.split(")")[-1].split()[0] != "Z"
 
 
-async def exercise(info: dict) -> None:
+async def exercise(info: dict, ports: dict[str, int]) -> None:
     headers = {"Authorization": f"Bearer {info['api_key']}"}
     async with aiohttp.ClientSession() as http:
+        for name in ("api", "stream", "projector"):  # up.json records each process's admin listener
+            assert info["admin"][name] == f"http://127.0.0.1:{ports[name + '_admin_port']}"
+            async with http.get(info["admin"][name] + "/readyz") as resp:
+                assert resp.status == 200
+            async with http.get(info["metrics"][name]) as resp:
+                assert resp.status == 200
+        async with http.get(info["base_url"].split("/api/")[0] + "/metrics") as resp:
+            assert resp.status == 404  # not on the partner port
         async with http.get(info["base_url"] + "/languages", headers=headers) as resp:
             assert resp.status == 200
             assert len((await resp.json())["languages"]) == 14
@@ -79,7 +87,7 @@ async def exercise(info: dict) -> None:
 
 def test_up_serves_and_ctrl_c_leaves_nothing_behind():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    ports = {"api": free_port(), "stream": free_port(), "projector": free_port()}
+    ports = {name: free_port() for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")}
     for attempt in range(2):  # the second run proves a restart starts cleanly
         proc = start_up(state_dir, ports)
         try:
@@ -87,7 +95,7 @@ def test_up_serves_and_ctrl_c_leaves_nothing_behind():
             assert any("API key:" in line for line in lines)
             info = orjson.loads((state_dir / "up.json").read_bytes())
             pids = pids_of(info, state_dir)
-            asyncio.run(exercise(info))
+            asyncio.run(exercise(info, ports))
         finally:
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=30) == 0

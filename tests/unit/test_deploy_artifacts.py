@@ -66,7 +66,7 @@ def test_compose_runs_kafka_in_kraft_mode_and_migrates_before_the_services():
         port = ADMIN_PORTS[name]
         assert f"http://127.0.0.1:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"])
     env = services["api"]["environment"]
-    assert (env["TICKERWIRE_API_ADMIN_PORT"], env["TICKERWIRE_STREAM_ADMIN_PORT"], env["TICKERWIRE_PROJECTOR_PORT"]) == (
+    assert (env["TICKERWIRE_API_ADMIN_PORT"], env["TICKERWIRE_STREAM_ADMIN_PORT"], env["TICKERWIRE_PROJECTOR_ADMIN_PORT"]) == (
         "9080", "9081", "9082")
 
 
@@ -206,7 +206,7 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
         secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
         assert secrets == {"tickerwire-database", "tickerwire-kafka"}
         assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ADMIN_PORTS[component])
-    admin_vars = {"api": "TICKERWIRE_API_ADMIN_PORT", "stream": "TICKERWIRE_STREAM_ADMIN_PORT", "projector": "TICKERWIRE_PROJECTOR_PORT"}
+    admin_vars = {"api": "TICKERWIRE_API_ADMIN_PORT", "stream": "TICKERWIRE_STREAM_ADMIN_PORT", "projector": "TICKERWIRE_PROJECTOR_ADMIN_PORT"}
     assert {c: int(config[v]) for c, v in admin_vars.items()} == ADMIN_PORTS
     assert config["TICKERWIRE_DATABASE_URL_FILE"].startswith("/var/run/secrets/tickerwire/database/")
     assert config["TICKERWIRE_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
