@@ -82,6 +82,9 @@ class Config:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Config":
         env = os.environ if env is None else env
+        for old, new in RENAMED.items():
+            if env.get(old):
+                raise ConfigError(f"{old} was renamed to {new} (an admin listener: /healthz, /readyz, /metrics); set that instead")
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name in overrides:
@@ -192,6 +195,9 @@ def _value_or_file(env: Mapping[str, str], var: str) -> str | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{var}_FILE={path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
+
+#: Settings that were renamed: a deployment still setting the old name is stopped, not ignored.
+RENAMED = {"TICKERWIRE_PROJECTOR_PORT": "TICKERWIRE_PROJECTOR_ADMIN_PORT"}
 
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool, "str": str}
 
