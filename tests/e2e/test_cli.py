@@ -158,8 +158,14 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
         cases.append((no_broker, args, 1, "broker"))
     cases.append((no_broker, ["publish", "-"], 1, "broker"))
     before = await log_size(stack)
-    for env, args, status, word in cases:
-        result = await asyncio.to_thread(run_cli, env, *args)
+    slots = asyncio.Semaphore(4)
+
+    async def run(env, args):
+        async with slots:
+            return await asyncio.to_thread(run_cli, env, *args)
+
+    results = await asyncio.gather(*(run(env, args) for env, args, _, _ in cases))
+    for (env, args, status, word), result in zip(cases, results):
         lines = result.stderr.splitlines()
         assert (result.returncode, len(lines)) == (status, 1), (args, result.returncode, result.stderr)
         assert word in lines[0] and "Traceback" not in result.stderr and not result.stdout, (args, result.stderr)
