@@ -110,10 +110,10 @@ async def run_app(app: web.Application, config: Config, *, name: str, port: int 
     first, so /healthz answers and /readyz says why not ready while the process starts."""
     registry = app[ADMIN_APP][REGISTRY]
     metrics = ListenerMetrics(registry)
+    # Only a process with a partner listener needs the connection budget in its fd limit.
+    max_connections = _fit_fd_limit(config, name) if port is not None else config.max_connections
     partner = Guard(
-        "partner",
-        Limits(_fit_fd_limit(config, name), config.http_header_timeout_s, config.http_keepalive_timeout_s),
-        metrics,
+        "partner", Limits(max_connections, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics
     )
     admin = Guard("admin", Limits(ADMIN_MAX_CONNECTIONS, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics)
     runners = [await _start(app[ADMIN_APP], admin, config.admin_host, admin_port, f"{name} admin")]
