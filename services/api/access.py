@@ -94,7 +94,7 @@ def access_middleware():
         if not route.startswith(PARTNER):
             return await handler(request)
         with storage_errors("acquire a connection"):
-            async with request.app[POOL].acquire() as conn:
+            async with request.app[POOL].acquire(timeout=request.app[CONFIG].db_acquire_timeout_s) as conn:
                 request[REQUEST_DB] = conn
                 try:
                     return await _gated(request, handler, conn)

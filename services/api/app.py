@@ -15,10 +15,11 @@ from aiohttp import web
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common.config import Config
-from ..common.db import reader_pool, schema_ready
+from ..common.db import reader_pool
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import add_request_log
-from ..common.tasks import background_task
+from ..common.readiness import Readiness, service_readiness
+from ..common.supervise import Supervisor, supervisor_of
 from . import handlers, openapi
 from .docs import add_docs_routes
 from .access import PARTNER, access_middleware
@@ -82,18 +83,23 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     app[METRICS] = metrics or ApiMetrics()
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app.cleanup_ctx.append(_pool_ctx)
-    app.cleanup_ctx.append(background_task("catalog", lambda a: a[CATALOG].run(a[POOL])))
+    supervisor = supervisor_of(app)
+    app.cleanup_ctx.append(supervisor.task("catalog", lambda a: a[CATALOG].run(a[POOL])))
     add_partner_routes(app, config.base_path)
-
-    async def ready() -> tuple[bool, str]:
-        if POOL not in app:
-            return False, "starting"
-        if not await schema_ready(app[POOL], config.read_model_schema):
-            return False, "read model not migrated"
-        return (True, "ok") if app[CATALOG].loaded.is_set() else (False, "loading catalog")
-
-    add_ops_routes(app, app[METRICS].registry, ready)
+    add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
     return app
+
+
+def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
+    """Ready when PostgreSQL answers, the read model is migrated and the cached catalog is fresh."""
+    config = app[CONFIG]
+    ready = service_readiness(config, lambda: app.get(POOL), supervisor, broker=False)
+
+    async def catalog() -> tuple[bool, str]:
+        return app[CATALOG].check(config.api_catalog_max_age_s)
+
+    ready.add("catalog", catalog)
+    return ready
 
 
 async def serve(config: Config) -> None:

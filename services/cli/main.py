@@ -49,6 +49,10 @@ def _service(name: str):
                 from ..projector.rebuild import rebuild_main
 
                 return rebuild_main(_config())
+            if getattr(args, "action", None) == "accept-log":
+                from ..projector.accept import accept_log_main
+
+                return accept_log_main(_config(), args.start_from)
             from ..projector.app import serve
         elif name == "api":
             from ..api.app import serve
@@ -375,8 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     proj = sub.add_parser("projector", help="run the projector (the only writer of the read model)")
-    proj.add_argument("action", nargs="?", choices=["run", "rebuild"], default="run",
-                      help="run (default): consume the topics; rebuild: replay them into a fresh schema and switch")
+    proj.add_argument("action", nargs="?", choices=["run", "rebuild", "accept-log"], default="run",
+                      help="run (default); rebuild the read model from the log; accept-log: move stored positions "
+                           "the log no longer holds (after a log reset) to its start or end")
+    proj.add_argument("--from", dest="start_from", choices=["earliest", "latest"], default="earliest",
+                      help="accept-log: re-read from the log start (default) or skip to its end")
     proj.set_defaults(func=_service("projector"))
     sub.add_parser("api", help="run the read API").set_defaults(func=_service("api"))
     sub.add_parser("stream", help="run the WebSocket stream").set_defaults(func=_service("stream"))
@@ -451,6 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--posts", type=_bounded_int(0, 1_000_000), default=2000, help="demo posts to publish (default 2000)")
     up.add_argument("--tokens", type=_bounded_int(0, 100_000), default=3000, help="demo tokens to publish (default 3000)")
     up.add_argument("--no-demo", action="store_true", help="publish no demo dataset")
+    up.add_argument("--demo", action="store_true",
+                    help="publish the demo key, dataset and trickle even to a configured broker (the default only "
+                         "with the embedded one)")
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
     up.add_argument("--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)")
     up.set_defaults(func=cmd_up)

@@ -102,7 +102,7 @@ async def resolve(
     return principal, row
 
 
-async def check_access(pool: asyncpg.Pool, key: str | None) -> Principal:
+async def check_access(pool: asyncpg.Pool | asyncpg.Connection, key: str | None) -> Principal:
     """Resolve a key to its workspace through the three gates, counting nothing (the stream);
     raises :class:`AccessDenied`."""
     principal, _ = await resolve(pool, key, count=False)

@@ -43,6 +43,9 @@ class Config:
     read_model_schema: str = "rm"
     db_pool_min: int = 2
     db_pool_max: int = 10
+    db_statement_timeout_s: float = 1.5
+    db_acquire_timeout_s: float = 0.5
+    db_connect_timeout_s: float = 2.0
     log_level: str = "INFO"
     kafka_session_timeout_ms: int = 10_000
     kafka_heartbeat_interval_ms: int = 3_000
@@ -50,6 +53,8 @@ class Config:
     projector_group: str = "tickerwire-projector"
     projector_batch_max: int = 2_000
     sweep_interval_s: float = 3600.0
+    projector_log_check_interval_s: float = 10.0
+    api_catalog_max_age_s: float = 5.0
     stream_ping_interval_s: float = 30.0
     stream_queue_size: int = 256
     stream_max_connections_per_workspace: int = 5

@@ -28,6 +28,8 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.SerializationError,
     asyncpg.exceptions.DeadlockDetectedError,
     asyncpg.exceptions.InvalidCachedStatementError,
+    # A connection the server dropped mid-operation (e.g. across a PostgreSQL restart).
+    asyncpg.exceptions.InternalClientError,
     TimeoutError,
 )
 
@@ -47,32 +49,68 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(
-    dsn: str, schema: str, *, min_size: int = 2, max_size: int = 10, stateless: bool = False
+    dsn: str,
+    schema: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 10,
+    stateless: bool = False,
+    statement_timeout_s: float = 30.0,
+    connect_timeout_s: float = 10.0,
 ) -> asyncpg.Pool:
     """A pool whose connections resolve unqualified names in the read-model schema first.
 
     ``stateless`` pools belong to processes that never SET, LISTEN or take session locks;
-    their connections skip asyncpg's reset statement when returned to the pool."""
+    their connections skip asyncpg's reset statement when returned to the pool.
+    ``statement_timeout_s`` bounds every statement twice: on the server (``statement_timeout``)
+    and in the client (``command_timeout``, which also holds when the server is frozen)."""
     with storage_errors("connect"):
         return await asyncpg.create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             reset=_keep_session if stateless else None,
-            server_settings={"search_path": f"{schema},public", "application_name": "tickerwire"},
-            command_timeout=30,
+            server_settings={
+                "search_path": f"{schema},public",
+                "application_name": "tickerwire",
+                "statement_timeout": str(int(statement_timeout_s * 1000)),
+            },
+            command_timeout=statement_timeout_s,
+            timeout=connect_timeout_s,
         )
 
 
 async def reader_pool(config: Config) -> asyncpg.Pool:
-    """The pool of a reading service (API, stream), connecting with retries until PostgreSQL answers."""
+    """The pool of a reading service (API, stream), connecting with retries until PostgreSQL answers.
+
+    Its statements are bounded by ``db_statement_timeout_s`` and its connection attempts by
+    ``db_connect_timeout_s``, so a frozen database turns into a prompt 503, not a stall."""
     return await retry_transient(
         lambda: create_pool(
-            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max, stateless=True
+            config.database_url,
+            config.read_model_schema,
+            min_size=config.db_pool_min,
+            max_size=config.db_pool_max,
+            stateless=True,
+            statement_timeout_s=config.db_statement_timeout_s,
+            connect_timeout_s=config.db_connect_timeout_s,
         ),
         what="connect to PostgreSQL",
         cap=2.0,
     )
+
+
+async def postgres_check(pool: asyncpg.Pool, schema: str, timeout_s: float = 0.8) -> tuple[bool, str]:
+    """Readiness: PostgreSQL answers a query within ``timeout_s`` and the read model is migrated."""
+    try:
+        with storage_errors("readiness"):
+            async with pool.acquire(timeout=timeout_s) as conn:
+                migrated = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.positions", timeout=timeout_s)
+    except StorageUnavailable as exc:
+        return False, f"PostgreSQL unreachable ({exc})"
+    except asyncpg.PostgresError as exc:
+        return False, f"PostgreSQL error ({type(exc).__name__})"
+    return (True, "ok") if migrated else (False, "read model not migrated")
 
 
 def _migration_files(scope: str) -> list[tuple[str, str]]:
@@ -121,13 +159,6 @@ async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
     for name in applied:
         log.info("applied migration %s", name)
     return applied
-
-
-async def schema_ready(pool: asyncpg.Pool, schema: str) -> bool:
-    """True once the read-model schema exists with its tables (for /readyz)."""
-    with storage_errors("readiness"):
-        row = await pool.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.positions")
-    return bool(row)
 
 
 @contextlib.asynccontextmanager

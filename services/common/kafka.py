@@ -236,3 +236,18 @@ async def require_safe_topics(config: Config, *, create: bool) -> None:
         + "; ".join(str(d) for d in unsafe)
         + ". Fix them (see docs/operations.md, 'Topics') or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"
     )
+
+
+async def broker_check(config: Config, timeout_s: float = 0.8) -> tuple[bool, str]:
+    """Readiness: a TCP connection to some bootstrap server opens within ``timeout_s``."""
+    for server in config.kafka_bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]") or "127.0.0.1", int(port)), timeout_s)
+        except (OSError, ValueError, asyncio.TimeoutError):
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True, "ok"
+    return False, f"broker unreachable at {config.kafka_bootstrap_servers}"

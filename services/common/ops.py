@@ -18,10 +18,37 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from .config import Config
 from .listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
+from .supervise import SUPERVISOR
 
 log = logging.getLogger(__name__)
 
-ReadyCheck = Callable[[], Awaitable[tuple[bool, str]]]
+ReadyCheck = Callable[[], Awaitable[tuple[bool, "str | dict[str, dict]"]]]
+
+#: /readyz answers within this, whatever a check is waiting for.
+READY_TIMEOUT_S = 1.0
+
+
+async def answer_ready(ready: ReadyCheck) -> tuple[bool, "str | dict[str, dict]"]:
+    """Run a readiness check within :data:`READY_TIMEOUT_S`; unsure means not ready."""
+    try:
+        return await asyncio.wait_for(ready(), READY_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return False, f"no answer within {READY_TIMEOUT_S:g}s"
+    except Exception as exc:  # readiness must answer, whatever failed
+        return False, f"{type(exc).__name__}"
+
+
+def readiness_response(ok: bool, detail: "str | dict[str, dict]") -> web.Response:
+    """200 ``{"status": "ready"}`` or 503 ``{"status": "not_ready", "detail": reason}``;
+    with named checks, ``checks`` holds each one's detail and ``detail`` the failing ones."""
+    body: dict = {"status": "ready" if ok else "not_ready"}
+    if isinstance(detail, dict):
+        body["checks"] = detail
+        failing = [f"{name}: {c['detail']}" for name, c in detail.items() if not c["ok"]]
+        body["detail"] = "; ".join(failing) if failing else ("ok" if ok else "not ready")
+    else:
+        body["detail"] = detail
+    return web.json_response(body, status=200 if ok else 503)
 
 #: The admin application of a process, attached to its main application.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
@@ -42,11 +69,7 @@ def add_ops_routes(app: web.Application, registry: CollectorRegistry, ready: Rea
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
-        try:
-            ok, detail = await ready()
-        except Exception as exc:  # readiness must answer, whatever failed
-            ok, detail = False, f"{type(exc).__name__}"
-        return web.json_response({"status": "ready" if ok else "not_ready", "detail": detail}, status=200 if ok else 503)
+        return readiness_response(*await answer_ready(ready))
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(registry)
@@ -124,7 +147,11 @@ async def run_app(app: web.Application, config: Config, *, name: str, port: int 
             await runner.setup()
         else:
             runners.append(await _start(app, partner, config.host, port, name))
-        await asyncio.Event().wait()
+        supervisor = app.get(SUPERVISOR)
+        if supervisor is None:
+            await asyncio.Event().wait()
+        await supervisor.fatal.wait()  # a background task died for good: exit non-zero
+        raise SystemExit(f"{name}: {supervisor.fatal_reason}")
     finally:
         for runner in reversed(runners):
             await runner.cleanup()

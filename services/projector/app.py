@@ -8,6 +8,7 @@ the database pool, the consume loop and the badge sweeper live in its ``cleanup_
 from __future__ import annotations
 
 import logging
+import time
 from typing import AsyncIterator
 
 import asyncpg
@@ -17,8 +18,9 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import create_pool, migrate, storage_errors
 from ..common.ops import add_ops_routes, run_app
+from ..common.readiness import Readiness, service_readiness
 from ..common.retry import retry_transient
-from ..common.tasks import background_task
+from ..common.supervise import Supervisor, supervisor_of
 from .metrics import ProjectorMetrics
 from .runner import Projector, ensure_topics_with_retry
 from .sweeper import run_sweeper
@@ -35,7 +37,10 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
 
     async def connect_and_migrate() -> asyncpg.Pool:
-        pool = await create_pool(config.database_url, config.read_model_schema, min_size=2, max_size=config.db_pool_max)
+        pool = await create_pool(
+            config.database_url, config.read_model_schema, min_size=2, max_size=config.db_pool_max,
+            connect_timeout_s=config.db_connect_timeout_s,
+        )
         with storage_errors("migrate"):
             async with pool.acquire() as conn:
                 await migrate(conn, config.read_model_schema)
@@ -62,16 +67,42 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
         yield
 
     app.cleanup_ctx.append(projector_ctx)
-    app.cleanup_ctx.append(background_task("consume", _consume))
-    app.cleanup_ctx.append(background_task("sweeper", lambda a: run_sweeper(a[POOL], config.sweep_interval_s, a[METRICS])))
-
-    async def ready() -> tuple[bool, str]:
-        if POOL not in app or PROJECTOR not in app:
-            return False, "starting"
-        return (True, "caught up") if app[PROJECTOR].caught_up.is_set() else (False, "catching up")
-
-    add_ops_routes(app, app[METRICS].registry, ready)
+    supervisor = supervisor_of(app)
+    app.cleanup_ctx.append(supervisor.task("consume", _consume))
+    app.cleanup_ctx.append(supervisor.task("sweeper", lambda a: run_sweeper(a[POOL], config.sweep_interval_s, a[METRICS])))
+    add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
     return app
+
+
+#: The consume loop returns to fetch at least every 0.5 s; this much silence means it is stuck
+#: (e.g. retrying a batch while PostgreSQL is down).
+CONSUME_STALL_S = 10.0
+
+
+def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
+    """Ready when PostgreSQL and the broker answer, the consume loop is fetching, it has caught
+    up once since start, and no partition is stopped by a log discontinuity."""
+    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=True)
+
+    async def consuming() -> tuple[bool, str]:
+        if PROJECTOR not in app:
+            return False, "starting"
+        projector = app[PROJECTOR]
+        if not projector.caught_up.is_set():
+            return False, "catching up"
+        silent = time.monotonic() - projector.fetched_at
+        if silent > CONSUME_STALL_S:
+            return False, f"no fetch for {silent:.0f}s"
+        return True, "ok"
+
+    async def log_intact() -> tuple[bool, str]:
+        if PROJECTOR not in app or not app[PROJECTOR].stopped:
+            return True, "ok"
+        return False, "; ".join(gap.reason for gap in app[PROJECTOR].stopped.values())
+
+    ready.add("consuming", consuming)
+    ready.add("log", log_intact)
+    return ready
 
 
 async def serve(config: Config) -> None:

@@ -37,6 +37,12 @@ class ProjectorMetrics:
         self.lag = Gauge(
             "tickerwire_projector_lag", "Records behind the partition's high watermark", ["topic", "partition"], registry=r
         )
+        self.log_discontinuity = Gauge(
+            "tickerwire_projector_log_discontinuity",
+            "1 while a partition's projection is stopped because the log no longer holds its stored position "
+            "(log reset, topic re-created, records deleted unread); see `tickerwire projector accept-log`",
+            ["topic", "partition"], registry=r,
+        )
         self.newest_event_age = Gauge(
             "tickerwire_projector_newest_event_age_seconds",
             "Age of the newest projected event (now - its emitted_at), at scrape time", registry=r,

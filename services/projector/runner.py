@@ -20,6 +20,7 @@ from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
+from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
 from ..common.retry import backoff_delays, retry_transient
 from . import sql
 from .apply import BatchResult, Record, apply_batch, reject_record
@@ -67,18 +68,19 @@ class Projector:
         self.consumer: AIOKafkaConsumer | None = None
         self._uncommitted: dict[TopicPartition, int] = {}
         self.caught_up = asyncio.Event()
+        #: Partitions whose projection is stopped because the log no longer holds their position.
+        self.stopped: dict[TopicPartition, Discontinuity] = {}
+        #: time.monotonic() of the last fetch that returned (records or not) and of the last log check.
+        self.fetched_at = 0.0
+        self._checked_at = 0.0
+        self._confirmer = Confirmer()
+        self._probe = LogProbe(config, f"{client_id}-probe")
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
         if not assigned:
             return
-
-        async def load():
-            with storage_errors("load positions"):
-                return await self.pool.fetch(sql.SELECT_POSITIONS, sorted({tp.topic for tp in assigned}))
-
-        rows = await retry_transient(load, what="load positions", on_retry=lambda _: self.metrics.retries.labels("positions").inc())
-        stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+        stored = await self._stored(assigned)
         for tp in assigned:
             offset = stored.get((tp.topic, tp.partition))
             if offset is None:
@@ -87,6 +89,64 @@ class Projector:
                 self.consumer.seek(tp, offset)
             self.metrics.position.labels(tp.topic, str(tp.partition)).set(offset or 0)
         log.info("assigned and seeked: %s", {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned})
+        for tp in list(self.stopped):
+            if tp not in assigned:  # another process owns it now, and checks it itself
+                self._clear_stop(tp)
+        await self.check_log(assigned)
+
+    async def _stored(self, tps) -> dict[tuple[str, int], int]:
+        async def load():
+            with storage_errors("load positions"):
+                return await self.pool.fetch(sql.SELECT_POSITIONS, sorted({tp.topic for tp in tps}))
+
+        rows = await retry_transient(load, what="load positions", on_retry=lambda _: self.metrics.retries.labels("positions").inc())
+        return {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+
+    async def check_log(self, tps) -> None:
+        """Stop the projection of every partition whose stored position the log no longer
+        holds (ERROR log, metric, readiness); resume one whose position is valid again
+        (``tickerwire projector accept-log``)."""
+        assert self.consumer is not None
+        tps = list(tps)
+        self._checked_at = time.monotonic()
+        if not tps:
+            return
+        stored = await self._stored(tps)
+        suspected = await find_discontinuities(self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps})
+        found = self._confirmer.observe(tps, suspected)
+        for tp, gap in found.items():
+            if self.stopped.get(tp) != gap:
+                log.error("%s; projection of this partition is stopped. After checking the log, run "
+                          "`tickerwire projector accept-log --from earliest` (or rebuild)", gap.reason,
+                          extra={"fields": {"topic": tp.topic, "partition": tp.partition, "stored_position": gap.position,
+                                            "log_start": gap.log_start, "log_end": gap.log_end}})
+            self.stopped[tp] = gap
+            self.consumer.pause(tp)
+            self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(1)
+        for tp in tps:
+            if tp in suspected:
+                continue
+            offset = stored.get((tp.topic, tp.partition), 0)
+            if tp in self.stopped:
+                log.warning("%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset)
+            elif await self._fetch_position(tp) in (None, offset):
+                continue
+            else:  # the stored position was moved under us (accept-log): it is the truth
+                log.warning("%s[%d]: stored position moved to %d; reading from there", tp.topic, tp.partition, offset)
+            self.consumer.seek(tp, offset)
+            self.consumer.resume(tp)
+            self._clear_stop(tp)
+
+    async def _fetch_position(self, tp: TopicPartition) -> int | None:
+        assert self.consumer is not None
+        try:
+            return await asyncio.wait_for(self.consumer.position(tp), 1.0)
+        except (asyncio.TimeoutError, KafkaError):
+            return None
+
+    def _clear_stop(self, tp: TopicPartition) -> None:
+        self.stopped.pop(tp, None)
+        self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(0)
 
     async def _apply(self, tp: TopicPartition, records: list[Record]) -> None:
         try:
@@ -176,7 +236,7 @@ class Projector:
             committer = None
             try:
                 await self.consumer.start()
-                committer = asyncio.create_task(self._commit_to_kafka(), name="kafka-commit")
+                committer = asyncio.create_task(self._commit_forever(), name="kafka-commit")
                 await self._loop()
             except KafkaError as exc:
                 log.warning("broker error, reconnecting: %s", exc)
@@ -193,12 +253,19 @@ class Projector:
                     committer.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await committer
+                await self._probe.close()
                 await self.consumer.stop()
 
     async def _loop(self) -> None:
         assert self.consumer is not None
         while True:
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
+                await self.check_log(self.consumer.assignment())
+            # A fetch position out of the log's range makes the consumer jump to the log start;
+            # what it then reads lies below the stored position and is skipped, never applied,
+            # until the check stops the partition. Nothing is lost: accept-log re-reads it.
             batches = await self.consumer.getmany(timeout_ms=500, max_records=self.config.projector_batch_max)
+            self.fetched_at = time.monotonic()
             for tp, msgs in batches.items():
                 if not msgs:
                     continue
@@ -208,9 +275,19 @@ class Projector:
                     self._uncommitted[tp] = msgs[-1].offset + 1
             await self._update_lag()
 
-    async def _commit_to_kafka(self) -> None:
+    async def _commit_forever(self) -> None:
         """Mirror the stored positions into Kafka's committed offsets now and then, off the hot
-        path: they are informational (lag tooling), the database holds the truth."""
+        path: they are informational (lag tooling), the database holds the truth. A failure
+        is retried at the next tick; a crash is logged and the mirror restarts with backoff."""
+        delays = backoff_delays(base=KAFKA_COMMIT_INTERVAL_S, cap=30.0)
+        while True:
+            try:
+                await self._commit_to_kafka()
+            except Exception:
+                log.exception("kafka position mirror crashed; restarting it")
+                await asyncio.sleep(next(delays))
+
+    async def _commit_to_kafka(self) -> None:
         while True:
             await asyncio.sleep(KAFKA_COMMIT_INTERVAL_S)
             offsets, self._uncommitted = self._uncommitted, {}

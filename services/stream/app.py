@@ -19,11 +19,12 @@ from aiohttp import WSMsgType, web
 from ..common import kafka
 from ..common.access import AccessDenied, bearer_key, check_access
 from ..common.config import Config
-from ..common.db import reader_pool, schema_ready
+from ..common.db import reader_pool, storage_errors
 from ..common.errors import InvalidParameter
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import add_request_log
-from ..common.tasks import background_task
+from ..common.readiness import Readiness, service_readiness
+from ..common.supervise import Supervisor, supervisor_of
 from . import protocol
 from .errors import envelope, error_middleware
 from .feed import Feed
@@ -77,7 +78,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
         metrics.refused.labels("VALIDATION_FAILED").inc()
         return malformed
     try:
-        principal = await check_access(app[POOL], presented_key(request))
+        with storage_errors("acquire a connection"):
+            async with app[POOL].acquire(timeout=app[CONFIG].db_acquire_timeout_s) as db:
+                principal = await check_access(db, presented_key(request))
     except AccessDenied as exc:
         metrics.refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
@@ -125,7 +128,7 @@ async def _pinger(app: web.Application) -> None:
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     app[POOL] = await reader_pool(config)
-    app[LEASES] = Leases(app[POOL], app[CONFIG].stream_lease_ttl_s, app[CONFIG].stream_lease_renew_s)
+    app[LEASES] = Leases(app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     yield
     await app[POOL].close()
@@ -145,22 +148,26 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app[METRICS] = metrics or StreamMetrics()
     app[HUB] = Hub(app[METRICS], config.stream_queue_size)
     app.cleanup_ctx.append(_pool_ctx)
-    app.cleanup_ctx.append(background_task("feed", lambda a: a[FEED].run()))
-    app.cleanup_ctx.append(background_task("pinger", _pinger))
-    app.cleanup_ctx.append(background_task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
-    app.cleanup_ctx.append(background_task("access-watchdog", lambda a: run_watchdog(a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)))
+    supervisor = supervisor_of(app)
+    app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
+    app.cleanup_ctx.append(supervisor.task("pinger", _pinger))
+    app.cleanup_ctx.append(supervisor.task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
+    app.cleanup_ctx.append(supervisor.task("access-watchdog", lambda a: run_watchdog(a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)))
     app.on_shutdown.append(_close_connections)
     app.router.add_get(config.base_path + "/stream", stream, name="partner:stream")
-
-    async def ready() -> tuple[bool, str]:
-        if POOL not in app or FEED not in app:
-            return False, "starting"
-        if not await schema_ready(app[POOL], config.read_model_schema):
-            return False, "read model not migrated"
-        return (True, "ok") if app[FEED].started.is_set() else (False, "feed starting")
-
-    add_ops_routes(app, app[METRICS].registry, ready)
+    add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
     return app
+
+
+def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
+    """Ready when PostgreSQL and the broker answer and the feed (consumer and announcer) runs."""
+    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=True)
+
+    async def feed() -> tuple[bool, str]:
+        return app[FEED].check() if FEED in app else (False, "starting")
+
+    ready.add("feed", feed)
+    return ready
 
 
 def _on_lease_lost(hub: Hub):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import asyncpg
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from tickerwire.schemas.models import InvalidEvent, decode_event
 from tickerwire.schemas.topics import POSTS, topic_name
@@ -30,6 +30,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
+from ..common.logcheck import Confirmer, LogProbe, find_discontinuities
 from ..common.retry import retry_transient
 from . import protocol, sql
 from .filters import PostFacts
@@ -67,23 +68,53 @@ class Feed:
         self._room = asyncio.Event()
         self._room.set()
         self._next: dict[int, int] = {}  # next offset to consume per partition, kept across broker reconnects
+        self.announcer: asyncio.Task | None = None
+        #: Why the feed cannot read on (its positions are not in the log), or "".
+        self.stopped = ""
+        self._checked_at = 0.0
+        self._confirmer = Confirmer()
+        self._probe = LogProbe(config, "tickerwire-stream-probe")
 
     async def run(self) -> None:
-        announcer = asyncio.create_task(self._announce_forever(), name="stream-announcer")
+        """Run the consumer and the announcer until cancelled; if either stage crashes, the
+        other is stopped and the crash propagates (to the supervisor, which restarts both)."""
+        stages = [
+            asyncio.create_task(self._consume_forever(), name="stream-consumer"),
+            asyncio.create_task(self._announce_forever(), name="stream-announcer"),
+        ]
+        self.announcer = stages[1]
         try:
-            while True:
-                consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream")
-                try:
-                    await consumer.start()
-                    await self._consume(consumer)
-                except KafkaError as exc:
-                    log.warning("broker error, reconnecting: %s", exc)
-                    await asyncio.sleep(1.0)
-                finally:
-                    await consumer.stop()
+            done, _ = await asyncio.wait(stages, return_when=asyncio.FIRST_COMPLETED)
+            for stage in done:
+                stage.result()
+            raise RuntimeError("a stream feed stage stopped")
         finally:
-            announcer.cancel()
-            await asyncio.gather(announcer, return_exceptions=True)
+            for stage in stages:
+                stage.cancel()
+            await asyncio.wait(stages)
+
+    def check(self) -> tuple[bool, str]:
+        """Readiness: both stages running, reading, and the log still holds the feed's positions."""
+        if not self.started.is_set():
+            return False, "feed starting"
+        if self.announcer is None or self.announcer.done():
+            return False, "announcer not running"
+        if self.stopped:
+            return False, self.stopped
+        return True, "ok"
+
+    async def _consume_forever(self) -> None:
+        while True:
+            consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream", auto_offset_reset="none")
+            try:
+                await consumer.start()
+                await self._consume(consumer)
+            except KafkaError as exc:
+                log.warning("broker error, reconnecting: %s", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                await self._probe.close()
+                await consumer.stop()
 
     # ------------------------------------------------------------------ consuming
 
@@ -104,7 +135,14 @@ class Feed:
         log.info("stream feed reading from %s", dict(self._next))
         while True:
             await self._room.wait()
-            batches = await consumer.getmany(timeout_ms=500)
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
+                await self._check_log(consumer, tps)
+            try:
+                batches = await consumer.getmany(timeout_ms=500)
+            except OffsetOutOfRangeError as exc:
+                log.warning("stream feed position out of range (%s); checking the log", exc)
+                await self._check_log(consumer, tps)
+                continue
             arrived = time.perf_counter()
             for tp, msgs in batches.items():
                 for m in msgs:
@@ -116,6 +154,43 @@ class Feed:
                 self._has_pending.set()
                 if len(self._pending) >= MAX_PENDING:
                     self._room.clear()
+
+    async def _check_log(self, consumer, tps: list[TopicPartition]) -> None:
+        """When the post log no longer holds the feed's positions (log reset), restart from the
+        projector's stored positions once the log holds those (after ``accept-log``); until
+        then the feed is stopped, loudly (ERROR log, readiness)."""
+        self._checked_at = time.monotonic()
+        suspected = await find_discontinuities(consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps})
+        found = self._confirmer.observe(tps, suspected)
+        if not suspected:
+            if self.stopped:
+                log.warning("stream feed resumes: its positions are in the log again")
+                for tp in tps:
+                    consumer.resume(tp)
+            self.stopped = ""
+            return
+        if not found:
+            return  # suspected only, not confirmed yet
+        projector = await self._positions()
+        again = await find_discontinuities(consumer, self._probe, {tp: projector.get(tp.partition, 0) for tp in found})
+        for tp in found:
+            if tp in again:
+                continue
+            log.warning("stream feed %s; continuing from the projector's position %d",
+                        found[tp].reason, projector.get(tp.partition, 0))
+            self._next[tp.partition] = projector.get(tp.partition, 0)
+            consumer.seek(tp, self._next[tp.partition])
+            # Records of the old log still waiting would never match the new one.
+            self._pending = collections.deque(p for p in self._pending if p.partition != tp.partition)
+        stopped = "; ".join(gap.reason for gap in again.values())
+        if stopped and stopped != self.stopped:
+            log.error("stream feed stopped: %s; waiting for `tickerwire projector accept-log`", stopped)
+        for tp in again:
+            consumer.pause(tp)
+        for tp in found:
+            if tp not in again:
+                consumer.resume(tp)
+        self.stopped = stopped
 
     # ------------------------------------------------------------------ announcing
 

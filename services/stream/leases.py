@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from typing import Callable
 
 import asyncpg
@@ -30,8 +31,11 @@ RENEW_EVERY_S = 3.0
 
 
 class Leases:
-    def __init__(self, pool: asyncpg.Pool, ttl_s: float = LEASE_TTL_S, renew_every_s: float = RENEW_EVERY_S) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, ttl_s: float = LEASE_TTL_S, renew_every_s: float = RENEW_EVERY_S, *, acquire_timeout_s: float | None = None
+    ) -> None:
         self.pool = pool
+        self.acquire_timeout_s = acquire_timeout_s
         self.ttl_s = ttl_s
         self.renew_every_s = renew_every_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -40,7 +44,7 @@ class Leases:
     async def acquire(self, workspace_id: str, session_id: str, limit: int) -> bool:
         """Take a slot of ``workspace_id`` for ``session_id``; False when all ``limit`` are taken."""
         with storage_errors("acquire stream lease"):
-            async with self.pool.acquire() as conn, conn.transaction():
+            async with self.pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
                 await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
                 await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
                 granted = await conn.fetchval(sql.INSERT_LEASE_IF_FREE, workspace_id, session_id, self.holder, self.ttl_s, limit)
@@ -79,16 +83,23 @@ class Leases:
         return {s for s in ids if s not in renewed and s in self.held}
 
     async def run(self, on_lost: Callable[[set[str]], None]) -> None:
-        """Renew every few seconds until cancelled; ``on_lost`` closes connections that lost their slot."""
+        """Renew every few seconds until cancelled; ``on_lost`` closes connections that lost their slot.
+
+        A lease that could not be renewed before it expired (the database unreachable for
+        longer than the lease) is lost too: its slot may already be someone else's, so the
+        connection is closed rather than left running over the workspace's limit."""
+        renewed_at = time.monotonic()
         while True:
             await asyncio.sleep(self.renew_every_s)
             try:
                 lost = await self.renew()
+                renewed_at = time.monotonic()
                 with storage_errors("purge expired stream leases"):
                     await self.pool.execute(sql.DELETE_EXPIRED_LEASES)
             except TransientError as exc:
-                log.warning("stream lease renewal failed, retrying: %s", exc)
-                continue
+                lost = set(self.held) if time.monotonic() - renewed_at >= self.ttl_s else set()
+                log.warning("stream lease renewal failed%s: %s",
+                            f"; {len(lost)} lease(s) expired unrenewed" if lost else ", retrying", exc)
             if lost:
                 log.warning("%d stream lease(s) lost", len(lost))
                 for s in lost:

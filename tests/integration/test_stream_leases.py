@@ -47,3 +47,23 @@ async def test_slots_of_a_holder_that_stopped_renewing_free_themselves(pool: asy
     # The crashed holder's lease is gone: a renewal reports it lost instead of reviving it.
     assert await crashed.renew() == {"ses_1"}
     assert await alive.renew() == set()
+
+
+async def test_a_lease_that_cannot_be_renewed_before_it_expires_is_reported_lost(fresh_db):
+    async with connect(fresh_db) as conn:
+        await migrate(conn, "rm")
+    doomed = await create_pool(fresh_db, "rm", min_size=1, max_size=2)
+    leases = Leases(doomed, ttl_s=0.6, renew_every_s=0.1)
+    assert await leases.acquire("ws_d", "ses_1", 5)
+    lost: list[set[str]] = []
+    renewing = asyncio.create_task(leases.run(lost.append))
+    await asyncio.sleep(0.3)
+    assert lost == []  # renewed while the database answers
+    await doomed.close()  # from here on every renewal fails, as with PostgreSQL down
+    closed_at = time.monotonic()
+    while not lost:
+        assert time.monotonic() - closed_at < 5, "a lease that could not be renewed was never reported lost"
+        await asyncio.sleep(0.05)
+    renewing.cancel()
+    assert lost == [{"ses_1"}] and leases.held == set()
+    assert time.monotonic() - closed_at >= 0.3  # not before the lease could have expired

@@ -1,0 +1,79 @@
+"""``tickerwire projector accept-log --from earliest|latest``: the operator's way out of a log
+discontinuity (see :mod:`tickerwire.services.common.logcheck`).
+
+For every partition of every projector topic whose stored position the log no longer holds,
+the stored position is moved to the log's start (``earliest``: re-read everything the log
+still has; the version guards make re-reading events already applied change nothing) or to
+its end (``latest``: accept the loss, project only what comes next). Positions the log still
+holds are left alone. A running projector notices within its log check interval
+(``TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S``) and resumes those partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from aiokafka import TopicPartition
+
+from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+
+from ..common import kafka
+from ..common.config import Config
+from ..common.db import connect
+from ..common.errors import BrokerUnavailable, TickerwireError
+from ..common.logcheck import LogProbe, discontinuity
+from ..common.logs import setup_logging
+
+ACCEPT_POSITION = """
+INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, $3)
+ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
+"""
+
+
+async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
+    """Move every stored position the log does not hold; returns one line per change."""
+    if start_from not in ("earliest", "latest"):
+        raise ValueError(f"--from must be earliest or latest, not {start_from!r}")
+    consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-accept-log")
+    try:
+        await consumer.start()
+        tps = [TopicPartition(topic_name(config.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+        starts = await asyncio.wait_for(consumer.beginning_offsets(tps), 30)
+        ends = await asyncio.wait_for(consumer.end_offsets(tps), 30)
+    except (Exception, asyncio.TimeoutError) as exc:
+        await consumer.stop()
+        raise BrokerUnavailable(f"cannot read the log offsets from {config.kafka_bootstrap_servers}: {exc}") from exc
+    probe = LogProbe(config, "tickerwire-accept-log-probe")
+    try:
+        async with connect(config.database_url) as conn:
+            await conn.execute(f'SET search_path TO "{config.read_model_schema}", public')
+            async with conn.transaction():
+                stored = {(r["topic"], r["partition"]): r["next_offset"]
+                          for r in await conn.fetch("SELECT topic, partition, next_offset FROM positions FOR UPDATE")}
+                gaps = {tp: gap for tp in tps
+                        if (gap := discontinuity(tp, stored.get((tp.topic, tp.partition), 0), starts[tp], ends[tp]))}
+                # Some brokers report end offsets far behind what they hold: ask the log itself.
+                held = await probe.held({tp: g.position - 1 for tp, g in gaps.items() if g.position > g.log_end})
+                gaps = {tp: gap for tp, gap in gaps.items() if tp not in held}
+                changes = []
+                for tp, gap in gaps.items():
+                    target = gap.log_start if start_from == "earliest" else gap.log_end
+                    await conn.execute(ACCEPT_POSITION, tp.topic, tp.partition, target)
+                    changes.append(f"{tp.topic}[{tp.partition}]: position {gap.position} -> {target} "
+                                   f"(log holds {gap.log_start}..{gap.log_end})")
+    finally:
+        await probe.close()
+        await consumer.stop()
+    return changes
+
+
+def accept_log_main(config: Config, start_from: str) -> int:
+    setup_logging("accept-log", config.log_level)
+    try:
+        changes = asyncio.run(accept_log(config, start_from))
+    except TickerwireError as exc:
+        print(f"tickerwire projector accept-log: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(changes) if changes else "every stored position is in the log; nothing to accept")
+    return 0
