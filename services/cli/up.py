@@ -24,11 +24,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 
 from ..common.config import Config, ConfigError
 from ..common.logs import setup_logging
+from ..common.retry import backoff_delays
 
 log = logging.getLogger("tickerwire.up")
 
@@ -43,17 +45,23 @@ def _die_with_parent() -> None:
 
 
 @dataclass
-class Stack:
-    state_dir: Path
-    embedded: list = field(default_factory=list)
-    children: list[subprocess.Popen] = field(default_factory=list)
+class Child:
+    """One service process of the stack, restarted with capped, jittered backoff when it dies."""
 
-    def spawn(self, name: str, env: dict[str, str]) -> subprocess.Popen:
-        log_path = self.state_dir / f"{name}.log"
-        out = open(log_path, "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tickerwire.services.cli.main", name],
-            env=env,
+    name: str
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+    restart_at: float | None = None
+    delays: Iterator[float] = field(default_factory=lambda: backoff_delays(RESTART_BASE_S, RESTART_CAP_S))
+
+    def spawn(self) -> None:
+        out = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tickerwire.services.cli.main", self.name],
+            env=self.env,
             stdout=out,
             stderr=out,
             stdin=subprocess.DEVNULL,
@@ -61,15 +69,41 @@ class Stack:
             start_new_session=True,
         )
         out.close()
-        self.children.append(proc)
-        return proc
+        self.started_at = time.monotonic()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+#: Child restarts: full-jitter backoff from 0.5 s, capped at 10 s; a child that ran this long
+#: since its last start counts as healthy again (the backoff starts over).
+RESTART_BASE_S = 0.5
+RESTART_CAP_S = 10.0
+HEALTHY_AFTER_S = 60.0
+
+
+@dataclass
+class Stack:
+    state_dir: Path
+    embedded: list = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
+
+    def spawn(self, name: str, env: dict[str, str]) -> Child:
+        child = Child(name, env, self.state_dir / f"{name}.log")
+        child.spawn()
+        self.children.append(child)
+        return child
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        return [c.proc for c in self.children if c.proc is not None]
 
     def stop(self) -> None:
-        for proc in self.children:
+        for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for proc in self.children:
+        for proc in self.procs:
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
@@ -80,22 +114,48 @@ class Stack:
                 part.stop()
 
 
+def say(message: str) -> None:
+    """A line on up's output (what a developer watching the terminal needs to know)."""
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
+
+
 def _port(preferred: int) -> int:
     from ..embedded.ports import free_port, port_is_free
 
     return preferred if port_is_free(preferred) else free_port()
 
 
-def start_embedded(stack: Stack, args) -> tuple[str, str]:
+class UpError(Exception):
+    """A reason ``up`` refuses to start, told in one line."""
+
+
+@dataclass
+class Embedded:
+    """The embedded servers ``up`` started (None where a configured one is used)."""
+
+    postgres: object | None = None
+    broker: object | None = None
+
+
+def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
     from ..embedded.broker import EmbeddedBroker
     from ..embedded.postgres import EmbeddedPostgres
 
     dsn = args.database_url
     bootstrap = args.kafka_bootstrap_servers
+    if dsn and not bootstrap:
+        # The embedded broker keeps the log in memory: its next start would be an empty log
+        # under a read model that remembers positions in the old one.
+        raise UpError(
+            "a configured database needs a configured broker too (--kafka or TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS): "
+            "the embedded broker forgets its log on every start, which the database would not"
+        )
+    parts = Embedded()
     if not bootstrap:
         broker = EmbeddedBroker(port=_port(19092), log_path=stack.state_dir / "broker.log")
         bootstrap = broker.start()
         stack.embedded.append(broker)
+        parts.broker = broker
     if not dsn:
         data = stack.state_dir / "pgdata"
         # The embedded broker forgets everything on restart, so the read model starts empty too.
@@ -103,7 +163,8 @@ def start_embedded(stack: Stack, args) -> tuple[str, str]:
         pg = EmbeddedPostgres(data, port=_port(5433), log_path=stack.state_dir / "postgres.log")
         dsn = pg.start()
         stack.embedded.append(pg)
-    return dsn, bootstrap
+        parts.postgres = pg
+    return dsn, bootstrap, parts
 
 
 async def prepare(config: Config) -> None:
@@ -178,17 +239,38 @@ async def sweep(config: Config) -> None:
         await sweep_once(conn)
 
 
-async def trickle(config: Config, start_id: int, interval: float) -> None:
-    from ..common.kafka import started_producer
-    from ..demo.trickle import run_trickle
-    from .publish import send_events
+@dataclass
+class Trickle:
+    """The live demo trickle: it never takes anything down; it retries with backoff."""
 
-    async with started_producer(config) as producer:
+    config: Config
+    next_id: int
+    interval: float
 
-        async def publish(event) -> None:
-            await send_events(producer, config.topic_prefix, [event])
+    async def run_forever(self) -> None:
+        delays = backoff_delays(1.0, 30.0)
+        while True:
+            try:
+                await self._run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = next(delays)
+                say(f"demo trickle: publishing failed ({type(exc).__name__}: {exc}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
 
-        await run_trickle(publish, start_id=start_id, interval_s=interval, seed=random.randrange(1 << 30))
+    async def _run(self) -> None:
+        from ..common.kafka import started_producer
+        from ..demo.trickle import run_trickle
+        from .publish import send_events
+
+        async with started_producer(self.config) as producer:
+
+            async def publish(event) -> None:
+                await send_events(producer, self.config.topic_prefix, [event])
+                self.next_id = event.data.id + 1
+
+            await run_trickle(publish, start_id=self.next_id, interval_s=self.interval, seed=random.randrange(1 << 30))
 
 
 async def wait_healthy(urls: list[str], children: list[subprocess.Popen], timeout: float = 60.0) -> None:
@@ -222,7 +304,9 @@ def settings_check(env: dict[str, str]) -> Config:
 
 async def run(args, stack: Stack) -> None:
     base = settings_check(dict(os.environ))
-    dsn, bootstrap = start_embedded(stack, args)
+    dsn, bootstrap, parts = start_embedded(stack, args)
+    # Demo data goes only into a broker of our own, unless asked for.
+    demo = parts.broker is not None or args.demo
     env = dict(os.environ)
     env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
     for name in PORTS:
@@ -235,6 +319,7 @@ async def run(args, stack: Stack) -> None:
     env.setdefault("TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS", "6000")
     env.setdefault("TICKERWIRE_KAFKA_HEARTBEAT_INTERVAL_MS", "1000")
     env.setdefault("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "20")
+    env.setdefault("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "2")
     config = Config.from_env(env)
     await prepare(config)
     for name in ("projector", "api", "stream"):
@@ -246,17 +331,20 @@ async def run(args, stack: Stack) -> None:
         "stream": f"http://{config.admin_host}:{config.stream_admin_port}",
     }
     await wait_healthy(
-        [admin["projector"] + "/healthz", admin["api"] + "/readyz", admin["stream"] + "/readyz"], stack.children
+        [admin["projector"] + "/healthz", admin["api"] + "/readyz", admin["stream"] + "/readyz"], stack.procs
     )
-    key, last_id, marks = await publish_demo(config, args)
-    await wait_projected(config, marks)
-    await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
-    # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
-    await asyncio.sleep(1.0)
+    key, last_id = None, 0
+    if demo:
+        key, last_id, marks = await publish_demo(config, args)
+        await wait_projected(config, marks)
+        await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
+        # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
+        await asyncio.sleep(1.0)
+    base_url = f"http://{host}:{config.api_port}{config.base_path}"
     info = {
-        "base_url": f"http://{host}:{config.api_port}{config.base_path}",
-        "stream_url": f"ws://{host}:{config.stream_port}{config.base_path}/stream?key={key}",
-        "docs_url": f"http://{host}:{config.api_port}{config.base_path}/docs",
+        "base_url": base_url,
+        "stream_url": f"ws://{host}:{config.stream_port}{config.base_path}/stream" + (f"?key={key}" if key else ""),
+        "docs_url": f"{base_url}/docs",
         "api_key": key,
         "database_url": dsn,
         "kafka_bootstrap_servers": bootstrap,
@@ -264,35 +352,151 @@ async def run(args, stack: Stack) -> None:
         # Operator endpoints (/healthz, /readyz, /metrics) of each process, on its admin listener.
         "admin": admin,
         "metrics": {name: url + "/metrics" for name, url in admin.items()},
-        "pids": {"up": os.getpid(), "children": [p.pid for p in stack.children]},
     }
     state_file = stack.state_dir / "up.json"
-    state_file.write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
-    os.chmod(state_file, 0o600)
-    print(
-        f"Tickerwire is up.\n"
-        f"  base URL:   {info['base_url']}\n"
-        f"  stream URL: {info['stream_url']}\n"
-        f"  docs:       {info['docs_url']}\n"
-        f"  API key:    {key}\n"
-        f"  admin:      {', '.join(f'{n} {u}' for n, u in admin.items())} (/healthz /readyz /metrics)\n"
-        f"  state:      {state_file}\n"
-        f"Try: curl -H 'Authorization: Bearer {key}' {info['base_url']}/posts\n"
-        f"Ctrl-C stops everything.",
-        flush=True,
-    )
-    waiters = [asyncio.create_task(_watch(stack.children))]
-    if not args.no_trickle:
-        waiters.append(asyncio.create_task(trickle(config, last_id + 1, args.trickle_interval)))
-    done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for task in done:
-        task.result()
+    write_state(state_file, info, stack)
+    lines = ["Tickerwire is up.", f"  base URL:   {info['base_url']}", f"  stream URL: {info['stream_url']}",
+             f"  docs:       {info['docs_url']}"]
+    if key:
+        lines.append(f"  API key:    {key}")
+    else:
+        lines.append("  API key:    none (no demo data on a configured broker; pass --demo, or issue one: tickerwire key issue)")
+    lines.append(f"  admin:      {', '.join(f'{n} {u}' for n, u in admin.items())} (/healthz /readyz /metrics)")
+    lines.append(f"  state:      {state_file}")
+    if key:
+        lines.append(f"Try: curl -H 'Authorization: Bearer {key}' {info['base_url']}/posts")
+    lines.append("Ctrl-C stops everything.")
+    print("\n".join(lines), flush=True)
+    trickle = Trickle(config, last_id + 1, args.trickle_interval) if demo and not args.no_trickle else None
+    await Supervision(stack, config, parts, trickle, state_file, info).run()
 
 
-async def _watch(children: list[subprocess.Popen]) -> None:
-    while all(p.poll() is None for p in children):
-        await asyncio.sleep(0.5)
-    raise RuntimeError("a service exited unexpectedly; see its log in the state directory")
+def write_state(state_file: Path, info: dict, stack: Stack) -> None:
+    info["pids"] = {"up": os.getpid(), "children": [c.proc.pid for c in stack.children if c.proc is not None]}
+    tmp = state_file.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
+    os.chmod(tmp, 0o600)
+    tmp.replace(state_file)
+
+
+@dataclass
+class Supervision:
+    """Keeps the stack running: restarts dead children, the embedded PostgreSQL and the
+    embedded broker (then re-creates the topics and re-syncs the projector with the new,
+    empty log), and keeps the demo trickle going; says what it does on the output."""
+
+    stack: Stack
+    config: Config
+    parts: Embedded
+    trickle: Trickle | None
+    state_file: Path
+    info: dict
+    _trickle_task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        self._start_trickle()
+        try:
+            while True:
+                await asyncio.sleep(0.25)
+                if self.parts.postgres is not None and not self.parts.postgres.running():
+                    await self._restart_server(self.parts.postgres, "PostgreSQL")
+                if self.parts.broker is not None and not self.parts.broker.running():
+                    await self._recover_broker()
+                self._restart_children()
+        finally:
+            if self._trickle_task is not None:
+                self._trickle_task.cancel()
+
+    def _start_trickle(self) -> None:
+        if self.trickle is not None and (self._trickle_task is None or self._trickle_task.done()):
+            self._trickle_task = asyncio.create_task(self.trickle.run_forever(), name="demo-trickle")
+
+    def _restart_children(self) -> None:
+        changed = False
+        now = time.monotonic()
+        for child in self.stack.children:
+            if child.alive():
+                continue
+            if child.restart_at is None:
+                if now - child.started_at >= HEALTHY_AFTER_S:
+                    child.delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
+                delay = next(child.delays)
+                child.restart_at = now + delay
+                say(f"{child.name} exited (status {child.proc.returncode if child.proc else '?'}); "
+                    f"restarting it in {delay:.1f}s (log: {child.log_path})")
+            elif now >= child.restart_at:
+                child.spawn()
+                child.restarts += 1
+                child.restart_at = None
+                say(f"{child.name} restarted (pid {child.proc.pid}, restart {child.restarts})")
+                changed = True
+        if changed:
+            write_state(self.state_file, self.info, self.stack)
+
+    async def _restart_server(self, server, what: str) -> None:
+        say(f"embedded {what} died; restarting it on port {server.port}")
+        started = time.monotonic()
+        delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
+        with contextlib.suppress(Exception):
+            server.stop()  # reap it and close its log
+        while True:
+            try:
+                await asyncio.to_thread(server.start)
+                break
+            except Exception as exc:
+                delay = next(delays)
+                say(f"embedded {what} did not start ({str(exc).splitlines()[0]}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+        say(f"embedded {what} restarted in {time.monotonic() - started:.1f}s (pid {server.pid})")
+
+    async def _recover_broker(self) -> None:
+        from ..projector.accept import accept_log
+        from ..common.kafka import ensure_topics
+
+        if self._trickle_task is not None:
+            self._trickle_task.cancel()
+            self._trickle_task = None
+        await self._restart_server(self.parts.broker, "broker")
+        delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
+        while True:
+            try:
+                await ensure_topics(self.config)
+                changes = await accept_log(self.config, "earliest")
+                break
+            except Exception as exc:
+                delay = next(delays)
+                say(f"re-syncing with the new log failed ({exc}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+        say("the embedded broker keeps its log in memory, so it came back empty: topics re-created; "
+            f"projector positions moved to the new log's start ({len(changes)} partition(s)); the read model "
+            "keeps what it had projected and the demo key keeps working; new posts are projected from the new log")
+        self._start_trickle()
+
+
+def lock_state_dir(state_dir: Path):
+    """Take the state dir's lock before anything is touched; None if another ``up`` holds it.
+
+    The lock (``flock`` on ``up.lock``) is released by the kernel when this process ends,
+    however it ends, so a crashed ``up`` never blocks the next one."""
+    import fcntl
+
+    fd = os.open(state_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _lock_holder(state_dir: Path) -> str:
+    with contextlib.suppress(OSError):
+        pid = (state_dir / "up.lock").read_text().strip()
+        if pid:
+            return f" (pid {pid})"
+    return ""
 
 
 def up_main(args) -> int:
@@ -303,7 +507,16 @@ def up_main(args) -> int:
         return 2
     setup_logging("up", os.environ.get("TICKERWIRE_LOG_LEVEL", "INFO"))
     state_dir = Path(args.state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        lock = lock_state_dir(state_dir)
+    except OSError as exc:
+        print(f"tickerwire up: cannot use the state directory {state_dir}: {exc.strerror}", file=sys.stderr)
+        return 1
+    if lock is None:
+        print(f"tickerwire up: another tickerwire up{_lock_holder(state_dir)} is running with the state directory "
+              f"{state_dir}; stop it first, or pass another --state-dir", file=sys.stderr)
+        return 1
     stack = Stack(state_dir)
 
     async def main() -> None:
@@ -328,4 +541,5 @@ def up_main(args) -> int:
         with contextlib.suppress(FileNotFoundError):
             (state_dir / "up.json").unlink()
         print("Tickerwire stopped.", flush=True)
+        os.close(lock)
     return status

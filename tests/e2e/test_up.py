@@ -1,4 +1,5 @@
-"""`tickerwire up` as a user runs it: it comes up, serves, and Ctrl-C leaves nothing behind."""
+"""`tickerwire up` as a user runs it: it comes up, serves, survives a crashed child, refuses a
+second `up` on its state dir, and Ctrl-C leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,44 +16,14 @@ import orjson
 import pytest
 
 from tickerwire.services.embedded.ports import free_port, port_is_free
+from tests.support.faults import alive, start_up, stop_up, up_command, wait_up
 
 pytestmark = pytest.mark.e2e
-
-
-def start_up(state_dir: Path, ports: dict[str, int]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tickerwire.services.cli.main", "up", "--state-dir", str(state_dir),
-         "--posts", "60", "--tokens", "120", "--trickle-interval", "1",
-         *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))]],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-
-
-def wait_up(proc: subprocess.Popen, timeout: float = 120) -> list[str]:
-    lines = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"up exited early with {proc.wait()}: {lines}")
-        lines.append(line)
-        if line.startswith("Ctrl-C stops everything"):
-            return lines
-    raise AssertionError("up did not come up in time")
 
 
 def pids_of(info: dict, state_dir: Path) -> list[int]:
     pg = int((state_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
     return [info["pids"]["up"], pg, *info["pids"]["children"]]
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.split(")")[-1].split()[0] != "Z"
 
 
 async def exercise(info: dict, ports: dict[str, int]) -> None:
@@ -85,20 +55,58 @@ async def exercise(info: dict, ports: dict[str, int]) -> None:
             assert "post.created" in kinds
 
 
-def test_up_serves_and_ctrl_c_leaves_nothing_behind():
+async def served_again_after_killing_the_api(info: dict, state_dir: Path) -> float:
+    """SIGKILL the api child; seconds until the partner gets 200 again."""
+    headers = {"Authorization": f"Bearer {info['api_key']}"}
+    api_pid = info["pids"]["children"][1]
+    os.kill(api_pid, signal.SIGKILL)
+    killed = time.monotonic()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while time.monotonic() - killed < 30:
+            try:
+                async with http.get(info["base_url"] + "/languages", headers=headers) as resp:
+                    if resp.status == 200 and time.monotonic() - killed > 0.2:
+                        return time.monotonic() - killed
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("the api was not served again within 30 s")
+
+
+def second_up_is_refused(state_dir: Path, ports: dict[str, int]) -> tuple[int, str, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+    started = time.monotonic()
+    result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=30)
+    return result.returncode, result.stderr, time.monotonic() - started
+
+
+def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
     ports = {name: free_port() for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")}
     for attempt in range(2):  # the second run proves a restart starts cleanly
-        proc = start_up(state_dir, ports)
+        run = start_up(state_dir, ports)
         try:
-            lines = wait_up(proc)
-            assert any("API key:" in line for line in lines)
-            info = orjson.loads((state_dir / "up.json").read_bytes())
-            pids = pids_of(info, state_dir)
+            wait_up(run)
+            assert any("API key:" in line for line in run.lines)
+            info = run.info
             asyncio.run(exercise(info, ports))
+            if attempt == 0:
+                rc, err, seconds = second_up_is_refused(state_dir, ports)
+                assert rc != 0 and seconds < 5, (rc, seconds)
+                assert "another tickerwire up" in err and str(state_dir) in err
+                assert (state_dir / "up.json").exists() and (state_dir / "pgdata").exists()
+                asyncio.run(exercise(info, ports))  # the first one still serves, data and all
+                killed = info["pids"]["children"][1]
+                assert asyncio.run(served_again_after_killing_the_api(info, state_dir)) < 10
+                assert run.proc.poll() is None
+                info = run.info  # the state file names the restarted child
+                assert info["pids"]["children"][1] != killed and alive(info["pids"]["children"][1])
+            pids = pids_of(info, state_dir)
         finally:
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=30) == 0
+            assert stop_up(run) == 0
+        run.lines += run.proc.stdout.read().splitlines() if run.proc.stdout else []
+        if attempt == 0:
+            assert any("api exited" in line for line in run.lines) and any("api restarted" in line for line in run.lines)
         deadline = time.monotonic() + 10
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
