@@ -67,3 +67,17 @@ async def fresh_db(pg_dsn: str) -> AsyncIterator[str]:
 def topic_prefix() -> str:
     """A unique topic prefix, so tests sharing the broker never see each other's topics."""
     return f"t{uuid.uuid4().hex[:8]}"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--faults", action="store_true", help="also run the full fault-injection suite (marker `faults`, minutes)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The full fault-injection suite (``-m faults``) runs only when asked for with ``--faults``."""
+    if config.getoption("--faults"):
+        return
+    kept = [item for item in items if item.get_closest_marker("faults") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("faults") is not None])
+        items[:] = kept

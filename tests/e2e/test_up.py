@@ -115,3 +115,15 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
                             int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1])] if not port_is_free(p)]
         assert not held, f"run {attempt}: ports still held: {held}"
         assert not (state_dir / "up.json").exists()
+
+
+def test_up_refuses_a_configured_database_with_the_memory_only_broker():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+    env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
+    ports = {"api": free_port(), "stream": free_port(), "projector": free_port()}
+    result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "a configured database needs a configured broker too" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (state_dir / "pgdata").exists() and not (state_dir / "broker.log").exists()  # nothing was started

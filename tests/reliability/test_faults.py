@@ -1,0 +1,32 @@
+"""The fault-injection suite under pytest. The log-reset scenario runs in the default run;
+the faults injected into a whole ``tickerwire up`` (several minutes) run with ``--faults``.
+``python -m tests.reliability.run`` runs both and writes docs/reliability.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.reliability.scenarios import UpScenarios, log_reset
+
+pytestmark = pytest.mark.e2e
+
+
+def failures(outcomes) -> list:
+    return [(o.scenario, [name for name, ok in o.criteria.items() if not ok], o.http, o.stream, o.notes)
+            for o in outcomes if not o.passed]
+
+
+async def test_a_log_reset_is_refused_loudly_and_accept_log_recovers():
+    outcome = await log_reset()
+    assert outcome.criteria and not failures([outcome])
+
+
+@pytest.mark.faults
+@pytest.mark.slow
+async def test_up_survives_every_injected_fault():
+    async with UpScenarios() as up:
+        try:
+            await up.all()
+        finally:
+            outcomes = up.outcomes
+    assert len(outcomes) == 7 and not failures(outcomes)
