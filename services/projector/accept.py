@@ -16,14 +16,13 @@ import sys
 
 from aiokafka import TopicPartition
 
-from tickerwire.schemas.topics import ALL_TOPICS, topic_name
-
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import connect
 from ..common.errors import BrokerUnavailable, TickerwireError
 from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
+from ..common.topics import declared_topics
 
 ACCEPT_POSITION = """
 INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, $3)
@@ -38,7 +37,7 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-accept-log")
     try:
         await consumer.start()
-        tps = [TopicPartition(topic_name(config.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+        tps = [TopicPartition(d.name, p) for d in declared_topics(config) for p in range(d.partitions)]
         starts = await asyncio.wait_for(consumer.beginning_offsets(tps), 30)
         ends = await asyncio.wait_for(consumer.end_offsets(tps), 30)
     except (Exception, asyncio.TimeoutError) as exc:
