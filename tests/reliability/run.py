@@ -66,8 +66,8 @@ def markdown(outcomes: list[Outcome], cond: list[str]) -> str:
         "do not edit the figures by hand. Each row is one fault injected into real processes while a "
         "partner kept calling the API (`GET /posts`, every 0.2 s) and kept a stream connection open "
         "(reconnecting 0.5 s after a close). *HTTP* counts the statuses that partner got from the fault "
-        "on (`refused`: no process listened); *stream* lists the close codes it saw (`refused`: a reconnect attempt that found no "
-        "server); *lost* and *doubled* count probe posts published around the fault that never became "
+        "on (`refused`: no process listened); *stream* lists the close codes it saw (`refused`: a reconnect attempt that was not upgraded: no "
+        "server listening, or a 503 while the database was unreachable); *lost* and *doubled* count probe posts published around the fault that never became "
         "visible, or were delivered twice on the stream; *recover* is the seconds from the fault (from "
         "SIGCONT for a freeze) until the partner was served again.",
         "",

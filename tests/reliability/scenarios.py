@@ -205,6 +205,8 @@ class UpScenarios:
             os.kill(old, signal.SIGKILL)
             during = await self.posts.publish(5)
             restarted = await wait_for(lambda: self._restarted(name, old), 30)
+            if name == "api":  # until the partner is served again (bounded), so the prober sees it
+                await wait_for(lambda: _ok_status(self.posts_url(), auth(self.key)), 30)
             if name == "stream":
                 await wait_for(lambda: _true(ws.connected.is_set()), 30)
             after = await self.posts.publish(5)
