@@ -407,6 +407,7 @@ async def log_reset() -> Outcome:
         await stack.prepare()
         projector = await stack.start("projector")
         await stack.start("api")
+        stream = await stack.start("stream")
         key = await stack.provision("ws_reset", rate_limit_per_minute=100_000, daily_quota=1_000_000)
         posts = Posts(stack, 8_000_000)
         await posts.publish(30)
@@ -445,6 +446,8 @@ async def log_reset() -> Outcome:
         api = stack.of("api")[0]
         key_status = (await get_json(f"{api.url}{BASE}/languages", auth(new_key)))[0]
         ready_after = (await get_json(ready_url))[0]
+        stream_ready = await wait_for(lambda: _ok_status(readyz_url(f"{stream.url}/metrics"), {}), 30)
+        out.notes.append(f"stream /readyz 200 again {_s(stream_ready)} after the projector recovered")
         out.criteria = {
             "never silent: visible, or 503 + reason + ERROR log + metric": silent_visible or (
                 status == 503 and "log discontinuity" in str(body) and error_logged and metric == 1.0),
@@ -452,6 +455,7 @@ async def log_reset() -> Outcome:
             "posts published after the reset visible after accept-log": out.lost == 0,
             "a key issued after the reset works": key_status == 200,
             "projector ready again": ready_after == 200,
+            "stream ready again": stream_ready is not None,
         }
         del key
         stack.stop_all()
