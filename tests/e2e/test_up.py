@@ -121,7 +121,7 @@ def test_up_refuses_a_configured_database_with_the_memory_only_broker():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
     env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
-    ports = {"api": free_port(), "stream": free_port(), "projector": free_port()}
+    ports = {name: free_port() for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")}
     result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "a configured database needs a configured broker too" in result.stderr

@@ -153,7 +153,7 @@ class UpScenarios:
 
     def __init__(self) -> None:
         self.state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-faults-"))
-        self.ports = {"api": free_port(), "stream": free_port(), "projector": free_port()}
+        self.ports = {name: free_port() for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")}
         self.run: UpRun | None = None
         self.outcomes: list[Outcome] = []
 
@@ -167,7 +167,7 @@ class UpScenarios:
         self.posts = Posts(self.stack, 7_000_000)
         self.base = info["base_url"]
         self.metrics = info["metrics"]
-        self.stream_url = f"ws://{self.base.split('://', 1)[1].split('/', 1)[0].rsplit(':', 1)[0]}:{self.ports['stream']}{BASE}/stream?key={self.key}"
+        self.stream_url = f"ws://{self.base.split('://', 1)[1].split('/', 1)[0].rsplit(':', 1)[0]}:{self.ports['stream_port']}{BASE}/stream?key={self.key}"
         await asyncio.sleep(1.0)  # the API's catalog and the stream's feed see the new workspace
         return self
 
@@ -412,7 +412,7 @@ async def log_reset() -> Outcome:
         posts = Posts(stack, 8_000_000)
         await posts.publish(30)
         await stack.wait_projected()
-        ready_url = readyz_url(f"{projector.url}/metrics")
+        ready_url = readyz_url(f"{projector.admin_url}/metrics")
         # The broker is replaced by an empty one, as after losing its storage.
         broker.stop()
         broker = EmbeddedBroker(port=port)
@@ -429,7 +429,7 @@ async def log_reset() -> Outcome:
         decided = await wait_for(loud_or_visible, 60, every=0.25)
         status, body, _ = await get_json(ready_url)
         silent_visible = await posts.visible(new) >= set(new)
-        metric = await _metric(ops_url(f"{projector.url}/metrics", "/metrics"), "tickerwire_projector_log_discontinuity")
+        metric = await _metric(ops_url(f"{projector.admin_url}/metrics", "/metrics"), "tickerwire_projector_log_discontinuity")
         error_logged = '"level":"error"' in projector.log() and "log discontinuity" in projector.log()
         out.http = f"projector /readyz {status}"
         out.notes.append(f"projector /readyz said: {(body or {}).get('detail', '').split('; log discontinuity')[0]}; ...")
@@ -446,7 +446,7 @@ async def log_reset() -> Outcome:
         api = stack.of("api")[0]
         key_status = (await get_json(f"{api.url}{BASE}/languages", auth(new_key)))[0]
         ready_after = (await get_json(ready_url))[0]
-        stream_ready = await wait_for(lambda: _ok_status(readyz_url(f"{stream.url}/metrics"), {}), 30)
+        stream_ready = await wait_for(lambda: _ok_status(readyz_url(f"{stream.admin_url}/metrics"), {}), 30)
         out.notes.append(f"stream /readyz 200 again {_s(stream_ready)} after the projector recovered")
         out.criteria = {
             "never silent: visible, or 503 + reason + ERROR log + metric": silent_visible or (
