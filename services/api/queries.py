@@ -71,16 +71,20 @@ ITEM, OLDER, NEWER, MISSING_AFTER, MISSING_BEFORE, LOG_POSITION = range(6)
 
 # The cursor's position: for the feed, its (published_at, id) in any locale.
 _FEED_CURSOR = "SELECT published_at, id FROM posts WHERE id = {id} AND published_at IS NOT NULL"
-# For search, its (rank for this query, published_at, id) in the searched locale.
+
+# Search ranks in tiers by where the whole query matches: 0 the title, 1 the lede, 2 the
+# whole text (title, lede and body together); newest first within a tier (published_at, then
+# id, descending). Each tier is read in the feed index's order (or from its own GIN index when
+# its matches are few), so a page costs the same however many posts match.
+TIERS = ("t.tsv_title", "t.tsv_lede", "t.tsv")
+# The cursor's position for search: (tier for this q in the searched locale, published_at, id).
+# A cursor post the query does not match is positioned in the last tier.
 _SEARCH_CURSOR = (
-    "SELECT ts_rank_cd(c.tsv, {tsq}), c.published_at, c.post_id FROM post_translations c "
-    "WHERE c.post_id = {id} AND c.lang = $1 AND c.published_at IS NOT NULL"
+    "SELECT CASE WHEN NOT c.tsv @@ {tsq} THEN 2 WHEN c.tsv_title @@ {tsq} THEN 0 WHEN c.tsv_lede @@ {tsq} THEN 1 "
+    "ELSE 2 END AS tier, "
+    "c.published_at AS at, c.post_id AS id FROM post_translations c "
+    "WHERE c.post_id = {id} AND c.lang = {lang} AND c.published_at IS NOT NULL"
 )
-
-
-#: Search ranks the newest this-many matching translations of the locale, so its cost is
-#: bounded however common the words are (the ranking reads each candidate's tsvector).
-SEARCH_CANDIDATES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,23 +93,23 @@ class Search:
     text: str
 
 
-def page_query(
-    lang: str, filters: Filters, page: Page, search: Search | None = None, log_topic: str | None = None
-) -> tuple[str, list]:
-    """One statement answering a page of /posts or /search, with its parameters.
+def sql_literal(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings, PostgreSQL's default)."""
+    return "'" + text.replace("'", "''") + "'"
 
-    Rows: the page items (kind ITEM, newest or best first, with ``post_id`` and ``lean``),
-    then one row per flag that holds: OLDER (items exist past the last one), NEWER (items
-    exist before the first one), MISSING_AFTER / MISSING_BEFORE (that cursor names no post),
-    and with ``log_topic`` the LOG_POSITION row (its ``lean`` is the mark of this snapshot).
-    """
-    args: list = [lang]
+
+def _binder(args: list):
+    """A function that appends a parameter value and returns its placeholder."""
 
     def arg(value) -> str:
         args.append(value)
         return f"${len(args)}"
 
-    where = ["t.lang = $1", "t.visible"]
+    return arg
+
+
+def _filters(lang_ref: str, filters: Filters, arg) -> list[str]:
+    where = [f"t.lang = {lang_ref}", "t.visible"]
     if filters.category is not None:
         where.append(f"t.category_slugs && {arg(list(filters.category))}::text[]")
     if filters.ticker is not None:
@@ -118,14 +122,25 @@ def page_query(
         where.append(f"t.importance >= {arg(filters.importance_min)}::integer")
     if filters.since is not None:
         where.append(f"t.published_at >= {arg(filters.since)}::timestamptz")
+    return where
+
+
+def page_query(
+    lang: str, filters: Filters, page: Page, search: Search | None = None, log_topic: str | None = None
+) -> tuple[str, list]:
+    """One statement answering a page of /posts or /search, with its parameters.
+
+    Rows: the page items (kind ITEM, newest or best first, with ``post_id`` and ``lean``),
+    then one row per flag that holds: OLDER (items exist past the last one), NEWER (items
+    exist before the first one), MISSING_AFTER / MISSING_BEFORE (that cursor names no post),
+    and with ``log_topic`` the LOG_POSITION row (its ``lean`` is the mark of this snapshot).
+    """
     if search is not None:
-        tsq = f"websearch_to_tsquery({arg(search.config)}::regconfig, {arg(search.text)})"
-        where.append(f"t.tsv @@ {tsq}")
-        parts = [f"ts_rank_cd(t.tsv, {tsq})", "t.published_at", "t.post_id"]
-        cursor_sql = lambda ref: _SEARCH_CURSOR.format(tsq=tsq, id=ref)  # noqa: E731
-    else:
-        parts = ["t.published_at", "t.post_id"]
-        cursor_sql = lambda ref: _FEED_CURSOR.format(id=ref)  # noqa: E731
+        return _search_query(lang, filters, page, search, log_topic)
+    args: list = [lang]
+    arg = _binder(args)
+    where = _filters("$1", filters, arg)
+    parts = ["t.published_at", "t.post_id"]
     names = [f"k{i}" for i in range(len(parts))]
     key = ", ".join(parts)
     cols = ", ".join(names)
@@ -140,23 +155,14 @@ def page_query(
     bounds: list[str] = []
     flags: list[str] = []
     if page.after is not None:
-        ctes.append(f"a AS ({cursor_sql(arg(page.after) + '::bigint')})")
+        ctes.append(f"a AS ({_FEED_CURSOR.format(id=arg(page.after) + '::bigint')})")
         bounds.append(f"({key}) > (SELECT * FROM a)")
-        flags.append(f"SELECT {MISSING_AFTER}, NULL::bigint, NULL::text, 0::bigint WHERE NOT EXISTS (SELECT 1 FROM a)")
     if page.before is not None:
-        ctes.append(f"b AS ({cursor_sql(arg(page.before) + '::bigint')})")
+        ctes.append(f"b AS ({_FEED_CURSOR.format(id=arg(page.before) + '::bigint')})")
         bounds.append(f"({key}) < (SELECT * FROM b)")
-        flags.append(f"SELECT {MISSING_BEFORE}, NULL::bigint, NULL::text, 0::bigint WHERE NOT EXISTS (SELECT 1 FROM b)")
+    flags.extend(_missing_flags(page))
     base = " AND ".join(where)
     source = "post_translations t"
-    if search is not None:
-        # The matches to rank: the newest SEARCH_CANDIDATES, fetched once for the page and both flags.
-        ctes.insert(
-            0,
-            f"cand AS MATERIALIZED (SELECT t.post_id, t.lean, t.tsv, t.published_at FROM post_translations t "
-            f"WHERE {base} ORDER BY t.published_at DESC, t.post_id DESC LIMIT {SEARCH_CANDIDATES})",
-        )
-        source, base = "cand t", "TRUE"
     ctes.append(
         f"page AS (SELECT t.post_id, t.lean, {select_key} FROM {source} "
         f"WHERE {' AND '.join([base, *bounds])} ORDER BY {order} LIMIT {arg(page.limit)}::integer)"
@@ -170,6 +176,19 @@ def page_query(
             f"SELECT {NEWER}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS (SELECT 1 FROM {source} "
             f"WHERE {base} AND ({key}) > (SELECT {cols} FROM page ORDER BY {desc} LIMIT 1))"
         )
+    return _assemble(ctes, flags, desc, log_topic, args, arg)
+
+
+def _missing_flags(page: Page) -> list[str]:
+    flags = []
+    if page.after is not None:
+        flags.append(f"SELECT {MISSING_AFTER}, NULL::bigint, NULL::text, 0::bigint WHERE NOT EXISTS (SELECT 1 FROM a)")
+    if page.before is not None:
+        flags.append(f"SELECT {MISSING_BEFORE}, NULL::bigint, NULL::text, 0::bigint WHERE NOT EXISTS (SELECT 1 FROM b)")
+    return flags
+
+
+def _assemble(ctes: list[str], flags: list[str], desc: str, log_topic: str | None, args: list, arg) -> tuple[str, list]:
     if log_topic is not None:
         flags.append(f"SELECT {LOG_POSITION}, NULL::bigint, {log_position(arg(log_topic))}, 0::bigint")
     items = f"SELECT {ITEM} AS kind, post_id, lean, row_number() OVER (ORDER BY {desc}) AS pos FROM page"
@@ -179,3 +198,76 @@ def page_query(
     )
     return sql, args
 
+
+def _tier_bound(tier: int, ref: str, op: str) -> str:
+    """Rows of ``tier`` strictly later (``op`` '<') or earlier ('>') in search order than the
+    position in CTE ``ref`` (tier, at, id), as one row comparison on (published_at, post_id), so
+    the feed index can start its walk there: the whole tier ('-infinity'/'infinity' bounds),
+    nothing, or the part past the position when it lies in this tier."""
+    whole, none = ("'infinity'", "'-infinity'") if op == "<" else ("'-infinity'", "'infinity'")
+    earlier = "<" if op == "<" else ">"
+    return (
+        f"(t.published_at, t.post_id) {op} (SELECT CASE WHEN x.tier = {tier} THEN x.at "
+        f"WHEN x.tier {earlier} {tier} THEN {whole}::timestamptz ELSE {none}::timestamptz END, "
+        f"CASE WHEN x.tier = {tier} THEN x.id ELSE 0 END FROM {ref} x)"
+    )
+
+
+def _search_query(lang: str, filters: Filters, page: Page, search: Search, log_topic: str | None) -> tuple[str, list]:
+    args: list = []
+    arg = _binder(args)
+    q = f"websearch_to_tsquery({arg(search.config)}::regconfig, {arg(search.text)})"
+    # The locale is a literal (it is one of the served locales), so the planner can use that
+    # locale's partial text indexes (migration 0002).
+    locale = sql_literal(lang)
+    base = " AND ".join(_filters(locale, filters, arg))
+    # A title or lede that matches must not be excluded by a `-word` elsewhere in the text. The
+    # query is a constant (websearch_to_tsquery with a configuration is immutable), so without
+    # a negation this folds to TRUE at plan time and costs nothing per row.
+    whole = f"(strpos(({q})::text, '!') = 0 OR t.tsv @@ {q})"
+
+    def tier_rows(tier: int, bounds: list[tuple[str, str]]) -> str:
+        conds = [base, f"{TIERS[tier]} @@ {q}", *(f"NOT {col} @@ {q}" for col in TIERS[:tier])]
+        if tier < len(TIERS) - 1:
+            conds.append(whole)
+        conds += [_tier_bound(tier, ref, op) for ref, op in bounds]
+        return " AND ".join(conds)
+
+    ctes: list[str] = []
+    bounds: list[tuple[str, str]] = []
+    if page.after is not None:
+        ctes.append(f"a AS ({_SEARCH_CURSOR.format(tsq=q, lang=locale, id=arg(page.after) + '::bigint')})")
+        bounds.append(("a", ">"))
+    if page.before is not None:
+        ctes.append(f"b AS ({_SEARCH_CURSOR.format(tsq=q, lang=locale, id=arg(page.before) + '::bigint')})")
+        bounds.append(("b", "<"))
+    limit = f"{arg(page.limit)}::integer"
+    # `after` alone walks towards better-ranked items: the nearest ones, then shown best first.
+    towards_best = page.after is not None and page.before is None
+    within = "ASC" if towards_best else "DESC"
+    order = range(len(TIERS) - 1, -1, -1) if towards_best else range(len(TIERS))
+    # Each tier's page in index order, tiers in rank order. No ORDER BY over the union: the
+    # Append returns its branches in order and stops once `limit` rows are out, so a later
+    # tier is not read at all when an earlier one fills the page (each branch has its own
+    # LIMIT, so no parallel Append can interleave them); the items are ordered for output below.
+    branches = " UNION ALL ".join(
+        f"(SELECT {k} AS k0, t.published_at AS k1, t.post_id AS k2, t.post_id, t.lean FROM post_translations t "
+        f"WHERE {tier_rows(k, bounds)} ORDER BY t.published_at {within}, t.post_id {within} LIMIT {limit})"
+        for k in order
+    )
+    ctes.append(
+        f"page AS (SELECT * FROM ({branches}) u LIMIT {limit})"
+    )
+    # The page's last and first items in search order, and whether anything lies past them.
+    ctes.append("lo AS (SELECT k0 AS tier, k1 AS at, k2 AS id FROM page ORDER BY k0 DESC, k1 ASC, k2 ASC LIMIT 1)")
+    flags = _missing_flags(page)
+    beyond = [("lo", "<", OLDER)]
+    if page.after is not None or page.before is not None:
+        ctes.append("hi AS (SELECT k0 AS tier, k1 AS at, k2 AS id FROM page ORDER BY k0 ASC, k1 DESC, k2 DESC LIMIT 1)")
+        beyond.append(("hi", ">", NEWER))
+    for ref, op, kind in beyond:
+        exists = " UNION ALL ".join(
+            f"(SELECT 1 FROM post_translations t WHERE {tier_rows(k, [(ref, op)])} LIMIT 1)" for k in range(len(TIERS))
+        )
+        flags.append(f"SELECT {kind}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS ({exists})")
+    return _assemble(ctes, flags, "k0 ASC, k1 DESC, k2 DESC", log_topic, args, arg)

@@ -22,6 +22,7 @@ Two advisory locks order concurrent writers (several projectors, the sweeper, a 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -342,6 +343,7 @@ async def write_translations(
                     r.detail.decode(),
                     partition if announce else None,
                     offset if announce else None,
+                    text_hash(r.ts_config, r.title, r.lede, r.body),
                 )
             )
             if not rendering.hidden:
@@ -349,6 +351,16 @@ async def write_translations(
                 kept_langs.append(r.lang)
     await conn.executemany(sql.UPSERT_TRANSLATION, rows)
     await conn.execute(sql.HIDE_DROPPED_TRANSLATIONS, sorted({r.post.id for r in renderings}), kept_ids, kept_langs)
+
+
+def text_hash(config: str, title: str, lede: str, body: str) -> bytes:
+    """What the stored tsvector was computed from: equal hashes, equal vectors."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (config, title, lede, body):
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.digest()
 
 
 # --------------------------------------------------------------------------- catalog
@@ -375,6 +387,7 @@ async def _apply_locales(conn, items: list[Decoded], result: BatchResult, stamps
     if not codes:
         return
     stamps.add("locales")
+    await conn.execute(sql.ENSURE_SEARCH_INDEXES, sorted(r["code"] for r in codes))
     # Category names fall back to the default locale's name: a new default re-renders them.
     if await conn.fetchval(sql.SELECT_DEFAULT_LOCALE) != default_before:
         await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_WITH_CATEGORIES))

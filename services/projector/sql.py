@@ -39,20 +39,25 @@ WHERE posts.version < EXCLUDED.version
 
 # The first event that makes a translation visible is remembered forever (COALESCE):
 # the stream announces post.created for exactly that event, and never again.
+# The tsvector (title A, lede B, body C; migration 0002 derives the per-tier vectors from it)
+# is computed only when the searchable text changed: $19 is the hash of (configuration, title, lede, body); a row that already holds
+# that hash keeps its vector (COALESCE evaluates the computation only when needed).
 UPSERT_TRANSLATION = """
 INSERT INTO post_translations (
     post_id, lang, slug, published_at, importance, sentiment, visible,
-    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset)
+    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
 VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-    setweight(to_tsvector($11::regconfig, $12), 'A')
-    || setweight(to_tsvector($11::regconfig, $13), 'B')
-    || setweight(to_tsvector($11::regconfig, $14), 'C'),
-    $15, $16, $17, $18)
+    COALESCE(
+        (SELECT o.tsv FROM post_translations o WHERE o.post_id = $1 AND o.lang = $2 AND o.text_hash = $19::bytea),
+        setweight(to_tsvector($11::regconfig, $12), 'A')
+        || setweight(to_tsvector($11::regconfig, $13), 'B')
+        || setweight(to_tsvector($11::regconfig, $14), 'C')),
+    $15, $16, $17, $18, $19::bytea)
 ON CONFLICT (post_id, lang) DO UPDATE SET
     slug = EXCLUDED.slug, published_at = EXCLUDED.published_at, importance = EXCLUDED.importance,
     sentiment = EXCLUDED.sentiment, visible = EXCLUDED.visible, category_slugs = EXCLUDED.category_slugs,
-    tickers = EXCLUDED.tickers, hashtags = EXCLUDED.hashtags, tsv = EXCLUDED.tsv,
+    tickers = EXCLUDED.tickers, hashtags = EXCLUDED.hashtags, tsv = EXCLUDED.tsv, text_hash = EXCLUDED.text_hash,
     lean = EXCLUDED.lean, detail = EXCLUDED.detail,
     announced_partition = COALESCE(post_translations.announced_partition, EXCLUDED.announced_partition),
     announced_offset = COALESCE(post_translations.announced_offset, EXCLUDED.announced_offset)
@@ -119,6 +124,8 @@ ON CONFLICT (code) DO UPDATE SET
 WHERE l.version < EXCLUDED.version
 RETURNING code
 """
+# The per-locale partial text indexes of a locale (migration 0002); DDL only for a new locale.
+ENSURE_SEARCH_INDEXES = "SELECT ensure_search_indexes(code) FROM unnest($1::text[]) AS code"
 
 UPSERT_TOKEN = """
 INSERT INTO tokens AS t (ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,

@@ -88,6 +88,7 @@ async def rows(count: int, words: list[str], cum: list[float]) -> AsyncIterator[
 
 
 async def load(conn: asyncpg.Connection, count: int, words: list[str], cum: list[float]) -> None:
+    await conn.execute("SELECT ensure_search_indexes(code) FROM unnest($1::text[]) AS code", list(LOCALES))
     indexes = await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'rm' AND tablename = 'post_translations' AND indexname NOT LIKE '%pkey'")
     for r in indexes:
         await conn.execute(f'DROP INDEX rm."{r["indexname"]}"')
