@@ -138,15 +138,20 @@ def chain_renderings(chain: list[Decoded]) -> list[Rendering]:
     rows, plus a hidden row (from the last snapshot that had it) for each locale shown earlier
     in the chain and dropped since, so its announcement is remembered as it would have been."""
     final: Post = chain[-1].event.data
-    announce = first_visible_offsets(chain)
-    out = [Rendering(final, announce)]
     final_langs = {tr.lang for tr in final.translations}
-    dropped: dict[int, tuple[Decoded, set[str]]] = {}
+    dropped: dict[int, tuple[Post, set[str]]] = {}
     for lang in sorted({tr.lang for d in chain for tr in d.event.data.translations} - final_langs):
         source = next(d for d in reversed(chain) if any(tr.lang == lang for tr in d.event.data.translations))
-        dropped.setdefault(source.offset, (source, set()))[1].add(lang)
-    for _, (source, langs) in sorted(dropped.items()):
-        out.append(Rendering(source.event.data, {l: announce[l] for l in langs if l in announce}, frozenset(langs), True))
+        dropped.setdefault(source.offset, (source.event.data, set()))[1].add(lang)
+    return renderings_of(final, first_visible_offsets(chain), [dropped[o] for o in sorted(dropped)])
+
+
+def renderings_of(final: Post, announce: dict[str, int], dropped: list[tuple[Post, set[str]]]) -> list[Rendering]:
+    """The final snapshot's rows, and hidden rows of each dropped locale from ``dropped``
+    (source snapshot, its locales), in offset order; ``announce`` covers every locale."""
+    out = [Rendering(final, announce)]
+    for source, langs in dropped:
+        out.append(Rendering(source, {l: announce[l] for l in langs if l in announce}, frozenset(langs), True))
     return out
 
 
@@ -252,7 +257,7 @@ async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
     return Taxonomy(cats, default)
 
 
-def _facts(post: Post) -> PostFacts:
+def post_facts(post: Post) -> PostFacts:
     return PostFacts(post.status.value, post.published_at, post.sentiment.value, post.tickers)
 
 
@@ -281,24 +286,9 @@ async def _apply_posts(
         prev_facts = (
             PostFacts(prev["status"], prev["published_at"], prev["sentiment"], tuple(prev["tickers"])) if prev else None
         )
-        merge(ticker_delta, ticker_deltas(prev_facts, _facts(post)))
-        merge(sentiment_delta, sentiment_deltas(prev_facts, _facts(post)))
-    await conn.executemany(
-        sql.UPSERT_POST,
-        [
-            (
-                d.event.data.id,
-                d.event.version,
-                d.event.data.status.value,
-                d.event.data.published_at,
-                d.event.data.sentiment.value,
-                d.event.data.importance,
-                list(d.event.data.tickers),
-                d.event.data.model_dump_json(),
-            )
-            for d in newer
-        ],
-    )
+        merge(ticker_delta, ticker_deltas(prev_facts, post_facts(post)))
+        merge(sentiment_delta, sentiment_deltas(prev_facts, post_facts(post)))
+    await conn.executemany(sql.UPSERT_POST, [post_record(d) for d in newer])
     await write_translations(conn, renderings, partition, await load_taxonomy(conn))
     # Sorted, so that concurrent projectors lock shared counter rows in one order.
     if ticker_delta:
@@ -309,11 +299,30 @@ async def _apply_posts(
     result.applied["post"] += len(newer)
 
 
+def post_record(d: Decoded) -> tuple:
+    """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
+    post: Post = d.event.data
+    return (
+        post.id, d.event.version, post.status.value, post.published_at, post.sentiment.value,
+        post.importance, list(post.tickers), post.model_dump_json(),
+    )
+
+
 async def write_translations(
     conn: asyncpg.Connection, renderings: list[Rendering], partition: int | None, taxonomy: Taxonomy
 ) -> None:
     """Upsert the locale rows of each rendering, then hide the rows of locales a post no longer
     has. A stored announcement always wins over a new one."""
+    rows, kept_ids, kept_langs = translation_records(renderings, partition, taxonomy)
+    await conn.executemany(sql.UPSERT_TRANSLATION, rows)
+    await conn.execute(sql.HIDE_DROPPED_TRANSLATIONS, sorted({r.post.id for r in renderings}), kept_ids, kept_langs)
+
+
+def translation_records(
+    renderings: list[Rendering], partition: int | None, taxonomy: Taxonomy
+) -> tuple[list[tuple], list[int], list[str]]:
+    """The parameters of ``sql.UPSERT_TRANSLATION`` for each locale row of ``renderings``, and
+    the (post id, locale) pairs that stay visible."""
     rows = []
     kept_ids: list[int] = []
     kept_langs: list[str] = []
@@ -349,8 +358,7 @@ async def write_translations(
             if not rendering.hidden:
                 kept_ids.append(r.post_id)
                 kept_langs.append(r.lang)
-    await conn.executemany(sql.UPSERT_TRANSLATION, rows)
-    await conn.execute(sql.HIDE_DROPPED_TRANSLATIONS, sorted({r.post.id for r in renderings}), kept_ids, kept_langs)
+    return rows, kept_ids, kept_langs
 
 
 def text_hash(config: str, title: str, lede: str, body: str) -> bytes:

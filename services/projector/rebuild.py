@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
@@ -46,7 +47,9 @@ from ..common.errors import ConfigError, TickerwireError
 from ..common.logs import setup_logging
 from ..common.retry import retry_transient
 from ..common.topics import declared_topics
+from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, Record, apply_batch
+from .bulk import BulkReport, NotBulkable
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class RebuildReport:
     batches: int = 0
     seconds: float = 0.0
     ends: dict[str, int] = field(default_factory=dict)
+    bulk: BulkReport | None = None
 
 
 def _tps(config: Config) -> list[TopicPartition]:
@@ -67,15 +71,20 @@ def _tps(config: Config) -> list[TopicPartition]:
 class Replayer:
     """A group-less consumer over every partition that applies what it reads into one schema."""
 
-    def __init__(self, config: Config, pool: asyncpg.Pool, report: RebuildReport) -> None:
+    def __init__(
+        self, config: Config, pool: asyncpg.Pool, report: RebuildReport, tps: list[TopicPartition] | None = None
+    ) -> None:
         self.config = config
         self.pool = pool
         self.report = report
-        self.tps = _tps(config)
+        self.tps = tps if tps is not None else _tps(config)
         self.consumer: AIOKafkaConsumer | None = None
         self.reached: dict[TopicPartition, int] = {tp: 0 for tp in self.tps}
+        #: Post events this replayer applied (the bulk path expects none outside the posts topic).
+        self.posts_applied = 0
 
-    async def start(self) -> dict[TopicPartition, int]:
+    async def start(self, positions: dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Assign every partition from the beginning (or from ``positions``); the end offsets."""
         await kafka.require_safe_topics(self.config, create=True)  # a rebuild is what lost history would break
         self.consumer = kafka.consumer(
             self.config, group_id=None, client_id="tickerwire-rebuild", max_poll_records=self.config.projector_batch_max
@@ -83,6 +92,10 @@ class Replayer:
         await self.consumer.start()
         self.consumer.assign(self.tps)
         await self.consumer.seek_to_beginning(*self.tps)
+        for tp, offset in (positions or {}).items():
+            if offset > 0:
+                self.consumer.seek(tp, offset)
+                self.reached[tp] = offset
         return await self.consumer.end_offsets(self.tps)
 
     async def stop(self) -> None:
@@ -111,7 +124,8 @@ class Replayer:
                 async with self.pool.acquire() as c:
                     return await apply_batch(c, tp.topic, tp.partition, records)
 
-        await retry_transient(attempt, what=f"rebuild {tp.topic}[{tp.partition}]")
+        result = await retry_transient(attempt, what=f"rebuild {tp.topic}[{tp.partition}]")
+        self.posts_applied += result.applied.get("post", 0)
         self.report.records += len(records)
         self.report.batches += 1
 
@@ -157,19 +171,41 @@ async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
 
 
 async def replay_into(
-    config: Config, schema: str, *, switch_from: str | None = None, catch_up_with: str | None = None
+    config: Config, schema: str, *, switch_from: str | None = None, catch_up_with: str | None = None,
+    bulk: bool = False,
 ) -> RebuildReport:
     """Replay the whole log into a fresh ``schema``; with ``catch_up_with``, also until the stored
     positions of that schema; with ``switch_from``, catch up with that live schema under the
-    switch lock and take its place."""
+    switch lock and take its place. ``bulk`` loads the posts topic with COPY (:mod:`.bulk`)
+    instead of event by event; the result is the same read model."""
+    if bulk:
+        try:
+            return await _replay_into(config, schema, switch_from, catch_up_with, bulk=True)
+        except NotBulkable as exc:
+            log.error("rebuild: the bulk load does not apply (%s); replaying event by event instead", exc)
+    return await _replay_into(config, schema, switch_from, catch_up_with, bulk=False)
+
+
+async def _replay_into(
+    config: Config, schema: str, switch_from: str | None, catch_up_with: str | None, *, bulk: bool
+) -> RebuildReport:
     report = RebuildReport(schema)
     started = time.perf_counter()
     async with _connect(config) as admin:
         await prepare_schema(admin, schema)
-    pool = await create_pool(config.database_url, schema, min_size=1, max_size=2)
+    pool = await create_pool(config.database_url, schema, min_size=1, max_size=bulk_mod.LOADERS)
     replayer = Replayer(config, pool, report)
     try:
-        ends = await replayer.start()
+        if bulk:
+            live = switch_from or catch_up_with
+            async with _connect(config) as conn:
+                floor = await _live_positions(conn, live, replayer.tps) if live else {}
+            await _bulk(config, pool, report, floor)
+            async with pool.acquire() as conn:
+                stored = await _live_positions(conn, schema, replayer.tps)
+            ends = await replayer.start(stored)
+        else:
+            ends = await replayer.start()
         report.ends = {f"{tp.topic}[{tp.partition}]": end for tp, end in ends.items()}
         log.info("rebuild: replaying %d records into %s", sum(ends.values()), schema)
         await replayer.until(ends)
@@ -193,6 +229,28 @@ async def replay_into(
     return report
 
 
+async def _bulk(config: Config, pool: asyncpg.Pool, report: RebuildReport, floor: dict[TopicPartition, int]) -> None:
+    """The catalog and access topics event by event, then the posts topic bulk-loaded up to its
+    end offsets, or to the live positions (``floor``) where those are further (a broker's end
+    offsets can lag behind what it has served)."""
+    posts = topic_name(config.topic_prefix, POSTS)
+    tps = _tps(config)
+    others = Replayer(config, pool, report, [tp for tp in tps if tp.topic != posts])
+    try:
+        ends = await others.start()
+        post_tps = [tp for tp in tps if tp.topic == posts]
+        measured = await others.consumer.end_offsets(post_tps)  # type: ignore[union-attr]
+        post_ends = {tp: max(measured.get(tp, 0), floor.get(tp, 0)) for tp in post_tps}
+        await others.until(ends)
+        if others.posts_applied:
+            raise NotBulkable(f"{others.posts_applied} post events outside {posts}")
+    finally:
+        await others.stop()
+    loaded = await bulk_mod.bulk_load_posts(config, pool, post_tps, post_ends)
+    report.records += loaded.records
+    report.bulk = loaded
+
+
 def _connect(config: Config, schema: str | None = None):
     import contextlib
 
@@ -209,9 +267,9 @@ def _connect(config: Config, schema: str | None = None):
     return go()
 
 
-async def rebuild(config: Config) -> RebuildReport:
+async def rebuild(config: Config, *, bulk: bool = True) -> RebuildReport:
     live = config.read_model_schema
-    return await replay_into(config, f"{live}_next", switch_from=live)
+    return await replay_into(config, f"{live}_next", switch_from=live, bulk=bulk)
 
 
 def rebuild_main(config: Config) -> int:
@@ -224,5 +282,6 @@ def rebuild_main(config: Config) -> int:
     except TickerwireError as exc:  # a dependency failed: a runtime error, not a usage error
         print(f"tickerwire projector rebuild: {exc}", file=sys.stderr)
         return 1
-    print(f"rebuilt {report.schema} from {report.records} records in {report.batches} batches ({report.seconds:.1f}s); switched")
+    loaded = f", {report.bulk.rows} translation rows bulk-loaded" if report.bulk else ""
+    print(f"rebuilt {report.schema} from {report.records} records{loaded} ({report.seconds:.1f}s); switched")
     return 0

@@ -42,6 +42,13 @@ WHERE posts.version < EXCLUDED.version
 # The tsvector (title A, lede B, body C; migration 0002 derives the per-tier vectors from it)
 # is computed only when the searchable text changed: $19 is the hash of (configuration, title, lede, body); a row that already holds
 # that hash keeps its vector (COALESCE evaluates the computation only when needed).
+def _tsv(config: str, title: str, lede: str, body: str) -> str:
+    return (
+        f"setweight(to_tsvector({config}::regconfig, {title}), 'A') || setweight(to_tsvector({config}::regconfig, {lede}), 'B') "
+        f"|| setweight(to_tsvector({config}::regconfig, {body}), 'C')"
+    )
+
+
 UPSERT_TRANSLATION = """
 INSERT INTO post_translations (
     post_id, lang, slug, published_at, importance, sentiment, visible,
@@ -50,9 +57,7 @@ VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
     COALESCE(
         (SELECT o.tsv FROM post_translations o WHERE o.post_id = $1 AND o.lang = $2 AND o.text_hash = $19::bytea),
-        setweight(to_tsvector($11::regconfig, $12), 'A')
-        || setweight(to_tsvector($11::regconfig, $13), 'B')
-        || setweight(to_tsvector($11::regconfig, $14), 'C')),
+        {tsv}),
     $15, $16, $17, $18, $19::bytea)
 ON CONFLICT (post_id, lang) DO UPDATE SET
     slug = EXCLUDED.slug, published_at = EXCLUDED.published_at, importance = EXCLUDED.importance,
@@ -61,6 +66,45 @@ ON CONFLICT (post_id, lang) DO UPDATE SET
     lean = EXCLUDED.lean, detail = EXCLUDED.detail,
     announced_partition = COALESCE(post_translations.announced_partition, EXCLUDED.announced_partition),
     announced_offset = COALESCE(post_translations.announced_offset, EXCLUDED.announced_offset)
+""".replace("{tsv}", _tsv("$11", "$12", "$13", "$14"))
+
+# `tickerwire projector rebuild` bulk-loads post translations: the rows (the parameters of
+# UPSERT_TRANSLATION, in order) are copied into a session's staging table, then moved with
+# one INSERT that computes the tsvector exactly as UPSERT_TRANSLATION does.
+TRANSLATION_STAGING_COLUMNS = (
+    "post_id", "lang", "slug", "published_at", "importance", "sentiment", "visible", "category_slugs", "tickers",
+    "hashtags", "ts_config", "title", "lede", "body", "lean", "detail", "announced_partition", "announced_offset",
+    "text_hash",
+)
+CREATE_TRANSLATION_STAGING = """
+CREATE TEMP TABLE IF NOT EXISTS translation_staging (
+    post_id bigint, lang text, slug text, published_at timestamptz, importance integer, sentiment text,
+    visible boolean, category_slugs text[], tickers text[], hashtags text[], ts_config text, title text,
+    lede text, body text, lean text, detail text, announced_partition integer, announced_offset bigint,
+    text_hash bytea)
+"""
+MOVE_TRANSLATION_STAGING = """
+INSERT INTO post_translations (
+    post_id, lang, slug, published_at, importance, sentiment, visible,
+    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
+SELECT post_id, lang, slug, published_at, importance, sentiment, visible, category_slugs, tickers, hashtags,
+       {tsv}, lean, detail, announced_partition, announced_offset, text_hash
+FROM translation_staging
+""".replace("{tsv}", _tsv("ts_config", "title", "lede", "body"))
+TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
+POST_COLUMNS = ("id", "version", "status", "published_at", "sentiment", "importance", "tickers", "snapshot")
+SAVE_POSITIONS = """
+INSERT INTO positions (topic, partition, next_offset)
+SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[])
+ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
+"""
+# The read model's secondary indexes, dropped before a bulk load and built after it.
+SELECT_SECONDARY_INDEXES = """
+SELECT i.relname AS name, pg_get_indexdef(i.oid) AS definition
+FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
+WHERE t.relname = ANY($1::text[]) AND t.relnamespace = current_schema()::regnamespace AND NOT x.indisprimary
+  AND NOT x.indisunique
+ORDER BY i.relname
 """
 
 # A locale dropped from a post's snapshot stops being visible; its row (and its

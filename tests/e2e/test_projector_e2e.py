@@ -253,3 +253,40 @@ async def test_rebuild_switches_atomically_while_the_api_answers(stack: ServiceS
         assert await conn.fetchval("SELECT count(*) FROM rm.posts WHERE id >= 9000") == 20
     finally:
         await conn.close()
+
+
+async def test_bulk_rebuild_equals_an_event_by_event_replay(stack: ServiceStack, capfd):
+    """The bulk path (reduce, COPY, indexes after) leaves the read model a one-by-one replay
+    leaves: stale versions, dropped locales (hidden rows and their announcements), a category
+    renamed after its posts, and a poison record set aside as the same dead letter."""
+    await stack.publish(backlog(300, seed=11))
+    async with kafka.started_producer(stack.config) as producer:
+        await producer.send_and_wait(topic_name(stack.config.topic_prefix, POSTS), b"not json", key=b"post:poison", partition=1)
+    await stack.publish([category_ev("btc", 2, group="markets", names={"en-US": "Bitcoin!", "de-DE": "Bitcoin DE!"})])
+    await stack.start("projector")
+    await wait_posts_final(stack, range(1, 301))
+    await stack.wait_projected()
+
+    report = await rebuild(stack.config)
+    assert report.bulk is not None and report.bulk.posts == 300 and report.bulk.dead_letters == 1
+    assert report.bulk.rows == await _count(stack, "SELECT count(*) FROM post_translations")
+    err = capfd.readouterr().err
+    assert "records read" in err and "rows loaded" in err and "ETA" in err
+    await assert_live_model_is(stack, await expected_model(stack))
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        letters = "SELECT topic, partition, \"offset\", reason_kind FROM {}.dead_letters ORDER BY 1, 2, 3"
+        assert [tuple(r) for r in await conn.fetch(letters.format("rm"))] == [tuple(r) for r in await conn.fetch(letters.format("expected"))]
+        assert await conn.fetchval("SELECT count(*) FROM rm.post_translations WHERE NOT visible") > 0  # dropped locales were in the log
+        indexes = "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'post_translations' ORDER BY 1"
+        assert [r[0] for r in await conn.fetch(indexes, "rm")] == [r[0] for r in await conn.fetch(indexes, "expected")]
+    finally:
+        await conn.close()
+
+
+async def _count(stack: ServiceStack, query: str) -> int:
+    conn = await stack.read_conn()
+    try:
+        return await conn.fetchval(query)
+    finally:
+        await conn.close()

@@ -1,0 +1,324 @@
+"""The bulk path of ``tickerwire projector rebuild``: the posts topic, read to its measured end,
+reduced to what a one-by-one replay would leave, and loaded with COPY.
+
+Two passes over each posts partition, so memory holds small integers per post, not the posts:
+
+1. **Reduce.** Every record is decoded as the projector would (poison records become the same
+   dead letters). Per post it keeps what a one-by-one replay would apply: the highest version
+   and the offset of its event, the offset of the first applied event that showed each locale
+   (the announcement), and the offset of the last applied event that had each locale (a locale
+   dropped later keeps a hidden row rendered from that snapshot).
+2. **Load.** The records at those offsets are decoded again and rendered with the projector's
+   own functions (:func:`.apply.renderings_of`, :func:`.apply.translation_records`) into
+   ``posts`` rows and translation rows, which go by ``copy_records_to_table`` into the table
+   (``posts``) or into a session staging table that one INSERT moves into
+   ``post_translations`` computing the tsvector as the live upsert does. Two sessions load
+   concurrently while this process decodes the next chunk.
+
+The derived counters are the sum of each final post's contribution, the positions are the
+measured ends, and the secondary indexes (dropped before the load) are built after it. The
+catalog and access topics are small and are replayed event by event before the load, so posts
+are rendered with the final taxonomy, as every category change re-renders them live.
+
+Refused loudly (:class:`NotBulkable`; the rebuild then replays event by event): a posts
+partition carrying another event type, or another topic carrying a post event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import AsyncIterator, Callable
+
+import asyncpg
+from aiokafka import TopicPartition
+from tickerwire.schemas.models import Post
+from tickerwire.schemas.readmodel import is_visible
+
+from ..common import kafka
+from ..common.config import Config
+from .apply import (
+    DeadLetter,
+    Decoded,
+    Record,
+    decode_records,
+    load_taxonomy,
+    post_facts,
+    post_record,
+    renderings_of,
+    translation_records,
+)
+from .derive import merge, sentiment_deltas, ticker_deltas
+from . import sql
+
+log = logging.getLogger(__name__)
+
+#: Translation rows per COPY chunk.
+CHUNK_ROWS = 5000
+#: Sessions loading chunks concurrently (the machine's cores do the tsvector work).
+LOADERS = 2
+
+
+class NotBulkable(Exception):
+    """The log holds something the bulk path does not reduce; replay it event by event."""
+
+
+@dataclass(slots=True)
+class PostPlan:
+    """What a one-by-one replay of one post's events leaves, as offsets into its partition."""
+
+    version: int
+    final: int
+    announce: dict[str, int] = field(default_factory=dict)
+    last_with: dict[str, int] = field(default_factory=dict)
+
+    def sources(self) -> dict[int, set[str]]:
+        """Offsets of earlier snapshots holding dropped locales, with those locales."""
+        out: dict[int, set[str]] = defaultdict(set)
+        for lang, offset in self.last_with.items():
+            if offset != self.final:
+                out[offset].add(lang)
+        return out
+
+
+def reduce_event(plans: dict[int, PostPlan], d: Decoded) -> None:
+    """Fold one post event (in offset order) into its post's plan, as ``applied_chain`` would."""
+    post: Post = d.event.data
+    plan = plans.get(post.id)
+    if plan is None:
+        if d.event.version <= 0:  # not above the absent post's version 0
+            return
+        plan = plans[post.id] = PostPlan(d.event.version, d.offset)
+    elif d.event.version > plan.version:
+        plan.version, plan.final = d.event.version, d.offset
+    else:
+        return
+    visible = is_visible(post)
+    for tr in post.translations:
+        if visible:
+            plan.announce.setdefault(tr.lang, d.offset)
+        plan.last_with[tr.lang] = d.offset
+
+
+@dataclass(slots=True)
+class Progress:
+    """Records read, rows loaded and an ETA on the terminal, at most once a second."""
+
+    total: int
+    read: int = 0
+    loaded: int = 0
+    phase: str = "reduce"
+    started: float = field(default_factory=time.monotonic)
+    shown: float = 0.0
+
+    @property
+    def out(self):
+        return sys.stderr
+
+    def show(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.shown < 1.0:
+            return
+        self.shown = now
+        elapsed = now - self.started
+        work = 2 * max(self.total, 1)  # two passes
+        eta = f"{elapsed / self.read * (work - self.read):.0f} s" if self.read else "?"
+        line = (f"rebuild: {self.phase}: {self.read:,}/{work:,} records read (two passes), "
+                f"{self.loaded:,} rows loaded, {elapsed:.0f} s elapsed, ETA {eta}")
+        tty = self.out.isatty()
+        print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n", file=self.out, flush=True)
+
+    def done(self, what: str) -> None:
+        self.phase = what
+        self.show(force=True)
+        if self.out.isatty():
+            print(file=self.out)
+
+
+async def _read(config: Config, tps: list[TopicPartition], ends: dict[TopicPartition, int]) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
+    """Every record of ``tps`` from the beginning up to (not including) the measured ends."""
+    consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max)
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        pending = {tp for tp in tps if ends.get(tp, 0) > 0}
+        while pending:
+            batches = await consumer.getmany(*pending, timeout_ms=500, max_records=config.projector_batch_max)
+            for tp, msgs in batches.items():
+                records = [Record(m.offset, m.key, m.value) for m in msgs if m.offset < ends[tp]]
+                if records:
+                    yield tp, records
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+    finally:
+        await consumer.stop()
+
+
+@dataclass(slots=True)
+class BulkReport:
+    records: int = 0
+    posts: int = 0
+    rows: int = 0
+    dead_letters: int = 0
+    seconds_reduce: float = 0.0
+    seconds_load: float = 0.0
+    seconds_index: float = 0.0
+
+
+async def bulk_load_posts(
+    config: Config, pool: asyncpg.Pool, tps: list[TopicPartition], ends: dict[TopicPartition, int]
+) -> BulkReport:
+    """Load the posts partitions ``tps`` up to ``ends`` into the (empty, migrated) schema of ``pool``."""
+    report = BulkReport()
+    progress = Progress(sum(ends.get(tp, 0) for tp in tps))
+    started = time.perf_counter()
+    plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
+    dead: dict[TopicPartition, list[DeadLetter]] = {tp: [] for tp in tps}
+    async for tp, records in _read(config, tps, ends):
+        events, poison = decode_records(records)
+        dead[tp].extend(poison)
+        for d in events:
+            if d.event.type != "post":
+                raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {d.offset} carries a {d.event.type} event")
+            reduce_event(plans[tp], d)
+        progress.read += len(records)
+        report.records += len(records)
+        progress.show()
+    report.seconds_reduce = time.perf_counter() - started
+    report.posts = sum(len(p) for p in plans.values())
+
+    async with pool.acquire() as conn:
+        taxonomy = await load_taxonomy(conn)
+        indexes = await conn.fetch(sql.SELECT_SECONDARY_INDEXES, ["post_translations", "posts"])
+        for index in indexes:
+            await conn.execute(f'DROP INDEX "{index["name"]}"')
+
+    started = time.perf_counter()
+    progress.phase = "load"
+    queue: asyncio.Queue = asyncio.Queue(maxsize=LOADERS)
+    loaders = [asyncio.create_task(_loader(pool, queue, progress)) for _ in range(LOADERS)]
+    ticker_delta: dict[str, int] = {}
+    sentiment_delta: dict[tuple[datetime, str], int] = {}
+    try:
+        posts_rows: list[tuple] = []
+        rows: list[tuple] = []
+        for tp in tps:
+            by_offset = _wanted(plans[tp])
+            held: dict[int, Decoded] = {}
+            async for _, records in _read(config, [tp], ends):
+                progress.read += len(records)
+                wanted = [r for r in records if r.offset in by_offset]
+                events, _ = decode_records(wanted)
+                for d in events:
+                    post_id = by_offset[d.offset]
+                    plan = plans[tp][post_id]
+                    if d.offset != plan.final:
+                        held[d.offset] = d
+                        continue
+                    post: Post = d.event.data
+                    dropped = [(held.pop(o).event.data, langs) for o, langs in sorted(plan.sources().items())]
+                    rendered, _, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
+                    rows.extend(rendered)
+                    posts_rows.append(post_record(d))
+                    merge(ticker_delta, ticker_deltas(None, post_facts(post)))
+                    merge(sentiment_delta, sentiment_deltas(None, post_facts(post)))
+                    if len(rows) >= CHUNK_ROWS:
+                        await _put(queue, loaders, (posts_rows, rows))
+                        posts_rows, rows = [], []
+                progress.show()
+        if rows or posts_rows:
+            await _put(queue, loaders, (posts_rows, rows))
+        for _ in loaders:
+            await _put(queue, loaders, None)
+        await asyncio.gather(*loaders)
+    finally:
+        for task in loaders:
+            task.cancel()
+        await asyncio.gather(*loaders, return_exceptions=True)
+    report.rows = progress.loaded
+    report.seconds_load = time.perf_counter() - started
+
+    started = time.perf_counter()
+    progress.phase = "index"
+    progress.show(force=True)
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            if ticker_delta:
+                await conn.copy_records_to_table("ticker_post_counts", records=sorted(ticker_delta.items()))
+            if sentiment_delta:
+                await conn.copy_records_to_table(
+                    "sentiment_buckets", records=[(b, s, n) for (b, s), n in sorted(sentiment_delta.items())]
+                )
+            letters = [(tp.topic, tp.partition, d.offset, d.key, d.value, d.kind, d.reason) for tp in tps for d in dead[tp]]
+            if letters:
+                await conn.executemany(sql.INSERT_DEAD_LETTER, letters)
+            report.dead_letters = len(letters)
+            await conn.execute(sql.BUMP_STAMPS, ["tokens"])
+    await _build(pool, [r["definition"] for r in indexes])
+    async with pool.acquire() as conn:
+        await conn.execute("ANALYZE posts")
+        await conn.execute("ANALYZE post_translations")
+        # Last: a stored position says the rows before it are in place.
+        await conn.execute(
+            sql.SAVE_POSITIONS, [tp.topic for tp in tps], [tp.partition for tp in tps], [ends.get(tp, 0) for tp in tps]
+        )
+    report.seconds_index = time.perf_counter() - started
+    progress.done("loaded")
+    return report
+
+
+def _wanted(plans: dict[int, PostPlan]) -> dict[int, int]:
+    """Offset -> post id of every record the load pass decodes."""
+    out: dict[int, int] = {}
+    for post_id, plan in plans.items():
+        out[plan.final] = post_id
+        for offset in plan.sources():
+            out[offset] = post_id
+    return out
+
+
+async def _put(queue: asyncio.Queue, loaders: list[asyncio.Task], item) -> None:
+    """Queue a chunk, surfacing a loader's failure instead of waiting on a full queue forever."""
+    put = asyncio.ensure_future(queue.put(item))
+    while not put.done():
+        await asyncio.wait([put, *loaders], return_when=asyncio.FIRST_COMPLETED)
+        for task in loaders:
+            if task.done() and task.exception() is not None:
+                put.cancel()
+                raise task.exception()  # type: ignore[misc]
+
+
+async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(sql.CREATE_TRANSLATION_STAGING)
+        while (item := await queue.get()) is not None:
+            posts_rows, rows = item
+            async with conn.transaction():
+                if posts_rows:
+                    await conn.copy_records_to_table("posts", records=posts_rows, columns=sql.POST_COLUMNS)
+                await conn.copy_records_to_table(
+                    "translation_staging", records=rows, columns=sql.TRANSLATION_STAGING_COLUMNS
+                )
+                await conn.execute(sql.MOVE_TRANSLATION_STAGING)
+                await conn.execute(sql.TRUNCATE_TRANSLATION_STAGING)
+            progress.loaded += len(rows)
+
+
+async def _build(pool: asyncpg.Pool, definitions: list[str]) -> None:
+    """Build the indexes, ``LOADERS`` at a time."""
+    pending = list(definitions)
+
+    async def worker() -> None:
+        async with pool.acquire() as conn:
+            await conn.execute("SET maintenance_work_mem = '256MB'")
+            while pending:
+                await conn.execute(pending.pop(0))
+
+    await asyncio.gather(*(worker() for _ in range(LOADERS)))
