@@ -328,3 +328,18 @@ async def test_category_and_default_locale_changes_rerender_stored_posts(conn):
     await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", 2), locale_ev("fr-FR", 1, default=True)], start=5))
     rows = await conn.fetch("SELECT lang, lean FROM post_translations ORDER BY lang")
     assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "Le Bitcoin"}], "en-US": [{"slug": "btc", "name": "Bitcoin"}]}
+
+
+async def test_the_text_vector_is_computed_only_when_the_searchable_text_changes(conn):
+    await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", default=True), post_ev(1, categories=("btc",))]))
+    # Mark the stored vector: a statement that recomputed it would overwrite the mark.
+    await conn.execute("UPDATE post_translations SET tsv = 'marked'::tsvector")
+    await apply_batch(conn, TOPIC, 0, records([category_ev("btc", names={"en-US": "Bitcoin"})], start=2))  # re-renders the post
+    row = await conn.fetchrow("SELECT tsv::text AS tsv, lean FROM post_translations")
+    assert orjson.loads(row["lean"])["categories"] == [{"slug": "btc", "name": "Bitcoin"}] and row["tsv"] == "'marked'"
+    await apply_batch(conn, TOPIC, 0, records([post_ev(1, 2, categories=("btc",))], start=3))  # the title changes
+    row = await conn.fetchrow("SELECT tsv::text AS tsv, tsv_title::text AS title FROM post_translations")
+    assert "marked" not in row["tsv"] and "'v2':4A" in row["title"]
+    # A locale's partial text indexes exist as soon as the locale is stored.
+    names = {r["indexname"] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = 'rm'")}
+    assert {n for n in names if n.startswith("pt_search_") and "en_us" in n} and not {n for n in names if "de_de" in n}
