@@ -220,7 +220,8 @@ def _search_query(lang: str, filters: Filters, page: Page, search: Search, log_t
     # The locale is a literal (it is one of the served locales), so the planner can use that
     # locale's partial text indexes (migration 0002).
     locale = sql_literal(lang)
-    base = " AND ".join(_filters(locale, filters, arg))
+    # Planned for the actual words every time (see search_generic_plan_guard, migration 0002).
+    base = " AND ".join([*_filters(locale, filters, arg), f"({q} IS NOT NULL OR search_generic_plan_guard())"])
     # A title or lede that matches must not be excluded by a `-word` elsewhere in the text. The
     # query is a constant (websearch_to_tsquery with a configuration is immutable), so without
     # a negation this folds to TRUE at plan time and costs nothing per row.
@@ -246,22 +247,29 @@ def _search_query(lang: str, filters: Filters, page: Page, search: Search, log_t
     towards_best = page.after is not None and page.before is None
     within = "ASC" if towards_best else "DESC"
     order = range(len(TIERS) - 1, -1, -1) if towards_best else range(len(TIERS))
+    # Without `after`, one row more than the page says whether older results follow, so the
+    # first page (and every `before` page) needs no separate probe (fewer scans to plan).
+    plus_one = page.after is None
+    fetch = f"({limit} + 1)" if plus_one else limit
     # Each tier's page in index order, tiers in rank order. No ORDER BY over the union: the
-    # Append returns its branches in order and stops once `limit` rows are out, so a later
+    # Append returns its branches in order and stops once enough rows are out, so a later
     # tier is not read at all when an earlier one fills the page (each branch has its own
-    # LIMIT, so no parallel Append can interleave them); the items are ordered for output below.
+    # LIMIT, so no parallel Append can interleave them); the rows are ordered below.
     branches = " UNION ALL ".join(
         f"(SELECT {k} AS k0, t.published_at AS k1, t.post_id AS k2, t.post_id, t.lean FROM post_translations t "
-        f"WHERE {tier_rows(k, bounds)} ORDER BY t.published_at {within}, t.post_id {within} LIMIT {limit})"
+        f"WHERE {tier_rows(k, bounds)} ORDER BY t.published_at {within}, t.post_id {within} LIMIT {fetch})"
         for k in order
     )
-    ctes.append(
-        f"page AS (SELECT * FROM ({branches}) u LIMIT {limit})"
-    )
-    # The page's last and first items in search order, and whether anything lies past them.
-    ctes.append("lo AS (SELECT k0 AS tier, k1 AS at, k2 AS id FROM page ORDER BY k0 DESC, k1 ASC, k2 ASC LIMIT 1)")
+    ctes.append(f"fetched AS (SELECT * FROM ({branches}) u LIMIT {fetch})")
+    ctes.append(f"page AS (SELECT * FROM fetched ORDER BY k0 {'DESC' if towards_best else 'ASC'}, k1 {within}, k2 {within} LIMIT {limit})")
     flags = _missing_flags(page)
-    beyond = [("lo", "<", OLDER)]
+    beyond = []
+    if plus_one:
+        flags.append(f"SELECT {OLDER}, NULL::bigint, NULL::text, 0::bigint WHERE (SELECT count(*) FROM fetched) > {limit}")
+    else:
+        # The page's last item in search order, and whether anything lies past it.
+        ctes.append("lo AS (SELECT k0 AS tier, k1 AS at, k2 AS id FROM page ORDER BY k0 DESC, k1 ASC, k2 ASC LIMIT 1)")
+        beyond.append(("lo", "<", OLDER))
     if page.after is not None or page.before is not None:
         ctes.append("hi AS (SELECT k0 AS tier, k1 AS at, k2 AS id FROM page ORDER BY k0 ASC, k1 DESC, k2 DESC LIMIT 1)")
         beyond.append(("hi", ">", NEWER))

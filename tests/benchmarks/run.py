@@ -19,13 +19,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import freshness, memory, projector, read_api, search, stream
+from . import freshness, memory, projector, read_api, rebuild, search, stream
 from .common import REPO, Context, Result, Settings, Summary, infrastructure, raise_nofile
 
 #: Hand-written notes on the profiles of figures that miss their target, appended to the doc.
 ANALYSIS = Path(__file__).with_name("analysis.md")
 
-BENCHMARKS = {m.NAME: m for m in (read_api, projector, stream, search, freshness, memory)}
+BENCHMARKS = {m.NAME: m for m in (read_api, projector, stream, search, freshness, memory, rebuild)}
 
 log = logging.getLogger("bench")
 

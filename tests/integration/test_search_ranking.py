@@ -153,3 +153,15 @@ async def test_rare_words_use_the_locale_text_index(generated):
     assert not [n for n in _nodes(plan) if n["Node Type"] == "Seq Scan" and n.get("Actual Loops", 0)]
     ids, _ = await page(generated, "rarissime", limit=20)
     assert ids == [2991, 1994, 997]
+
+
+async def test_every_search_is_planned_for_its_words(generated):
+    """A prepared search statement never falls back to one generic plan: after many executions
+    a common word still walks the feed index and a rare one still reads the text index."""
+    sql, _ = page_query("en-US", Filters(), Page(limit=20), Search("simple", "x"), log_topic="posts")
+    statement = await generated.prepare(sql)
+    for word in ["common", "rarissime"] * 8:
+        await statement.fetch("simple", word, 20, "posts")
+    row = await generated.fetchrow("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", sql)
+    assert row["generic_plans"] == 0 and row["custom_plans"] >= 16
+    assert [r["post_id"] for r in await statement.fetch("simple", "rarissime", 20, "posts") if r["kind"] == ITEM] == [2991, 1994, 997]

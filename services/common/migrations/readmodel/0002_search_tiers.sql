@@ -35,3 +35,16 @@ $$;
 
 DROP INDEX post_translations_tsv;
 SELECT ensure_search_indexes(code) FROM locales;
+
+-- A search is planned for its actual words: a common word walks the feed index, a rare one
+-- reads a text index, and no single plan is good for both. PostgreSQL may switch a prepared
+-- statement to one generic plan (planned without the parameter values) once that looks no
+-- costlier than the custom plans; the search statement guards every branch with
+-- `(<the query> IS NOT NULL OR search_generic_plan_guard())`, which folds to TRUE when the
+-- words are known (custom plans: no cost, never called) and costs this function's huge
+-- declared COST per row in a generic plan, so the generic plan never looks cheaper.
+CREATE FUNCTION search_generic_plan_guard() RETURNS boolean LANGUAGE plpgsql STABLE COST 1000000 AS $$
+BEGIN
+    RETURN false;
+END
+$$;
