@@ -15,7 +15,9 @@ Two passes over each posts partition, so memory holds small integers per post, n
    ``post_translations`` computing the tsvector as the live upsert does. Two sessions load
    concurrently while this process decodes the next chunk.
 
-The derived counters are the sum of each final post's contribution, the positions are the
+A translation whose text the live schema already holds a vector for (same text hash) takes
+that vector instead of parsing the text again, the rule the live projector follows within its
+schema. The derived counters are the sum of each final post's contribution, the positions are the
 measured ends, and the secondary indexes (dropped before the load) are built after it. The
 catalog and access topics are small and are replayed event by event before the load, so posts
 are rendered with the final taxonomy, as every category change re-renders them live.
@@ -173,9 +175,14 @@ class BulkReport:
 
 
 async def bulk_load_posts(
-    config: Config, pool: asyncpg.Pool, tps: list[TopicPartition], ends: dict[TopicPartition, int]
+    config: Config, pool: asyncpg.Pool, tps: list[TopicPartition], ends: dict[TopicPartition, int],
+    reuse_from: str | None = None,
 ) -> BulkReport:
-    """Load the posts partitions ``tps`` up to ``ends`` into the (empty, migrated) schema of ``pool``."""
+    """Load the posts partitions ``tps`` up to ``ends`` into the (empty, migrated) schema of ``pool``.
+
+    With ``reuse_from`` (the live schema), a translation whose text that schema already holds
+    a vector for (same text hash: configuration, title, lede, body) takes that vector instead
+    of parsing the text again."""
     report = BulkReport()
     progress = Progress(sum(ends.get(tp, 0) for tp in tps))
     started = time.perf_counter()
@@ -203,7 +210,14 @@ async def bulk_load_posts(
     started = time.perf_counter()
     progress.phase = "load"
     queue: asyncio.Queue = asyncio.Queue(maxsize=LOADERS)
-    loaders = [asyncio.create_task(_loader(pool, queue, progress)) for _ in range(LOADERS)]
+    move = sql.MOVE_TRANSLATION_STAGING
+    if reuse_from is not None:
+        async with pool.acquire() as conn:
+            if await conn.fetchval(
+                "SELECT count(*) = 1 FROM information_schema.columns WHERE table_schema = $1 "
+                "AND table_name = 'post_translations' AND column_name = 'text_hash'", reuse_from):
+                move = sql.MOVE_TRANSLATION_STAGING_REUSING.replace("{live}", '"' + reuse_from.replace('"', '""') + '"')
+    loaders = [asyncio.create_task(_loader(pool, queue, progress, move)) for _ in range(LOADERS)]
     ticker_delta: dict[str, int] = {}
     sentiment_delta: dict[tuple[datetime, str], int] = {}
     try:
@@ -295,7 +309,7 @@ async def _put(queue: asyncio.Queue, loaders: list[asyncio.Task], item) -> None:
                 raise task.exception()  # type: ignore[misc]
 
 
-async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress) -> None:
+async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress, move: str) -> None:
     async with pool.acquire() as conn:
         await conn.execute(sql.CREATE_TRANSLATION_STAGING)
         while (item := await queue.get()) is not None:
@@ -306,7 +320,7 @@ async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress) 
                 await conn.copy_records_to_table(
                     "translation_staging", records=rows, columns=sql.TRANSLATION_STAGING_COLUMNS
                 )
-                await conn.execute(sql.MOVE_TRANSLATION_STAGING)
+                await conn.execute(move)
                 await conn.execute(sql.TRUNCATE_TRANSLATION_STAGING)
             progress.loaded += len(rows)
 

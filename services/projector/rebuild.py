@@ -200,7 +200,7 @@ async def _replay_into(
             live = switch_from or catch_up_with
             async with _connect(config) as conn:
                 floor = await _live_positions(conn, live, replayer.tps) if live else {}
-            await _bulk(config, pool, report, floor)
+            await _bulk(config, pool, report, floor, live)
             async with pool.acquire() as conn:
                 stored = await _live_positions(conn, schema, replayer.tps)
             ends = await replayer.start(stored)
@@ -229,7 +229,9 @@ async def _replay_into(
     return report
 
 
-async def _bulk(config: Config, pool: asyncpg.Pool, report: RebuildReport, floor: dict[TopicPartition, int]) -> None:
+async def _bulk(
+    config: Config, pool: asyncpg.Pool, report: RebuildReport, floor: dict[TopicPartition, int], live: str | None
+) -> None:
     """The catalog and access topics event by event, then the posts topic bulk-loaded up to its
     end offsets, or to the live positions (``floor``) where those are further (a broker's end
     offsets can lag behind what it has served)."""
@@ -246,7 +248,7 @@ async def _bulk(config: Config, pool: asyncpg.Pool, report: RebuildReport, floor
             raise NotBulkable(f"{others.posts_applied} post events outside {posts}")
     finally:
         await others.stop()
-    loaded = await bulk_mod.bulk_load_posts(config, pool, post_tps, post_ends)
+    loaded = await bulk_mod.bulk_load_posts(config, pool, post_tps, post_ends, reuse_from=live)
     report.records += loaded.records
     report.bulk = loaded
 

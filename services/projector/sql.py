@@ -87,10 +87,21 @@ MOVE_TRANSLATION_STAGING = """
 INSERT INTO post_translations (
     post_id, lang, slug, published_at, importance, sentiment, visible,
     category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
-SELECT post_id, lang, slug, published_at, importance, sentiment, visible, category_slugs, tickers, hashtags,
-       {tsv}, lean, detail, announced_partition, announced_offset, text_hash
-FROM translation_staging
-""".replace("{tsv}", _tsv("ts_config", "title", "lede", "body"))
+SELECT s.post_id, s.lang, s.slug, s.published_at, s.importance, s.sentiment, s.visible, s.category_slugs, s.tickers,
+       s.hashtags, {tsv}, s.lean, s.detail, s.announced_partition, s.announced_offset, s.text_hash
+FROM translation_staging s
+""".replace("{tsv}", _tsv("s.ts_config", "s.title", "s.lede", "s.body"))
+# The same, taking the tsvector from the live schema's row where that row was computed from the
+# same text (equal text_hash), as UPSERT_TRANSLATION does within one schema. {live} is quoted.
+MOVE_TRANSLATION_STAGING_REUSING = """
+INSERT INTO post_translations (
+    post_id, lang, slug, published_at, importance, sentiment, visible,
+    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
+SELECT s.post_id, s.lang, s.slug, s.published_at, s.importance, s.sentiment, s.visible, s.category_slugs, s.tickers,
+       s.hashtags, COALESCE(o.tsv, {tsv}), s.lean, s.detail, s.announced_partition, s.announced_offset, s.text_hash
+FROM translation_staging s
+LEFT JOIN {live}.post_translations o ON o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash
+""".replace("{tsv}", _tsv("s.ts_config", "s.title", "s.lede", "s.body"))
 TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
 POST_COLUMNS = ("id", "version", "status", "published_at", "sentiment", "importance", "tickers", "snapshot")
 SAVE_POSITIONS = """
