@@ -13,11 +13,13 @@ ALTER TABLE post_translations
 -- category names keeps it): the hash of (text-search configuration, title, lede, body).
 ALTER TABLE post_translations ADD COLUMN text_hash bytea;
 
--- GIN upkeep: fastupdate stays on (new entries go to a pending list, merged in bulk), with a
--- 256 kB pending list instead of the 4 MB default, so the merge that a writing transaction
--- occasionally performs is short. Measured on 112,000 rows, batches of 100 rows of 1.3 kB text
--- (docs/benchmarks.md): 4 MB p99 220-920 ms per batch at 1,500-1,600 rows/s; 256 kB p99
--- 170-213 ms at 930-1,165 rows/s; fastupdate off p99 215-450 ms at 480-710 rows/s.
+-- GIN upkeep: fastupdate stays on with the default 4 MB pending list. Measured with the
+-- projector benchmark (10,000 post events x 3 locales, then 100 events/s; load average 3.5-4
+-- from other work): default 492 events/s, event-to-row p99 333 ms; a 256 kB pending list
+-- 218 events/s, p99 939 ms (more frequent merges by the writing transaction). A synthetic
+-- upsert loop had suggested the opposite; the real projector decides. fastupdate off was
+-- measured slower still in that loop (480-710 rows/s against 1,500-1,600).
+
 -- Locale-selective text indexes: one partial GIN index per locale and tier column, so a
 -- bitmap reads only the searched locale's postings and the planner's match estimates are
 -- per locale. The projector calls this for every locale it stores (DDL only when a locale is
@@ -32,8 +34,7 @@ BEGIN
         name := 'pt_search_' || col || '_' || tag;
         -- Checked first: CREATE INDEX IF NOT EXISTS would lock the table even when it exists.
         IF to_regclass(quote_ident(name)) IS NULL THEN
-            EXECUTE format('CREATE INDEX %I ON post_translations USING gin (%I) WITH (gin_pending_list_limit = 256) '
-                           'WHERE visible AND lang = %L', name, col, code);
+            EXECUTE format('CREATE INDEX %I ON post_translations USING gin (%I) WHERE visible AND lang = %L', name, col, code);
         END IF;
     END LOOP;
 END
