@@ -3,7 +3,9 @@
 Order of gates: authentication (401 NOT_AUTHENTICATED), workspace suspended (403
 WORKSPACE_SUSPENDED), badge missing or unknown (403 BADGE_MISSING), the per-minute rate limit
 (429 RATE_LIMITED), the daily quota (429 QUOTA_EXHAUSTED), then the request itself. All five
-are decided in one database round trip (:func:`..common.access.resolve`).
+are decided without a database round trip of their own: the three gates from the process's
+in-memory principals (:class:`..common.access.Principals`), the two limits by the admission
+batcher (:mod:`.admission`), which settles all concurrent requests in one statement.
 
 What counts: every request that passes the three gates and is admitted by both limits
 counts once against the minute window and once against the day, whatever the handler then
@@ -22,11 +24,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..common.access import AccessDenied, bearer_key, resolve
-from ..common.db import storage_errors
+from ..common.access import AccessDenied, bearer_key
 from .errors import ApiError, from_failure, from_http_exception
 from .limits import Usage, add_headers, refusal
-from .state import CONFIG, METRICS, POOL, REQUEST_DB, log_position
+from .state import ADMISSIONS, CONFIG, METRICS, POOL, PRINCIPALS, log_position
 
 PARTNER = "partner:"
 
@@ -46,21 +47,15 @@ def denial_error(exc: AccessDenied) -> ApiError:
     return ApiError(d.status, d.code, d.message, headers=headers)
 
 
-async def _gated(request: web.Request, handler, conn) -> web.StreamResponse:
+async def _gated(request: web.Request, handler) -> web.StreamResponse:
     app = request.app
     config = app[CONFIG]
     try:
-        principal, row = await resolve(
-            conn,
-            bearer_key(request.headers.get("Authorization")),
-            count=True,
-            default_rate=config.default_rate_limit_per_minute,
-            default_quota=config.default_daily_quota,
-        )
+        principal = await app[PRINCIPALS].authorize(app[POOL], bearer_key(request.headers.get("Authorization")))
     except AccessDenied as exc:
         app[METRICS].rejected.labels(exc.denial.code).inc()
         raise denial_error(exc) from None
-    usage = Usage.from_row(row)
+    usage = await app[ADMISSIONS].admit(principal)
     if not usage.admitted:
         app[METRICS].rejected.labels(usage.outcome).inc()
         raise refusal(usage)
@@ -93,12 +88,6 @@ def access_middleware():
         route = request.match_info.route.name or ""
         if not route.startswith(PARTNER):
             return await handler(request)
-        with storage_errors("acquire a connection"):
-            async with request.app[POOL].acquire(timeout=request.app[CONFIG].db_acquire_timeout_s) as conn:
-                request[REQUEST_DB] = conn
-                try:
-                    return await _gated(request, handler, conn)
-                finally:
-                    del request[REQUEST_DB]
+        return await _gated(request, handler)
 
     return middleware

@@ -2,7 +2,8 @@
 
 Partner routes live under ``config.base_path``; operator routes (/healthz, /readyz,
 /metrics) are on the process's admin listener (``app[ADMIN_APP]``), never on the partner
-port. The pool and the catalog refresher live in ``cleanup_ctx``.
+port. The pool lives in ``cleanup_ctx``; the change-stamp watcher (which refreshes the catalog,
+the principals and the page cache) and the admission batcher run as supervised tasks.
 """
 
 from __future__ import annotations
@@ -14,30 +15,40 @@ from aiohttp import web
 
 from tickerwire.schemas.topics import POSTS, topic_name
 
+from ..common.access import Principals
 from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import add_request_log
 from ..common.readiness import Readiness, service_readiness
+from ..common.stamps import StampWatcher
 from ..common.supervise import Supervisor, supervisor_of
 from . import handlers, openapi
 from .docs import add_docs_routes
 from .access import PARTNER, access_middleware
+from .admission import Admissions
 from .catalog import Catalog
+from .compression import Compressed, compression_middleware
 from .conditional import conditional_middleware
 from .errors import error_middleware
 from .metrics import ApiMetrics
-from .state import CATALOG, CONFIG, METRICS, POOL
+from .pages import PageCache
+from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, METRICS, PAGES, POOL, PRINCIPALS, WATCHER
 
 def metrics_middleware():
+    children: dict[tuple[str, int], tuple] = {}  # bounded: routes x statuses
+
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
         started = time.perf_counter()
         response = await handler(request)
-        route = request.match_info.route.name or "unmatched"
-        metrics = request.app[METRICS]
-        metrics.requests.labels(route, str(response.status)).inc()
-        metrics.latency.labels(route).observe(time.perf_counter() - started)
+        key = (request.match_info.route.name or "unmatched", response.status)
+        series = children.get(key)
+        if series is None:  # label lookups cost more than the increments: once per (route, status)
+            metrics = request.app[METRICS]
+            series = children[key] = (metrics.requests.labels(key[0], str(key[1])), metrics.latency.labels(key[0]))
+        series[0].inc()
+        series[1].observe(time.perf_counter() - started)
         return response
 
     return middleware
@@ -69,10 +80,27 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[POOL].close()
 
 
+async def _refresh(app: web.Application) -> None:
+    """Everything the process holds in memory, brought up to the change stamps (one query when
+    nothing moved): the catalog bodies, the page cache's generation, then the principals."""
+    pool = app[POOL]
+    catalog = app[CATALOG]
+    await catalog.refresh(pool)
+    app[PAGES].observe(catalog.stamps)
+    await app[COMPRESSED].warm(catalog.tokens.listing.etag, catalog.tokens.listing.data)  # once per tokens stamp
+    if await app[PRINCIPALS].refresh(pool, catalog.stamps.get("access")):
+        app[ADMISSIONS].forget_exhaustion()  # a workspace's limits may have changed
+
+
 def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Application:
+    compressed = Compressed()
     app = web.Application(
-        # The access middleware wraps the conditional one, so a 304 carries the pacing headers too.
-        middlewares=[metrics_middleware(), error_middleware(config.base_path), access_middleware(), conditional_middleware()],
+        # The access middleware wraps the conditional one, so a 304 carries the pacing headers too;
+        # compression is innermost, so the conditional one compares the representation's own tag.
+        middlewares=[
+            metrics_middleware(), error_middleware(config.base_path), access_middleware(), conditional_middleware(),
+            compression_middleware(compressed),
+        ],
         client_max_size=config.max_body_bytes,
         # Long (percent-encoded) query strings reach the app and get a JSON 422, not the
         # protocol layer's plain-text 400; see params.py for the per-parameter limits.
@@ -80,25 +108,50 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     )
     add_request_log(app)
     app[CONFIG] = config
-    app[METRICS] = metrics or ApiMetrics()
+    app[COMPRESSED] = compressed
+    app[PAGES] = PageCache()
+    app[METRICS] = metrics = metrics or ApiMetrics()
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
+    app[PRINCIPALS] = principals = Principals(on_fallback=metrics.access_fallbacks.inc, acquire_timeout_s=config.db_acquire_timeout_s)
+    app[WATCHER] = principals.watcher = StampWatcher(
+        config.database_url, lambda: _refresh(app), on_listening=lambda up: metrics.listener_up.set(int(up))
+    )
+    metrics.principals.set_function(lambda: len(principals.by_hash))
+    metrics.access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
+    app[ADMISSIONS] = Admissions(
+        config.database_url, default_rate=config.default_rate_limit_per_minute, default_quota=config.default_daily_quota,
+        metrics=metrics,
+    )
     app.cleanup_ctx.append(_pool_ctx)
     supervisor = supervisor_of(app)
-    app.cleanup_ctx.append(supervisor.task("catalog", lambda a: a[CATALOG].run(a[POOL])))
+    app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
+    app.cleanup_ctx.append(supervisor.task("admission", lambda a: a[ADMISSIONS].run()))
     add_partner_routes(app, config.base_path)
     add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
     return app
 
 
 def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
-    """Ready when PostgreSQL answers, the read model is migrated and the cached catalog is fresh."""
+    """Ready when PostgreSQL answers, the read model is migrated, the cached catalog is fresh,
+    the in-memory access state is confirmed current with its listener up, and admission has a
+    connection."""
     config = app[CONFIG]
     ready = service_readiness(config, lambda: app.get(POOL), supervisor, broker=False)
 
     async def catalog() -> tuple[bool, str]:
         return app[CATALOG].check(config.api_catalog_max_age_s)
 
+    async def access() -> tuple[bool, str]:
+        if not app[PRINCIPALS].loaded:
+            return False, "principals not loaded yet"
+        return app[WATCHER].status()
+
+    async def admission() -> tuple[bool, str]:
+        return (True, "ok") if app[ADMISSIONS].connected else (False, "admission connections down")
+
     ready.add("catalog", catalog)
+    ready.add("access", access)
+    ready.add("admission", admission)
     return ready
 
 

@@ -1,14 +1,14 @@
 """Small, rarely changing read-model data cached in each API process.
 
-A background task polls ``change_stamps`` (one tiny query) every ``poll_s`` seconds and
-reloads only what the projector changed, so a change is served within that interval.
+The process's :class:`..common.stamps.StampWatcher` calls :meth:`Catalog.refresh` on every pushed
+stamp change and every 0.5 s: one tiny query of ``change_stamps``, then a reload of only what
+the projector changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,10 +17,8 @@ import asyncpg
 import orjson
 
 from ..common.db import storage_errors
-from ..common.errors import TransientError
 from . import queries
 
-log = logging.getLogger(__name__)
 
 FALLBACK_LOCALE = "en-US"
 
@@ -193,15 +191,3 @@ class Catalog:
         if age > max_age_s:
             return False, f"catalog last refreshed {age:.1f}s ago (stale after {max_age_s:g}s)"
         return True, "ok"
-
-    async def run(self, pool: asyncpg.Pool, poll_s: float = 0.5) -> None:
-        """Refresh forever. Outages are waited out; anything else crashes the task, which its
-        supervisor restarts (and readiness reports the catalog stale meanwhile)."""
-        while True:
-            try:
-                await self.refresh(pool)
-            except TransientError as exc:
-                log.warning("catalog refresh failed: %s", exc)
-            except asyncpg.UndefinedTableError:
-                log.info("read model not migrated yet; waiting")
-            await asyncio.sleep(poll_s)

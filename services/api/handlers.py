@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from typing import Awaitable, Callable, Hashable
 
 import asyncpg
 import orjson
@@ -13,10 +14,11 @@ from aiohttp import web
 from tickerwire.schemas.readmodel import iso_utc, text_search_config
 from ..common.db import storage_errors
 from . import queries
-from .catalog import Body
+from .catalog import Body, etag_of
 from .errors import ApiError, not_found
 from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
-from .state import CATALOG, REQUEST_LOG_POSITION, db
+from .pages import Page as CachedPage
+from .state import CATALOG, METRICS, PAGES, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -49,7 +51,34 @@ def _cursor(value: int | None) -> str:
     return "null" if value is None else f'"{value}"'
 
 
+async def _cached(request: web.Request, key: Hashable, build: Callable[[], Awaitable[bytes]]) -> web.Response:
+    """The body of ``key`` from the page cache, else built (one statement) and kept. The mark
+    (X-Log-Position) travels with the body: the one read in the same statement as its data."""
+    cache, watcher = request.app[PAGES], request.app[WATCHER]
+    usable = watcher.fresh()  # never serve from memory what is not confirmed current
+    if usable:
+        await watcher.caught_up("posts")  # a change already pushed to this process is served
+    metrics = request.app[METRICS].page_cache
+    if usable and (hit := cache.get(key)) is not None:
+        metrics.labels("hit").inc()
+        request[REQUEST_LOG_POSITION] = hit.log_position
+        return json_bytes(hit.body, etag=hit.etag)
+    metrics.labels("miss").inc()
+    generation = cache.generation
+    body = await build()
+    entry = CachedPage(body, etag_of(body), request[REQUEST_LOG_POSITION])
+    if usable:
+        cache.put(key, entry, generation)
+    return json_bytes(body, etag=entry.etag)
+
+
 async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:
+    if search is None and page.after is None:  # the stream's gap-fill (after=) always reads the database
+        return await _cached(request, ("posts", lang, filters, page), lambda: _page_body(request, what, lang, filters, page, None))
+    return json_bytes(await _page_body(request, what, lang, filters, page, search))
+
+
+async def _page_body(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> bytes:
     sql, args = queries.page_query(lang, filters, page, search, log_topic=_log_topic(request))
     with storage_errors(what):
         rows = await db(request).fetch(sql, *args)
@@ -65,7 +94,7 @@ async def _page(request: web.Request, what: str, lang: str, filters: Filters, pa
         '{"posts":[' + ",".join(r["lean"] for r in items)
         + f'],"next_cursor":{_cursor(next_cursor)},"prev_cursor":{_cursor(prev_cursor)}}}'
     )
-    return json_bytes(body.encode())
+    return body.encode()
 
 
 async def list_posts(request: web.Request) -> web.Response:
@@ -87,13 +116,17 @@ async def post_detail(request: web.Request) -> web.Response:
     if segment is None:
         raise not_found()
     post_id = int(segment) if _ID.fullmatch(segment) and int(segment) <= 2**53 else None
-    with storage_errors("post detail"):
-        row = await db(request).fetchrow(queries.SELECT_DETAIL, _lang(request), post_id, segment, _log_topic(request))
-    request[REQUEST_LOG_POSITION] = row["log_position"]
-    detail = row["detail"]
-    if detail is None:
-        raise not_found("No visible post has this id or slug in the requested language.")
-    return json_bytes(detail.encode())
+    lang = _lang(request)
+
+    async def build() -> bytes:
+        with storage_errors("post detail"):
+            row = await db(request).fetchrow(queries.SELECT_DETAIL, lang, post_id, segment, _log_topic(request))
+        request[REQUEST_LOG_POSITION] = row["log_position"]
+        if row["detail"] is None:
+            raise not_found("No visible post has this id or slug in the requested language.")
+        return row["detail"].encode()
+
+    return await _cached(request, ("post", lang, segment), build)
 
 
 # --------------------------------------------------------------------------- catalog

@@ -5,23 +5,47 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
+from ..common.access import Principals
 from ..common.config import Config
+from ..common.stamps import StampWatcher
+from .admission import Admissions
 from .catalog import Catalog
+from .compression import Compressed
+from .pages import PageCache
 from .metrics import ApiMetrics
 
 CONFIG = web.AppKey("config", Config)
 POOL = web.AppKey("pool", asyncpg.Pool)
 CATALOG = web.AppKey("catalog", Catalog)
 METRICS = web.AppKey("metrics", ApiMetrics)
+PRINCIPALS = web.AppKey("principals", Principals)
+ADMISSIONS = web.AppKey("admissions", Admissions)
+WATCHER = web.AppKey("watcher", StampWatcher)
+COMPRESSED = web.AppKey("compressed", Compressed)
+PAGES = web.AppKey("pages", PageCache)
 
-#: The request's database connection: acquired once by the access middleware and used by the
-#: handler too, so a request costs one pool checkout (two statements) instead of two.
-REQUEST_DB = "db"
+
+class _Reader:
+    """A handler's one statement on a pooled connection, the wait for that connection bounded by
+    ``db_acquire_timeout_s`` (an exhausted pool is a prompt 503, not a stall)."""
+
+    __slots__ = ("_pool", "_timeout")
+
+    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
+        self._pool, self._timeout = pool, timeout
+
+    async def fetch(self, query: str, *args) -> list[asyncpg.Record]:
+        async with self._pool.acquire(timeout=self._timeout) as conn:
+            return await conn.fetch(query, *args)
+
+    async def fetchrow(self, query: str, *args) -> asyncpg.Record | None:
+        async with self._pool.acquire(timeout=self._timeout) as conn:
+            return await conn.fetchrow(query, *args)
 
 
-def db(request: web.Request) -> asyncpg.Connection | asyncpg.Pool:
-    """The connection this request already holds, else the pool (routes outside the gates)."""
-    return request.get(REQUEST_DB) or request.app[POOL]
+def db(request: web.Request) -> _Reader:
+    """Where a handler runs its one statement (the gates and limits need no connection of their own)."""
+    return _Reader(request.app[POOL], request.app[CONFIG].db_acquire_timeout_s)
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
 #: handler read it in the same statement as that data; otherwise the catalog's mark applies.

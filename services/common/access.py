@@ -1,27 +1,41 @@
-"""The access gates of spec section 5, shared by the API and the stream.
+"""The access gates of spec section 5, shared by the API and the stream: one rule, in Python.
 
-Order: authentication (key known, not revoked), workspace suspended, badge missing or
-unknown; the API then admits the request against the rate limit and the daily quota
-(``services/api/limits.py``). All of it is one call of the SQL function ``tw_access``
-(platform migration 0002): one database round trip per request, on the database clock.
+Order: authentication (key known, not revoked), workspace suspended, badge missing or unknown
+(:func:`gate`); the API then admits the request against the rate limit and the daily quota
+(``services/api/admission.py``; the database only counts).
 
-The key is hashed on arrival and only the SHA-256 hash is looked up; the key never reaches a
-log line, a metric or an error message. Access state is read from the read model on each
-check (no cache), so a suspension, reinstatement, revocation or badge change is in force on
-every process as soon as the projector or the sweeper has committed it.
+Each process keeps every key's principal in memory (:class:`Principals`, keyed by the key's
+SHA-256 hash), loaded at start and reloaded whenever the projector bumps the ``access`` change
+stamp (pushed by NOTIFY, polled every 0.5 s as a fallback; see :mod:`.stamps`). So a check costs
+no database round trip, an unknown key is answered from memory (nothing is stored for it, so a
+flood of random keys cannot grow memory: the map holds the keys that exist), and a suspension,
+reinstatement, revocation or badge change applies within about a second on every process.
+While the copy is not confirmed current (:meth:`.stamps.StampWatcher.fresh` is false), each check
+reads the key's row from the database instead: never a stale answer served as current.
+
+The key is hashed on arrival and only the hash is looked up; the key never reaches a log line,
+a metric or an error message.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import asyncpg
 
 from .db import storage_errors
 from .keys import hash_key, hashes_match, looks_like_key
+from .stamps import StampWatcher
 
-#: Gates and (when ``$2`` is true) both counters, atomically. See the migration for the rules.
-CALL_ACCESS = "SELECT * FROM tw_access($1, $2, $3, $4)"
+#: Every key with its workspace's access state and limits (the read model's tables).
+_PRINCIPAL_COLUMNS = """
+SELECT k.key_hash, k.revoked_at IS NOT NULL AS revoked, w.id AS workspace_id, w.status, w.badge_status,
+       w.rate_limit_per_minute, w.daily_quota, w.stream_connection_limit
+FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id"""
+SELECT_PRINCIPALS = _PRINCIPAL_COLUMNS
+SELECT_PRINCIPALS_BY_HASH = _PRINCIPAL_COLUMNS + "\nWHERE k.key_hash = ANY($1::text[])"
+SELECT_ACCESS_STAMP = "SELECT stamp FROM change_stamps WHERE name = 'access'"
 
 BADGE_RECOVERY = (
     "No badge heartbeat has been received from this workspace's embed for over 72 hours, or never. "
@@ -43,16 +57,36 @@ NOT_AUTHENTICATED = Denial(401, "NOT_AUTHENTICATED", "Missing or invalid API key
 WORKSPACE_SUSPENDED = Denial(403, "WORKSPACE_SUSPENDED", "This workspace has been suspended by an administrator. Contact support to reinstate it.")
 BADGE_MISSING = Denial(403, "BADGE_MISSING", BADGE_RECOVERY)
 
-_DENIALS = {d.code: d for d in (NOT_AUTHENTICATED, WORKSPACE_SUSPENDED, BADGE_MISSING)}
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    workspace_id: str
     key_hash: str
+    workspace_id: str
+    revoked: bool
+    workspace_status: str
+    badge_status: str
     rate_limit_per_minute: int | None
     daily_quota: int | None
     stream_connection_limit: int | None
+
+    @classmethod
+    def from_row(cls, r: asyncpg.Record) -> "Principal":
+        return cls(
+            r["key_hash"], r["workspace_id"], r["revoked"], r["status"], r["badge_status"],
+            r["rate_limit_per_minute"], r["daily_quota"], r["stream_connection_limit"],
+        )
+
+
+def gate(principal: Principal | None) -> Denial | None:
+    """THE access rule (spec 5, in order): None when the key's requests may be served."""
+    if principal is None or principal.revoked:
+        return NOT_AUTHENTICATED
+    if principal.workspace_status == "suspended":
+        return WORKSPACE_SUSPENDED
+    if principal.badge_status in ("missing", "unknown"):
+        return BADGE_MISSING
+    return None
 
 
 class AccessDenied(Exception):
@@ -72,38 +106,63 @@ def bearer_key(header: str | None) -> str | None:
     return value if looks_like_key(value) else None
 
 
-async def resolve(
-    db: asyncpg.Pool | asyncpg.Connection,
-    key: str | None,
-    *,
-    count: bool,
-    default_rate: int | None = None,
-    default_quota: int | None = None,
-) -> tuple[Principal, asyncpg.Record]:
-    """Run the gates (and, with ``count``, admit against the limits) in one round trip.
+class Principals:
+    """key hash -> :class:`Principal` for every key, kept current by a :class:`StampWatcher`."""
 
-    Raises :class:`AccessDenied` for a 401/403 gate; otherwise returns the principal and the
-    row of ``tw_access`` (its ``outcome`` is ``OK``, ``RATE_LIMITED`` or ``QUOTA_EXHAUSTED``).
-    """
-    if key is None or not looks_like_key(key):
-        raise AccessDenied(NOT_AUTHENTICATED)
-    digest = hash_key(key)
-    with storage_errors("authenticate"):
-        row = await db.fetchrow(CALL_ACCESS, digest, count, default_rate, default_quota)
-    # The lookup is by digest (an index probe reveals nothing about the key); the stored
-    # digest is compared again here in constant time.
-    if row is None or row["key_hash"] is None or not hashes_match(row["key_hash"], digest):
-        raise AccessDenied(NOT_AUTHENTICATED)
-    if denial := _DENIALS.get(row["outcome"]):
-        raise AccessDenied(denial)
-    principal = Principal(
-        row["workspace_id"], digest, row["rate_limit_per_minute"], row["daily_quota"], row["stream_connection_limit"]
-    )
-    return principal, row
+    def __init__(self, on_fallback: Callable[[], None] | None = None, acquire_timeout_s: float | None = None) -> None:
+        self._acquire_timeout_s = acquire_timeout_s
+        self.by_hash: dict[str, Principal] = {}
+        self.stamp: int | None = None
+        self.watcher: StampWatcher | None = None
+        self.fallback_lookups = 0
+        self._on_fallback = on_fallback
 
+    @property
+    def loaded(self) -> bool:
+        return self.stamp is not None
 
-async def check_access(pool: asyncpg.Pool | asyncpg.Connection, key: str | None) -> Principal:
-    """Resolve a key to its workspace through the three gates, counting nothing (the stream);
-    raises :class:`AccessDenied`."""
-    principal, _ = await resolve(pool, key, count=False)
-    return principal
+    async def refresh(self, pool: asyncpg.Pool, stamp: int | None = None) -> bool:
+        """Reload every principal when the ``access`` stamp (read here unless given) moved; True
+        when it did. The stamp is read before the rows, so a change committed in between is
+        loaded now and again at the next refresh, never missed."""
+        with storage_errors("load principals"):
+            if stamp is None:
+                stamp = await pool.fetchval(SELECT_ACCESS_STAMP)
+            if stamp == self.stamp:
+                return False
+            rows = await pool.fetch(SELECT_PRINCIPALS)
+        self.by_hash = {r["key_hash"]: Principal.from_row(r) for r in rows}
+        self.stamp = stamp
+        return True
+
+    def _current(self) -> bool:
+        return self.loaded and (self.watcher is None or self.watcher.fresh())
+
+    async def find_many(self, pool: asyncpg.Pool, digests: Iterable[str]) -> dict[str, Principal]:
+        """The principals of these key hashes (unknown ones absent): from memory while it is
+        confirmed current, else from the database (one statement)."""
+        digests = list(digests)
+        if self._current():
+            if self.watcher is not None:
+                await self.watcher.caught_up("access")
+            return {d: p for d in digests if (p := self.by_hash.get(d)) is not None}
+        self.fallback_lookups += 1
+        if self._on_fallback is not None:
+            self._on_fallback()
+        with storage_errors("authenticate"):
+            async with pool.acquire(timeout=self._acquire_timeout_s) as conn:
+                rows = await conn.fetch(SELECT_PRINCIPALS_BY_HASH, digests)
+        return {r["key_hash"]: Principal.from_row(r) for r in rows}
+
+    async def authorize(self, pool: asyncpg.Pool, key: str | None) -> Principal:
+        """The principal of a presented key that passes the three gates; raises :class:`AccessDenied`."""
+        if key is None or not looks_like_key(key):
+            raise AccessDenied(NOT_AUTHENTICATED)
+        digest = hash_key(key)
+        principal = (await self.find_many(pool, [digest])).get(digest)
+        if principal is not None and not hashes_match(principal.key_hash, digest):
+            principal = None
+        if (denial := gate(principal)) is not None:
+            raise AccessDenied(denial)
+        assert principal is not None
+        return principal

@@ -297,6 +297,7 @@ async def _apply_posts(
     if sentiment_delta:
         await conn.executemany(sql.APPLY_SENTIMENT_DELTA, [(b, s, n) for (b, s), n in sorted(sentiment_delta.items())])
     result.applied["post"] += len(newer)
+    stamps.add("posts")  # the API's page cache drops what it holds
 
 
 def post_record(d: Decoded) -> tuple:
@@ -489,5 +490,5 @@ async def _apply_access(conn, by_type: dict[str, list[Decoded]], result: BatchRe
         if by_type[kind]:
             changed = await conn.fetch(statement, *cols)
             _count(result, kind, len(by_type[kind]), len(changed))
-            if changed:
-                stamps.add("access")
+            if changed and kind in ("workspace", "api_key"):
+                stamps.add("access")  # what the API and stream hold per key (embeds and heartbeats act via the sweeper)

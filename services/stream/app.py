@@ -17,14 +17,15 @@ import asyncpg
 from aiohttp import WSMsgType, web
 
 from ..common import kafka
-from ..common.access import AccessDenied, bearer_key, check_access
+from ..common.access import AccessDenied, Principals, bearer_key
 from ..common.config import Config
-from ..common.db import reader_pool, storage_errors
+from ..common.db import reader_pool
 from ..common.errors import InvalidParameter
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import add_request_log
 from ..common.readiness import Readiness, service_readiness
 from ..common.supervise import Supervisor, supervisor_of
+from ..common.stamps import StampWatcher
 from . import protocol
 from .errors import envelope, error_middleware
 from .feed import Feed
@@ -33,7 +34,7 @@ from .handshake import handshake_error
 from .hub import Hub, limit_send_buffer
 from .leases import Leases
 from .metrics import StreamMetrics
-from .watchdog import run_watchdog
+from .watchdog import recheck, run_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ HUB = web.AppKey("hub", Hub)
 FEED = web.AppKey("feed", Feed)
 LEASES = web.AppKey("leases", Leases)
 METRICS = web.AppKey("metrics", StreamMetrics)
+PRINCIPALS = web.AppKey("principals", Principals)
+WATCHER = web.AppKey("watcher", StampWatcher)
 
 
 def limit_reached(limit: int, retry_after_s: float) -> web.Response:
@@ -78,9 +81,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         metrics.refused.labels("VALIDATION_FAILED").inc()
         return malformed
     try:
-        with storage_errors("acquire a connection"):
-            async with app[POOL].acquire(timeout=app[CONFIG].db_acquire_timeout_s) as db:
-                principal = await check_access(db, presented_key(request))
+        principal = await app[PRINCIPALS].authorize(app[POOL], presented_key(request))
     except AccessDenied as exc:
         metrics.refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
@@ -134,6 +135,12 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[POOL].close()
 
 
+async def _refresh(app: web.Application) -> None:
+    """Principals up to the ``access`` stamp; after a reload, open connections are re-checked at once."""
+    if await app[PRINCIPALS].refresh(app[POOL]):
+        await recheck(app[PRINCIPALS], app[POOL], app[HUB])
+
+
 async def _close_connections(app: web.Application) -> None:
     """on_shutdown (before the server stops): 1001 to every client, then free their slots."""
     await app[HUB].shutdown()
@@ -147,12 +154,16 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app[CONFIG] = config
     app[METRICS] = metrics or StreamMetrics()
     app[HUB] = Hub(app[METRICS], config.stream_queue_size)
+    app[PRINCIPALS] = principals = Principals(acquire_timeout_s=config.db_acquire_timeout_s)
+    app[WATCHER] = principals.watcher = StampWatcher(config.database_url, lambda: _refresh(app))
+    app[METRICS].access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
     app.cleanup_ctx.append(_pool_ctx)
     supervisor = supervisor_of(app)
+    app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
     app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
     app.cleanup_ctx.append(supervisor.task("pinger", _pinger))
     app.cleanup_ctx.append(supervisor.task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
-    app.cleanup_ctx.append(supervisor.task("access-watchdog", lambda a: run_watchdog(a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)))
+    app.cleanup_ctx.append(supervisor.task("access-watchdog", lambda a: run_watchdog(a[PRINCIPALS], a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)))
     app.on_shutdown.append(_close_connections)
     app.router.add_get(config.base_path + "/stream", stream, name="partner:stream")
     add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
@@ -160,13 +171,20 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
 
 
 def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
-    """Ready when PostgreSQL and the broker answer and the feed (consumer and announcer) runs."""
+    """Ready when PostgreSQL and the broker answer, the feed (consumer and announcer) runs and
+    the in-memory access state is confirmed current with its listener up."""
     ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=True)
 
     async def feed() -> tuple[bool, str]:
         return app[FEED].check() if FEED in app else (False, "starting")
 
+    async def access() -> tuple[bool, str]:
+        if not app[PRINCIPALS].loaded:
+            return False, "principals not loaded yet"
+        return app[WATCHER].status()
+
     ready.add("feed", feed)
+    ready.add("access", access)
     return ready
 
 

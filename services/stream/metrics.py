@@ -10,6 +10,9 @@ class StreamMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.connections = Gauge("tickerwire_stream_connections", "Open stream connections", registry=r)
+        self.access_stamp = Gauge(
+            "tickerwire_access_stamp", "The access change stamp of the principals this process serves (-1: none yet)", registry=r
+        )
         self.filter_groups = Gauge(
             "tickerwire_stream_filter_groups", "Distinct filter sets among open connections (one match per message each)", registry=r
         )

@@ -41,12 +41,3 @@ RETURNING session_id
 RELEASE_LEASES = "DELETE FROM public.stream_leases WHERE session_id = ANY($1::text[])"
 
 DELETE_EXPIRED_LEASES = "DELETE FROM public.stream_leases WHERE expires_at <= now() - interval '1 minute'"
-
-# --------------------------------------------------------------------------- access of open connections
-
-# The access gates for every key with an open connection (same rules as common.access).
-SELECT_ACCESS = """
-SELECT k.key_hash, k.revoked_at IS NOT NULL AS revoked, w.status, w.badge_status
-FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id
-WHERE k.key_hash = ANY($1::text[])
-"""

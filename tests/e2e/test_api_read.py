@@ -19,6 +19,7 @@ from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, PostEvent
 from tickerwire.services.demo import dataset
 from tickerwire.services.embedded.ports import free_port
 from tickerwire.services.embedded.postgres import scratch_database
+from tickerwire.services.api.compression import MIN_BYTES
 from tests.support.stack import BASE, ServiceStack, auth, wait_http
 
 pytestmark = pytest.mark.e2e
@@ -496,3 +497,85 @@ async def test_database_down_gives_503_envelope(world):
         stack.stop(api, signal.SIGTERM)
         with contextlib.suppress(Exception):
             await proxy.cut()
+
+
+# --------------------------------------------------------------------------- pages from memory, gzip
+
+
+async def _page_cache(stack: ServiceStack) -> dict[str, float]:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{stack.of('api')[0].url}/metrics") as resp:
+            text = await resp.text()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("tickerwire_api_page_cache_total{"):
+            name, value = line.rsplit(" ", 1)
+            out[name.split('result="')[1].split('"')[0]] = float(value)
+    return out
+
+
+async def _bump_posts_stamp(stack: ServiceStack) -> None:
+    conn = await stack.read_conn()
+    try:
+        await conn.execute("UPDATE change_stamps SET stamp = stamp + 1 WHERE name = 'posts'")
+    finally:
+        await conn.close()
+
+
+async def _raw(client: Client, path: str, params: dict, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    async with client.http.get(client.url + BASE + path, params=params, headers={**auth(client.key), **(headers or {})}) as resp:
+        return resp.status, resp.headers.copy(), await resp.read()
+
+
+async def test_a_page_from_memory_is_byte_identical_to_a_fresh_one(world):
+    stack, client, catalog, posts = world
+    for path, params in [("/posts", {"lang": "de-DE", "limit": "9", "sentiment": "BULLISH,NEUTRAL"}),
+                         ("/posts", {"limit": "5", "before": str(visible_feed(posts)[7].id)}),
+                         (f"/posts/{visible_feed(posts)[3].id}", {"lang": "en-US"})]:
+        before = await _page_cache(stack)
+        status, headers, body = await _raw(client, path, params)
+        assert status == 200
+        fresh = (body, headers["ETag"], headers["X-Log-Position"])
+        status, headers, body = await _raw(client, path, params)
+        after = await _page_cache(stack)
+        assert after.get("hit", 0) == before.get("hit", 0) + 1, (path, before, after)  # the second one came from memory
+        assert (status, body, headers["ETag"], headers["X-Log-Position"]) == (200, *fresh)
+        # A posts change drops the cache: the next answer is built again, and equals the cached one.
+        await _bump_posts_stamp(stack)
+        for _ in range(20):
+            status, headers, body = await _raw(client, path, params)
+            if (await _page_cache(stack)).get("miss", 0) > after.get("miss", 0):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the page cache was not dropped within 1 s of the posts stamp")
+        assert (status, body, headers["ETag"]) == (200, *fresh[:2])
+        status, _, _ = await _raw(client, path, params, {"If-None-Match": fresh[1]})
+        assert status == 304
+
+
+async def test_large_bodies_are_gzipped_when_accepted_and_revalidate_by_their_own_tag(world):
+    stack, client, catalog, posts = world
+    import gzip
+
+    url = client.url + BASE + "/tokens"
+    async with aiohttp.ClientSession(auto_decompress=False) as raw:
+        async with raw.get(url, headers={**auth(client.key), "Accept-Encoding": "identity"}) as resp:
+            plain, plain_tag = await resp.read(), resp.headers["ETag"]
+            assert "Content-Encoding" not in resp.headers and resp.headers["Vary"] == "Accept-Encoding"
+        for accept in ("gzip", "br;q=1.0, gzip;q=0.8", "*"):
+            async with raw.get(url, headers={**auth(client.key), "Accept-Encoding": accept}) as resp:
+                packed = await resp.read()
+                assert resp.headers["Content-Encoding"] == "gzip" and resp.headers["Vary"] == "Accept-Encoding"
+                assert gzip.decompress(packed) == plain and len(packed) < len(plain) / 3
+                gz_tag = resp.headers["ETag"]
+                assert gz_tag != plain_tag and gz_tag.startswith('"') and gz_tag.endswith('"')
+        async with raw.get(url, headers={**auth(client.key), "Accept-Encoding": "gzip;q=0"}) as resp:
+            assert "Content-Encoding" not in resp.headers and await resp.read() == plain
+        async with raw.get(url, headers={**auth(client.key), "Accept-Encoding": "gzip", "If-None-Match": gz_tag}) as resp:
+            assert resp.status == 304 and resp.headers["ETag"] == gz_tag and resp.headers["Vary"] == "Accept-Encoding"
+        small = client.url + BASE + "/categories/markets"
+        async with raw.get(small, headers={**auth(client.key), "Accept-Encoding": "identity"}) as resp:
+            assert len(await resp.read()) < MIN_BYTES
+        async with raw.get(small, headers={**auth(client.key), "Accept-Encoding": "gzip"}) as resp:
+            assert "Content-Encoding" not in resp.headers  # small bodies go as they are

@@ -354,10 +354,13 @@ async def test_losing_the_badge_closes_open_connections_with_4003(stack: Service
     a, b = stack.of("stream")
     sockets = [(await connect(http, s, key))[0] for s in (a, b)]
     # A badge is lost only when a sweeper tick finds the newest heartbeat over 72 h old; a test
-    # cannot wait 72 h, so it records that tick's outcome in the read model directly.
+    # cannot wait 72 h, so it records that tick's outcome in the read model directly, bumping the
+    # access change stamp in the same transaction as the sweeper does.
     conn = await stack.read_conn()
     try:
-        await conn.execute("UPDATE workspaces SET badge_status = 'missing' WHERE id = 'ws_loses_badge'")
+        async with conn.transaction():
+            await conn.execute("UPDATE workspaces SET badge_status = 'missing' WHERE id = 'ws_loses_badge'")
+            await conn.execute("UPDATE change_stamps SET stamp = stamp + 1 WHERE name = 'access'")
     finally:
         await conn.close()
     for ws in sockets:

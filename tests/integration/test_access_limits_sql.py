@@ -1,5 +1,7 @@
-"""The ``tw_access`` function (platform migration 0002) on a real PostgreSQL: the gates in
-order, both counters atomically, and no admission beyond a limit under concurrent callers."""
+"""The access path on a real PostgreSQL: the gates from in-memory principals (and the database
+fallback), and group-committed admission (``tw_admit``, platform migration 0003): both counters
+atomically, grants in arrival order, refusals from memory, and no admission beyond a limit
+under concurrent batches of several processes."""
 
 from __future__ import annotations
 
@@ -8,12 +10,12 @@ import asyncio
 import asyncpg
 import pytest
 
-from tickerwire.services.common.access import (
-    AccessDenied,
-    check_access,
-    resolve,
-)
+from tickerwire.services.api.admission import Admissions
+from tickerwire.services.common.access import AccessDenied, Principals
+import contextlib
+
 from tickerwire.services.common.db import create_pool, migrate
+from tickerwire.services.common.stamps import StampWatcher
 from tickerwire.services.common.keys import generate_key, hash_key
 
 
@@ -31,6 +33,36 @@ async def pool(fresh_db):
         await p.close()
 
 
+@contextlib.asynccontextmanager
+async def running(admissions: Admissions):
+    task = asyncio.create_task(admissions.run())
+    try:
+        for _ in range(100):
+            if admissions.connected:
+                break
+            await asyncio.sleep(0.05)
+        yield admissions
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.fixture
+async def process(pool, fresh_db):
+    """One API process's access path: principals (loaded) and a running admission batcher."""
+    principals = Principals()
+    async with running(Admissions(fresh_db, default_rate=60, default_quota=5000)) as admissions:
+        yield principals, admissions
+
+
+async def admit(pool, process, key):
+    principals, admissions = process
+    await principals.refresh(pool)
+    principal = await principals.authorize(pool, key)
+    return principal, await admissions.admit(principal)
+
+
 async def add_workspace(pool, ws: str, *, status="active", badge="ok", rate=None, quota=None, revoked=False) -> str:
     """Rows as the projector and the sweeper would have written them."""
     key = generate_key()
@@ -44,6 +76,7 @@ async def add_workspace(pool, ws: str, *, status="active", badge="ok", rate=None
         " VALUES ($1, 1, $2, $3, 'tw_live_xxxx', now(), CASE WHEN $4 THEN now() END)",
         "key_" + ws, ws, hash_key(key), revoked,
     )
+    await pool.execute("UPDATE change_stamps SET stamp = stamp + 1 WHERE name = 'access'")  # as the projector does
     return key
 
 
@@ -54,11 +87,7 @@ async def away_from_minute_end(pool) -> None:
         await asyncio.sleep(float(left) + 0.2)
 
 
-async def admit(pool, key, rate=60, quota=5000):
-    return await resolve(pool, key, count=True, default_rate=rate, default_quota=quota)
-
-
-async def test_gates_in_order_and_nothing_counted_when_refused(pool):
+async def test_gates_in_order_and_nothing_counted_when_refused(pool, process):
     cases = {
         "revoked": (dict(revoked=True, status="suspended", badge="missing"), "NOT_AUTHENTICATED"),
         "suspended": (dict(status="suspended", badge="missing"), "WORKSPACE_SUSPENDED"),
@@ -68,79 +97,125 @@ async def test_gates_in_order_and_nothing_counted_when_refused(pool):
     for ws, (attrs, code) in cases.items():
         key = await add_workspace(pool, ws, **attrs)
         with pytest.raises(AccessDenied) as exc:
-            await admit(pool, key)
+            await admit(pool, process, key)
         assert exc.value.denial.code == code, ws
     with pytest.raises(AccessDenied) as exc:
-        await admit(pool, generate_key())
+        await admit(pool, process, generate_key())
     assert exc.value.denial.code == "NOT_AUTHENTICATED"
     assert await pool.fetchval("SELECT count(*) FROM usage_minute") == 0
     assert await pool.fetchval("SELECT count(*) FROM usage_day") == 0
+    assert process[0].fallback_lookups == 0  # all answered from memory
 
 
-async def test_warning_badge_is_served_and_counted(pool):
+async def test_unknown_keys_are_answered_from_memory_and_stored_nowhere(pool, process):
+    principals, _ = process
+    await add_workspace(pool, "known")
+    await principals.refresh(pool)
+    size = len(principals.by_hash)
+    for _ in range(500):
+        with pytest.raises(AccessDenied):
+            await principals.authorize(pool, generate_key())
+    assert len(principals.by_hash) == size and principals.fallback_lookups == 0
+
+
+async def test_a_copy_not_confirmed_current_falls_back_to_the_database(pool, process):
+    principals, _ = process
+    key = await add_workspace(pool, "fallback")
+    await principals.refresh(pool)
+    principals.watcher = StampWatcher("postgresql://never-used", lambda: asyncio.sleep(0))  # never refreshed: not fresh
+    await pool.execute("UPDATE workspaces SET status = 'suspended' WHERE id = 'fallback'")  # no stamp bump
+    with pytest.raises(AccessDenied) as exc:
+        await principals.authorize(pool, key)
+    assert exc.value.denial.code == "WORKSPACE_SUSPENDED" and principals.fallback_lookups == 1
+
+
+async def test_warning_badge_is_served_and_counted(pool, process):
     key = await add_workspace(pool, "warn", badge="warning")
-    principal, row = await admit(pool, key)
+    principal, usage = await admit(pool, process, key)
     assert principal.workspace_id == "warn"
-    assert (row["outcome"], row["minute_used"], row["day_used"]) == ("OK", 1, 1)
+    assert (usage.outcome, usage.minute_used, usage.day_used) == ("OK", 1, 1)
 
 
-async def test_defaults_apply_unless_the_workspace_overrides_them(pool):
+async def test_defaults_apply_unless_the_workspace_overrides_them(pool, process):
     plain = await add_workspace(pool, "plain")
     custom = await add_workspace(pool, "custom", rate=7, quota=70)
-    _, row = await admit(pool, plain, rate=60, quota=5000)
-    assert (row["rate_limit"], row["quota"]) == (60, 5000)
-    _, row = await admit(pool, custom, rate=60, quota=5000)
-    assert (row["rate_limit"], row["quota"]) == (7, 70)
+    _, usage = await admit(pool, process, plain)
+    assert (usage.rate_limit, usage.quota) == (60, 5000)
+    _, usage = await admit(pool, process, custom)
+    assert (usage.rate_limit, usage.quota) == (7, 70)
 
 
-async def test_windows_are_the_utc_minute_and_the_utc_day_on_the_database_clock(pool):
+async def test_windows_are_the_utc_minute_and_the_utc_day_on_the_database_clock(pool, process):
     key = await add_workspace(pool, "clock")
-    _, row = await admit(pool, key)
-    db_now = row["db_now"]
-    assert row["minute_reset"] % 60 == 0 and 0 < row["minute_reset"] - db_now <= 60
-    assert row["day_reset"] % 86400 == 0 and 0 < row["day_reset"] - db_now <= 86400
+    _, usage = await admit(pool, process, key)
+    assert usage.minute_reset % 60 == 0 and 0 < usage.minute_reset - usage.now <= 60
+    assert usage.day_reset % 86400 == 0 and 0 < usage.day_reset - usage.now <= 86400
 
 
-async def test_rate_limit_refusal_counts_nothing(pool):
+async def test_rate_limit_refusal_counts_nothing_and_repeats_from_memory(pool, process):
+    principals, admissions = process
     key = await add_workspace(pool, "rl", rate=3, quota=100)
-    outcomes = [(await admit(pool, key))[1]["outcome"] for _ in range(5)]
-    assert outcomes == ["OK"] * 3 + ["RATE_LIMITED"] * 2
+    await away_from_minute_end(pool)
+    outcomes = [(await admit(pool, process, key))[1].outcome for _ in range(3)]
+    principal = await principals.authorize(pool, key)
+    outcomes += [(await admissions.admit(principal)).outcome for _ in range(3)]
+    assert outcomes == ["OK"] * 3 + ["RATE_LIMITED"] * 3
+    assert admissions.refused_from_memory == 2  # only the first refusal asked the database
+    refused = await admissions.admit(principal)
+    assert 1 <= refused.seconds_until(refused.minute_reset) <= 60
     assert await pool.fetchval("SELECT count FROM usage_day WHERE workspace_id = 'rl'") == 3
     assert await pool.fetchval("SELECT count FROM usage_minute WHERE workspace_id = 'rl'") == 3
 
 
-async def test_quota_refusal_gives_the_minute_slot_back(pool):
+async def test_quota_refusal_leaves_the_minute_window_alone(pool, process):
     key = await add_workspace(pool, "q", rate=10, quota=2)
-    rows = [(await admit(pool, key))[1] for _ in range(4)]
-    assert [r["outcome"] for r in rows] == ["OK", "OK", "QUOTA_EXHAUSTED", "QUOTA_EXHAUSTED"]
-    assert rows[-1]["minute_used"] == 2 and rows[-1]["day_used"] == 2
+    usages = [(await admit(pool, process, key))[1] for _ in range(4)]
+    assert [u.outcome for u in usages] == ["OK", "OK", "QUOTA_EXHAUSTED", "QUOTA_EXHAUSTED"]
+    assert usages[-1].minute_used == 2 and usages[-1].day_used == 2
     assert await pool.fetchval("SELECT count FROM usage_minute WHERE workspace_id = 'q'") == 2
 
 
-async def test_stream_check_counts_nothing(pool):
+async def test_the_stream_check_counts_nothing(pool, process):
+    principals, _ = process
     key = await add_workspace(pool, "streamer", rate=1, quota=1)
+    await principals.refresh(pool)
     for _ in range(3):
-        assert (await check_access(pool, key)).workspace_id == "streamer"
+        assert (await principals.authorize(pool, key)).workspace_id == "streamer"
     assert await pool.fetchval("SELECT count(*) FROM usage_minute") == 0
 
 
-async def test_old_minute_windows_are_pruned(pool):
+async def test_old_minute_windows_are_pruned(pool, process):
     key = await add_workspace(pool, "prune")
     await pool.execute(
         "INSERT INTO usage_minute VALUES ('prune', date_trunc('minute', now(), 'UTC') - interval '5 minutes', 9)"
     )
-    await admit(pool, key)
+    await admit(pool, process, key)
     minutes = await pool.fetchval("SELECT count(*) FROM usage_minute WHERE workspace_id = 'prune'")
     assert minutes == 1
 
 
-async def test_concurrent_callers_never_exceed_either_limit(pool):
+async def test_concurrent_requests_settle_in_few_batches_with_distinct_counts(pool, process):
+    principals, admissions = process
+    key = await add_workspace(pool, "batch", rate=1000, quota=10_000)
+    await away_from_minute_end(pool)
+    await principals.refresh(pool)
+    principal = await principals.authorize(pool, key)
+    usages = await asyncio.gather(*(admissions.admit(principal) for _ in range(200)))
+    assert sorted(u.minute_used for u in usages) == list(range(1, 201))
+    assert admissions.batches <= 3  # one round trip settles every request that was waiting
+
+
+async def test_concurrent_batches_of_two_processes_never_exceed_either_limit(pool, process, fresh_db):
+    principals, first = process
     rate_key = await add_workspace(pool, "crate", rate=25, quota=10_000)
     quota_key = await add_workspace(pool, "cquota", rate=10_000, quota=15)
     await away_from_minute_end(pool)
-    rows = await asyncio.gather(*(admit(pool, k) for k in [rate_key, quota_key] * 100))
+    await principals.refresh(pool)
+    targets = [await principals.authorize(pool, k) for k in (rate_key, quota_key)]
+    async with running(Admissions(fresh_db, default_rate=60, default_quota=5000)) as second:
+        usages = await asyncio.gather(*((first, second)[i % 2].admit(targets[(i // 2) % 2]) for i in range(400)))
     by_ws: dict[str, list[str]] = {}
-    for principal, row in rows:
-        by_ws.setdefault(principal.workspace_id, []).append(row["outcome"])
+    for i, usage in enumerate(usages):
+        by_ws.setdefault(targets[(i // 2) % 2].workspace_id, []).append(usage.outcome)
     assert by_ws["crate"].count("OK") == 25 and set(by_ws["crate"]) == {"OK", "RATE_LIMITED"}
     assert by_ws["cquota"].count("OK") == 15 and set(by_ws["cquota"]) == {"OK", "QUOTA_EXHAUSTED"}

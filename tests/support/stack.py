@@ -34,6 +34,17 @@ from tickerwire.services.embedded.postgres import scratch_database
 from tickerwire.services.projector.sweeper import sweep_once
 
 BASE = "/api/v1/developer"
+#: Spec'd bound on how soon every process applies an access change (suspension, revocation, badge).
+ACCESS_WITHIN_S = 1.0
+
+
+async def _gauge(http: aiohttp.ClientSession, service: "Service", name: str) -> float:
+    async with http.get(f"{service.url}/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("-inf")
 
 
 #: The environment variables of each service's listeners: (partner port, admin port).
@@ -191,13 +202,35 @@ class ServiceStack:
             await wait_projected(self.config, self.marks, timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.logs()[-4000:]}") from None
+        await self.access_applied()
+
+    async def access_applied(self, within: float = ACCESS_WITHIN_S) -> None:
+        """Every running API and stream process serves the access state committed so far (its
+        ``tickerwire_access_stamp`` gauge reached the database's stamp) within ``within`` seconds
+        of this call; else the test fails. The processes hold access in memory, pushed by NOTIFY."""
+        conn = await self.read_conn()
+        try:
+            stamp = await conn.fetchval("SELECT stamp FROM change_stamps WHERE name = 'access'")
+        finally:
+            await conn.close()
+        deadline = time.monotonic() + within
+        async with aiohttp.ClientSession() as http:
+            for service in [*self.of("api"), *self.of("stream")]:
+                while (seen := await _gauge(http, service, "tickerwire_access_stamp")) < stamp:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(
+                            f"{service.name}:{service.port} serves access stamp {seen}, not {stamp}, {within} s after the commit"
+                        )
+                    await asyncio.sleep(0.01)
 
     async def sweep(self) -> dict[str, str]:
         conn = await self.read_conn()
         try:
-            return await sweep_once(conn)
+            statuses = await sweep_once(conn)
         finally:
             await conn.close()
+        await self.access_applied()
+        return statuses
 
     async def provision(self, workspace_id: str, **limits) -> str:
         """A workspace with an embed, a fresh heartbeat and a key; projected and swept. Returns the key."""

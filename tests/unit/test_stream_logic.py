@@ -1,4 +1,4 @@
-"""Pure logic of the stream: message encoding, the access rules of open connections, and
+"""Pure logic of the stream: message encoding and
 the hub's fan-out (with a fake socket standing in for a client)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import orjson
 from tickerwire.services.stream import protocol
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
-from tickerwire.services.stream.watchdog import denial_code, denials
 from tests.support.fakes import FakeSocket
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -26,21 +25,6 @@ def test_messages_are_json_objects_starting_with_their_type():
     assert orjson.loads(protocol.post_created(lean, 2, 1611))["data"] == orjson.loads(lean)
     assert orjson.loads(protocol.post_created(lean, 2, 1611))["log_position"] == "2:1611"
     assert set(orjson.loads(protocol.ping())) == {"type", "ts"}
-
-
-def row(revoked=False, status="active", badge="ok"):
-    return {"key_hash": "h", "revoked": revoked, "status": status, "badge_status": badge}
-
-
-def test_access_rules_of_open_connections_match_the_handshake_gates():
-    assert denial_code(None) == "NOT_AUTHENTICATED"  # key deleted
-    assert denial_code(row(revoked=True, status="suspended")) == "NOT_AUTHENTICATED"
-    assert denial_code(row(status="suspended", badge="missing")) == "WORKSPACE_SUSPENDED"
-    assert denial_code(row(badge="missing")) == "BADGE_MISSING"
-    assert denial_code(row(badge="unknown")) == "BADGE_MISSING"
-    assert denial_code(row(badge="warning")) is None
-    assert denial_code(row()) is None
-    assert denials(["h", "gone"], [row()]) == {"gone": "NOT_AUTHENTICATED"}
 
 
 async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_message():

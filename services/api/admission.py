@@ -1,0 +1,205 @@
+"""Admitting requests against the rate limit and the daily quota, group-committed.
+
+Every API process gathers the admissions of all its concurrent requests (any workspaces) and
+settles them in ONE statement (``tw_admit``, platform migration 0003) on its own connection:
+while one batch is in flight the next one gathers, so the batching window adapts to the load
+(one round trip when idle, up to ``max_batch`` requests per round trip under load). The database
+grants each workspace ``g`` of its ``n`` requests; the process hands the grants out in arrival
+order (the k-th admitted request sees ``used = before + k``) and refuses the others with 429, so
+the counters stay exact across any number of processes and a refused request counts nothing.
+
+A workspace refused because its minute (or day) is full is then refused from memory until that
+window resets, with the same headers and an exact ``Retry-After`` (on the database clock, as
+estimated from the last batch), so an over-limit client costs no database work. The marks are
+dropped whenever the principals reload (a workspace's limits may have changed).
+
+The connection runs with ``synchronous_commit = off``: see the migration for what a PostgreSQL
+crash can forget (the grants of its last few hundred milliseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+
+import asyncpg
+
+from ..common.access import Principal
+from ..common.db import CONNECTION_ERRORS
+from ..common.errors import StorageUnavailable
+from ..common.retry import backoff_delays
+from .limits import Usage
+from .metrics import ApiMetrics
+
+log = logging.getLogger(__name__)
+
+SETTLE = "SELECT * FROM tw_admit($1::text[], $2::integer[], $3::integer[], $4::integer[])"
+RATE_LIMITED = "RATE_LIMITED"
+QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
+
+
+@dataclass(slots=True)
+class _Pending:
+    workspace_id: str
+    rate: int
+    quota: int
+    future: asyncio.Future
+
+
+def hand_out(row: asyncpg.Record | dict, pending: list[_Pending]) -> list[Usage]:
+    """The usages of one workspace's requests (arrival order) from its ``tw_admit`` row."""
+    granted, m0, d0 = row["granted"], row["minute_before"], row["day_before"]
+    rate, quota = pending[-1].rate, pending[-1].quota
+    out = []
+    for i, _ in enumerate(pending):
+        if i < granted:
+            outcome, m, d = "OK", m0 + i + 1, d0 + i + 1
+        else:
+            m, d = m0 + granted, d0 + granted
+            outcome = RATE_LIMITED if m >= rate else QUOTA_EXHAUSTED
+        out.append(Usage(outcome, rate, m, row["minute_reset"], quota, d, row["day_reset"], row["db_now"]))
+    return out
+
+
+class Admissions:
+    def __init__(
+        self, dsn: str, *, default_rate: int, default_quota: int, max_batch: int = 512, timeout_s: float = 5.0,
+        metrics: ApiMetrics | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._dsn = dsn
+        self._default_rate = default_rate
+        self._default_quota = default_quota
+        self._max_batch = max_batch
+        self._timeout_s = timeout_s
+        self._queue: deque[_Pending] = deque()
+        self._wake = asyncio.Event()
+        #: workspace -> the refusal that holds until its window resets
+        self._exhausted: dict[str, Usage] = {}
+        #: database clock minus local clock, as of the last batch
+        self._offset = 0.0
+        self.connected = False
+        self.batches = 0
+        self.settled = 0
+        self.refused_from_memory = 0
+
+    def forget_exhaustion(self) -> None:
+        self._exhausted.clear()
+
+    def _db_now(self) -> float:
+        return time.time() + self._offset
+
+    def _known_refusal(self, ws: str, rate: int, quota: int) -> Usage | None:
+        known = self._exhausted.get(ws)
+        if known is None:
+            return None
+        now = self._db_now()
+        reset = known.minute_reset if known.outcome == RATE_LIMITED else known.day_reset
+        if now >= reset or known.rate_limit != rate or known.quota != quota:
+            del self._exhausted[ws]
+            return None
+        return replace(known, now=now)
+
+    async def admit(self, principal: Principal) -> Usage:
+        """The request's admission (``outcome`` OK, RATE_LIMITED or QUOTA_EXHAUSTED)."""
+        ws = principal.workspace_id
+        rate = self._default_rate if principal.rate_limit_per_minute is None else principal.rate_limit_per_minute
+        quota = self._default_quota if principal.daily_quota is None else principal.daily_quota
+        if (known := self._known_refusal(ws, rate, quota)) is not None:
+            self.refused_from_memory += 1
+            if self._metrics is not None:
+                self._metrics.admissions.labels("memory").inc()
+            return known
+        if not self.connected:
+            raise StorageUnavailable("admission: no connection to the usage counters")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(ws, rate, quota, future))
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self._timeout_s)
+        except TimeoutError:
+            future.cancel()  # if still queued it is skipped; if in flight it may have been counted
+            raise StorageUnavailable(f"admission: no answer within {self._timeout_s:g} s") from None
+
+    def _take(self) -> list[_Pending]:
+        batch: list[_Pending] = []
+        while self._queue and len(batch) < self._max_batch:
+            p = self._queue.popleft()
+            if not p.future.done():
+                batch.append(p)
+        return batch
+
+    async def _settle(self, conn: asyncpg.Connection, batch: list[_Pending]) -> None:
+        by_ws: dict[str, list[_Pending]] = {}
+        for p in batch:
+            by_ws.setdefault(p.workspace_id, []).append(p)
+        ids = list(by_ws)
+        rows = await conn.fetch(
+            SETTLE, ids, [len(by_ws[w]) for w in ids], [by_ws[w][-1].rate for w in ids],
+            [by_ws[w][-1].quota for w in ids], timeout=self._timeout_s,
+        )
+        self.batches += 1
+        self.settled += len(batch)
+        if self._metrics is not None:
+            self._metrics.admission_batches.inc()
+            self._metrics.admissions.labels("database").inc(len(batch))
+        for row in rows:
+            pending = by_ws[row["workspace_id"]]
+            usages = hand_out(row, pending)
+            for p, usage in zip(pending, usages):
+                if not p.future.done():
+                    p.future.set_result(usage)
+            if usages[-1].outcome != "OK":
+                self._exhausted[row["workspace_id"]] = usages[-1]
+        if rows:
+            self._offset = rows[0]["db_now"] - time.time()
+
+    async def run(self) -> None:
+        """Connect (with backoff), then settle batches until cancelled."""
+        delays = backoff_delays(0.1, 2.0)
+        while True:
+            conn: asyncpg.Connection | None = None
+            batch: list[_Pending] = []
+            try:
+                conn = await asyncpg.connect(
+                    self._dsn, timeout=5,
+                    server_settings={"synchronous_commit": "off", "application_name": "tickerwire-admission"},
+                )
+                self.connected = True
+                delays = backoff_delays(0.1, 2.0)
+                log.info("admission connection up")
+                while True:
+                    await self._wake.wait()
+                    self._wake.clear()
+                    await asyncio.sleep(0)  # requests parsed in this loop turn join the batch
+                    batch = self._take()
+                    if self._queue:
+                        self._wake.set()
+                    if batch:
+                        try:
+                            await self._settle(conn, batch)
+                        except CONNECTION_ERRORS:
+                            raise
+                        except asyncpg.PostgresError as exc:  # e.g. a statement timeout: this batch only
+                            log.error("settling %d admissions failed: %s: %s", len(batch), type(exc).__name__, exc)
+                            for p in batch:
+                                if not p.future.done():
+                                    p.future.set_exception(StorageUnavailable(f"admission: {type(exc).__name__}"))
+                    batch = []
+            except Exception as exc:  # connection lost (or a bug): fail what waits, reconnect with backoff
+                if isinstance(exc, CONNECTION_ERRORS):
+                    log.error("admission connection lost, requests get 503 until it is back: %s: %s", type(exc).__name__, exc)
+                else:
+                    log.exception("admission loop crashed; restarting")
+                for p in [*batch, *self._queue]:
+                    if not p.future.done():
+                        p.future.set_exception(StorageUnavailable("admission: connection lost"))
+                self._queue.clear()
+            finally:
+                self.connected = False
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            await asyncio.sleep(next(delays))

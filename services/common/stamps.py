@@ -1,0 +1,175 @@
+"""Keeping a process's in-memory copies current: the change stamps, pushed and polled.
+
+The projector bumps a row of ``change_stamps`` in the transaction that changes what the row names
+(``access``, ``posts``, ``tokens``, ...); a trigger turns every bump into ``NOTIFY tw_stamps``
+(read-model migration 0003), delivered at commit. A :class:`StampWatcher` LISTENs on a dedicated
+connection and runs the process's ``refresh`` at once on each notification, and at least every
+``poll_s`` seconds anyway, so a lost notification (or a listener that is down) delays a change by
+at most ``poll_s``.
+
+Two things make the copies safe to serve from:
+
+- :meth:`StampWatcher.fresh`: the last successful refresh started less than ``stale_after_s`` ago.
+  When it did not (the database is unreachable, the loop is stuck), callers must not serve what
+  they hold as current: access falls back to the database per request, and readiness says 503.
+- :meth:`StampWatcher.caught_up`: a notification for a stamp (``access`` for access checks,
+  ``posts`` for the page cache) that arrived but is not applied yet makes the caller wait for the
+  refresh that applies it (bounded), so a request that reaches the process after the change was
+  pushed is answered from the new state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+import asyncpg
+
+from .db import CONNECTION_ERRORS
+from .errors import TransientError
+from .retry import backoff_delays
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "tw_stamps"
+
+
+class StampWatcher:
+    def __init__(
+        self,
+        dsn: str,
+        refresh: Callable[[], Awaitable[None]],
+        *,
+        poll_s: float = 0.5,
+        stale_after_s: float = 2.0,
+        ping_s: float = 5.0,
+        on_listening: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._dsn = dsn
+        self._refresh = refresh
+        self.poll_s = poll_s
+        self.stale_after_s = stale_after_s
+        self._ping_s = ping_s
+        self._on_listening = on_listening
+        self._wake = asyncio.Event()
+        self._seen: dict[str, int] = {}  # notifications received, per stamp name
+        self._applied: dict[str, int] = {}  # ... of which a completed refresh started after their arrival
+        self._refreshed = asyncio.Event()  # replaced (and the old one set) after every refresh
+        #: monotonic start of the last successful refresh (0: none yet)
+        self.confirmed_at = 0.0
+        self.listening = False
+        self.notifications = 0
+
+    # ------------------------------------------------------------------ state for callers
+
+    def fresh(self) -> bool:
+        return self.confirmed_at > 0 and time.monotonic() - self.confirmed_at < self.stale_after_s
+
+    def status(self) -> tuple[bool, str]:
+        """Readiness: the copies are confirmed current and pushes arrive."""
+        if self.confirmed_at == 0:
+            return False, "loading"
+        if not self.fresh():
+            return False, f"change stamps not confirmed for over {self.stale_after_s:g} s"
+        if not self.listening:
+            return False, "change-stamp listener down (polling only)"
+        return True, "ok"
+
+    async def caught_up(self, name: str, timeout: float = 1.0) -> None:
+        """Return once every ``name`` notification received so far is applied (or after ``timeout``)."""
+        target = self._seen.get(name, 0)
+        if self._applied.get(name, 0) >= target:
+            return
+        deadline = time.monotonic() + timeout
+        while self._applied.get(name, 0) < target:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._refreshed.wait(), left)
+            except TimeoutError:
+                return
+
+    # ------------------------------------------------------------------ the two loops
+
+    def _notified(self, _conn, _pid, _channel, payload: str) -> None:
+        self.notifications += 1
+        name = payload.rsplit(":", 2)[-2] if payload.count(":") >= 2 else ""
+        self._seen[name] = self._seen.get(name, 0) + 1
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Refresh on every push and every ``poll_s``; listen in a sibling task. Until cancelled."""
+        listener = asyncio.create_task(self._listen(), name="stamp-listener")
+        try:
+            await self._refresh_loop(listener)
+        finally:
+            listener.cancel()
+            try:
+                await listener
+            except BaseException:  # noqa: BLE001 - cancelled or crashed; we are stopping either way
+                pass
+
+    async def _refresh_loop(self, listener: asyncio.Task) -> None:
+        while True:
+            if listener.done():  # the listener loop never ends by itself: surface its crash
+                listener.result()
+                raise RuntimeError("stamp listener stopped")
+            self._wake.clear()
+            started, seen = time.monotonic(), dict(self._seen)
+            try:
+                await self._refresh()
+            except TransientError as exc:
+                log.warning("refreshing from the change stamps failed: %s", exc)
+            except asyncpg.UndefinedTableError:
+                log.info("read model not migrated yet; waiting")
+            except Exception:  # a bug or an unexpected database error: loud, then the next poll retries
+                log.exception("refreshing from the change stamps crashed; retrying in %g s", self.poll_s)
+            else:
+                self.confirmed_at = started
+                self._applied.update(seen)
+                done, self._refreshed = self._refreshed, asyncio.Event()
+                done.set()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+            except TimeoutError:
+                pass
+
+    def _set_listening(self, value: bool) -> None:
+        if value != self.listening:
+            self.listening = value
+            (log.info if value else log.error)("change-stamp listener %s", "up" if value else "down")
+            if self._on_listening is not None:
+                self._on_listening(value)
+
+    async def _listen(self) -> None:
+        delays = backoff_delays(0.1, 2.0)
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self._dsn, timeout=5)
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(CHANNEL, self._notified)
+                self._set_listening(True)
+                delays = backoff_delays(0.1, 2.0)
+                self._wake.set()  # changes made while nobody listened: read them now
+                while not lost.is_set():
+                    try:
+                        await asyncio.wait_for(lost.wait(), self._ping_s)
+                    except TimeoutError:
+                        await conn.execute("SELECT 1", timeout=self._ping_s)  # a silent dead link
+            except CONNECTION_ERRORS as exc:
+                log.warning("change-stamp listener: %s: %s", type(exc).__name__, exc)
+            except asyncio.CancelledError:
+                self.listening = False  # stopping: not an outage
+                raise
+            except Exception:
+                log.exception("change-stamp listener crashed; restarting")
+            finally:
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            self._set_listening(False)
+            await asyncio.sleep(next(delays))
