@@ -242,9 +242,14 @@ class Context:
                 stack.stop_all()
 
 
+#: PostgreSQL's own defaults: every commit flushed. The embedded server turns them off for speed.
+DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+
+
 @contextlib.contextmanager
-def infrastructure():
-    """(pg_dsn, kafka_bootstrap): from TICKERWIRE_TEST_* variables, else embedded servers."""
+def infrastructure(durable: bool = False):
+    """(pg_dsn, kafka_bootstrap): from TICKERWIRE_TEST_* variables, else embedded servers
+    (``durable``: the embedded PostgreSQL with fsync, synchronous_commit and full_page_writes on)."""
     import shutil
     import tempfile
 
@@ -253,7 +258,7 @@ def infrastructure():
         if not dsn:
             root = Path(tempfile.mkdtemp(prefix="tickerwire-bench-pg-"))
             stack.callback(shutil.rmtree, root, True)
-            dsn = stack.enter_context(EmbeddedPostgres(root / "data")).dsn
+            dsn = stack.enter_context(EmbeddedPostgres(root / "data", settings=DURABLE if durable else None)).dsn
         bootstrap = os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS")
         if not bootstrap:
             bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
@@ -328,41 +333,56 @@ async def closed_loop(url: str, headers: dict[str, str], seconds: float, connect
     return LoadResult(len(latencies), errors, wall, latencies, time.process_time() - cpu0)
 
 
-async def open_loop(url: str, headers: dict[str, str], rate: float, seconds: float, max_in_flight: int = 256) -> LoadResult:
-    """Fixed-rate load: request i is due at t0 + i/rate; latency counts from the due time, so a
-    stalled server is charged for the requests it delayed (no coordinated omission)."""
-    latencies: list[float] = []
-    errors = 0
-    total = max(1, int(rate * seconds))
-    gate = asyncio.Semaphore(max_in_flight)
-    conn = aiohttp.TCPConnector(limit=max_in_flight)
-    async with aiohttp.ClientSession(connector=conn) as session:
+def require_wrk() -> str:
+    """The path of ``wrk``, the closed-loop generator of the full run; missing is an error, never a
+    silent switch to a slower generator that would inflate every ratio."""
+    import shutil
 
-        async def one(due: float) -> None:
-            nonlocal errors
-            try:
-                async with session.get(url, headers=headers) as resp:
-                    await resp.read()
-                    if resp.status != 200:
-                        errors += 1
-            except aiohttp.ClientError:
-                errors += 1
-            finally:
-                gate.release()
-            latencies.append((time.perf_counter() - due) * 1000)
+    path = shutil.which("wrk")
+    if path is None:
+        raise RuntimeError("wrk is required for a full benchmark run and is not installed: apt-get install -y wrk")
+    return path
 
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        tasks = []
-        for i in range(total):
-            due = t0 + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await gate.acquire()
-            tasks.append(asyncio.create_task(one(due)))
-        await asyncio.gather(*tasks)
-        wall = time.perf_counter() - t0
-    return LoadResult(len(latencies), errors, wall, latencies, time.process_time() - cpu0)
+
+async def open_loop_process(url: str, headers: dict[str, str], rate: float, seconds: float) -> dict:
+    """Fixed-rate load from ``tests.benchmarks.openloop`` in its own process (see there); returns its
+    JSON report, whose ``held`` says whether it achieved the rate."""
+    cmd = [sys.executable, "-m", "tests.benchmarks.openloop", url, "--rate", f"{rate:.1f}", "--seconds", f"{seconds:g}"]
+    for name, value in headers.items():
+        cmd += ["--header", f"{name}: {value}"]
+    proc = await asyncio.create_subprocess_exec(*cmd, cwd=REPO, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+    out, _ = await asyncio.wait_for(proc.communicate(), seconds + 120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"open-loop generator exited {proc.returncode}")
+    import json
+
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+async def pg_settings(dsn: str) -> dict[str, str]:
+    """The durability settings every figure depends on."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return {name: await conn.fetchval(f"SHOW {name}") for name in ("fsync", "synchronous_commit", "full_page_writes", "server_version")}
+    finally:
+        await conn.close()
+
+
+async def db_transactions(dsn: str) -> int:
+    """Committed plus rolled-back transactions of the database so far (pg_stat_database, flushed)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await asyncio.sleep(1.2)  # backends flush their pending statistics at most every second
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        return int(await conn.fetchval(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ))
+    finally:
+        await conn.close()
 
 
 # --------------------------------------------------------------------------- data and processes

@@ -19,13 +19,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import freshness, memory, projector, read_api, rebuild, search, stream
-from .common import REPO, Context, Result, Settings, Summary, infrastructure, raise_nofile
+from . import freshness, memory, projector, read_api, rebuild, rejected, search, stream
+from .common import REPO, Context, Result, Settings, Summary, infrastructure, pg_settings, raise_nofile
 
 #: Hand-written notes on the profiles of figures that miss their target, appended to the doc.
 ANALYSIS = Path(__file__).with_name("analysis.md")
 
-BENCHMARKS = {m.NAME: m for m in (read_api, projector, stream, search, freshness, memory, rebuild)}
+BENCHMARKS = {m.NAME: m for m in (read_api, rejected, projector, stream, search, freshness, memory, rebuild)}
 
 log = logging.getLogger("bench")
 
@@ -107,6 +107,9 @@ def markdown(doc: dict, rows: list[list[str]], results: list[Result]) -> str:
         f"- Machine: {m['nproc']} CPUs, {m['cpu']}, {m['memory_gb']} GB RAM, Python {m['python']}, Linux {m['kernel']}",
         f"- Load average at start: {m['loadavg_at_start']}" + (" (other work was running on the machine during this run)" if doc.get("shared_machine") else ""),
         f"- Mode: {'smoke (numbers are meaningless)' if doc['smoke'] else 'full'}",
+        "- PostgreSQL: " + ", ".join(f"{k} = {v}" for k, v in doc.get("postgres", {}).items())
+        + (" (durability OFF: counting and write figures are optimistic)" if doc.get("postgres", {}).get("fsync") == "off" else ""),
+        f"- Load average at end: {doc.get('loadavg_at_end')}",
         "",
         "| " + " | ".join(rows[0]) + " |",
         "|" + "---|" * len(rows[0]),
@@ -150,6 +153,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--doc", help="markdown output (default docs/benchmarks.md in a full run, none in smoke mode)")
     parser.add_argument("--render", metavar="JSON", help="only re-render --doc (default docs/benchmarks.md) from a stored JSON")
     parser.add_argument("--shared-machine", action="store_true", help="say in the doc that other work ran meanwhile")
+    parser.add_argument("--durability", choices=("on", "off"),
+                        help="embedded PostgreSQL with fsync/synchronous_commit/full_page_writes on (default in a full run) or off (default in smoke mode)")
     args = parser.parse_args(argv)
     if args.render:
         render(args.render, args.doc or str(REPO / "docs" / "benchmarks.md"))
@@ -160,8 +165,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     names = [n for n in BENCHMARKS if not args.only or n in args.only]
     doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(), "machine": machine(),
            "smoke": settings.smoke, "runs": settings.runs, "shared_machine": args.shared_machine}
-    with infrastructure() as (dsn, bootstrap):
+    durable = (args.durability or ("off" if settings.smoke else "on")) == "on"
+    with infrastructure(durable) as (dsn, bootstrap):
+        doc["postgres"] = asyncio.run(pg_settings(dsn))
+        log.info("PostgreSQL settings: %s", doc["postgres"])
         results = asyncio.run(run_all(names, settings, dsn, bootstrap))
+    doc["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     rows = table(results)
     print_table(rows)
     doc["results"] = [r.to_json() for r in results]

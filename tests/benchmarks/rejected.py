@@ -1,0 +1,86 @@
+"""7. Rejected traffic: what refused requests cost the database, and what a flood of them does to
+a quiet partner.
+
+- Database transactions per rejected request: ``xact_commit + xact_rollback`` of the database
+  (pg_stat_database) across N requests with well-formed unknown keys plus N to a workspace over
+  its rate limit, minus the background rate (stamp polls, projector) measured over an equally
+  long idle window. Target < 0.05 (unknown keys and known-exhausted workspaces are refused
+  from memory; only the first refusal of a window asks the database).
+- A quiet partner's p99 at a fixed rate (open-loop generator in its own process, /languages),
+  alone (the baseline column) and under a flood of rejected traffic at 20x its rate (a second
+  open-loop process, unknown keys and an over-limit workspace alternating). Target: within 2x.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tickerwire.services.common.keys import generate_key
+from tests.support.stack import BASE
+
+from .common import Context, Result, catalog, db_transactions, open_loop_process, posts, provision_wide_open
+
+NAME = "rejected"
+
+
+async def _flood(url: str, keys: list[str], rate: float, seconds: float) -> list[dict]:
+    """Open-loop rejected traffic split over ``keys`` (one generator process per key)."""
+    return await asyncio.gather(*(
+        open_loop_process(url, {"Authorization": f"Bearer {k}"}, rate / len(keys), seconds) for k in keys
+    ))
+
+
+async def run(ctx: Context) -> Result:
+    result = Result(NAME)
+    s = ctx.settings
+    seconds = s.pick(1.0, 5.0)
+    quiet_rate = s.pick(20.0, 100.0)
+    async with ctx.stack() as stack:
+        await stack.start("projector")
+        await stack.publish([*catalog(), *posts(1, 50)])
+        quiet_key = await provision_wide_open(stack, "ws_quiet")
+        noisy_key = await stack.provision("ws_noisy", rate_limit_per_minute=60, daily_quota=1_000_000)
+        api = await stack.start("api")
+        url = api.url + BASE + "/languages"
+        unknown = generate_key()
+
+        # Cost per rejected request, in database transactions.
+        cost = result.metric("db transactions per rejected request", "xact/req", higher_is_better=False,
+                             target="< 0.05", check=lambda p, r: p < 0.05)
+        for _ in range(s.runs):
+            t0 = await db_transactions(stack.database_url)
+            started = time.perf_counter()
+            await asyncio.sleep(seconds)
+            idle = (await db_transactions(stack.database_url)) - t0
+            idle_rate = idle / (time.perf_counter() - started)
+            t1 = await db_transactions(stack.database_url)
+            started = time.perf_counter()
+            runs = await _flood(url, [unknown, noisy_key], s.pick(200.0, 1000.0), seconds)
+            busy = (await db_transactions(stack.database_url)) - t1
+            elapsed = time.perf_counter() - started
+            sent = sum(r["requests"] for r in runs)
+            cost.product.append(max(0.0, busy - idle_rate * elapsed) / max(sent, 1))
+            cost.note = (f"{sent} rejected requests in {elapsed:.1f} s; background {idle_rate:.1f} xact/s subtracted; "
+                         f"generators held the rate: {all(r['held'] for r in runs)}")
+
+        # The quiet partner, alone and under a 20x flood.
+        p99 = result.metric("quiet partner p99 under a 20x rejected flood", "ms", higher_is_better=False,
+                            target="within 2x of alone", check=lambda p, r: r is not None and r >= 0.5)
+        notes = []
+        for _ in range(s.runs):
+            alone = await open_loop_process(url, {"Authorization": f"Bearer {quiet_key}"}, quiet_rate, seconds)
+            quiet_task = asyncio.create_task(
+                open_loop_process(url, {"Authorization": f"Bearer {quiet_key}"}, quiet_rate, seconds))
+            flood = await _flood(url, [unknown, noisy_key], 20 * quiet_rate, seconds)
+            flooded = await quiet_task
+            if alone["held"] and flooded["held"] and all(f["held"] for f in flood):
+                p99.baseline.append(alone["p99_ms"])
+                p99.product.append(flooded["p99_ms"])
+            notes.append(
+                f"quiet {quiet_rate:.0f}/s alone p99 {alone['p99_ms']:.2f} ms, flooded p99 {flooded['p99_ms']:.2f} ms; "
+                f"flood {sum(f['achieved_rate'] for f in flood):,.0f}/s achieved of {20 * quiet_rate:,.0f}/s; "
+                f"all generators held: {alone['held'] and flooded['held'] and all(f['held'] for f in flood)}"
+            )
+        p99.note = ("baseline column = the quiet partner alone; " if p99.product else "n/a (a generator did not hold its rate) ") + notes[-1]
+    return result
