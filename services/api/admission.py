@@ -1,9 +1,9 @@
 """Admitting requests against the rate limit and the daily quota, group-committed.
 
 Every API process gathers the admissions of all its concurrent requests (any workspaces) and
-settles them in ONE statement (``tw_admit``, platform migration 0003) on its own connection:
-while one batch is in flight the next one gathers, so the batching window adapts to the load
-(one round trip when idle, up to ``max_batch`` requests per round trip under load). The database
+settles them in ONE statement (``tw_admit``, platform migration 0003) on one of its own two
+connections: while a batch is in flight the next one gathers, so the batching window adapts to
+the load (one round trip when idle, up to ``max_batch`` requests per round trip under load). The database
 grants each workspace ``g`` of its ``n`` requests; the process hands the grants out in arrival
 order (the k-th admitted request sees ``used = before + k``) and refuses the others with 429, so
 the counters stay exact across any number of processes and a refused request counts nothing.
@@ -49,6 +49,11 @@ class _Pending:
     future: asyncio.Future
 
 
+def _expire(future: asyncio.Future, after_s: float) -> None:
+    if not future.done():
+        future.set_exception(StorageUnavailable(f"admission: no answer within {after_s:g} s"))
+
+
 def hand_out(row: asyncpg.Record | dict, pending: list[_Pending]) -> list[Usage]:
     """The usages of one workspace's requests (arrival order) from its ``tw_admit`` row."""
     granted, m0, d0 = row["granted"], row["minute_before"], row["day_before"]
@@ -67,8 +72,10 @@ def hand_out(row: asyncpg.Record | dict, pending: list[_Pending]) -> list[Usage]
 class Admissions:
     def __init__(
         self, dsn: str, *, default_rate: int, default_quota: int, max_batch: int = 512, timeout_s: float = 5.0,
-        metrics: ApiMetrics | None = None,
+        metrics: ApiMetrics | None = None, connections: int = 2,
     ) -> None:
+        self._connections = connections
+        self._up: set[int] = set()
         self._metrics = metrics
         self._dsn = dsn
         self._default_rate = default_rate
@@ -81,10 +88,13 @@ class Admissions:
         self._exhausted: dict[str, Usage] = {}
         #: database clock minus local clock, as of the last batch
         self._offset = 0.0
-        self.connected = False
         self.batches = 0
         self.settled = 0
         self.refused_from_memory = 0
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._up)
 
     def forget_exhaustion(self) -> None:
         self._exhausted.clear()
@@ -115,14 +125,17 @@ class Admissions:
             return known
         if not self.connected:
             raise StorageUnavailable("admission: no connection to the usage counters")
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._queue.append(_Pending(ws, rate, quota, future))
         self._wake.set()
+        # A timer, not wait_for: one handle per request instead of a task and a shield. When it
+        # fires, a still-queued request is skipped; one already in flight may have been counted.
+        timer = loop.call_later(self._timeout_s, _expire, future, self._timeout_s)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self._timeout_s)
-        except TimeoutError:
-            future.cancel()  # if still queued it is skipped; if in flight it may have been counted
-            raise StorageUnavailable(f"admission: no answer within {self._timeout_s:g} s") from None
+            return await future
+        finally:
+            timer.cancel()
 
     def _take(self) -> list[_Pending]:
         batch: list[_Pending] = []
@@ -158,7 +171,11 @@ class Admissions:
             self._offset = rows[0]["db_now"] - time.time()
 
     async def run(self) -> None:
-        """Connect (with backoff), then settle batches until cancelled."""
+        """``connections`` workers, each with its own connection (reconnecting with backoff),
+        settle batches until cancelled: while one batch is in flight the other can start."""
+        await asyncio.gather(*(self._worker(i) for i in range(self._connections)))
+
+    async def _worker(self, number: int) -> None:
         delays = backoff_delays(0.1, 2.0)
         while True:
             conn: asyncpg.Connection | None = None
@@ -168,9 +185,9 @@ class Admissions:
                     self._dsn, timeout=5,
                     server_settings={"synchronous_commit": "off", "application_name": "tickerwire-admission"},
                 )
-                self.connected = True
+                self._up.add(number)
                 delays = backoff_delays(0.1, 2.0)
-                log.info("admission connection up")
+                log.info("admission connection %d up", number)
                 while True:
                     await self._wake.wait()
                     self._wake.clear()
@@ -191,15 +208,19 @@ class Admissions:
                     batch = []
             except Exception as exc:  # connection lost (or a bug): fail what waits, reconnect with backoff
                 if isinstance(exc, CONNECTION_ERRORS):
-                    log.error("admission connection lost, requests get 503 until it is back: %s: %s", type(exc).__name__, exc)
+                    log.error("admission connection %d lost: %s: %s", number, type(exc).__name__, exc)
                 else:
-                    log.exception("admission loop crashed; restarting")
-                for p in [*batch, *self._queue]:
+                    log.exception("admission worker %d crashed; restarting", number)
+                for p in batch:
                     if not p.future.done():
                         p.future.set_exception(StorageUnavailable("admission: connection lost"))
-                self._queue.clear()
             finally:
-                self.connected = False
+                self._up.discard(number)
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
+            if not self._up:  # nobody left to settle what waits: 503 now rather than at the timeout
+                for p in self._queue:
+                    if not p.future.done():
+                        p.future.set_exception(StorageUnavailable("admission: no connection to the usage counters"))
+                self._queue.clear()
             await asyncio.sleep(next(delays))

@@ -28,6 +28,7 @@ class Languages:
     codes: frozenset[str] = frozenset()
     default: str = FALLBACK_LOCALE
     body: bytes = b'{"languages":[]}'
+    etag: str = ""
 
     def resolve(self, lang: str | None) -> str:
         """Spec 4: a ``lang`` outside the supported list, or none, falls back to the default."""
@@ -49,7 +50,8 @@ def _languages(rows: list[asyncpg.Record]) -> Languages:
         }
         for r in rows
     ]
-    return Languages(frozenset(codes), default, orjson.dumps({"languages": items}))
+    body = orjson.dumps({"languages": items})
+    return Languages(frozenset(codes), default, body, etag_of(body))
 
 
 def etag_of(body: bytes) -> str:

@@ -56,7 +56,7 @@ async def _cached(request: web.Request, key: Hashable, build: Callable[[], Await
     (X-Log-Position) travels with the body: the one read in the same statement as its data."""
     cache, watcher = request.app[PAGES], request.app[WATCHER]
     usable = watcher.fresh()  # never serve from memory what is not confirmed current
-    if usable:
+    if usable and watcher.behind("posts"):
         await watcher.caught_up("posts")  # a change already pushed to this process is served
     metrics = request.app[METRICS].page_cache
     if usable and (hit := cache.get(key)) is not None:
@@ -133,7 +133,8 @@ async def post_detail(request: web.Request) -> web.Response:
 
 
 async def languages(request: web.Request) -> web.Response:
-    return json_bytes(request.app[CATALOG].languages.body, cache="public, max-age=30")
+    languages = request.app[CATALOG].languages
+    return json_bytes(languages.body, cache="public, max-age=30", etag=languages.etag or None)
 
 
 async def categories(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ midnight, ``X-Quota-Reset``). Both instants are epoch seconds on the database cl
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping
@@ -26,6 +27,7 @@ MINUTE_POLICY = "minute"
 DAY_POLICY = "day"
 
 
+@functools.lru_cache(maxsize=1024)
 def ratelimit_policy(rate_limit: int, quota: int) -> str:
     """``RateLimit-Policy`` (draft-11 section 3): the per-minute and the per-day request quotas.
 

@@ -159,7 +159,11 @@ class Principals:
         if key is None or not looks_like_key(key):
             raise AccessDenied(NOT_AUTHENTICATED)
         digest = hash_key(key)
-        principal = (await self.find_many(pool, [digest])).get(digest)
+        watcher = self.watcher
+        if self.loaded and (watcher is None or (watcher.fresh() and not watcher.behind("access"))):
+            principal = self.by_hash.get(digest)  # the common case: memory, no await
+        else:
+            principal = (await self.find_many(pool, [digest])).get(digest)
         if principal is not None and not hashes_match(principal.key_hash, digest):
             principal = None
         if (denial := gate(principal)) is not None:

@@ -77,6 +77,10 @@ class StampWatcher:
             return False, "change-stamp listener down (polling only)"
         return True, "ok"
 
+    def behind(self, name: str) -> bool:
+        """A ``name`` notification arrived that no completed refresh has applied yet."""
+        return self._applied.get(name, 0) < self._seen.get(name, 0)
+
     async def caught_up(self, name: str, timeout: float = 1.0) -> None:
         """Return once every ``name`` notification received so far is applied (or after ``timeout``)."""
         target = self._seen.get(name, 0)

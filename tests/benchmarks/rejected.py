@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
+
 from tickerwire.services.common.keys import generate_key
 from tests.support.stack import BASE
 
@@ -45,6 +47,12 @@ async def run(ctx: Context) -> Result:
         url = api.url + BASE + "/languages"
         unknown = generate_key()
 
+        # Use up the noisy workspace's minute first, so the measured traffic is refused only.
+        async with aiohttp.ClientSession() as http:
+            for _ in range(61):
+                async with http.get(url, headers={"Authorization": f"Bearer {noisy_key}"}) as resp:
+                    await resp.read()
+
         # Cost per rejected request, in database transactions.
         cost = result.metric("db transactions per rejected request", "xact/req", higher_is_better=False,
                              target="< 0.05", check=lambda p, r: p < 0.05)
@@ -61,7 +69,8 @@ async def run(ctx: Context) -> Result:
             elapsed = time.perf_counter() - started
             sent = sum(r["requests"] for r in runs)
             cost.product.append(max(0.0, busy - idle_rate * elapsed) / max(sent, 1))
-            cost.note = (f"{sent} rejected requests in {elapsed:.1f} s; background {idle_rate:.1f} xact/s subtracted; "
+            cost.note = (f"{sent} rejected requests in {elapsed:.1f} s (a new UTC minute re-admits the noisy workspace's "
+                         f"60, which count here too); background {idle_rate:.1f} xact/s subtracted; "
                          f"generators held the rate: {all(r['held'] for r in runs)}")
 
         # The quiet partner, alone and under a 20x flood.

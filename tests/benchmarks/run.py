@@ -118,6 +118,10 @@ def markdown(doc: dict, rows: list[list[str]], results: list[Result]) -> str:
         "## Notes per benchmark",
         "",
     ]
+    skipped = [name for name in BENCHMARKS if name not in {r.benchmark for r in results}]
+    if skipped:
+        lines.insert(lines.index("## Notes per benchmark"), f"Not run in this invocation (`--only`): {', '.join(skipped)}; "
+                     "their figures are those of an earlier run, in this file's git history.\n")
     for r in results:
         lines.append(f"### {r.benchmark} ({r.status}, {r.seconds:.0f} s)")
         lines.append("")
