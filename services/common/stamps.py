@@ -34,6 +34,8 @@ from .retry import backoff_delays
 log = logging.getLogger(__name__)
 
 CHANNEL = "tw_stamps"
+#: application_name of the listening connection (pg_stat_activity shows who listens)
+LISTENER_NAME = "tickerwire-stamps"
 
 
 class StampWatcher:
@@ -153,7 +155,7 @@ class StampWatcher:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self._dsn, timeout=5)
+                conn = await asyncpg.connect(self._dsn, timeout=5, server_settings={"application_name": LISTENER_NAME})
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)
