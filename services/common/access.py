@@ -138,12 +138,13 @@ class Principals:
     def _current(self) -> bool:
         return self.loaded and (self.watcher is None or self.watcher.fresh())
 
-    async def find_many(self, pool: asyncpg.Pool, digests: Iterable[str]) -> dict[str, Principal]:
+    async def find_many(self, pool: asyncpg.Pool, digests: Iterable[str], *, wait: bool = True) -> dict[str, Principal]:
         """The principals of these key hashes (unknown ones absent): from memory while it is
-        confirmed current, else from the database (one statement)."""
+        confirmed current, else from the database (one statement). ``wait``: first let a pushed
+        but unapplied access change be applied (never from within the refresh itself)."""
         digests = list(digests)
         if self._current():
-            if self.watcher is not None:
+            if wait and self.watcher is not None:
                 await self.watcher.caught_up("access")
             return {d: p for d in digests if (p := self.by_hash.get(d)) is not None}
         self.fallback_lookups += 1

@@ -138,7 +138,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _refresh(app: web.Application) -> None:
     """Principals up to the ``access`` stamp; after a reload, open connections are re-checked at once."""
     if await app[PRINCIPALS].refresh(app[POOL]):
-        await recheck(app[PRINCIPALS], app[POOL], app[HUB])
+        await recheck(app[PRINCIPALS], app[POOL], app[HUB], after_reload=True)
 
 
 async def _close_connections(app: web.Application) -> None:

@@ -24,12 +24,13 @@ log = logging.getLogger(__name__)
 RECHECK_EVERY_S = 1.0
 
 
-async def recheck(principals: Principals, pool: asyncpg.Pool, hub: Hub) -> int:
-    """One pass; returns how many connections it closed."""
+async def recheck(principals: Principals, pool: asyncpg.Pool, hub: Hub, *, after_reload: bool = False) -> int:
+    """One pass; returns how many connections it closed. ``after_reload``: called by the refresh
+    that just reloaded the principals (so it must not wait for a refresh itself)."""
     keys = {c.key_hash for c in hub.connections.values() if not c.closing}
     if not keys:
         return 0
-    found = await principals.find_many(pool, keys)
+    found = await principals.find_many(pool, keys, wait=not after_reload)
     denied = {k: denial.code for k in keys if (denial := gate(found.get(k))) is not None}
     closed = 0
     for conn in list(hub.connections.values()):

@@ -361,11 +361,13 @@ async def test_losing_the_badge_closes_open_connections_with_4003(stack: Service
         async with conn.transaction():
             await conn.execute("UPDATE workspaces SET badge_status = 'missing' WHERE id = 'ws_loses_badge'")
             await conn.execute("UPDATE change_stamps SET stamp = stamp + 1 WHERE name = 'access'")
+        committed = time.monotonic()
     finally:
         await conn.close()
     for ws in sockets:
         msg = await until_closed(ws)
         assert (msg.type, msg.data, msg.extra) == (aiohttp.WSMsgType.CLOSE, 4003, "BADGE_MISSING")
+    assert time.monotonic() - committed < 1.0  # pushed to both processes, not found by a later poll
     async with http.get(stream_url(a, key), headers=upgrade_headers()) as resp:
         assert resp.status == 403 and (await resp.json())["error"]["code"] == "BADGE_MISSING"
 
