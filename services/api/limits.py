@@ -1,7 +1,7 @@
 """The per-minute rate limit and the daily quota of a workspace, as HTTP sees them.
 
-The counting itself happens in the database (``tw_access``, platform migration 0002), in the
-same round trip as the access gates. This module turns its answer into the headers every
+The counting itself happens in the database (``tw_admit``, platform migration 0003), group-
+committed by :mod:`.admission`. This module turns its answer into the headers every
 counted response carries and into the two 429 errors of spec section 7: the spec's
 X-RateLimit-* and X-Quota-*, and the standard ``RateLimit-Policy`` and ``RateLimit`` fields of
 draft-ietf-httpapi-ratelimit-headers-11 (policies ``"minute"`` and ``"day"``).
