@@ -127,7 +127,8 @@ async def run(ctx: Context) -> Result:
                             notes.append(
                                 f"{side} @ {rate:,.0f}/s: achieved {run_['achieved_rate']:,.0f}/s "
                                 f"({'held' if run_['held'] else 'NOT held: latency not recorded'}), "
-                                f"{run_['errors']} errors, generator cpu {run_['cpu_share']:.2f}"
+                                f"{run_['errors']} errors, {run_['late_share']:.0%} sent over 1 ms late (charged to the server), "
+                                f"generator cpu {run_['cpu_share']:.2f}"
                             )
                         notes.append(f"peak generator cpu: product {mine.cpu_share:.2f}, baseline {bare.cpu_share:.2f}")
                     throughput.note = f"{len(body)} B body"
