@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from typing import Awaitable, Callable
@@ -23,6 +24,10 @@ def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Co
         uvloop.install()
     except ImportError:
         pass
+    # Everything imported so far lives as long as the process: move it out of the collector's
+    # reach, so a full collection scans only what serving allocates (seen as tail latency).
+    gc.collect()
+    gc.freeze()
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()
