@@ -504,7 +504,7 @@ async def test_database_down_gives_503_envelope(world):
 
 async def _page_cache(stack: ServiceStack) -> dict[str, float]:
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{stack.of('api')[0].url}/metrics") as resp:
+        async with http.get(f"{stack.of('api')[0].admin_url}/metrics") as resp:
             text = await resp.text()
     out = {}
     for line in text.splitlines():

@@ -39,7 +39,7 @@ ACCESS_WITHIN_S = 1.0
 
 
 async def _gauge(http: aiohttp.ClientSession, service: "Service", name: str) -> float:
-    async with http.get(f"{service.url}/metrics") as resp:
+    async with http.get(f"{service.admin_url}/metrics") as resp:
         text = await resp.text()
     for line in text.splitlines():
         if line.startswith(name + " "):
