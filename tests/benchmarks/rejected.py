@@ -41,13 +41,14 @@ async def _flood(url: str, keys: list[str], rate: float, seconds: float) -> list
         return await asyncio.gather(*(
             open_loop_process(url, {"Authorization": f"Bearer {k}"}, rate / len(keys), seconds) for k in keys
         ))
-    connections = 200  # a long pause per connection (100 ms at 2,000/s), so response times hardly slow the pace
+    connections = 300  # a long pause per connection (150 ms at 2,000/s), so response times hardly slow the pace
     pause_ms = 1000 * connections / rate
     headers = ", ".join(f'{{["Authorization"] = "Bearer {k}"}}' for k in keys)
     script = (
         f"local headers = {{{headers}}}\nlocal n = 0\n"
         "request = function()\n  n = n + 1\n  return wrk.format(nil, nil, headers[n % #headers + 1])\nend\n"
-        f"delay = function() return {pause_ms:.3f} end\n"
+        # uniform around the mean pause: connections that all start together must not stay in step
+        f"delay = function() return math.random(0, {2 * pause_ms:.0f}) end\n"
     )
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
         lua.write(script)
