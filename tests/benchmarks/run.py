@@ -92,7 +92,19 @@ def print_table(rows: list[list[str]]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def markdown(doc: dict, rows: list[list[str]], results: list[Result]) -> str:
+def carried_over(previous: str, skipped: list[str]) -> list[str]:
+    """From the doc a partial run replaces: its date and commit, and its table rows of the
+    benchmarks this run skipped, so a partial run does not erase figures it did not measure."""
+    meta = [line for line in previous.splitlines() if line.startswith(("- Date:", "- Commit:", "- Load average at start:", "- PostgreSQL:"))]
+    table = [line for line in previous.splitlines() if line.startswith("| ") and line.split("|")[1].strip() in skipped]
+    if not table:
+        return []
+    header = ["| benchmark | metric | unit | product median (min..max) | baseline median (min..max) | ratio | target | met |",
+              "|---|---|---|---|---|---|---|---|"]
+    return ["## Earlier run, carried over (benchmarks not run in this invocation)", "", *meta, "", *header, *table, ""]
+
+
+def markdown(doc: dict, rows: list[list[str]], results: list[Result], previous: str | None = None) -> str:
     m = doc["machine"]
     lines = [
         "# Benchmarks",
@@ -119,9 +131,14 @@ def markdown(doc: dict, rows: list[list[str]], results: list[Result]) -> str:
         "",
     ]
     skipped = [name for name in BENCHMARKS if name not in {r.benchmark for r in results}]
+    carried = carried_over(previous or "", skipped)
     if skipped:
-        lines.insert(lines.index("## Notes per benchmark"), f"Not run in this invocation (`--only`): {', '.join(skipped)}; "
-                     "their figures are those of an earlier run, in this file's git history.\n")
+        note = (f"Not run in this invocation (`--only`): {', '.join(skipped)}; "
+                + ("their rows below are carried over, unchanged, from the earlier run this file held." if carried
+                   else "their figures are those of an earlier run, in this file's git history.") + "\n")
+        lines.insert(lines.index("## Notes per benchmark"), note)
+        if carried:
+            lines[lines.index("## Notes per benchmark"):lines.index("## Notes per benchmark")] = carried
     for r in results:
         lines.append(f"### {r.benchmark} ({r.status}, {r.seconds:.0f} s)")
         lines.append("")
@@ -145,7 +162,8 @@ def render(json_path: str, doc_path: str) -> None:
             if m["met"] is not None:
                 metric.check = lambda p, ratio, met=m["met"]: met
         results.append(result)
-    Path(doc_path).write_text(markdown(doc, table(results), results))
+    old = Path(doc_path).read_text() if Path(doc_path).exists() else None
+    Path(doc_path).write_text(markdown(doc, table(results), results, old))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -185,7 +203,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"\nJSON: {path}")
     doc_path = args.doc or (None if settings.smoke else str(REPO / "docs" / "benchmarks.md"))
     if doc_path:
-        Path(doc_path).write_text(markdown(doc, rows, results))
+        old = Path(doc_path).read_text() if Path(doc_path).exists() else None
+        Path(doc_path).write_text(markdown(doc, rows, results, old))
         print(f"Markdown: {doc_path}")
     return doc["results"]
 
