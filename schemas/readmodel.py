@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import orjson
 
@@ -49,18 +49,42 @@ def iso_utc(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
+#: Spec 4: "the default locale (en-US)", when no listed locale is flagged default.
+FALLBACK_LOCALE = "en-US"
+
+
+def default_locale(listed: Iterable[tuple[str, bool]]) -> str:
+    """The one default-locale rule, for the names in stored posts and for every API answer.
+
+    ``listed``: the supported locales (active, on the web channel) in listing order, as
+    ``(code, is_default)``. The first one flagged default; else en-US when it is listed; else
+    the first listed locale; en-US when none is listed."""
+    codes = []
+    for code, is_default in listed:
+        if is_default:
+            return code
+        codes.append(code)
+    if FALLBACK_LOCALE in codes or not codes:
+        return FALLBACK_LOCALE
+    return codes[0]
+
+
+def category_name(names: Mapping[str, str], slug: str, lang: str, default_lang: str) -> str:
+    """The one category-name fallback: the name in ``lang``, else in the default locale, else
+    its first name, else the slug."""
+    return names.get(lang) or names.get(default_lang) or next(iter(names.values()), slug)
+
+
 @dataclass(frozen=True, slots=True)
 class Taxonomy:
     """The category tree, enough to localize names and expand leaves to their groups."""
 
     categories: Mapping[str, Category]
-    default_lang: str = "en-US"
+    default_lang: str = FALLBACK_LOCALE
 
     def name(self, slug: str, lang: str) -> str:
         cat = self.categories.get(slug)
-        if cat is None:
-            return slug
-        return cat.names.get(lang) or cat.names.get(self.default_lang) or next(iter(cat.names.values()))
+        return slug if cat is None else category_name(cat.names, slug, lang, self.default_lang)
 
     def filter_slugs(self, leaves: tuple[str, ...]) -> tuple[str, ...]:
         """Slugs a post matches in the ``category`` filter: its leaves and their groups."""

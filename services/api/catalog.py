@@ -16,11 +16,10 @@ from typing import Any
 import asyncpg
 import orjson
 
+from tickerwire.schemas.readmodel import FALLBACK_LOCALE, category_name, default_locale
+
 from ..common.db import storage_errors
 from . import queries
-
-
-FALLBACK_LOCALE = "en-US"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +35,8 @@ class Languages:
 
 
 def _languages(rows: list[asyncpg.Record]) -> Languages:
-    flagged = [r["code"] for r in rows if r["is_default"]]
     codes = [r["code"] for r in rows]
-    default = flagged[0] if flagged else (FALLBACK_LOCALE if FALLBACK_LOCALE in codes else (codes[0] if codes else FALLBACK_LOCALE))
+    default = default_locale((r["code"], r["is_default"]) for r in rows)
     items = [
         {
             "code": r["code"],
@@ -87,8 +85,7 @@ def _categories(rows: list[asyncpg.Record], languages: Languages) -> Categories:
     names = {r["slug"]: orjson.loads(r["names"]) for r in rows}
 
     def name(slug: str, lang: str) -> str:
-        n = names[slug]
-        return n.get(lang) or n.get(languages.default) or next(iter(n.values()), slug)
+        return category_name(names[slug], slug, lang, languages.default)
 
     groups = [r for r in rows if r["is_group"]]
     leaves = {g["slug"]: [r for r in rows if not r["is_group"] and r["group_slug"] == g["slug"]] for g in groups}

@@ -38,7 +38,7 @@ from tickerwire.schemas.models import (
     decode_event,
     entity_key,
 )
-from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
+from tickerwire.schemas.readmodel import Taxonomy, default_locale, is_visible, translation_rows
 
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
@@ -253,8 +253,11 @@ async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
         )
         for r in rows
     }
-    default = await conn.fetchval(sql.SELECT_DEFAULT_LOCALE) or "en-US"
-    return Taxonomy(cats, default)
+    return Taxonomy(cats, await load_default_locale(conn))
+
+
+async def load_default_locale(conn: asyncpg.Connection) -> str:
+    return default_locale((r["code"], r["is_default"]) for r in await conn.fetch(sql.SELECT_LISTED_LOCALES))
 
 
 def post_facts(post: Post) -> PostFacts:
@@ -378,7 +381,7 @@ def text_hash(config: str, title: str, lede: str, body: str) -> bytes:
 async def _apply_locales(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
-    default_before = await conn.fetchval(sql.SELECT_DEFAULT_LOCALE)
+    default_before = await load_default_locale(conn)
     codes = await conn.fetch(
         sql.UPSERT_LOCALE,
         [d.event.data.code for d in items],
@@ -398,7 +401,7 @@ async def _apply_locales(conn, items: list[Decoded], result: BatchResult, stamps
     stamps.add("locales")
     await conn.execute(sql.ENSURE_SEARCH_INDEXES, sorted(r["code"] for r in codes))
     # Category names fall back to the default locale's name: a new default re-renders them.
-    if await conn.fetchval(sql.SELECT_DEFAULT_LOCALE) != default_before:
+    if await load_default_locale(conn) != default_before:
         await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_WITH_CATEGORIES))
 
 

@@ -147,10 +147,11 @@ SELECT snapshot FROM posts WHERE jsonb_array_length(snapshot->'categories') > 0 
 """
 
 SELECT_TAXONOMY = "SELECT slug, version, is_group, group_slug, position, names FROM categories"
-SELECT_DEFAULT_LOCALE = """
-SELECT code FROM locales
-WHERE is_default AND active AND web_channel
-ORDER BY position, code LIMIT 1
+# The listed locales in listing order (as the API lists them), for schemas.readmodel.default_locale.
+SELECT_LISTED_LOCALES = """
+SELECT code, is_default FROM locales
+WHERE active AND web_channel
+ORDER BY position, code
 """
 
 # --------------------------------------------------------------------------- catalog

@@ -32,7 +32,8 @@ from tickerwire.schemas.models import (
     encode_event,
     entity_key,
 )
-from tickerwire.services.common.db import migrate
+from tickerwire.services.api.catalog import Catalog
+from tickerwire.services.common.db import create_pool, migrate
 from tickerwire.services.projector.apply import Record, apply_batch
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
@@ -343,3 +344,30 @@ async def test_the_text_vector_is_computed_only_when_the_searchable_text_changes
     # A locale's partial text indexes exist as soon as the locale is stored.
     names = {r["indexname"] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = 'rm'")}
     assert {n for n in names if n.startswith("pt_search_") and "en_us" in n} and not {n for n in names if "de_de" in n}
+
+
+async def test_post_and_catalog_agree_on_category_names_without_a_flagged_default(conn, fresh_db):
+    """No locale flagged default and en-US not listed: the default is the first listed locale for
+    the projector (names inside posts) and the API's catalog (/categories) alike."""
+    await apply_batch(conn, TOPIC, 0, records([
+        locale_ev("fr-FR", position=0), locale_ev("de-DE", position=1), locale_ev("en-US", active=False, position=2),
+        category_ev("markets", names={"en-US": "Markets", "fr-FR": "Marchés"}),
+        category_ev("btc", group="markets", names={"en-US": "Bitcoin", "fr-FR": "Le Bitcoin"}),
+        post_ev(1, categories=("btc",), langs=("de-DE",)),
+    ]))
+    lean = orjson.loads(await conn.fetchval("SELECT lean FROM post_translations WHERE lang = 'de-DE'"))
+    catalog = Catalog(log_topic=TOPIC)
+    pool = await create_pool(fresh_db, "rm", min_size=1, max_size=1)
+    try:
+        await catalog.refresh(pool)
+    finally:
+        await pool.close()
+    assert catalog.languages.resolve(None) == "fr-FR"
+    listed = orjson.loads(catalog.categories.by_slug[("btc", "de-DE")].data)
+    assert lean["categories"] == [{"slug": "btc", "name": "Le Bitcoin"}]
+    assert listed["name"] == "Le Bitcoin" and listed["group"] == {"slug": "markets", "name": "Marchés"}
+
+    # en-US listed again: it is the default now, and the stored post is re-rendered to match.
+    await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", 2, position=2)], start=6))
+    lean = orjson.loads(await conn.fetchval("SELECT lean FROM post_translations WHERE lang = 'de-DE'"))
+    assert lean["categories"] == [{"slug": "btc", "name": "Bitcoin"}]

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import orjson
 
 from tickerwire.schemas.models import Category, Post
-from tickerwire.schemas.readmodel import Taxonomy, iso_utc, lean_post, text_search_config, translation_rows
+from tickerwire.schemas.readmodel import Taxonomy, category_name, default_locale, iso_utc, lean_post, text_search_config, translation_rows
 
 T = datetime(2026, 11, 20, 12, 30, 45, 123456, tzinfo=timezone.utc)
 
@@ -78,3 +78,18 @@ def test_text_search_config_per_language():
     assert text_search_config("en-US") == "english"
     assert text_search_config("de-DE") == "german"
     assert text_search_config("ja-JP") == "simple"
+
+
+def test_default_locale_is_the_flagged_one_else_en_us_else_the_first_listed():
+    assert default_locale([("de-DE", False), ("fr-FR", True), ("es-ES", True)]) == "fr-FR"
+    assert default_locale([("de-DE", False), ("en-US", False)]) == "en-US"
+    assert default_locale([("fr-FR", False), ("de-DE", False)]) == "fr-FR"
+    assert default_locale([]) == "en-US"
+
+
+def test_category_name_falls_back_to_the_default_locale_then_the_first_name_then_the_slug():
+    names = {"fr-FR": "Marchés", "en-US": "Markets"}
+    assert category_name(names, "markets", "fr-FR", "en-US") == "Marchés"
+    assert category_name(names, "markets", "de-DE", "en-US") == "Markets"
+    assert category_name(names, "markets", "de-DE", "es-ES") == "Marchés"
+    assert category_name({}, "markets", "de-DE", "en-US") == "markets"
