@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timezone
 from enum import Enum
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +26,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from .topics import ACCESS, CATALOG, POSTS, TopicSpec, topic_name
 
 SCHEMA_VERSION = 1
 
@@ -249,75 +251,89 @@ class Heartbeat(Contract):
 
 
 class _Envelope(Contract):
+    #: The registry, one line per event type (below): the topic it travels on, and the field of
+    #: ``data`` holding the entity id, whose log key is ``<type>:<id>`` (see :func:`entity_key`).
+    topic: ClassVar[TopicSpec]
+    key_field: ClassVar[str]
+
     schema_version: Literal[1] = SCHEMA_VERSION
     version: Annotated[int, Field(ge=1, le=2**62)] = Field(description="Monotonic per entity; a lower or equal version never replaces a higher one")
     emitted_at: UtcDatetime
 
 
+# --------------------------------------------------------------------------- the event registry
+# Each event type is declared here once: its type name, data model, topic and entity key field.
+# The union, EVENT_MODELS, entity_key and the topics' event types are derived from these.
+
+
 class PostEvent(_Envelope):
+    topic, key_field = POSTS, "id"
     type: Literal["post"] = "post"
     data: Post
 
 
 class TokenEvent(_Envelope):
+    topic, key_field = CATALOG, "ticker"
     type: Literal["token"] = "token"
     data: Token
 
 
 class CategoryEvent(_Envelope):
+    topic, key_field = CATALOG, "slug"
     type: Literal["category"] = "category"
     data: Category
 
 
 class LocaleEvent(_Envelope):
+    topic, key_field = CATALOG, "code"
     type: Literal["locale"] = "locale"
     data: Locale
 
 
 class WorkspaceEvent(_Envelope):
+    topic, key_field = ACCESS, "id"
     type: Literal["workspace"] = "workspace"
     data: Workspace
 
 
 class ApiKeyEvent(_Envelope):
+    topic, key_field = ACCESS, "id"
     type: Literal["api_key"] = "api_key"
     data: ApiKey
 
 
 class EmbedEvent(_Envelope):
+    topic, key_field = ACCESS, "id"
     type: Literal["embed"] = "embed"
     data: Embed
 
 
 class HeartbeatEvent(_Envelope):
+    topic, key_field = ACCESS, "embed_id"
     type: Literal["heartbeat"] = "heartbeat"
     data: Heartbeat
 
 
+#: Any event, decoded by its ``type``.
 Event = Annotated[
-    Union[
-        PostEvent,
-        TokenEvent,
-        CategoryEvent,
-        LocaleEvent,
-        WorkspaceEvent,
-        ApiKeyEvent,
-        EmbedEvent,
-        HeartbeatEvent,
-    ],
+    PostEvent | TokenEvent | CategoryEvent | LocaleEvent | WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent,
     Field(discriminator="type"),
 ]
 
+#: Every event model by type name, in declaration order.
 EVENT_MODELS: dict[str, type[_Envelope]] = {
-    "post": PostEvent,
-    "token": TokenEvent,
-    "category": CategoryEvent,
-    "locale": LocaleEvent,
-    "workspace": WorkspaceEvent,
-    "api_key": ApiKeyEvent,
-    "embed": EmbedEvent,
-    "heartbeat": HeartbeatEvent,
+    model.model_fields["type"].default: model for model in get_args(get_args(Event)[0])
 }
+
+
+def event_types(topic: TopicSpec) -> tuple[str, ...]:
+    """The event types that travel on ``topic``."""
+    return tuple(name for name, model in EVENT_MODELS.items() if model.topic == topic)
+
+
+def topic_for_event_type(prefix: str, event_type: str) -> str:
+    return topic_name(prefix, EVENT_MODELS[event_type].topic)
+
 
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
@@ -364,24 +380,6 @@ def encode_event(event: _Envelope) -> bytes:
     return event.model_dump_json(exclude_none=False).encode()
 
 
-def entity_key(event: _Envelope) -> str:
+def entity_key(event: Event) -> str:
     """The log key of an event: its entity id. Compaction keeps the latest snapshot per key."""
-    data = event.data  # type: ignore[attr-defined]
-    match event.type:  # type: ignore[attr-defined]
-        case "post":
-            return f"post:{data.id}"
-        case "token":
-            return f"token:{data.ticker}"
-        case "category":
-            return f"category:{data.slug}"
-        case "locale":
-            return f"locale:{data.code}"
-        case "workspace":
-            return f"workspace:{data.id}"
-        case "api_key":
-            return f"api_key:{data.id}"
-        case "embed":
-            return f"embed:{data.id}"
-        case "heartbeat":
-            return f"heartbeat:{data.embed_id}"
-    raise AssertionError(event)
+    return f"{event.type}:{getattr(event.data, event.key_field)}"

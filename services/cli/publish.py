@@ -8,8 +8,7 @@ from typing import Iterable, Sequence, TextIO
 
 from aiokafka import AIOKafkaProducer
 
-from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, entity_key
-from tickerwire.schemas.topics import topic_for_event_type
+from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, entity_key, topic_for_event_type
 
 from ..common.config import Config
 from ..common.kafka import started_producer

@@ -80,7 +80,7 @@ class BatchResult:
 @dataclass(frozen=True, slots=True)
 class Decoded:
     offset: int
-    event: Any
+    event: Event
 
 
 def decode_records(records: Iterable[Record]) -> tuple[list[Decoded], list[DeadLetter]]:
