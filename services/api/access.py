@@ -25,7 +25,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..common.access import AccessDenied, bearer_key
-from .errors import ApiError, from_failure, from_http_exception
+from ..common.envelope import ApiError, from_failure
+from .errors import from_http_exception
 from .limits import Usage, add_headers, refusal
 from .state import ADMISSIONS, CONFIG, METRICS, POOL, PRINCIPALS, log_position
 

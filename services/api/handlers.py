@@ -13,9 +13,10 @@ from aiohttp import web
 
 from tickerwire.schemas.readmodel import iso_utc, text_search_config
 from ..common.db import storage_errors
+from ..common.envelope import ApiError
 from . import queries
 from .catalog import Body, etag_of
-from .errors import ApiError, not_found
+from .errors import not_found
 from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
 from .state import CATALOG, METRICS, PAGES, REQUEST_LOG_POSITION, WATCHER, db

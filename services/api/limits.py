@@ -20,7 +20,7 @@ from typing import Mapping
 
 import asyncpg
 
-from .errors import ApiError
+from ..common.envelope import ApiError
 
 #: Names of the two quota policies in RateLimit-Policy and RateLimit.
 MINUTE_POLICY = "minute"

@@ -24,10 +24,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from .envelope import INTERNAL_MESSAGE, JSON, REFUSED_REQUESTS, error_body
 
 log = logging.getLogger("tickerwire.listener")
 
@@ -83,15 +84,8 @@ class Limits:
     keepalive_timeout_s: float
 
 
-_LOW_LEVEL_CODES = {413: "PAYLOAD_TOO_LARGE", 414: "URI_TOO_LONG", 431: "HEADERS_TOO_LARGE"}
-
-
-def _envelope(code: str, message: str) -> bytes:
-    return orjson.dumps({"error": {"code": code, "message": message}})
-
-
 def _refusal() -> bytes:
-    body = _envelope("SERVICE_UNAVAILABLE", "Too many open connections; retry shortly.")
+    body = error_body("SERVICE_UNAVAILABLE", "Too many open connections; retry shortly.", retry_after_sec=1)
     head = (
         "HTTP/1.1 503 Service Unavailable\r\n"
         f"Server: {SERVER}\r\n"
@@ -210,11 +204,11 @@ class GuardedHandler(RequestHandler):
         if request.writer.output_size > 0:
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
         if status >= 500:
-            code, text = "INTERNAL", "An internal error occurred; it has been logged."
+            code, text = "INTERNAL", INTERNAL_MESSAGE
         else:
-            code, text = _LOW_LEVEL_CODES.get(status, "VALIDATION_FAILED"), "The HTTP request could not be parsed."
+            code, text = REFUSED_REQUESTS.get(status, REFUSED_REQUESTS[400])
         response = web.Response(
-            status=status, body=_envelope(code, text), content_type="application/json",
+            status=status, body=error_body(code, text), content_type=JSON,
             headers={"Server": SERVER, "Cache-Control": "no-store"},
         )
         response.force_close()

@@ -20,6 +20,7 @@ from ..common import kafka
 from ..common.access import AccessDenied, Principals, bearer_key
 from ..common.config import Config
 from ..common.db import reader_pool
+from ..common.envelope import envelope
 from ..common.errors import InvalidParameter
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import add_request_log
@@ -27,7 +28,7 @@ from ..common.readiness import Readiness, service_readiness
 from ..common.supervise import Supervisor, supervisor_of
 from ..common.stamps import StampWatcher
 from . import protocol
-from .errors import envelope, error_middleware
+from .errors import error_middleware
 from .feed import Feed
 from .filters import StreamFilter, parse_filter
 from .handshake import handshake_error

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tickerwire.services.api.conditional import matches
-from tickerwire.services.api.errors import ApiError
+from tickerwire.services.common.envelope import ApiError
 from tickerwire.services.api.handlers import pulse_document
 from tickerwire.services.api.params import Page, parse_filters, parse_page, parse_q, parse_since
 from tickerwire.services.api.queries import page_query

@@ -8,7 +8,7 @@ import asyncio
 import orjson
 import pytest
 
-from tickerwire.services.api.errors import ApiError
+from tickerwire.services.common.envelope import ApiError
 from tickerwire.services.api.params import parse_filters
 from tickerwire.services.common.errors import InvalidParameter
 from tickerwire.services.stream import protocol

@@ -1,0 +1,141 @@
+"""The error envelope of spec section 7, for every process and every listener.
+
+Every 4xx and 5xx leaves a Tickerwire process as ``{"error": {"code", "message", "field"?,
+"retry_after_sec"?}}`` with ``Content-Type: application/json`` and ``Cache-Control:
+no-store``: refused requests, unknown routes, wrong methods, requests aiohttp cannot parse
+(:mod:`.listener`), and failures of our own (never a traceback, never an HTML page). The shape
+is built here only: :class:`ApiError` (raise it anywhere in a handler, or answer with its
+``response()``), :func:`error_body` for the low-level handler, and :func:`error_middleware`,
+which each partner application configures with its own words for an unknown path.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
+
+import asyncpg
+import orjson
+from aiohttp import web
+
+from .errors import TransientError
+from .headers import undecodable_header
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+INTERNAL_MESSAGE = "An internal error occurred; it has been logged."
+
+#: What a request aiohttp refuses before any handler runs is called, wherever it is refused.
+REFUSED_REQUESTS: Mapping[int, tuple[str, str]] = {
+    400: ("VALIDATION_FAILED", "The request could not be parsed."),
+    413: ("PAYLOAD_TOO_LARGE", "The request is too large."),
+    414: ("URI_TOO_LONG", "The request URI is too long."),
+    431: ("HEADERS_TOO_LARGE", "The request headers are too large."),
+}
+
+
+def error_body(code: str, message: str, *, field: str | None = None, retry_after_sec: int | None = None) -> bytes:
+    """The envelope's bytes."""
+    err: dict[str, object] = {"code": code, "message": message}
+    if field is not None:
+        err["field"] = field
+    if retry_after_sec is not None:
+        err["retry_after_sec"] = retry_after_sec
+    return orjson.dumps({"error": err})
+
+
+class ApiError(Exception):
+    """An error a partner sees: raise it in a handler, or answer with :meth:`response`."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        retry_after_sec: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.retry_after_sec = retry_after_sec
+        self.headers = dict(headers or {})
+
+    def response(self) -> web.Response:
+        """The envelope as a response; a 429 or 503 also carries ``Retry-After``."""
+        headers = {"Cache-Control": "no-store", **self.headers}
+        if self.retry_after_sec is not None:
+            headers.setdefault("Retry-After", str(self.retry_after_sec))
+        body = error_body(self.code, self.message, field=self.field, retry_after_sec=self.retry_after_sec)
+        return web.Response(status=self.status, body=body, content_type=JSON, headers=headers)
+
+
+def envelope(status: int, code: str, message: str, **details: Any) -> web.Response:
+    """The response of ``ApiError(status, code, message, **details)``, for handlers that answer
+    rather than raise."""
+    return ApiError(status, code, message, **details).response()
+
+
+def from_failure(exc: BaseException, request: web.Request) -> ApiError:
+    """503 for a dependency that is briefly unavailable, else 500; either way logged."""
+    if isinstance(exc, (TransientError, asyncpg.QueryCanceledError)):
+        log.warning("dependency unavailable on %s: %s", request.path, exc)
+        return ApiError(503, "SERVICE_UNAVAILABLE", "A dependency is temporarily unavailable; retry shortly.", retry_after_sec=1)
+    log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+    return ApiError(500, "INTERNAL", INTERNAL_MESSAGE)
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """What one application says about requests none of its routes takes."""
+
+    #: The 404 message for an unknown path.
+    not_found: str
+    #: The 405 message for a wrong method, and the methods its ``Allow`` header lists.
+    method_not_allowed: str
+    allow: str
+    #: The 405 message for a CORS preflight (``OPTIONS``), when it has one of its own.
+    preflight: str | None = None
+
+    def from_http_exception(self, exc: web.HTTPException, method: str = "GET") -> ApiError:
+        """The envelope of an aiohttp HTTP error (an unknown route, a wrong method, ...)."""
+        if exc.status == 404:
+            return ApiError(404, "NOT_FOUND", self.not_found)
+        if exc.status == 405:
+            message = self.preflight if method == "OPTIONS" and self.preflight else self.method_not_allowed
+            return ApiError(405, "METHOD_NOT_ALLOWED", message, headers={"Allow": self.allow})
+        code, message = REFUSED_REQUESTS.get(exc.status, ("INTERNAL" if exc.status >= 500 else "VALIDATION_FAILED", exc.reason))
+        return ApiError(exc.status, code, message)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_middleware(routes: Routes, *, check_headers: bool = False):
+    """Every error leaving the application as the envelope. ``check_headers``: refuse a request
+    with a header that is not UTF-8 with 400 before any handler sees it."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if check_headers:
+            bad = undecodable_header(request.headers.items())
+            if bad is not None:
+                return ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.").response()
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return exc.response()
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return routes.from_http_exception(exc, request.method).response()
+        except Exception as exc:
+            return from_failure(exc, request).response()
+
+    return middleware
