@@ -16,8 +16,8 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from tickerwire.services.embedded.broker import EmbeddedBroker
-from tickerwire.services.embedded.postgres import EmbeddedPostgres, scratch_database
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
 from tests.support import containers
 from tests.support.containers import docker_available
 

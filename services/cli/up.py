@@ -120,7 +120,7 @@ def say(message: str) -> None:
 
 
 def _port(preferred: int) -> int:
-    from ..embedded.ports import free_port, port_is_free
+    from tickerwire.devstack.embedded.ports import free_port, port_is_free
 
     return preferred if port_is_free(preferred) else free_port()
 
@@ -138,8 +138,8 @@ class Embedded:
 
 
 def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
-    from ..embedded.broker import EmbeddedBroker
-    from ..embedded.postgres import EmbeddedPostgres
+    from tickerwire.devstack.embedded.broker import EmbeddedBroker
+    from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 
     dsn = args.database_url
     bootstrap = args.kafka_bootstrap_servers
@@ -179,7 +179,7 @@ async def prepare(config: Config) -> None:
 async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
     """Publish the demo dataset and a demo workspace; returns (api key, last post id, marks)."""
     from ..common.keys import display_prefix, generate_key, hash_key
-    from ..demo import dataset
+    from tickerwire.devstack.demo import dataset
     from .publish import publish
 
     now = datetime.now(timezone.utc)
@@ -261,7 +261,7 @@ class Trickle:
 
     async def _run(self) -> None:
         from ..common.kafka import started_producer
-        from ..demo.trickle import run_trickle
+        from tickerwire.devstack.demo.trickle import run_trickle
         from .publish import send_events
 
         async with started_producer(self.config) as producer:

@@ -23,10 +23,6 @@ class BrokerUnavailable(TransientError):
     """The Kafka-protocol broker could not be reached."""
 
 
-class EmbeddedError(TickerwireError):
-    """An embedded dependency (PostgreSQL, broker) could not be started."""
-
-
 class InvalidParameter(TickerwireError):
     """A query parameter breaks its documented grammar; each service answers 422 VALIDATION_FAILED."""
 

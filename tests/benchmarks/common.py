@@ -28,10 +28,10 @@ from typing import AsyncIterator, Awaitable, Callable
 import aiohttp
 
 from tickerwire.schemas.models import PostStatus
-from tickerwire.services.demo import dataset
-from tickerwire.services.embedded.broker import EmbeddedBroker
-from tickerwire.services.embedded.ports import free_port
-from tickerwire.services.embedded.postgres import EmbeddedPostgres, scratch_database
+from tickerwire.devstack.demo import dataset
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
 from tests.support.stack import ServiceStack, wait_http
 
 log = logging.getLogger("bench")

@@ -19,7 +19,7 @@ import pytest
 
 from tickerwire.schemas.models import Post, PostEvent
 from tickerwire.services.cli import admin
-from tickerwire.services.demo import dataset
+from tickerwire.devstack.demo import dataset
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire_client import (
     AsyncClient,

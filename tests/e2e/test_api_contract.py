@@ -17,7 +17,7 @@ import orjson
 import pytest
 from openapi_spec_validator import validate as validate_spec
 
-from tickerwire.services.demo import dataset
+from tickerwire.devstack.demo import dataset
 from tests.e2e.test_api_read import running_stack, visible_feed
 from tests.support.stack import BASE, auth
 

@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, PostEvent, TokenEvent
-from tickerwire.services.demo import dataset
-from tickerwire.services.embedded.ports import free_port
-from tickerwire.services.embedded.postgres import scratch_database
+from tickerwire.devstack.demo import dataset
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.api.compression import MIN_BYTES
 from tests.support.stack import BASE, ServiceStack, auth, wait_http
 

@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from tickerwire.services.common import kafka
-from tickerwire.services.embedded.ports import free_port
+from tickerwire.devstack.embedded.ports import free_port
 from tests.support.stack import started_stack, ServiceStack
 
 pytestmark = pytest.mark.e2e

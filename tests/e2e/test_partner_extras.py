@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tickerwire.schemas.models import CategoryEvent, PostEvent
-from tickerwire.services.demo import dataset, trickle
+from tickerwire.devstack.demo import dataset, trickle
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
-from tickerwire.services.embedded.postgres import scratch_database
+from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.rebuild import rebuild, replay_into
 
 from tests.integration.test_projector_apply import (

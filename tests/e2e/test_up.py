@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.services.embedded.ports import free_port, port_is_free
+from tickerwire.devstack.embedded.ports import free_port, port_is_free
 from tests.support.faults import alive, start_up, stop_up, up_command, wait_up
 
 pytestmark = pytest.mark.e2e

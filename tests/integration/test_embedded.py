@@ -16,11 +16,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tickerwire.services.common.errors import EmbeddedError
-from tickerwire.services.embedded import broker as broker_module
-from tickerwire.services.embedded.broker import EmbeddedBroker
-from tickerwire.services.embedded.ports import port_is_free
-from tickerwire.services.embedded.postgres import EmbeddedPostgres
+from tickerwire.devstack.embedded.errors import EmbeddedError
+from tickerwire.devstack.embedded import broker as broker_module
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.ports import port_is_free
+from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 
 
 @pytest.fixture

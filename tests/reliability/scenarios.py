@@ -35,11 +35,11 @@ import asyncpg
 
 from tickerwire.schemas.models import Token, TokenEvent
 from tickerwire.services.common.kafka import ensure_topics
-from tickerwire.services.demo.dataset import LISTED_LOCALES
-from tickerwire.services.demo.trickle import next_post
-from tickerwire.services.embedded.broker import EmbeddedBroker
-from tickerwire.services.embedded.ports import free_port
-from tickerwire.services.embedded.postgres import EmbeddedPostgres
+from tickerwire.devstack.demo.dataset import LISTED_LOCALES
+from tickerwire.devstack.demo.trickle import next_post
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 
 from tests.support.faults import (
     Prober,

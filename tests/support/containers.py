@@ -14,7 +14,7 @@ import re
 from functools import cache
 from typing import Iterator
 
-from tickerwire.services.embedded.ports import free_port
+from tickerwire.devstack.embedded.ports import free_port
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
 POSTGRES_IMAGE = "postgres:16"

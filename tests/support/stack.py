@@ -29,8 +29,8 @@ from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tickerwire.services.common.db import connect, migrate
-from tickerwire.services.embedded.ports import free_port
-from tickerwire.services.embedded.postgres import scratch_database
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.sweeper import sweep_once
 
 BASE = "/api/v1/developer"

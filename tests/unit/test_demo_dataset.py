@@ -19,7 +19,7 @@ from tickerwire.schemas.models import (
     decode_event,
     encode_event,
 )
-from tickerwire.services.demo.dataset import (
+from tickerwire.devstack.demo.dataset import (
     DEFAULT_LOCALE,
     LISTED_LOCALES,
     LOCALES,
@@ -29,7 +29,7 @@ from tickerwire.services.demo.dataset import (
     post_events,
     ticker_pool,
 )
-from tickerwire.services.demo.trickle import next_post, run_trickle
+from tickerwire.devstack.demo.trickle import next_post, run_trickle
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from ..common.errors import EmbeddedError
+from .errors import EmbeddedError
 from .child import ChildServer
 from .ports import LOCALHOST, ensure_running, pick_port, spawn, wait_for_port
 

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import IO, Callable, Mapping, Sequence
 
-from ..common.errors import EmbeddedError
+from .errors import EmbeddedError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A slow trickle of new demo posts, so the stream and the newest pages have something to show.
 
-The posts are built by :func:`tickerwire.services.demo.dataset.build_post`, like the seeded
+The posts are built by :func:`tickerwire.devstack.demo.dataset.build_post`, like the seeded
 ones, and handed to an injected ``publish`` coroutine: this module knows nothing of Kafka.
 Start ``start_id`` above the last seeded id; each post is published at creation time, so
 ids and published_at keep rising together.

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..common.errors import EmbeddedError
+from .errors import EmbeddedError
 from .child import ChildServer
 from .ports import LOCALHOST, ensure_running, listens_on, pick_port, spawn
 

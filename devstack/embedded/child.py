@@ -8,7 +8,7 @@ import subprocess
 from types import TracebackType
 from typing import IO, Callable
 
-from ..common.errors import EmbeddedError
+from .errors import EmbeddedError
 from .ports import stop_process, tail
 
 STOP_TIMEOUT_S = 10.0

