@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timezone
 from enum import Enum
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import Annotated, ClassVar, Final, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -29,7 +29,7 @@ from pydantic import (
 
 from .topics import ACCESS, CATALOG, POSTS, TopicSpec, topic_name
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 #: The nine tracked centralized exchanges (spec 2.4). The set is fixed.
 EXCHANGE_KEYS: tuple[str, ...] = (
@@ -51,6 +51,11 @@ ECOSYSTEM_SLUGS: tuple[str, ...] = (
     "ecosystems-bnb",
     "ecosystems-other",
 )
+
+
+Direction = Literal["ltr", "rtl"]
+WorkspaceStatus = Literal["active", "suspended"]
+EmbedKind = Literal["badge", "widget"]
 
 
 class Sentiment(str, Enum):
@@ -205,7 +210,7 @@ class Locale(Contract):
     name: ShortText
     native_name: ShortText
     country_code: Annotated[str, Field(pattern=r"^[A-Z]{2}$")]
-    direction: Literal["ltr", "rtl"]
+    direction: Direction
     active: bool
     web_channel: bool
     is_default: bool
@@ -215,7 +220,7 @@ class Locale(Contract):
 class Workspace(Contract):
     id: Id
     name: ShortText
-    status: Literal["active", "suspended"]
+    status: WorkspaceStatus
     rate_limit_per_minute: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     daily_quota: Annotated[int, Field(ge=1, le=1_000_000_000)] | None = None
     stream_connection_limit: Annotated[int, Field(ge=1, le=10_000)] | None = None
@@ -235,7 +240,7 @@ class ApiKey(Contract):
 class Embed(Contract):
     id: Annotated[str, Field(pattern=r"^bdg_[A-Za-z0-9]{4,64}$")]
     workspace_id: Id
-    kind: Literal["badge", "widget"]
+    kind: EmbedKind
     created_at: UtcDatetime
 
 
@@ -314,16 +319,14 @@ class HeartbeatEvent(_Envelope):
     data: Heartbeat
 
 
+#: Any event: the list of the declared event types.
+AnyEvent = PostEvent | TokenEvent | CategoryEvent | LocaleEvent | WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent
+
 #: Any event, decoded by its ``type``.
-Event = Annotated[
-    PostEvent | TokenEvent | CategoryEvent | LocaleEvent | WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent,
-    Field(discriminator="type"),
-]
+Event = Annotated[AnyEvent, Field(discriminator="type")]
 
 #: Every event model by type name, in declaration order.
-EVENT_MODELS: dict[str, type[_Envelope]] = {
-    model.model_fields["type"].default: model for model in get_args(get_args(Event)[0])
-}
+EVENT_MODELS: dict[str, type[_Envelope]] = {model.model_fields["type"].default: model for model in get_args(AnyEvent)}
 
 
 def event_types(topic: TopicSpec) -> tuple[str, ...]:
@@ -380,6 +383,6 @@ def encode_event(event: _Envelope) -> bytes:
     return event.model_dump_json(exclude_none=False).encode()
 
 
-def entity_key(event: Event) -> str:
+def entity_key(event: AnyEvent) -> str:
     """The log key of an event: its entity id. Compaction keeps the latest snapshot per key."""
     return f"{event.type}:{getattr(event.data, event.key_field)}"

@@ -31,6 +31,7 @@ from tickerwire.schemas.models import (
     ApiKeyEvent,
     Category,
     CategoryEvent,
+    Direction,
     Ecosystem,
     Embed,
     EmbedEvent,
@@ -61,7 +62,7 @@ NEWEST_POST_AGE = timedelta(minutes=3)
 # --------------------------------------------------------------------------- locales
 
 
-def _locale(position: int, code: str, name: str, native: str, direction: str = "ltr", *, active: bool = True, web: bool = True) -> Locale:
+def _locale(position: int, code: str, name: str, native: str, direction: Direction = "ltr", *, active: bool = True, web: bool = True) -> Locale:
     return Locale(
         code=code,
         name=name,
@@ -427,8 +428,8 @@ def _description(rng: random.Random, ident: _Identity, tags: tuple[str, ...], ec
     """Upstream prose, or null when the scrub step rejected every sentence (about 7%)."""
     if rng.random() < 0.07:
         return None
-    on_chain = ecosystem is not None and ecosystem.slug != "ecosystems-other"
-    where = f"runs on {ecosystem.name}" if on_chain else "is deployed across several chains"
+    on_chain = ecosystem if ecosystem is not None and ecosystem.slug != "ecosystems-other" else None
+    where = f"runs on {on_chain.name}" if on_chain else "is deployed across several chains"
     what = f"is listed in the {tags[0]} category and" if tags else "is a digital asset that"
     extras = " ".join(rng.sample(_DESCRIPTION_EXTRAS, rng.randint(1, 2)))
     return f"{ident.name} ({ident.ticker}) {what} {where}. {extras}"
@@ -1022,7 +1023,7 @@ def _line(rng: random.Random, template: int, sentiment: Sentiment) -> _Line:
 def _story(rng: random.Random, sentiment: Sentiment) -> _Story:
     """3-6 paragraphs of 2-4 sentences; the first opens with the subject and the numbers."""
     opening = _line(rng, 0, sentiment)
-    paragraphs = [(opening, _line(rng, 1, sentiment))]
+    paragraphs: list[tuple[_Line, ...]] = [(opening, _line(rng, 1, sentiment))]
     for _ in range(rng.randint(2, 5)):
         templates = rng.sample(range(2, _SENTENCES), rng.randint(2, 4))
         paragraphs.append(tuple(_line(rng, t, sentiment) for t in templates))

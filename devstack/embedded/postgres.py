@@ -372,7 +372,7 @@ def _socket_dir(data_dir: Path, port: int) -> str:
 def _postmaster_ready(data_dir: Path, pid: int) -> bool:
     """True once postmaster.pid belongs to ``pid`` and its status line says "ready"."""
     lines = _read_lines(data_dir / "postmaster.pid")
-    return bool(lines) and len(lines) >= 8 and lines[0].strip() == str(pid) and lines[7].strip() == "ready"
+    return lines is not None and len(lines) >= 8 and lines[0].strip() == str(pid) and lines[7].strip() == "ready"
 
 
 def _read_lines(path: Path) -> list[str] | None:

@@ -15,10 +15,12 @@ from tickerwire.schemas.models import (
     ApiKeyEvent,
     Embed,
     EmbedEvent,
+    EmbedKind,
     Heartbeat,
     HeartbeatEvent,
     Workspace,
     WorkspaceEvent,
+    WorkspaceStatus,
 )
 
 from ..common.keys import display_prefix, generate_key, hash_key
@@ -49,7 +51,7 @@ async def workspace_event(
     workspace_id: str,
     *,
     name: str | None = None,
-    status: str | None = None,
+    status: WorkspaceStatus | None = None,
     rate_limit_per_minute: int | None = None,
     daily_quota: int | None = None,
     stream_connection_limit: int | None = None,
@@ -123,7 +125,7 @@ async def require_embed(conn: asyncpg.Connection, embed_id: str, workspace_id: s
         raise AdminError(f"embed {embed_id} belongs to workspace {row['workspace_id']}, not {workspace_id}")
 
 
-def embed_event(embed_id: str, workspace_id: str, kind: str = "badge") -> EmbedEvent:
+def embed_event(embed_id: str, workspace_id: str, kind: EmbedKind = "badge") -> EmbedEvent:
     at = now()
     return EmbedEvent(version=next_version(None), emitted_at=at, data=Embed(id=embed_id, workspace_id=workspace_id, kind=kind, created_at=at))
 

@@ -11,6 +11,7 @@ import re
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 from ..common.config import Config, ConfigError, describe
 from ..common.errors import TickerwireError
@@ -313,7 +314,7 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 class _Parser(argparse.ArgumentParser):
     """Usage errors are one line (what was wrong, where to look) and exit status 2."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 

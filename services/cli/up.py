@@ -24,13 +24,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import orjson
 
 from ..common.config import Config, ConfigError
 from ..common.logs import setup_logging
 from ..common.retry import backoff_delays
+
+if TYPE_CHECKING:  # imported lazily, by `up` only
+    from tickerwire.devstack.embedded.broker import EmbeddedBroker
+    from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
+    from tickerwire.schemas.models import AnyEvent
 
 log = logging.getLogger("tickerwire.up")
 
@@ -57,9 +62,9 @@ class Child:
     restart_at: float | None = None
     delays: Iterator[float] = field(default_factory=lambda: backoff_delays(RESTART_BASE_S, RESTART_CAP_S))
 
-    def spawn(self) -> None:
+    def spawn(self) -> subprocess.Popen:
         out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             [sys.executable, "-m", "tickerwire.services.cli.main", self.name],
             env=self.env,
             stdout=out,
@@ -70,6 +75,7 @@ class Child:
         )
         out.close()
         self.started_at = time.monotonic()
+        return proc
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -133,8 +139,8 @@ class UpError(Exception):
 class Embedded:
     """The embedded servers ``up`` started (None where a configured one is used)."""
 
-    postgres: object | None = None
-    broker: object | None = None
+    postgres: EmbeddedPostgres | None = None
+    broker: EmbeddedBroker | None = None
 
 
 def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
@@ -187,7 +193,7 @@ async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
     access = dataset.access_events(
         now=now, workspace_id=DEMO_WORKSPACE, key_hash=hash_key(key), display_prefix=display_prefix(key), embed_id=DEMO_EMBED
     )
-    events = list(access)
+    events: list[AnyEvent] = list(access)
     last_id = 0
     if not args.no_demo:
         events += dataset.catalog_events(now=now, tokens=args.tokens)
@@ -425,10 +431,10 @@ class Supervision:
                 say(f"{child.name} exited (status {child.proc.returncode if child.proc else '?'}); "
                     f"restarting it in {delay:.1f}s (log: {child.log_path})")
             elif now >= child.restart_at:
-                child.spawn()
+                proc = child.spawn()
                 child.restarts += 1
                 child.restart_at = None
-                say(f"{child.name} restarted (pid {child.proc.pid}, restart {child.restarts})")
+                say(f"{child.name} restarted (pid {proc.pid}, restart {child.restarts})")
                 changed = True
         if changed:
             write_state(self.state_file, self.info, self.stack)

@@ -168,7 +168,7 @@ class GuardedHandler(RequestHandler):
         if not self.idle:
             self._disarm_header_timer()
 
-    async def finish_response(self, request, resp, start_time):  # type: ignore[override]
+    async def finish_response(self, request, resp, start_time):
         try:
             return await super().finish_response(request, resp, start_time)
         finally:
@@ -188,7 +188,7 @@ class GuardedHandler(RequestHandler):
         if self.idle and self.transport is not None:
             self.guard.shed(self, "header_timeout")
 
-    def handle_error(self, request, status=500, exc=None, message=None):  # type: ignore[override]
+    def handle_error(self, request, status=500, exc=None, message=None):
         """aiohttp's own handler logs a traceback for every unparseable request; this one
         logs one rate-limited line (a traceback only for our own 5xx) and answers JSON."""
         if status < 500:

@@ -149,9 +149,10 @@ async def run_app(app: web.Application, config: Config, *, name: str, port: int 
             runners.append(await _start(app, partner, config.host, port, name))
         supervisor = app.get(SUPERVISOR)
         if supervisor is None:
-            await asyncio.Event().wait()
-        await supervisor.fatal.wait()  # a background task died for good: exit non-zero
-        raise SystemExit(f"{name}: {supervisor.fatal_reason}")
+            await asyncio.Event().wait()  # nothing supervised: serve until cancelled
+        else:
+            await supervisor.fatal.wait()  # a background task died for good: exit non-zero
+            raise SystemExit(f"{name}: {supervisor.fatal_reason}")
     finally:
         for runner in reversed(runners):
             await runner.cleanup()

@@ -19,7 +19,7 @@ def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Co
     config = config or Config.from_env()
     setup_logging(name, config.log_level)
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
 
         uvloop.install()
     except ImportError:

@@ -27,14 +27,23 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Callable, Generic, Iterable, Sequence, TypeVar
 
 import asyncpg
 import orjson
 from tickerwire.schemas.models import (
+    AnyEvent,
+    ApiKeyEvent,
     Category,
+    CategoryEvent,
+    EmbedEvent,
+    HeartbeatEvent,
     InvalidEvent,
+    LocaleEvent,
     Post,
+    PostEvent,
+    TokenEvent,
+    WorkspaceEvent,
     decode_event,
     entity_key,
 )
@@ -77,15 +86,29 @@ class BatchResult:
     position: int | None = None
 
 
+E = TypeVar("E", bound=AnyEvent)
+T = TypeVar("T")
+
+
 @dataclass(frozen=True, slots=True)
-class Decoded:
+class Decoded(Generic[E]):
     offset: int
-    event: Event
+    event: E
 
 
-def decode_records(records: Iterable[Record]) -> tuple[list[Decoded], list[DeadLetter]]:
+def of_type(events: Iterable[Decoded[AnyEvent]], model: type[E]) -> list[Decoded[E]]:
+    """The events of one type, typed as such."""
+    out: list[Decoded[E]] = []
+    for d in events:
+        event = d.event
+        if isinstance(event, model):
+            out.append(Decoded(d.offset, event))
+    return out
+
+
+def decode_records(records: Iterable[Record]) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
     """Decode at the edge: typed events, and poison records set aside with their reason."""
-    events: list[Decoded] = []
+    events: list[Decoded[AnyEvent]] = []
     dead: list[DeadLetter] = []
     for rec in records:
         if rec.value is None:
@@ -98,9 +121,9 @@ def decode_records(records: Iterable[Record]) -> tuple[list[Decoded], list[DeadL
     return events, dead
 
 
-def latest_per_entity(events: Iterable[Decoded]) -> list[Decoded]:
+def latest_per_entity(events: Iterable[Decoded[E]]) -> list[Decoded[E]]:
     """Within one batch only the highest version of each entity matters (ties: the later offset)."""
-    best: dict[str, Decoded] = {}
+    best: dict[str, Decoded[E]] = {}
     for d in events:
         key = entity_key(d.event)
         cur = best.get(key)
@@ -110,9 +133,9 @@ def latest_per_entity(events: Iterable[Decoded]) -> list[Decoded]:
     return sorted(best.values(), key=lambda d: d.offset)
 
 
-def applied_chain(events: Iterable[Decoded], stored_version: int) -> list[Decoded]:
+def applied_chain(events: Iterable[Decoded[E]], stored_version: int) -> list[Decoded[E]]:
     """The events (offset order) that a one-by-one replay would apply over ``stored_version``."""
-    chain: list[Decoded] = []
+    chain: list[Decoded[E]] = []
     high = stored_version
     for d in sorted(events, key=lambda d: d.offset):
         if d.event.version > high:
@@ -133,7 +156,7 @@ class Rendering:
     hidden: bool = False
 
 
-def chain_renderings(chain: list[Decoded]) -> list[Rendering]:
+def chain_renderings(chain: list[Decoded[PostEvent]]) -> list[Rendering]:
     """What a one-by-one replay of ``chain`` leaves in post_translations: the last snapshot's
     rows, plus a hidden row (from the last snapshot that had it) for each locale shown earlier
     in the chain and dropped since, so its announcement is remembered as it would have been."""
@@ -155,7 +178,7 @@ def renderings_of(final: Post, announce: dict[str, int], dropped: list[tuple[Pos
     return out
 
 
-def first_visible_offsets(chain: list[Decoded]) -> dict[str, int]:
+def first_visible_offsets(chain: list[Decoded[PostEvent]]) -> dict[str, int]:
     """Per locale, the offset of the first event of ``chain`` that showed that translation."""
     out: dict[str, int] = {}
     for d in chain:
@@ -192,28 +215,26 @@ async def apply_batch(
             await conn.executemany(
                 sql.INSERT_DEAD_LETTER, [(topic, partition, d.offset, d.key, d.value, d.kind, d.reason) for d in dead]
             )
-        by_type: dict[str, list[Decoded]] = defaultdict(list)
-        posts: dict[int, list[Decoded]] = defaultdict(list)
-        for d in events:
-            if d.event.type == "post":
-                posts[d.event.data.id].append(d)
-        for d in latest_per_entity(d for d in events if d.event.type != "post"):
-            by_type[d.event.type].append(d)
+        posts: dict[int, list[Decoded[PostEvent]]] = defaultdict(list)
+        for p in of_type(events, PostEvent):
+            posts[p.event.data.id].append(p)
+        latest = latest_per_entity(d for d in events if d.event.type != "post")
+        locales, categories = of_type(latest, LocaleEvent), of_type(latest, CategoryEvent)
         for d in events:
             emitted = d.event.emitted_at
             if result.newest_emitted_at is None or emitted > result.newest_emitted_at:
                 result.newest_emitted_at = emitted
         stamps: set[str] = set()
         # Catalog first, so posts in the same batch see the categories and locales before them.
-        if by_type["locale"] or by_type["category"]:
+        if locales or categories:
             await conn.execute(sql.ADVISORY_XACT_LOCK, TAXONOMY_LOCK)
         elif posts:
             await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, TAXONOMY_LOCK)
-        await _apply_locales(conn, by_type["locale"], result, stamps)
-        await _apply_categories(conn, by_type["category"], result, stamps)
-        await _apply_tokens(conn, by_type["token"], result, stamps)
+        await _apply_locales(conn, locales, result, stamps)
+        await _apply_categories(conn, categories, result, stamps)
+        await _apply_tokens(conn, of_type(latest, TokenEvent), result, stamps)
         await _apply_posts(conn, partition, posts, result, stamps)
-        await _apply_access(conn, by_type, result, stamps)
+        await _apply_access(conn, latest, result, stamps)
         if stamps:
             await conn.execute(sql.BUMP_STAMPS, sorted(stamps))
         await conn.execute(sql.SAVE_POSITION, topic, partition, fresh[-1].offset + 1)
@@ -265,12 +286,12 @@ def post_facts(post: Post) -> PostFacts:
 
 
 async def _apply_posts(
-    conn: asyncpg.Connection, partition: int, chains: dict[int, list[Decoded]], result: BatchResult, stamps: set[str]
+    conn: asyncpg.Connection, partition: int, chains: dict[int, list[Decoded[PostEvent]]], result: BatchResult, stamps: set[str]
 ) -> None:
     if not chains:
         return
     old = {r["id"]: r for r in await conn.fetch(sql.SELECT_POSTS_FOR_UPDATE, sorted(chains))}
-    newer: list[Decoded] = []
+    newer: list[Decoded[PostEvent]] = []
     renderings: list[Rendering] = []
     for post_id in sorted(chains):
         events = chains[post_id]
@@ -303,7 +324,7 @@ async def _apply_posts(
     stamps.add("posts")  # the API's page cache drops what it holds
 
 
-def post_record(d: Decoded) -> tuple:
+def post_record(d: Decoded[PostEvent]) -> tuple:
     """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
     post: Post = d.event.data
     return (
@@ -378,7 +399,7 @@ def text_hash(config: str, title: str, lede: str, body: str) -> bytes:
 # --------------------------------------------------------------------------- catalog
 
 
-async def _apply_locales(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_locales(conn: asyncpg.Connection, items: list[Decoded[LocaleEvent]], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
     default_before = await load_default_locale(conn)
@@ -405,7 +426,7 @@ async def _apply_locales(conn, items: list[Decoded], result: BatchResult, stamps
         await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_WITH_CATEGORIES))
 
 
-async def _apply_categories(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_categories(conn: asyncpg.Connection, items: list[Decoded[CategoryEvent]], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
     changed: list[str] = []
@@ -436,7 +457,7 @@ async def rerender_posts(conn: asyncpg.Connection, rows: list[asyncpg.Record], t
         await write_translations(conn, posts, None, taxonomy or await load_taxonomy(conn))
 
 
-async def _apply_tokens(conn, items: list[Decoded], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_tokens(conn: asyncpg.Connection, items: list[Decoded[TokenEvent]], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
     tokens = [d.event.data for d in items]
@@ -468,30 +489,32 @@ def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
 # --------------------------------------------------------------------------- access
 
 
-async def _apply_access(conn, by_type: dict[str, list[Decoded]], result: BatchResult, stamps: set[str]) -> None:
-    def columns(kind: str, *getters) -> list[list]:
-        items = by_type[kind]
-        return [[get(d) for d in items] for get in getters]
+def _columns(items: Sequence[T], *getters: Callable[[T], object]) -> list[list[object]]:
+    """Column arrays for an ``unnest`` upsert: one list per getter, one value per item."""
+    return [[get(item) for item in items] for get in getters]
 
+
+async def _apply_access(conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]], result: BatchResult, stamps: set[str]) -> None:
+    workspaces = [d.event for d in of_type(latest, WorkspaceEvent)]
+    keys = [d.event for d in of_type(latest, ApiKeyEvent)]
+    embeds = [d.event for d in of_type(latest, EmbedEvent)]
+    beats = [d.event for d in of_type(latest, HeartbeatEvent)]
     statements = [
-        ("workspace", sql.UPSERT_WORKSPACE, columns(
-            "workspace", lambda d: d.event.data.id, lambda d: d.event.version, lambda d: d.event.data.name,
-            lambda d: d.event.data.status, lambda d: d.event.data.rate_limit_per_minute,
-            lambda d: d.event.data.daily_quota, lambda d: d.event.data.stream_connection_limit)),
-        ("api_key", sql.UPSERT_API_KEY, columns(
-            "api_key", lambda d: d.event.data.id, lambda d: d.event.version, lambda d: d.event.data.workspace_id,
-            lambda d: d.event.data.key_hash, lambda d: d.event.data.display_prefix, lambda d: d.event.data.issued_at,
-            lambda d: d.event.data.revoked_at)),
-        ("embed", sql.UPSERT_EMBED, columns(
-            "embed", lambda d: d.event.data.id, lambda d: d.event.version, lambda d: d.event.data.workspace_id,
-            lambda d: d.event.data.kind, lambda d: d.event.data.created_at)),
-        ("heartbeat", sql.UPSERT_HEARTBEAT, columns(
-            "heartbeat", lambda d: d.event.data.embed_id, lambda d: d.event.data.workspace_id,
-            lambda d: d.event.data.landed_at)),
+        ("workspace", sql.UPSERT_WORKSPACE, len(workspaces), _columns(
+            workspaces, lambda e: e.data.id, lambda e: e.version, lambda e: e.data.name, lambda e: e.data.status,
+            lambda e: e.data.rate_limit_per_minute, lambda e: e.data.daily_quota, lambda e: e.data.stream_connection_limit)),
+        ("api_key", sql.UPSERT_API_KEY, len(keys), _columns(
+            keys, lambda e: e.data.id, lambda e: e.version, lambda e: e.data.workspace_id, lambda e: e.data.key_hash,
+            lambda e: e.data.display_prefix, lambda e: e.data.issued_at, lambda e: e.data.revoked_at)),
+        ("embed", sql.UPSERT_EMBED, len(embeds), _columns(
+            embeds, lambda e: e.data.id, lambda e: e.version, lambda e: e.data.workspace_id, lambda e: e.data.kind,
+            lambda e: e.data.created_at)),
+        ("heartbeat", sql.UPSERT_HEARTBEAT, len(beats), _columns(
+            beats, lambda e: e.data.embed_id, lambda e: e.data.workspace_id, lambda e: e.data.landed_at)),
     ]
-    for kind, statement, cols in statements:
-        if by_type[kind]:
+    for kind, statement, offered, cols in statements:
+        if offered:
             changed = await conn.fetch(statement, *cols)
-            _count(result, kind, len(by_type[kind]), len(changed))
+            _count(result, kind, offered, len(changed))
             if changed and kind in ("workspace", "api_key"):
                 stamps.add("access")  # what the API and stream hold per key (embeds and heartbeats act via the sweeper)

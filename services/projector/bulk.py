@@ -39,7 +39,7 @@ from typing import AsyncIterator, Callable
 
 import asyncpg
 from aiokafka import TopicPartition
-from tickerwire.schemas.models import Post
+from tickerwire.schemas.models import Post, PostEvent
 from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
@@ -50,6 +50,7 @@ from .apply import (
     Record,
     decode_records,
     load_taxonomy,
+    of_type,
     post_facts,
     post_record,
     renderings_of,
@@ -88,7 +89,7 @@ class PostPlan:
         return out
 
 
-def reduce_event(plans: dict[int, PostPlan], d: Decoded) -> None:
+def reduce_event(plans: dict[int, PostPlan], d: Decoded[PostEvent]) -> None:
     """Fold one post event (in offset order) into its post's plan, as ``applied_chain`` would."""
     post: Post = d.event.data
     plan = plans.get(post.id)
@@ -191,10 +192,11 @@ async def bulk_load_posts(
     async for tp, records in _read(config, tps, ends):
         events, poison = decode_records(records)
         dead[tp].extend(poison)
-        for d in events:
-            if d.event.type != "post":
-                raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {d.offset} carries a {d.event.type} event")
-            reduce_event(plans[tp], d)
+        for decoded in events:
+            if decoded.event.type != "post":
+                raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event")
+        for p in of_type(events, PostEvent):
+            reduce_event(plans[tp], p)
         progress.read += len(records)
         report.records += len(records)
         progress.show()
@@ -225,12 +227,12 @@ async def bulk_load_posts(
         rows: list[tuple] = []
         for tp in tps:
             by_offset = _wanted(plans[tp])
-            held: dict[int, Decoded] = {}
+            held: dict[int, Decoded[PostEvent]] = {}
             async for _, records in _read(config, [tp], ends):
                 progress.read += len(records)
                 wanted = [r for r in records if r.offset in by_offset]
                 events, _ = decode_records(wanted)
-                for d in events:
+                for d in of_type(events, PostEvent):
                     post_id = by_offset[d.offset]
                     plan = plans[tp][post_id]
                     if d.offset != plan.final:

@@ -291,11 +291,12 @@ class Projector:
         while True:
             await asyncio.sleep(KAFKA_COMMIT_INTERVAL_S)
             offsets, self._uncommitted = self._uncommitted, {}
-            assigned = self.consumer.assignment() if self.consumer is not None else set()
+            consumer = self.consumer
+            assigned = consumer.assignment() if consumer is not None else set()
             offsets = {tp: o for tp, o in offsets.items() if tp in assigned}
-            if offsets:
+            if offsets and consumer is not None:
                 try:
-                    await self.consumer.commit(offsets)
+                    await consumer.commit(offsets)
                 except KafkaError as exc:
                     log.debug("kafka commit failed: %s", exc)
 

@@ -218,7 +218,8 @@ class Feed:
 
     def _take_committed(self, positions: dict[int, int]) -> list[Pending]:
         """Remove and return pending records the projector has committed, in log order per partition."""
-        ready, waiting = [], collections.deque()
+        ready: list[Pending] = []
+        waiting: collections.deque[Pending] = collections.deque()
         for p in self._pending:
             if len(ready) < ANNOUNCE_BATCH and positions.get(p.partition, 0) > p.offset:
                 ready.append(p)

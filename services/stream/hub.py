@@ -35,7 +35,7 @@ SEND_BUFFER_BYTES = 256 * 1024
 @dataclass(eq=False)
 class Connection:
     ws: web.WebSocketResponse
-    transport: asyncio.BaseTransport | None
+    transport: asyncio.Transport | None
     workspace_id: str
     key_hash: str
     session_id: str
