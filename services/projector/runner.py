@@ -148,7 +148,9 @@ class Projector:
         self.stopped.pop(tp, None)
         self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(0)
 
-    async def _apply(self, tp: TopicPartition, records: list[Record]) -> None:
+    async def apply_records(self, tp: TopicPartition, records: list[Record]) -> None:
+        """Apply one fetched batch of ``tp``: transient failures retried, a record the read
+        model refuses isolated and dead-lettered, the outcome counted in the metrics."""
         try:
             result = await self._apply_retrying(tp, records)
         except REFUSALS as exc:
@@ -269,7 +271,7 @@ class Projector:
             for tp, msgs in batches.items():
                 if not msgs:
                     continue
-                await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs])
+                await self.apply_records(tp, [Record(m.offset, m.key, m.value) for m in msgs])
             for tp, msgs in batches.items():
                 if msgs:
                     self._uncommitted[tp] = msgs[-1].offset + 1

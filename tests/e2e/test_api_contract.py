@@ -18,8 +18,8 @@ import pytest
 from openapi_spec_validator import validate as validate_spec
 
 from tickerwire.devstack.demo import dataset
-from tests.e2e.test_api_read import running_stack, visible_feed
-from tests.support.stack import BASE, auth
+from tests.support.events import visible_feed
+from tests.support.stack import BASE, auth, running_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
-from tests.e2e.test_api_read import running_stack
-from tests.support.stack import BASE, ServiceStack, auth
+from tests.support.stack import BASE, ServiceStack, auth, running_stack
 
 pytestmark = pytest.mark.e2e
 

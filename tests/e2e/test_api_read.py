@@ -9,18 +9,17 @@ import contextlib
 import math
 import signal
 from datetime import datetime, timedelta, timezone
-from typing import AsyncIterator, Sequence
 
 import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, PostEvent, TokenEvent
+from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, TokenEvent
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.api.compression import MIN_BYTES
-from tests.support.stack import BASE, ServiceStack, auth, wait_http
+from tests.support.events import visible_feed
+from tests.support.stack import BASE, ServiceStack, auth, running_stack, wait_http
 
 pytestmark = pytest.mark.e2e
 
@@ -30,39 +29,6 @@ TOKEN_KEYS = ["ticker", "name", "logo_url", "post_count", "market_cap_rank", "ex
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 POSTS = 400
 TOKENS = 3000
-
-
-# --------------------------------------------------------------------------- shared helpers (imported by the other API test modules)
-
-
-@contextlib.asynccontextmanager
-async def running_stack(pg_dsn: str, kafka_bootstrap: str, prefix: str, events: Sequence, **limits) -> AsyncIterator[tuple[ServiceStack, str]]:
-    """A fresh database and topic prefix, the projector and one API, ``events`` projected, a key."""
-    async with scratch_database(pg_dsn) as dsn:
-        stack = ServiceStack(dsn, kafka_bootstrap, prefix)
-        await stack.prepare()
-        try:
-            await stack.start("projector")
-            await stack.publish(events)
-            await stack.wait_projected(timeout=180)
-            key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, **limits)
-            await stack.start("api")
-            yield stack, key
-        finally:
-            stack.stop_all()
-
-
-def visible_feed(posts: Sequence[PostEvent], lang: str = "en-US") -> list:
-    """The posts a partner may list in ``lang``, newest first (the latest version of each post)."""
-    latest: dict[int, PostEvent] = {}
-    for e in posts:
-        if e.data.id not in latest or latest[e.data.id].version < e.version:
-            latest[e.data.id] = e
-    shown = [
-        e.data for e in latest.values()
-        if e.data.status in VISIBLE_STATUSES and e.data.published_at and any(t.lang == lang for t in e.data.translations)
-    ]
-    return sorted(shown, key=lambda p: (p.published_at, p.id), reverse=True)
 
 
 class Client:

@@ -21,17 +21,8 @@ from tickerwire.services.common import kafka
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.rebuild import rebuild, replay_into
 
-from tests.integration.test_projector_apply import (
-    T0,
-    announcements,
-    category_ev,
-    derived_from_scratch,
-    locale_ev,
-    post_ev,
-    read_model,
-    token_ev,
-)
-from tests.integration.test_projector_property import comparable
+from tests.support.events import T0, category_ev, locale_ev, post_ev, token_ev
+from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
 from tests.support.stack import BASE, ServiceStack, auth
 
 pytestmark = pytest.mark.e2e

@@ -1,192 +1,29 @@
-"""apply_batch against the real PostgreSQL: poison events, redelivery, stale versions, derived counters.
-
-The event factories and :func:`read_model` (a comparable dump of the whole read model) are
-shared with the property test and the end-to-end tests of the projector.
-"""
+"""apply_batch against the real PostgreSQL: poison events, redelivery, stale versions, derived counters."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Sequence
+from datetime import datetime, timedelta
 
-import asyncpg
 import orjson
-import pytest
-from tickerwire.schemas.models import (
-    ApiKey,
-    ApiKeyEvent,
-    Category,
-    CategoryEvent,
-    Embed,
-    EmbedEvent,
-    Heartbeat,
-    HeartbeatEvent,
-    Locale,
-    LocaleEvent,
-    Post,
-    PostEvent,
-    Token,
-    TokenEvent,
-    Workspace,
-    WorkspaceEvent,
-    encode_event,
-    entity_key,
-)
 from tickerwire.services.api.catalog import Catalog
 from tickerwire.services.common.db import create_pool, migrate
-from tickerwire.services.projector.apply import Record, apply_batch
+from tickerwire.services.projector.apply import apply_batch
 
-T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
+from tests.support.events import (
+    T0,
+    api_key_ev,
+    category_ev,
+    embed_ev,
+    heartbeat_ev,
+    locale_ev,
+    post_ev,
+    records,
+    token_ev,
+    workspace_ev,
+)
+from tests.support.readmodel import announcements, read_model
+
 TOPIC = "t.posts.v1"
-
-# --------------------------------------------------------------------------- event factories
-
-
-def locale_ev(code: str, version: int = 1, *, default: bool = False, active: bool = True, web: bool = True, position: int = 0) -> LocaleEvent:
-    return LocaleEvent(
-        version=version, emitted_at=T0,
-        data=Locale(code=code, name=f"Name {code} v{version}", native_name=f"Native {code}", country_code="US",
-                    direction="ltr", active=active, web_channel=web, is_default=default, position=position),
-    )
-
-
-def category_ev(slug: str, version: int = 1, *, group: str | None = None, names: dict[str, str] | None = None, position: int = 0) -> CategoryEvent:
-    return CategoryEvent(
-        version=version, emitted_at=T0,
-        data=Category(slug=slug, is_group=group is None, group_slug=group, position=position,
-                      names=names or {"en-US": f"{slug} v{version}"}),
-    )
-
-
-def token_ev(ticker: str, version: int = 1, *, rank: int | None = 1) -> TokenEvent:
-    return TokenEvent(
-        version=version, emitted_at=T0,
-        data=Token(ticker=ticker, name=f"{ticker} v{version}", logo_url="https://img.example/t.png", market_cap_rank=rank,
-                   exchange_listings=("binance",), categories=("layer-1",), genesis_date=None, primary_ecosystem=None,
-                   homepage_url="https://t.example", description=None),
-    )
-
-
-def post_ev(
-    post_id: int,
-    version: int = 1,
-    *,
-    status: str = "published",
-    at: datetime | None = T0,
-    sentiment: str = "BULLISH",
-    tickers: Sequence[str] = ("BTC",),
-    categories: Sequence[str] = (),
-    langs: Sequence[str] = ("en-US",),
-    importance: int = 50,
-) -> PostEvent:
-    if status in ("published", "partial") and at is None:
-        at = T0
-    return PostEvent(
-        version=version, emitted_at=T0 + timedelta(seconds=version),
-        data=Post.model_validate(dict(
-            id=post_id, status=status, published_at=at, importance=importance, sentiment=sentiment,
-            tickers=list(tickers), hashtags=["Crypto"], categories=list(categories),
-            cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
-            source_url="https://src.example/a", byline="Desk",
-            translations=[dict(lang=lang, slug=f"p{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{post_id}/{lang}",
-                               title=f"Bitcoin rallies {post_id} v{version}", lede="Markets moved.", body="Prices rose sharply.")
-                          for lang in langs],
-        )),
-    )
-
-
-def workspace_ev(ws_id: str, version: int = 1, *, status: str = "active") -> WorkspaceEvent:
-    return WorkspaceEvent(version=version, emitted_at=T0, data=Workspace(id=ws_id, name=f"{ws_id} v{version}", status=status))
-
-
-def api_key_ev(key_id: str, ws_id: str, version: int = 1, *, revoked: bool = False) -> ApiKeyEvent:
-    return ApiKeyEvent(version=version, emitted_at=T0, data=ApiKey(
-        id=key_id, workspace_id=ws_id, key_hash=f"{abs(hash(key_id)) % 10**20:064d}", display_prefix="tw_live_abcd",
-        issued_at=T0, revoked_at=T0 if revoked else None))
-
-
-def embed_ev(embed_id: str, ws_id: str, version: int = 1, kind: str = "badge") -> EmbedEvent:
-    return EmbedEvent(version=version, emitted_at=T0, data=Embed(id=embed_id, workspace_id=ws_id, kind=kind, created_at=T0))
-
-
-def heartbeat_ev(embed_id: str, ws_id: str, landed_at: datetime) -> HeartbeatEvent:
-    return HeartbeatEvent(version=max(int(landed_at.timestamp() * 1000), 1), emitted_at=T0,
-                          data=Heartbeat(embed_id=embed_id, workspace_id=ws_id, landed_at=landed_at))
-
-
-def records(events: Iterable[Any], start: int = 0) -> list[Record]:
-    """Events as consecutive log records; a ``bytes`` item is a raw (possibly poison) value."""
-    out = []
-    for offset, ev in enumerate(events, start):
-        if ev is None or isinstance(ev, bytes):
-            out.append(Record(offset, b"raw", ev))
-        else:
-            out.append(Record(offset, entity_key(ev).encode(), encode_event(ev)))
-    return out
-
-
-# --------------------------------------------------------------------------- the read model as data
-
-#: Order-independent content of every table the API and stream read. Positions, dead letters,
-#: change stamps and announcements are compared separately where a test means them.
-_TABLES = {
-    "locales": "SELECT * FROM locales ORDER BY code",
-    "categories": "SELECT * FROM categories ORDER BY slug",
-    "posts": "SELECT * FROM posts ORDER BY id",
-    "post_translations": """SELECT post_id, lang, slug, published_at, importance, sentiment, visible, category_slugs,
-                                   tickers, hashtags, tsv::text AS tsv, lean, detail
-                            FROM post_translations ORDER BY post_id, lang""",
-    "tokens": "SELECT * FROM tokens ORDER BY ticker",
-    "ticker_post_counts": "SELECT * FROM ticker_post_counts WHERE post_count <> 0 ORDER BY ticker",
-    "sentiment_buckets": "SELECT * FROM sentiment_buckets WHERE count <> 0 ORDER BY bucket, sentiment",
-    "workspaces": "SELECT id, version, name, status, rate_limit_per_minute, daily_quota, stream_connection_limit, badge_status FROM workspaces ORDER BY id",
-    "api_keys": "SELECT * FROM api_keys ORDER BY id",
-    "embeds": "SELECT * FROM embeds ORDER BY id",
-    "heartbeats": "SELECT * FROM heartbeats ORDER BY embed_id",
-}
-
-
-async def read_model(conn: asyncpg.Connection, schema: str = "rm") -> dict[str, list[dict]]:
-    out = {}
-    for table, query in _TABLES.items():
-        await conn.execute(f'SET search_path TO "{schema}", public')
-        out[table] = [dict(r) for r in await conn.fetch(query)]
-    return out
-
-
-async def announcements(conn: asyncpg.Connection, schema: str = "rm") -> dict[tuple[int, str], tuple]:
-    await conn.execute(f'SET search_path TO "{schema}", public')
-    rows = await conn.fetch("SELECT post_id, lang, announced_partition, announced_offset FROM post_translations")
-    return {(r["post_id"], r["lang"]): (r["announced_partition"], r["announced_offset"]) for r in rows}
-
-
-async def derived_from_scratch(conn: asyncpg.Connection, schema: str = "rm") -> tuple[list[dict], list[dict]]:
-    """post_count and the sentiment buckets computed from the posts table alone (spec 2.4, 2.7)."""
-    await conn.execute(f'SET search_path TO "{schema}", public')
-    counts = await conn.fetch("""
-        SELECT ticker, count(*)::integer AS post_count
-        FROM posts, LATERAL (SELECT DISTINCT unnest(tickers) AS ticker) t
-        WHERE status IN ('queued', 'publishing', 'published', 'partial')
-        GROUP BY ticker ORDER BY ticker""")
-    buckets = await conn.fetch("""
-        SELECT date_trunc('minute', published_at) AS bucket, sentiment, count(*)::integer AS count
-        FROM posts WHERE status IN ('published', 'partial') AND published_at IS NOT NULL
-        GROUP BY 1, 2 ORDER BY 1, 2""")
-    return [dict(r) for r in counts], [dict(r) for r in buckets]
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-async def conn(fresh_db: str):
-    c = await asyncpg.connect(fresh_db)
-    await migrate(c, "rm")
-    await c.execute("SET search_path TO rm, public")
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 async def counts(conn) -> dict[str, int]:

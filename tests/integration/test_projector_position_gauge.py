@@ -22,8 +22,8 @@ async def test_redelivered_records_leave_the_gauge_at_the_stored_position(fresh_
     async with projector_on(fresh_db) as (projector, pool, metrics):
         tp = TopicPartition("t.access.v1", 1)
         gauge = metrics.position.labels(tp.topic, str(tp.partition))
-        await projector._apply(tp, [record(o) for o in range(5)])
+        await projector.apply_records(tp, [record(o) for o in range(5)])
         assert gauge._value.get() == 5
-        await projector._apply(tp, [record(o) for o in range(2)])  # e.g. fetched from an older committed offset
+        await projector.apply_records(tp, [record(o) for o in range(2)])  # e.g. fetched from an older committed offset
         assert gauge._value.get() == 5
         assert metrics.redelivered._value.get() == 2

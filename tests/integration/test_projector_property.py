@@ -26,21 +26,19 @@ from tickerwire.schemas.models import entity_key
 from tickerwire.services.common.db import migrate
 from tickerwire.services.projector.apply import Record, apply_batch
 
-from .test_projector_apply import (
+from tests.support.events import (
     T0,
-    announcements,
     api_key_ev,
     category_ev,
-    derived_from_scratch,
     embed_ev,
     heartbeat_ev,
     locale_ev,
     post_ev,
-    read_model,
     records,
     token_ev,
     workspace_ev,
 )
+from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
 
 LANGS = ("en-US", "de-DE", "fr-FR")
 #: Two partitions per topic, so one entity's events share a partition and others interleave.
@@ -120,24 +118,14 @@ async def reset(conn: asyncpg.Connection, schema: str) -> None:
     await conn.execute(f'SET search_path TO "{schema}", public')
 
 
-_RENDERED = ("lean", "detail", "category_slugs")
-
-
-def comparable(model: dict) -> dict:
-    """A hidden translation row keeps what its last snapshot rendered with the taxonomy of that
-    moment (it is never served, and category changes re-render only visible rows), so its
-    taxonomy-dependent columns legitimately depend on how partitions interleaved."""
-    rows = [r if r["visible"] else {k: v for k, v in r.items() if k not in _RENDERED} for r in model["post_translations"]]
-    return {**model, "post_translations": rows}
-
-
 def visible_part(model: dict) -> dict:
     """What partners can read: hidden translation rows are the projector's memory only."""
     return {**model, "post_translations": [r for r in model["post_translations"] if r["visible"]]}
 
 
 @pytest.fixture
-async def conn(fresh_db: str):
+async def db(fresh_db: str):
+    """A connection to an empty database: each example migrates the schemas it compares."""
     c = await asyncpg.connect(fresh_db)
     try:
         yield c
@@ -147,7 +135,7 @@ async def conn(fresh_db: str):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.large_base_example])
 @given(events=histories(), data=st.data())
-async def test_any_delivery_of_any_history_projects_the_latest_versions(conn, events, data):
+async def test_any_delivery_of_any_history_projects_the_latest_versions(db, events, data):
     # The log: per partition, every event in a random order, some twice, plus one poison record.
     logs: dict[tuple[str, int], list] = {}
     for ev in data.draw(st.permutations(events), label="log order"):
@@ -159,7 +147,7 @@ async def test_any_delivery_of_any_history_projects_the_latest_versions(conn, ev
     log_records = {tp: records(evs) for tp, evs in logs.items()}
 
     # Delivered in random batches, interleaved across partitions, with replays from earlier offsets.
-    await reset(conn, "rm")
+    await reset(db, "rm")
     progress = {tp: 0 for tp in log_records}
     while pending := sorted(tp for tp, pos in progress.items() if pos < len(log_records[tp])):
         tp = data.draw(st.sampled_from(pending), label="partition")
@@ -167,35 +155,35 @@ async def test_any_delivery_of_any_history_projects_the_latest_versions(conn, ev
         if start and data.draw(st.integers(0, 4), label="replay?") == 4:
             # A redelivery from an earlier offset: a restart, a rebalance, or a racing consumer's stale batch.
             start = data.draw(st.integers(0, start - 1), label="replay from")
-        await apply_batch(conn, tp[0], tp[1], log_records[tp][start:start + size])
+        await apply_batch(db, tp[0], tp[1], log_records[tp][start:start + size])
         progress[tp] = max(progress[tp], min(start + size, len(log_records[tp])))
     for tp, recs in sorted(log_records.items()):  # a late, stale batch from a consumer that lost the partition
         start = data.draw(st.integers(0, len(recs) - 1), label="late batch from")
-        await apply_batch(conn, tp[0], tp[1], recs[start:start + data.draw(st.integers(1, 6), label="late batch size")])
-    delivered = await read_model(conn, "rm")
-    delivered_announcements = await announcements(conn, "rm")
-    dead = await conn.fetch('SELECT topic, partition, "offset" FROM rm.dead_letters')
+        await apply_batch(db, tp[0], tp[1], recs[start:start + data.draw(st.integers(1, 6), label="late batch size")])
+    delivered = await read_model(db, "rm")
+    delivered_announcements = await announcements(db, "rm")
+    dead = await db.fetch('SELECT topic, partition, "offset" FROM rm.dead_letters')
     assert [(r["topic"], r["partition"]) for r in dead] == [poisoned]
-    positions = {(r["topic"], r["partition"]): r["next_offset"] for r in await conn.fetch("SELECT * FROM rm.positions")}
+    positions = {(r["topic"], r["partition"]): r["next_offset"] for r in await db.fetch("SELECT * FROM rm.positions")}
     assert positions == {tp: len(recs) for tp, recs in log_records.items()}
 
     # The same log, one record per batch, partition after partition.
-    await reset(conn, "one_by_one")
+    await reset(db, "one_by_one")
     for tp, recs in sorted(log_records.items()):
         for rec in recs:
-            await apply_batch(conn, tp[0], tp[1], [rec])
-    assert comparable(delivered) == comparable(await read_model(conn, "one_by_one"))
-    assert delivered_announcements == await announcements(conn, "one_by_one")
+            await apply_batch(db, tp[0], tp[1], [rec])
+    assert comparable(delivered) == comparable(await read_model(db, "one_by_one"))
+    assert delivered_announcements == await announcements(db, "one_by_one")
 
     # Each entity's latest version alone.
-    await reset(conn, "latest")
+    await reset(db, "latest")
     latest = latest_only(events)
     for offset, ev in enumerate(latest):
         topic, partition = partition_of(ev)
-        await apply_batch(conn, topic, partition, [Record(offset, None, records([ev])[0].value)])
-    assert visible_part(delivered) == visible_part(await read_model(conn, "latest"))
+        await apply_batch(db, topic, partition, [Record(offset, None, records([ev])[0].value)])
+    assert visible_part(delivered) == visible_part(await read_model(db, "latest"))
 
     # The derived counters, from scratch.
-    expected_counts, expected_buckets = await derived_from_scratch(conn, "rm")
+    expected_counts, expected_buckets = await derived_from_scratch(db, "rm")
     assert delivered["ticker_post_counts"] == expected_counts
     assert delivered["sentiment_buckets"] == expected_buckets

@@ -32,7 +32,7 @@ async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fres
             Record(2, b"api_key:key_b", key_event("key_b")),  # same hash as key_a: violates UNIQUE(key_hash)
             Record(3, b"workspace:ws_2", workspace_event("ws_2")),
         ]
-        await projector._apply(tp, records)
+        await projector.apply_records(tp, records)
         assert {r["id"] for r in await pool.fetch("SELECT id FROM workspaces")} == {"ws_1", "ws_2"}
         assert [r["id"] for r in await pool.fetch("SELECT id FROM api_keys")] == ["key_a"]
         dead = await pool.fetch('SELECT "offset", reason_kind, reason, value FROM dead_letters')
@@ -40,5 +40,5 @@ async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fres
         assert "UniqueViolation" in dead[0]["reason"] and dead[0]["value"] == records[2].value
         assert await pool.fetchval("SELECT next_offset FROM positions WHERE topic = $1", tp.topic) == 4
         assert metrics.dead_lettered.labels("rejected")._value.get() == 1
-        await projector._apply(tp, records)  # redelivery changes nothing
+        await projector.apply_records(tp, records)  # redelivery changes nothing
         assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 1

@@ -12,7 +12,7 @@ from tickerwire.services.projector.apply import SWITCH_LOCK
 from tickerwire.services.projector.metrics import ProjectorMetrics
 from tickerwire.services.projector.runner import Projector
 
-from .test_projector_apply import post_ev, records
+from tests.support.events import post_ev, records
 
 
 async def test_a_dropped_connection_mid_batch_is_retried_and_the_batch_applied_once(fresh_db):
@@ -24,7 +24,7 @@ async def test_a_dropped_connection_mid_batch_is_retried_and_the_batch_applied_o
     try:
         # Hold the batch at its first statement, then kill its connection: the server went away.
         await admin.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
-        applying = asyncio.create_task(projector._apply(TopicPartition("t.posts.v1", 0), records([post_ev(1, tickers=("BTC",))])))
+        applying = asyncio.create_task(projector.apply_records(TopicPartition("t.posts.v1", 0), records([post_ev(1, tickers=("BTC",))])))
         while not (pids := await admin.fetch(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock_shared%'")):
             await asyncio.sleep(0.01)

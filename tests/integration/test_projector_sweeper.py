@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 from tickerwire.services.projector.apply import apply_batch
 from tickerwire.services.projector.sweeper import sweep_once
 
-from .test_projector_apply import conn, embed_ev, heartbeat_ev, records, workspace_ev  # noqa: F401 (fixture)
+from tests.support.events import embed_ev, heartbeat_ev, records, workspace_ev
 
 
-async def test_sweep_once_maps_the_last_heartbeat_to_ok_warning_missing_unknown(conn):  # noqa: F811
+async def test_sweep_once_maps_the_last_heartbeat_to_ok_warning_missing_unknown(conn):
     now = datetime.now(timezone.utc)
     ages = {"ws_ok": timedelta(hours=47), "ws_warn": timedelta(hours=49), "ws_missing": timedelta(hours=73)}
     events = [workspace_ev(ws) for ws in (*ages, "ws_none", "ws_stranger")]

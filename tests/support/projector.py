@@ -15,7 +15,7 @@ from tickerwire.services.projector.runner import Projector
 
 @contextlib.asynccontextmanager
 async def projector_on(dsn: str) -> AsyncIterator[tuple[Projector, asyncpg.Pool, ProjectorMetrics]]:
-    """No broker involved: tests hand batches to ``Projector._apply`` directly."""
+    """No broker involved: tests hand batches to ``Projector.apply_records`` directly."""
     conn = await asyncpg.connect(dsn)
     try:
         await migrate(conn, "rm")

@@ -263,6 +263,17 @@ async def started_stack(
             stack.stop_all()
 
 
+@contextlib.asynccontextmanager
+async def running_stack(pg_dsn: str, kafka_bootstrap: str, prefix: str, events: Sequence, **limits) -> AsyncIterator[tuple[ServiceStack, str]]:
+    """A fresh database and topic prefix, the projector and one API, ``events`` projected, a key."""
+    async with started_stack(pg_dsn, kafka_bootstrap, prefix, services=("projector",)) as stack:
+        await stack.publish(events)
+        await stack.wait_projected(timeout=180)
+        key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, **limits)
+        await stack.start("api")
+        yield stack, key
+
+
 async def wait_http(url: str, service: Service | None = None, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as session:

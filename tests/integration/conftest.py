@@ -1,0 +1,20 @@
+"""Fixtures of the integration tests."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from tickerwire.services.common.db import migrate
+
+
+@pytest.fixture
+async def conn(fresh_db: str):
+    """A connection to a freshly migrated read model (schema ``rm``, first on the search path)."""
+    c = await asyncpg.connect(fresh_db)
+    await migrate(c, "rm")
+    await c.execute("SET search_path TO rm, public")
+    try:
+        yield c
+    finally:
+        await c.close()

@@ -1,0 +1,128 @@
+"""Event factories for tests: one snapshot of each entity type with the fields a test varies,
+and :func:`records`, events as consecutive log records of one partition."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Sequence
+
+from tickerwire.schemas.models import (
+    VISIBLE_STATUSES,
+    ApiKey,
+    ApiKeyEvent,
+    Category,
+    CategoryEvent,
+    Embed,
+    EmbedEvent,
+    Heartbeat,
+    HeartbeatEvent,
+    Locale,
+    LocaleEvent,
+    Post,
+    PostEvent,
+    Token,
+    TokenEvent,
+    Workspace,
+    WorkspaceEvent,
+    encode_event,
+    entity_key,
+)
+from tickerwire.services.projector.apply import Record
+
+T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
+
+
+def locale_ev(code: str, version: int = 1, *, default: bool = False, active: bool = True, web: bool = True, position: int = 0) -> LocaleEvent:
+    return LocaleEvent(
+        version=version, emitted_at=T0,
+        data=Locale(code=code, name=f"Name {code} v{version}", native_name=f"Native {code}", country_code="US",
+                    direction="ltr", active=active, web_channel=web, is_default=default, position=position),
+    )
+
+
+def category_ev(slug: str, version: int = 1, *, group: str | None = None, names: dict[str, str] | None = None, position: int = 0) -> CategoryEvent:
+    return CategoryEvent(
+        version=version, emitted_at=T0,
+        data=Category(slug=slug, is_group=group is None, group_slug=group, position=position,
+                      names=names or {"en-US": f"{slug} v{version}"}),
+    )
+
+
+def token_ev(ticker: str, version: int = 1, *, rank: int | None = 1) -> TokenEvent:
+    return TokenEvent(
+        version=version, emitted_at=T0,
+        data=Token(ticker=ticker, name=f"{ticker} v{version}", logo_url="https://img.example/t.png", market_cap_rank=rank,
+                   exchange_listings=("binance",), categories=("layer-1",), genesis_date=None, primary_ecosystem=None,
+                   homepage_url="https://t.example", description=None),
+    )
+
+
+def post_ev(
+    post_id: int,
+    version: int = 1,
+    *,
+    status: str = "published",
+    at: datetime | None = T0,
+    sentiment: str = "BULLISH",
+    tickers: Sequence[str] = ("BTC",),
+    categories: Sequence[str] = (),
+    langs: Sequence[str] = ("en-US",),
+    importance: int = 50,
+) -> PostEvent:
+    if status in ("published", "partial") and at is None:
+        at = T0
+    return PostEvent(
+        version=version, emitted_at=T0 + timedelta(seconds=version),
+        data=Post.model_validate(dict(
+            id=post_id, status=status, published_at=at, importance=importance, sentiment=sentiment,
+            tickers=list(tickers), hashtags=["Crypto"], categories=list(categories),
+            cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
+            source_url="https://src.example/a", byline="Desk",
+            translations=[dict(lang=lang, slug=f"p{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{post_id}/{lang}",
+                               title=f"Bitcoin rallies {post_id} v{version}", lede="Markets moved.", body="Prices rose sharply.")
+                          for lang in langs],
+        )),
+    )
+
+
+def workspace_ev(ws_id: str, version: int = 1, *, status: str = "active") -> WorkspaceEvent:
+    return WorkspaceEvent(version=version, emitted_at=T0, data=Workspace(id=ws_id, name=f"{ws_id} v{version}", status=status))
+
+
+def api_key_ev(key_id: str, ws_id: str, version: int = 1, *, revoked: bool = False) -> ApiKeyEvent:
+    return ApiKeyEvent(version=version, emitted_at=T0, data=ApiKey(
+        id=key_id, workspace_id=ws_id, key_hash=f"{abs(hash(key_id)) % 10**20:064d}", display_prefix="tw_live_abcd",
+        issued_at=T0, revoked_at=T0 if revoked else None))
+
+
+def embed_ev(embed_id: str, ws_id: str, version: int = 1, kind: str = "badge") -> EmbedEvent:
+    return EmbedEvent(version=version, emitted_at=T0, data=Embed(id=embed_id, workspace_id=ws_id, kind=kind, created_at=T0))
+
+
+def heartbeat_ev(embed_id: str, ws_id: str, landed_at: datetime) -> HeartbeatEvent:
+    return HeartbeatEvent(version=max(int(landed_at.timestamp() * 1000), 1), emitted_at=T0,
+                          data=Heartbeat(embed_id=embed_id, workspace_id=ws_id, landed_at=landed_at))
+
+
+def records(events: Iterable[Any], start: int = 0) -> list[Record]:
+    """Events as consecutive log records; a ``bytes`` item is a raw (possibly poison) value."""
+    out = []
+    for offset, ev in enumerate(events, start):
+        if ev is None or isinstance(ev, bytes):
+            out.append(Record(offset, b"raw", ev))
+        else:
+            out.append(Record(offset, entity_key(ev).encode(), encode_event(ev)))
+    return out
+
+
+def visible_feed(posts: Sequence[PostEvent], lang: str = "en-US") -> list[Post]:
+    """The posts a partner may list in ``lang``, newest first (the latest version of each post)."""
+    latest: dict[int, PostEvent] = {}
+    for e in posts:
+        if e.data.id not in latest or latest[e.data.id].version < e.version:
+            latest[e.data.id] = e
+    shown = [
+        e.data for e in latest.values()
+        if e.data.status in VISIBLE_STATUSES and e.data.published_at and any(t.lang == lang for t in e.data.translations)
+    ]
+    return sorted(shown, key=lambda p: (p.published_at, p.id), reverse=True)
