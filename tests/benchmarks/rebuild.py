@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 import asyncpg
 
 from tickerwire.schemas.models import PostStatus
-from tickerwire.services.demo import dataset
+from tickerwire.devstack.demo import dataset
 from tickerwire.services.projector.rebuild import replay_into
 
 from .common import Context, Result, catalog, log
