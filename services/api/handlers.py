@@ -122,8 +122,9 @@ async def post_detail(request: web.Request) -> web.Response:
     async def build() -> bytes:
         with storage_errors("post detail"):
             row = await db(request).fetchrow(queries.SELECT_DETAIL, lang, post_id, segment, _log_topic(request))
-        request[REQUEST_LOG_POSITION] = row["log_position"]
-        if row["detail"] is None:
+        if row is not None:  # always one row: the statement selects scalar subqueries
+            request[REQUEST_LOG_POSITION] = row["log_position"]
+        if row is None or row["detail"] is None:
             raise not_found("No visible post has this id or slug in the requested language.")
         return row["detail"].encode()
 
