@@ -1,4 +1,4 @@
-"""The access middleware of the read API: gates, limits and their headers.
+"""The access gates of the read API's partner routes: gates, limits and their headers.
 
 Order of gates: authentication (401 NOT_AUTHENTICATED), workspace suspended (403
 WORKSPACE_SUSPENDED), badge missing or unknown (403 BADGE_MISSING), the per-minute rate limit
@@ -16,30 +16,37 @@ answer 404 without authentication and count nothing.
 
 Every counted response, and every 429, carries X-RateLimit-Limit/Remaining/Reset,
 X-Quota-Limit/Remaining/Reset, RateLimit-Policy and RateLimit; every counted response also
-carries X-Log-Position, the consistency mark. Errors raised by handlers are turned into responses by the
-error middleware outside this one, so they get the headers on the way out here.
+carries X-Log-Position, the consistency mark. Errors raised by handlers are turned into the
+envelope here, so they carry the headers too. :func:`gated` is called by the request path
+(:mod:`.pipeline`) for every matched partner route.
 """
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 from aiohttp import web
 
 from ..common.access import AccessDenied, bearer_key
-from ..common.envelope import ApiError, from_failure
-from .errors import from_http_exception
-from .limits import Usage, add_headers, refusal
-from .state import ADMISSIONS, CONFIG, METRICS, POOL, PRINCIPALS, log_position
+from ..common.envelope import ApiError, Handler, Routes, from_failure
+from .limits import Usage, refusal
+from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
 
 PARTNER = "partner:"
 
 #: The consistency mark on every response after the gates (see :func:`.state.log_position`).
 LOG_POSITION_HEADER = "X-Log-Position"
 
+#: What the request path does to a handler's 200 before the pacing headers (the representation:
+#: compression, then the conditional request).
+Represent = Callable[[web.Request, web.Response], Awaitable[web.StreamResponse]]
 
-def _admitted_headers(request: web.Request, usage: Usage, target) -> None:
+
+def _admitted_headers(request: web.Request, usage: Usage) -> dict[str, str]:
     """What every response to an admitted request carries: pacing headers and the mark."""
-    add_headers(target, usage)
-    target[LOG_POSITION_HEADER] = log_position(request)
+    headers = usage.headers()
+    headers[LOG_POSITION_HEADER] = log_position(request)
+    return headers
 
 
 def denial_error(exc: AccessDenied) -> ApiError:
@@ -48,47 +55,38 @@ def denial_error(exc: AccessDenied) -> ApiError:
     return ApiError(d.status, d.code, d.message, headers=headers)
 
 
-async def _gated(request: web.Request, handler) -> web.StreamResponse:
+async def gated(request: web.Request, handler: Handler, routes: Routes, represent: Represent) -> web.StreamResponse:
+    """The response to a request for a partner route: refused by a gate or a limit, or the
+    handler's (errors as the envelope), with the pacing headers and the mark once counted."""
     app = request.app
-    config = app[CONFIG]
     try:
         principal = await app[PRINCIPALS].authorize(app[POOL], bearer_key(request.headers.get("Authorization")))
+        usage = await app[ADMISSIONS].admit(principal)
     except AccessDenied as exc:
         app[METRICS].rejected.labels(exc.denial.code).inc()
-        raise denial_error(exc) from None
-    usage = await app[ADMISSIONS].admit(principal)
+        return denial_error(exc).response()
+    except Exception as exc:  # e.g. the access fallback or admission unavailable: 503, not counted
+        return from_failure(exc, request).response()
     if not usage.admitted:
         app[METRICS].rejected.labels(usage.outcome).inc()
-        raise refusal(usage)
+        return refusal(usage).response()
     request["principal"] = principal
-    request["usage"] = usage
     try:
         response = await handler(request)
     except ApiError as exc:
-        _admitted_headers(request, usage, exc.headers)
-        raise
+        error = exc
     except web.HTTPException as exc:
         if exc.status < 400:
-            _admitted_headers(request, usage, exc.headers)
+            exc.headers.update(_admitted_headers(request, usage))
             raise
-        error = from_http_exception(exc, config.base_path)
-        _admitted_headers(request, usage, error.headers)
-        raise error from None
+        error = routes.from_http_exception(exc)
     except Exception as exc:  # a 503 or 500 of a counted request carries the headers too
         error = from_failure(exc, request)
-        _admitted_headers(request, usage, error.headers)
-        raise error from None
-    if not response.prepared:
-        _admitted_headers(request, usage, response.headers)
-    return response
-
-
-def access_middleware():
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        route = request.match_info.route.name or ""
-        if not route.startswith(PARTNER):
-            return await handler(request)
-        return await _gated(request, handler)
-
-    return middleware
+    else:
+        if response.status == 200 and isinstance(response, web.Response) and not response.prepared:
+            response = await represent(request, response)
+        if not response.prepared:  # extend: a handler's response never has these names yet
+            response.headers.extend(_admitted_headers(request, usage))
+        return response
+    error.headers.update(_admitted_headers(request, usage))
+    return error.response()

@@ -8,7 +8,6 @@ the principals and the page cache) and the admission batcher run as supervised t
 
 from __future__ import annotations
 
-import time
 from typing import AsyncIterator
 
 from aiohttp import web
@@ -19,39 +18,20 @@ from ..common.access import Principals
 from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.ops import add_ops_routes, run_app
-from ..common.requestlog import add_request_log
 from ..common.readiness import Readiness, service_readiness
 from ..common.stamps import StampWatcher
 from ..common.supervise import Supervisor, supervisor_of
 from . import handlers, openapi
 from .docs import add_docs_routes
-from .access import PARTNER, access_middleware
+from .access import PARTNER
 from .admission import Admissions
 from .catalog import Catalog
-from .compression import Compressed, compression_middleware
-from .conditional import conditional_middleware
-from .errors import error_middleware
+from .compression import Compressed
+from .errors import routes
 from .metrics import ApiMetrics
 from .pages import PageCache
+from .pipeline import request_middleware
 from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, METRICS, PAGES, POOL, PRINCIPALS, WATCHER
-
-def metrics_middleware():
-    children: dict[tuple[str, int], tuple] = {}  # bounded: routes x statuses
-
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        response = await handler(request)
-        key = (request.match_info.route.name or "unmatched", response.status)
-        series = children.get(key)
-        if series is None:  # label lookups cost more than the increments: once per (route, status)
-            metrics = request.app[METRICS]
-            series = children[key] = (metrics.requests.labels(key[0], str(key[1])), metrics.latency.labels(key[0]))
-        series[0].inc()
-        series[1].observe(time.perf_counter() - started)
-        return response
-
-    return middleware
 
 
 def add_partner_routes(app: web.Application, base: str) -> None:
@@ -94,23 +74,19 @@ async def _refresh(app: web.Application) -> None:
 
 def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Application:
     compressed = Compressed()
+    metrics = metrics or ApiMetrics()
     app = web.Application(
-        # The access middleware wraps the conditional one, so a 304 carries the pacing headers too;
-        # compression is innermost, so the conditional one compares the representation's own tag.
-        middlewares=[
-            metrics_middleware(), error_middleware(config.base_path), access_middleware(), conditional_middleware(),
-            compression_middleware(compressed),
-        ],
+        middlewares=[request_middleware(routes(config.base_path), compressed, metrics.requests)],
         client_max_size=config.max_body_bytes,
         # Long (percent-encoded) query strings reach the app and get a JSON 422, not the
         # protocol layer's plain-text 400; see params.py for the per-parameter limits.
         handler_args={"max_line_size": 131_072},
     )
-    add_request_log(app)
     app[CONFIG] = config
     app[COMPRESSED] = compressed
-    app[PAGES] = PageCache()
-    app[METRICS] = metrics = metrics or ApiMetrics()
+    app[PAGES] = pages = PageCache()
+    app[METRICS] = metrics
+    metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app[PRINCIPALS] = principals = Principals(on_fallback=metrics.access_fallbacks.inc, acquire_timeout_s=config.db_acquire_timeout_s)
     app[WATCHER] = principals.watcher = StampWatcher(

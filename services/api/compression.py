@@ -94,24 +94,18 @@ class Compressed:
             await self.compress(etag, body)
 
 
-def compression_middleware(cache: Compressed):
-    """Innermost: sees the handler's identity body and entity tag (set by the handler or here)."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        response = await handler(request)
-        if response.status != 200 or not isinstance(response, web.Response) or response.content_type != "application/json":
-            return response
-        body = response.body
-        if not isinstance(body, (bytes, bytearray)) or len(body) < MIN_BYTES:
-            return response
-        response.headers["Vary"] = "Accept-Encoding"
-        if not accepts_gzip(request.headers.get("Accept-Encoding")):
-            return response
-        etag = response.headers.get("ETag") or etag_of(bytes(body))
-        response.body = await cache.compress(etag, bytes(body))
-        response.headers["Content-Encoding"] = "gzip"
-        response.headers["ETag"] = gzip_etag(etag)
+async def negotiate(request: web.Request, response: web.Response, cache: Compressed) -> web.Response:
+    """A 200's representation for the request's ``Accept-Encoding``: gzip (with its own tag) when
+    the JSON body is large enough and gzip is accepted; ``Vary`` on every large JSON body."""
+    body = response.body
+    if not isinstance(body, (bytes, bytearray)) or len(body) < MIN_BYTES or response.content_type != "application/json":
         return response
-
-    return middleware
+    headers = response.headers
+    headers["Vary"] = "Accept-Encoding"
+    if not accepts_gzip(request.headers.get("Accept-Encoding")):
+        return response
+    etag = headers.get("ETag") or etag_of(bytes(body))
+    response.body = await cache.compress(etag, bytes(body))
+    headers["Content-Encoding"] = "gzip"
+    headers["ETag"] = gzip_etag(etag)
+    return response

@@ -1,5 +1,7 @@
 """Conditional GETs (RFC 9110 section 13): a strong ETag on every 200, 304 on a matching If-None-Match.
 
+Applied by the request path (:mod:`.pipeline`) to every 200 of a partner route.
+
 A handler may set the ETag itself (pre-serialized bodies carry a precomputed one);
 otherwise it is the quoted hash of the body bytes. If-None-Match uses the weak comparison
 function, as RFC 9110 13.1.2 requires: ``W/"x"`` matches ``"x"``, and ``*`` matches any.
@@ -40,23 +42,19 @@ def matches(if_none_match: str, etag: str) -> bool:
     return True if tags is None else etag.removeprefix("W/") in tags
 
 
-def conditional_middleware():
-    @web.middleware
-    async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        response = await handler(request)
-        if response.status != 200 or not isinstance(response, web.Response) or request.method not in ("GET", "HEAD"):
+def evaluate(request: web.Request, response: web.Response) -> web.Response:
+    """A 200 as the request's condition leaves it: with its strong ETag, or a 304 carrying the
+    validators (ETag, Cache-Control, Vary) when ``If-None-Match`` matches."""
+    headers = response.headers
+    etag = headers.get("ETag")
+    if etag is None:
+        body = response.body
+        if not isinstance(body, (bytes, bytearray)):
             return response
-        etag = response.headers.get("ETag")
-        if etag is None:
-            body = response.body
-            if not isinstance(body, (bytes, bytearray)):
-                return response
-            etag = etag_of(bytes(body))
-            response.headers["ETag"] = etag
-        condition = request.headers.get("If-None-Match")
-        if condition is not None and matches(condition, etag):
-            keep = {k: response.headers[k] for k in ("ETag", "Cache-Control", "Vary") if k in response.headers}
-            return web.Response(status=304, headers=keep)
-        return response
-
-    return middleware
+        etag = etag_of(bytes(body))
+        headers["ETag"] = etag
+    condition = request.headers.get("If-None-Match")
+    if condition is not None and request.method in ("GET", "HEAD") and matches(condition, etag):
+        keep = {k: headers[k] for k in ("ETag", "Cache-Control", "Vary") if k in headers}
+        return web.Response(status=304, headers=keep)
+    return response

@@ -1,11 +1,10 @@
 """The read API's words in the error envelope (:mod:`..common.envelope` builds it): the 422 and
-404 of its handlers, and what it says for an unknown path, a wrong method or a browser."""
+404 of its handlers, and what it says for an unknown path, a wrong method or a browser (the
+:func:`routes` its request path, :mod:`.pipeline`, answers with)."""
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from ..common.envelope import ApiError, Routes, error_middleware as envelope_middleware
+from ..common.envelope import ApiError, Routes
 
 
 def validation_failed(field: str, message: str) -> ApiError:
@@ -33,10 +32,3 @@ def routes(base_path: str) -> Routes:
         preflight=NO_CORS,
     )
 
-
-def from_http_exception(exc: web.HTTPException, base_path: str) -> ApiError:
-    return routes(base_path).from_http_exception(exc)
-
-
-def error_middleware(base_path: str):
-    return envelope_middleware(routes(base_path), check_headers=True)

@@ -19,7 +19,7 @@ from .catalog import Body, etag_of
 from .errors import not_found
 from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
-from .state import CATALOG, METRICS, PAGES, REQUEST_LOG_POSITION, WATCHER, db
+from .state import CATALOG, PAGES, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -59,12 +59,11 @@ async def _cached(request: web.Request, key: Hashable, build: Callable[[], Await
     usable = watcher.fresh()  # never serve from memory what is not confirmed current
     if usable and watcher.behind("posts"):
         await watcher.caught_up("posts")  # a change already pushed to this process is served
-    metrics = request.app[METRICS].page_cache
-    if usable and (hit := cache.get(key)) is not None:
-        metrics.labels("hit").inc()
+    if not usable:
+        cache.bypass()
+    elif (hit := cache.get(key)) is not None:
         request[REQUEST_LOG_POSITION] = hit.log_position
         return json_bytes(hit.body, etag=hit.etag)
-    metrics.labels("miss").inc()
     generation = cache.generation
     body = await build()
     entry = CachedPage(body, etag_of(body), request[REQUEST_LOG_POSITION])

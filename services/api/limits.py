@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Mapping
 
 import asyncpg
 
@@ -35,6 +34,12 @@ def ratelimit_policy(rate_limit: int, quota: int) -> str:
     day), so the RateLimit field's ``t`` tells how much of the current one is left.
     """
     return f'"{MINUTE_POLICY}";q={rate_limit};w=60, "{DAY_POLICY}";q={quota};w=86400'
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed(rate_limit: int, minute_reset: int, quota: int, day_reset: int) -> tuple[str, str, str, str, str]:
+    """The header values that stay the same for a workspace through a minute, formatted once."""
+    return str(rate_limit), str(minute_reset), str(quota), str(day_reset), ratelimit_policy(rate_limit, quota)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +70,16 @@ class Usage:
         """The pacing headers; ``refused`` (a 429's code) reports that window as used up."""
         minute_left = 0 if refused == "RATE_LIMITED" else max(0, self.rate_limit - self.minute_used)
         day_left = 0 if refused == "QUOTA_EXHAUSTED" else max(0, self.quota - self.day_used)
+        limit, minute_reset, quota, day_reset, policy = _fixed(self.rate_limit, self.minute_reset, self.quota, self.day_reset)
         return {
-            "X-RateLimit-Limit": str(self.rate_limit),
+            "X-RateLimit-Limit": limit,
             "X-RateLimit-Remaining": str(minute_left),
-            "X-RateLimit-Reset": str(self.minute_reset),
-            "X-Quota-Limit": str(self.quota),
+            "X-RateLimit-Reset": minute_reset,
+            "X-Quota-Limit": quota,
             "X-Quota-Remaining": str(day_left),
-            "X-Quota-Reset": str(self.day_reset),
+            "X-Quota-Reset": day_reset,
             # draft-ietf-httpapi-ratelimit-headers-11, sections 3 and 4 (Structured Field lists).
-            "RateLimit-Policy": ratelimit_policy(self.rate_limit, self.quota),
+            "RateLimit-Policy": policy,
             "RateLimit": (
                 f'"{MINUTE_POLICY}";r={minute_left};t={self.seconds_until(self.minute_reset)}, '
                 f'"{DAY_POLICY}";r={day_left};t={self.seconds_until(self.day_reset)}'
@@ -104,9 +110,3 @@ def refusal(usage: Usage) -> ApiError:
         code = "QUOTA_EXHAUSTED"
     headers["Retry-After"] = str(retry)
     return ApiError(429, code, message, retry_after_sec=retry, headers=headers)
-
-
-def add_headers(target: Mapping[str, str] | dict, usage: Usage) -> None:
-    """Put the pacing headers on a response or an error's header dict."""
-    for name, value in usage.headers().items():
-        target[name] = value  # type: ignore[index]

@@ -63,6 +63,13 @@ class PageCache:
         self.hits += 1
         return page
 
+    def bypass(self) -> None:
+        """A page built without looking here (the stamps not confirmed current): counted as a miss."""
+        self.misses += 1
+
+    def counts(self) -> dict[str, float]:
+        return {"hit": self.hits, "miss": self.misses}
+
     def put(self, key: Hashable, page: Page, generation: tuple | None) -> None:
         """Store ``page`` if no refresh moved the generation since its query began."""
         if generation is None or generation != self.generation or len(page.body) > self._max_bytes:

@@ -117,25 +117,35 @@ class Routes:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+async def answer(routes: Routes, request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``handler``'s response, every error it raises turned into the envelope (HTTP exceptions
+    below 400, redirects and the like, go through)."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return routes.from_http_exception(exc, request.method).response()
+    except Exception as exc:
+        return from_failure(exc, request).response()
+
+
+def header_error(request: web.Request) -> ApiError | None:
+    """The 400 of a request with a header that is not UTF-8, refused before any handler sees it."""
+    bad = undecodable_header(request.headers.items())
+    return None if bad is None else ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
+
+
 def error_middleware(routes: Routes, *, check_headers: bool = False):
     """Every error leaving the application as the envelope. ``check_headers``: refuse a request
     with a header that is not UTF-8 with 400 before any handler sees it."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if check_headers:
-            bad = undecodable_header(request.headers.items())
-            if bad is not None:
-                return ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.").response()
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            return exc.response()
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return routes.from_http_exception(exc, request.method).response()
-        except Exception as exc:
-            return from_failure(exc, request).response()
+        if check_headers and (error := header_error(request)) is not None:
+            return error.response()
+        return await answer(routes, request, handler)
 
     return middleware

@@ -1,0 +1,107 @@
+"""The per-request bookkeeping of the read API, as pure logic: buffered log lines, the
+access-log fast path, request ids and the request counters exported at scrape time."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+
+import orjson
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tickerwire.services.api.metrics import RequestStats
+from tickerwire.services.common import logs
+from tickerwire.services.common.logs import REQUEST_ID, JsonFormatter, LineHandler, RequestIdFilter, info_line
+from tickerwire.services.common.requestlog import request_id
+
+
+def handler_on(out: io.StringIO) -> LineHandler:
+    handler = LineHandler(out, JsonFormatter("test"))
+    handler.addFilter(RequestIdFilter())
+    return handler
+
+
+def test_info_lines_wait_for_the_timer_and_a_warning_writes_them_first_in_order():
+    out = io.StringIO()
+    handler = handler_on(out)
+    logger = logging.getLogger("test.linehandler")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+
+    async def scenario() -> list[str]:
+        logger.info("one")
+        logger.info("two")
+        assert out.getvalue() == ""  # gathered, not written yet
+        logger.warning("three")  # writes what waits, then itself
+        written = out.getvalue().splitlines()
+        logger.info("four")
+        await asyncio.sleep(logs.FLUSH_AFTER_S * 3)  # the timer writes it
+        return written
+
+    try:
+        written = asyncio.run(scenario())
+    finally:
+        logger.removeHandler(handler)
+    assert [orjson.loads(line)["msg"] for line in written] == ["one", "two", "three"]
+    assert [orjson.loads(line)["msg"] for line in out.getvalue().splitlines()] == ["one", "two", "three", "four"]
+
+
+def test_a_line_logged_outside_an_event_loop_is_written_at_once():
+    out = io.StringIO()
+    handler = handler_on(out)
+    handler.handle(logging.makeLogRecord({"name": "t", "levelno": logging.INFO, "levelname": "INFO", "msg": "now"}))
+    assert orjson.loads(out.getvalue())["msg"] == "now"
+
+
+def test_the_access_line_fast_path_writes_what_the_formatter_would(monkeypatch):
+    out = io.StringIO()
+    handler = handler_on(out)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    logger = logging.getLogger("tickerwire.test.access")
+    fields = {"method": "GET", "route": "/x/{id}", "status": 200, "duration_ms": 1.25, "workspace_id": None}
+    records: list[logging.LogRecord] = []
+    handler.addFilter(lambda record: records.append(record) or True)
+    token = REQUEST_ID.set("req_abc")
+    try:
+        info_line(logger, "GET /x/{id} 200", fields)  # the fast path: no LogRecord
+        assert records == []
+        logger.info("GET /x/{id} 200", extra={"fields": fields})  # through a LogRecord
+        assert len(records) == 1
+    finally:
+        REQUEST_ID.reset(token)
+        handler.flush()
+    fast, slow = (orjson.loads(line) for line in out.getvalue().splitlines())
+    assert fast.pop("ts")[:10] == slow.pop("ts")[:10]
+    assert fast == slow == {
+        "level": "info", "service": "test", "logger": "tickerwire.test.access", "msg": "GET /x/{id} 200",
+        "request_id": "req_abc", **fields,
+    }
+
+
+def test_generated_request_ids_are_distinct_and_well_formed():
+    ids = {request_id(None) for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(i.startswith("req_") and len(i) == 28 and request_id(i) == i for i in ids)
+
+
+def test_request_stats_export_counts_and_cumulative_latency_buckets():
+    registry = CollectorRegistry()
+    stats = RequestStats(buckets=(0.001, 0.01))
+    registry.register(stats)
+    for seconds in (0.0005, 0.001, 0.005, 0.5):
+        stats.observe("partner:posts", 200, seconds)
+    stats.observe("partner:posts", 429, 0.0001)
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    requests = {(s.labels["route"], s.labels["status"]): s.value for s in families["tickerwire_api_requests"].samples}
+    assert requests == {("partner:posts", "200"): 4, ("partner:posts", "429"): 1}
+    latency = {(s.name, s.labels.get("le")): s.value for s in families["tickerwire_api_request_seconds"].samples}
+    assert latency[("tickerwire_api_request_seconds_bucket", "0.001")] == 3  # le is inclusive
+    assert latency[("tickerwire_api_request_seconds_bucket", "0.01")] == 4
+    assert latency[("tickerwire_api_request_seconds_bucket", "+Inf")] == 5
+    assert latency[("tickerwire_api_request_seconds_count", None)] == 5
+    assert abs(latency[("tickerwire_api_request_seconds_sum", None)] - 0.5066) < 1e-9
