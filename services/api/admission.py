@@ -13,6 +13,11 @@ window resets, with the same headers and an exact ``Retry-After`` (on the databa
 estimated from the last batch), so an over-limit client costs no database work. The marks are
 dropped whenever the principals reload (a workspace's limits may have changed).
 
+A request waits at most ``timeout_s`` for its batch, then gets a 503 (queued: it was not
+counted; in flight: it may have been); one watchdog checks the deadlines every
+``WATCHDOG_S``, instead of a timer per request (a timer costs about as much as the rest of an
+admission).
+
 The connection runs with ``synchronous_commit = off``: see the migration for what a PostgreSQL
 crash can forget (the grants of its last few hundred milliseconds).
 """
@@ -38,6 +43,8 @@ log = logging.getLogger(__name__)
 
 SETTLE = "SELECT * FROM tw_admit($1::text[], $2::integer[], $3::integer[], $4::integer[])"
 RATE_LIMITED = "RATE_LIMITED"
+#: How often the watchdog looks for requests waiting past their deadline.
+WATCHDOG_S = 0.1
 QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
 
 
@@ -47,11 +54,13 @@ class _Pending:
     rate: int
     quota: int
     future: asyncio.Future
+    #: monotonic time after which the request gets a 503 instead of waiting on
+    deadline: float
 
 
-def _expire(future: asyncio.Future, after_s: float) -> None:
-    if not future.done():
-        future.set_exception(StorageUnavailable(f"admission: no answer within {after_s:g} s"))
+def _fail(p: _Pending, why: str) -> None:
+    if not p.future.done():
+        p.future.set_exception(StorageUnavailable(f"admission: {why}"))
 
 
 def hand_out(row: asyncpg.Record | dict, pending: list[_Pending]) -> list[Usage]:
@@ -83,6 +92,7 @@ class Admissions:
         self._max_batch = max_batch
         self._timeout_s = timeout_s
         self._queue: deque[_Pending] = deque()
+        self._in_flight: dict[int, list[_Pending]] = {}  # worker -> its batch in flight
         self._wake = asyncio.Event()
         #: workspace -> the refusal that holds until its window resets
         self._exhausted: dict[str, Usage] = {}
@@ -125,17 +135,12 @@ class Admissions:
             return known
         if not self.connected:
             raise StorageUnavailable("admission: no connection to the usage counters")
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._queue.append(_Pending(ws, rate, quota, future))
+        future = asyncio.get_running_loop().create_future()
+        # No timer per request (one costs about as much as the rest of this method): the
+        # watchdog fails what waits past its deadline (see _expire_overdue).
+        self._queue.append(_Pending(ws, rate, quota, future, time.monotonic() + self._timeout_s))
         self._wake.set()
-        # A timer, not wait_for: one handle per request instead of a task and a shield. When it
-        # fires, a still-queued request is skipped; one already in flight may have been counted.
-        timer = loop.call_later(self._timeout_s, _expire, future, self._timeout_s)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        return await future
 
     def _take(self) -> list[_Pending]:
         batch: list[_Pending] = []
@@ -144,6 +149,23 @@ class Admissions:
             if not p.future.done():
                 batch.append(p)
         return batch
+
+    def _expire_overdue(self) -> None:
+        """Fail every request waiting past its deadline: still queued (skipped by the next batch)
+        or in flight (it may have been counted)."""
+        now = time.monotonic()
+        queue = self._queue
+        while queue and queue[0].deadline <= now:  # the queue is in arrival order
+            _fail(queue.popleft(), f"no answer within {self._timeout_s:g} s")
+        for batch in self._in_flight.values():
+            for p in batch:
+                if p.deadline <= now:
+                    _fail(p, f"no answer within {self._timeout_s:g} s")
+
+    async def _watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(WATCHDOG_S)
+            self._expire_overdue()
 
     async def _settle(self, conn: asyncpg.Connection, batch: list[_Pending]) -> None:
         by_ws: dict[str, list[_Pending]] = {}
@@ -172,8 +194,9 @@ class Admissions:
 
     async def run(self) -> None:
         """``connections`` workers, each with its own connection (reconnecting with backoff),
-        settle batches until cancelled: while one batch is in flight the other can start."""
-        await asyncio.gather(*(self._worker(i) for i in range(self._connections)))
+        settle batches until cancelled: while one batch is in flight the other can start. A
+        watchdog fails requests that waited longer than ``timeout_s``."""
+        await asyncio.gather(self._watchdog(), *(self._worker(i) for i in range(self._connections)))
 
     async def _worker(self, number: int) -> None:
         delays = backoff_delays(0.1, 2.0)
@@ -196,6 +219,7 @@ class Admissions:
                     if self._queue:
                         self._wake.set()
                     if batch:
+                        self._in_flight[number] = batch
                         try:
                             await self._settle(conn, batch)
                         except CONNECTION_ERRORS:
@@ -203,8 +227,9 @@ class Admissions:
                         except asyncpg.PostgresError as exc:  # e.g. a statement timeout: this batch only
                             log.error("settling %d admissions failed: %s: %s", len(batch), type(exc).__name__, exc)
                             for p in batch:
-                                if not p.future.done():
-                                    p.future.set_exception(StorageUnavailable(f"admission: {type(exc).__name__}"))
+                                _fail(p, type(exc).__name__)
+                        finally:
+                            del self._in_flight[number]
                     batch = []
             except Exception as exc:  # connection lost (or a bug): fail what waits, reconnect with backoff
                 if isinstance(exc, CONNECTION_ERRORS):
@@ -212,15 +237,13 @@ class Admissions:
                 else:
                     log.exception("admission worker %d crashed; restarting", number)
                 for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(StorageUnavailable("admission: connection lost"))
+                    _fail(p, "connection lost")
             finally:
                 self._up.discard(number)
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
             if not self._up:  # nobody left to settle what waits: 503 now rather than at the timeout
                 for p in self._queue:
-                    if not p.future.done():
-                        p.future.set_exception(StorageUnavailable("admission: no connection to the usage counters"))
+                    _fail(p, "no connection to the usage counters")
                 self._queue.clear()
             await asyncio.sleep(next(delays))
