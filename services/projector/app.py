@@ -39,7 +39,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     async def connect_and_migrate() -> asyncpg.Pool:
         pool = await create_pool(
             config.database_url, config.read_model_schema, min_size=2, max_size=config.db_pool_max,
-            connect_timeout_s=config.db_connect_timeout_s,
+            connect_timeout_s=config.db_connect_timeout_s, stateless=True,
         )
         with storage_errors("migrate"):
             async with pool.acquire() as conn:

@@ -338,19 +338,18 @@ async def write_translations(
 ) -> None:
     """Upsert the locale rows of each rendering, then hide the rows of locales a post no longer
     has. A stored announcement always wins over a new one."""
-    rows, kept_ids, kept_langs = translation_records(renderings, partition, taxonomy)
+    rows, kept = translation_records(renderings, partition, taxonomy)
     await conn.executemany(sql.UPSERT_TRANSLATION, rows)
-    await conn.execute(sql.HIDE_DROPPED_TRANSLATIONS, sorted({r.post.id for r in renderings}), kept_ids, kept_langs)
+    await conn.executemany(sql.HIDE_DROPPED_TRANSLATIONS, sorted(kept.items()))
 
 
 def translation_records(
     renderings: list[Rendering], partition: int | None, taxonomy: Taxonomy
-) -> tuple[list[tuple], list[int], list[str]]:
+) -> tuple[list[tuple], dict[int, list[str]]]:
     """The parameters of ``sql.UPSERT_TRANSLATION`` for each locale row of ``renderings``, and
-    the (post id, locale) pairs that stay visible."""
+    per post the locales that stay visible (every rendered post is a key)."""
     rows = []
-    kept_ids: list[int] = []
-    kept_langs: list[str] = []
+    kept: dict[int, list[str]] = {}
     for rendering in renderings:
         for r in translation_rows(rendering.post, taxonomy):
             if rendering.langs is not None and r.lang not in rendering.langs:
@@ -381,9 +380,9 @@ def translation_records(
                 )
             )
             if not rendering.hidden:
-                kept_ids.append(r.post_id)
-                kept_langs.append(r.lang)
-    return rows, kept_ids, kept_langs
+                kept.setdefault(r.post_id, []).append(r.lang)
+        kept.setdefault(rendering.post.id, [])
+    return rows, kept
 
 
 def text_hash(config: str, title: str, lede: str, body: str) -> bytes:

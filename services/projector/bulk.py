@@ -240,7 +240,7 @@ async def bulk_load_posts(
                         continue
                     post: Post = d.event.data
                     dropped = [(held.pop(o).event.data, langs) for o, langs in sorted(plan.sources().items())]
-                    rendered, _, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
+                    rendered, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
                     rows.extend(rendered)
                     posts_rows.append(post_record(d))
                     merge(ticker_delta, ticker_deltas(None, post_facts(post)))
