@@ -189,6 +189,20 @@ def first_visible_offsets(chain: list[Decoded[PostEvent]]) -> dict[str, int]:
     return out
 
 
+@dataclass(slots=True)
+class Counters:
+    """The batch's net changes of the derived counters, written by ``sql.FINISH_BATCH``."""
+
+    tickers: dict[str, int] = field(default_factory=dict)
+    sentiment: dict[tuple[datetime, str], int] = field(default_factory=dict)
+
+    def columns(self) -> tuple[list, list, list, list, list]:
+        """Sorted, so that concurrent writers lock shared counter rows in one order."""
+        tickers, buckets = sorted(self.tickers.items()), sorted(self.sentiment.items())
+        return ([t for t, _ in tickers], [n for _, n in tickers],
+                [b for (b, _), _ in buckets], [s for (_, s), _ in buckets], [n for _, n in buckets])
+
+
 SWITCH_LOCK = 0x7477_7377  # "twsw"
 TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
@@ -233,12 +247,14 @@ async def apply_batch(
         await _apply_locales(conn, locales, result, stamps)
         await _apply_categories(conn, categories, result, stamps)
         await _apply_tokens(conn, of_type(latest, TokenEvent), result, stamps)
-        await _apply_posts(conn, partition, posts, result, stamps)
+        counters = Counters()
+        await _apply_posts(conn, partition, posts, result, stamps, counters)
         await _apply_access(conn, latest, result, stamps)
-        if stamps:
-            await conn.execute(sql.BUMP_STAMPS, sorted(stamps))
-        await conn.execute(sql.SAVE_POSITION, topic, partition, fresh[-1].offset + 1)
+        # Last, and in one statement right before the commit: the rows that batches of other
+        # partitions write too (counters, change stamps), so their row locks are held for
+        # one statement and the commit, not across round trips of this batch.
         result.position = fresh[-1].offset + 1
+        await conn.execute(sql.FINISH_BATCH, topic, partition, result.position, *counters.columns(), sorted(stamps))
     return result
 
 
@@ -286,7 +302,8 @@ def post_facts(post: Post) -> PostFacts:
 
 
 async def _apply_posts(
-    conn: asyncpg.Connection, partition: int, chains: dict[int, list[Decoded[PostEvent]]], result: BatchResult, stamps: set[str]
+    conn: asyncpg.Connection, partition: int, chains: dict[int, list[Decoded[PostEvent]]], result: BatchResult, stamps: set[str],
+    counters: Counters,
 ) -> None:
     if not chains:
         return
@@ -302,24 +319,18 @@ async def _apply_posts(
             renderings.extend(chain_renderings(chain))
     if not newer:
         return
-    ticker_delta: dict[str, int] = {}
-    sentiment_delta: dict[tuple[datetime, str], int] = {}
     for d in newer:
         post: Post = d.event.data
         prev = old.get(post.id)
         prev_facts = (
             PostFacts(prev["status"], prev["published_at"], prev["sentiment"], tuple(prev["tickers"])) if prev else None
         )
-        merge(ticker_delta, ticker_deltas(prev_facts, post_facts(post)))
-        merge(sentiment_delta, sentiment_deltas(prev_facts, post_facts(post)))
+        merge(counters.tickers, ticker_deltas(prev_facts, post_facts(post)))
+        merge(counters.sentiment, sentiment_deltas(prev_facts, post_facts(post)))
     await conn.executemany(sql.UPSERT_POST, [post_record(d) for d in newer])
     await write_translations(conn, renderings, partition, await load_taxonomy(conn))
-    # Sorted, so that concurrent projectors lock shared counter rows in one order.
-    if ticker_delta:
-        await conn.executemany(sql.APPLY_TICKER_DELTA, sorted(ticker_delta.items()))
+    if counters.tickers:
         stamps.add("tokens")
-    if sentiment_delta:
-        await conn.executemany(sql.APPLY_SENTIMENT_DELTA, [(b, s, n) for (b, s), n in sorted(sentiment_delta.items())])
     result.applied["post"] += len(newer)
     stamps.add("posts")  # the API's page cache drops what it holds
 

@@ -129,14 +129,29 @@ UPDATE post_translations t SET visible = false
 WHERE t.post_id = $1 AND t.visible AND t.lang <> ALL($2::text[])
 """
 
-APPLY_TICKER_DELTA = """
-INSERT INTO ticker_post_counts (ticker, post_count) VALUES ($1, GREATEST($2::integer, 0))
-ON CONFLICT (ticker) DO UPDATE SET post_count = GREATEST(ticker_post_counts.post_count + $2::integer, 0)
-"""
-
-APPLY_SENTIMENT_DELTA = """
-INSERT INTO sentiment_buckets (bucket, sentiment, count) VALUES ($1, $2, GREATEST($3::integer, 0))
-ON CONFLICT (bucket, sentiment) DO UPDATE SET count = GREATEST(sentiment_buckets.count + $3::integer, 0)
+# The end of every batch, in one statement (one round trip right before the commit): the rows
+# that batches of other partitions write too (ticker counts, sentiment buckets, change stamps;
+# their locks are held until the commit) and the partition's position. Arrays: $4/$5 ticker
+# deltas, $6/$7/$8 sentiment bucket deltas (each sorted, so writers lock in one order), $9 the
+# stamps to bump. A counter never goes below zero.
+FINISH_BATCH = """
+WITH tickers AS (
+    INSERT INTO ticker_post_counts AS c (ticker, post_count)
+    SELECT u.ticker, GREATEST(u.delta, 0) FROM unnest($4::text[], $5::integer[]) AS u(ticker, delta)
+    ON CONFLICT (ticker) DO UPDATE
+    SET post_count = GREATEST(c.post_count + ($5::integer[])[array_position($4::text[], EXCLUDED.ticker)], 0)
+), buckets AS (
+    INSERT INTO sentiment_buckets AS b (bucket, sentiment, count)
+    SELECT u.bucket, u.sentiment, GREATEST(u.delta, 0)
+    FROM unnest($6::timestamptz[], $7::text[], $8::integer[]) AS u(bucket, sentiment, delta)
+    ON CONFLICT (bucket, sentiment) DO UPDATE
+    SET count = GREATEST(b.count + (
+        SELECT u.delta FROM unnest($6::timestamptz[], $7::text[], $8::integer[]) AS u(bucket, sentiment, delta)
+        WHERE u.bucket = EXCLUDED.bucket AND u.sentiment = EXCLUDED.sentiment), 0)
+), stamps AS (
+    UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY($9::text[])
+)
+UPDATE positions SET next_offset = $3, updated_at = now() WHERE topic = $1 AND partition = $2
 """
 
 SELECT_POST_SNAPSHOTS_BY_CATEGORY = """
