@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
+import asyncpg
+
 from tickerwire.schemas.models import (
     VISIBLE_STATUSES,
     ApiKey,
@@ -27,6 +29,7 @@ from tickerwire.schemas.models import (
     encode_event,
     entity_key,
 )
+from tickerwire.services.cli import admin
 from tickerwire.services.projector.apply import Record
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
@@ -126,3 +129,13 @@ def visible_feed(posts: Sequence[PostEvent], lang: str = "en-US") -> list[Post]:
         if e.data.status in VISIBLE_STATUSES and e.data.published_at and any(t.lang == lang for t in e.data.translations)
     ]
     return sorted(shown, key=lambda p: (p.published_at, p.id), reverse=True)
+
+
+async def provisioning(conn: asyncpg.Connection, workspace_id: str, **limits: Any) -> tuple[str, list[Any]]:
+    """A new key for ``workspace_id`` and the events that make it work, as the admin CLI builds
+    them: the workspace snapshot (``limits``), the key's hash, an embed and a fresh heartbeat.
+    (A badge sweep after projecting them grants the badge.) ``conn`` reads the read model."""
+    ws = await admin.workspace_event(conn, workspace_id, create=True, **limits)
+    key, key_event = admin.issue_key(workspace_id)
+    embed_id = "bdg_" + "".join(ch for ch in workspace_id if ch.isalnum())[:40].ljust(4, "0")
+    return key, [ws, key_event, admin.embed_event(embed_id, workspace_id), admin.heartbeat_event(embed_id, workspace_id)]

@@ -23,7 +23,6 @@ from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 import aiohttp
 import asyncpg
-from tickerwire.services.cli import admin
 from tickerwire.services.cli.publish import publish, send_events
 from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
@@ -32,6 +31,7 @@ from tickerwire.services.common.db import connect, migrate
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.sweeper import sweep_once
+from tests.support.events import provisioning
 
 BASE = "/api/v1/developer"
 #: Spec'd bound on how soon every process applies an access change (suspension, revocation, badge).
@@ -236,12 +236,10 @@ class ServiceStack:
         """A workspace with an embed, a fresh heartbeat and a key; projected and swept. Returns the key."""
         conn = await self.read_conn()
         try:
-            ws = await admin.workspace_event(conn, workspace_id, create=True, **limits)
+            key, events = await provisioning(conn, workspace_id, **limits)
         finally:
             await conn.close()
-        key, key_event = admin.issue_key(workspace_id)
-        embed_id = "bdg_" + "".join(ch for ch in workspace_id if ch.isalnum())[:40].ljust(4, "0")
-        await self.publish([ws, key_event, admin.embed_event(embed_id, workspace_id), admin.heartbeat_event(embed_id, workspace_id)])
+        await self.publish(events)
         await self.wait_projected()
         await self.sweep()
         return key

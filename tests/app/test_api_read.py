@@ -1,27 +1,29 @@
-"""The nine read endpoints over the real stack: events on the broker, the real projector filling
-PostgreSQL, the real API process answering HTTP. Expectations are computed from the published
-events, never from the read model."""
+"""The nine read endpoints of the API app in process (``create_app`` on aiohttp's test server)
+over a real PostgreSQL read model that the in-process projector filled from the published
+events. Expectations are computed from the published events, never from the read model.
+What needs processes (signals, listeners, several processes) is in tests/e2e."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import math
-import signal
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import orjson
 import pytest
+from yarl import URL
 
 from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, TokenEvent
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.api.compression import MIN_BYTES
+from tests.support.apps import ReadModel, Served, api_served
 from tests.support.events import visible_feed
-from tests.support.stack import BASE, ServiceStack, auth, running_stack, wait_http
-
-pytestmark = pytest.mark.e2e
+from tests.support.stack import BASE, auth
 
 LEAN_KEYS = ["id", "slug", "published_at", "lang", "canonical_url", "title", "lede", "cover_image_url", "categories", "importance", "sentiment"]
 DETAIL_KEYS = LEAN_KEYS + ["body", "og_image_url", "gallery_urls", "tags", "hashtags", "byline", "source_url"]
@@ -46,27 +48,32 @@ class Client:
         return [p["id"] for p in doc["posts"]], doc
 
 
-# --------------------------------------------------------------------------- the module's stack
+# --------------------------------------------------------------------------- the module's read model and app
+
+
+@dataclass
+class World:
+    api: Served
+    model: ReadModel
 
 
 @pytest.fixture(scope="module")
-async def world(pg_dsn, kafka_bootstrap):
+async def world(pg_dsn):
     catalog = dataset.catalog_events(7, now=NOW, tokens=TOKENS)
     posts = dataset.post_events(7, now=NOW, posts=POSTS)
-    async with running_stack(pg_dsn, kafka_bootstrap, "apiread", [*catalog, *posts]) as (stack, key):
-        async with aiohttp.ClientSession() as http:
-            client = Client(http, stack.of("api")[0].url, key)
-            # The catalog cache is polled; wait until the API serves the projected tokens.
-            for _ in range(100):
-                _, doc = await client.get("/tokens")
-                if len(doc["tokens"]) == TOKENS:
-                    break
-                await asyncio.sleep(0.1)
-            yield stack, client, catalog, posts
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn)
+        await model.project([*catalog, *posts])
+        key = await model.provision("ws_apiread", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+        async with api_served(dsn) as api, aiohttp.ClientSession() as http:
+            client = Client(http, api.url, key)
+            _, doc = await client.get("/tokens")
+            assert len(doc["tokens"]) == TOKENS  # the catalog is loaded before the app says ready
+            yield World(api, model), client, catalog, posts
 
 
 async def test_posts_list_is_lean_newest_first_default_20(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     ids, doc = await client.ids()
     expected = visible_feed(posts)
     assert ids == [p.id for p in expected[:20]]
@@ -76,7 +83,7 @@ async def test_posts_list_is_lean_newest_first_default_20(world):
 
 
 async def test_detail_by_id_and_slug_with_locale_rules(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     feed = visible_feed(posts)
     post = next(p for p in feed if len(p.translations) >= 3 and p.translations[0].lang == "en-US")
     other = next(t for t in post.translations if t.lang != "en-US")
@@ -106,7 +113,7 @@ async def test_detail_by_id_and_slug_with_locale_rules(world):
 
 
 async def test_lang_optional_and_unsupported_falls_back(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     default, _ = await client.ids(limit=10)
     assert (await client.ids(limit=10, lang="xx-XX"))[0] == default
     assert (await client.ids(limit=10, lang="pl-PL"))[0] == default  # active but not on the web channel
@@ -123,7 +130,7 @@ def _matching(posts, **pred) -> list[int]:
 
 
 async def test_filters_or_within_and_between(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     feed = visible_feed(posts)
     groups = {c.data.slug: c.data.group_slug for c in catalog if c.type == "category"}
 
@@ -170,27 +177,27 @@ async def test_filters_or_within_and_between(world):
     ],
 )
 async def test_invalid_list_parameters_get_422_naming_the_field(world, params, field):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     resp, doc = await client.get("/posts", params, status=422)
     assert resp.content_type == "application/json"
     assert doc["error"]["code"] == "VALIDATION_FAILED" and doc["error"]["field"] == field
 
 
 async def test_unknown_sentiment_message_names_value_and_allowed_values(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     _, doc = await client.get("/posts", {"sentiment": "HAPPY"}, status=422)
     message = doc["error"]["message"]
     assert "HAPPY" in message and all(s in message for s in ("BULLISH", "NEUTRAL", "BEARISH"))
 
 
 async def test_limit_bounds_are_accepted(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     assert len((await client.ids(limit=1))[0]) == 1
     assert len((await client.ids(limit=50))[0]) == 50
 
 
 async def test_cursor_walks_both_ways_and_gap_fill(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     expected = [p.id for p in visible_feed(posts)]
     down, cursor = [], None
     while True:
@@ -225,7 +232,7 @@ async def test_cursor_walks_both_ways_and_gap_fill(world):
 
 
 async def test_cursor_of_another_locale_or_invisible_post_positions_by_time(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     de_feed = [p.id for p in visible_feed(posts, "de-DE")]
     en_only = next(p for p in visible_feed(posts) if p.id not in de_feed and p.id < de_feed[5])
     ids, _ = await client.ids(lang="de-DE", limit=3, before=en_only.id)
@@ -236,7 +243,7 @@ async def test_cursor_of_another_locale_or_invisible_post_positions_by_time(worl
 
 
 async def test_unknown_or_malformed_cursor(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     _, doc = await client.get("/posts", {"after": "99999999"}, status=404)
     assert doc["error"] == {"code": "NOT_FOUND", "message": doc["error"]["message"], "field": "after"}
     never_published = next(e.data for e in posts if e.data.published_at is None)
@@ -247,7 +254,7 @@ async def test_unknown_or_malformed_cursor(world):
 
 
 async def test_search_ranked_paged_filtered(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     for q, field in [(None, "q"), ("ab", "q"), ("  ab \n", "q"), ("x" * 501, "q")]:
         _, doc = await client.get("/search", {} if q is None else {"q": q}, status=422)
         assert doc["error"]["field"] == field
@@ -281,7 +288,7 @@ async def test_search_ranked_paged_filtered(world):
 
 
 async def test_search_is_per_locale_with_its_stemmer(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     de = visible_feed(posts, "de-DE")
     title = next(t for t in de[0].translations if t.lang == "de-DE").title
     word = max(title.split(), key=len).strip(".,:;!?'\"„“")
@@ -294,7 +301,7 @@ async def test_search_is_per_locale_with_its_stemmer(world):
 
 
 async def test_tokens_all_rows_in_documented_order(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     resp, doc = await client.get("/tokens")
     tokens = doc["tokens"]
     assert len(tokens) == TOKENS and all(list(t) == TOKEN_KEYS for t in tokens)
@@ -313,7 +320,7 @@ async def test_tokens_all_rows_in_documented_order(world):
 
 
 async def test_token_single_shape_case_insensitive(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     _, listed = await client.get("/tokens")
     first = listed["tokens"][0]
     _, one = await client.get(f"/tokens/{first['ticker'].lower()}")
@@ -326,7 +333,7 @@ async def test_token_single_shape_case_insensitive(world):
 
 
 async def test_categories_tree_group_and_leaf(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     _, tree = await client.get("/categories", {"lang": "fr-FR"})
     assert len(tree["groups"]) == 7 and all(len(g["leaves"]) == 5 for g in tree["groups"])
     assert tree["groups"][0] == {"slug": "markets", "name": "Marchés", "leaves": tree["groups"][0]["leaves"]}
@@ -340,7 +347,7 @@ async def test_categories_tree_group_and_leaf(world):
 
 
 async def test_languages_cacheable_for_30s(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     resp, doc = await client.get("/languages")
     assert resp.headers["Cache-Control"] == "public, max-age=30"
     assert [l["code"] for l in doc["languages"]] == list(dataset.LISTED_LOCALES)
@@ -348,7 +355,7 @@ async def test_languages_cacheable_for_30s(world):
 
 
 async def test_sentiment_pulse_counts_last_24h(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     _, doc = await client.get("/sentiment-pulse")
     as_of = datetime.fromisoformat(doc["as_of"].replace("Z", "+00:00"))
     counts = {"BULLISH": 0, "NEUTRAL": 0, "BEARISH": 0}
@@ -368,7 +375,7 @@ async def test_sentiment_pulse_counts_last_24h(world):
 
 
 async def test_conditional_requests(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     for path in ["/posts", "/posts/1", "/categories", "/categories/markets", "/tokens", "/tokens/BTC", "/languages", "/search?q=bitcoin"]:
         resp, _ = await client.get(path, status=200) if path != "/posts/1" else (await _first_detail(client), None)
         etag = resp.headers["ETag"]
@@ -387,8 +394,8 @@ async def _first_detail(client: Client):
 
 
 async def test_errors_are_envelopes(world):
-    stack, client, catalog, posts = world
-    api = stack.of("api")[0]
+    w, client, catalog, posts = world
+    api = w.api
     async with aiohttp.ClientSession() as http:
         cases = [
             ("GET", f"{BASE}/nope", 404), ("GET", "/", 404), ("DELETE", f"{BASE}/posts", 405), ("POST", f"{BASE}/tokens", 405),
@@ -438,29 +445,25 @@ class TcpProxy:
 
 
 async def test_database_down_gives_503_envelope(world):
-    from yarl import URL
-
-    stack, client, catalog, posts = world
-    dsn = URL(stack.database_url)
+    w, client, catalog, posts = world
+    dsn = URL(w.model.dsn)
     proxy = TcpProxy(dsn.host, dsn.port)
     await proxy.start()
-    api = stack.spawn("api", TICKERWIRE_DATABASE_URL=str(dsn.with_host("127.0.0.1").with_port(proxy.port)))
     try:
-        await wait_http(f"{api.admin_url}/readyz", api)
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"{api.url}{BASE}/posts", headers=auth(client.key)) as resp:
-                assert resp.status == 200
-            await proxy.cut()
-            for path in ["/posts", "/tokens", "/posts/1", "/sentiment-pulse"]:
-                async with http.get(f"{api.url}{BASE}{path}", headers=auth(client.key)) as resp:
-                    body = await resp.read()
-                    assert resp.status == 503, (path, body[:300])
-                    assert resp.content_type == "application/json"
-                    assert resp.headers["Retry-After"] == "1"
-                    err = orjson.loads(body)["error"]
-                    assert err["code"] == "SERVICE_UNAVAILABLE" and err["retry_after_sec"] == 1
+        async with api_served(str(dsn.with_host("127.0.0.1").with_port(proxy.port))) as api:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{api.url}{BASE}/posts", headers=auth(client.key)) as resp:
+                    assert resp.status == 200
+                await proxy.cut()
+                for path in ["/posts", "/tokens", "/posts/1", "/sentiment-pulse"]:
+                    async with http.get(f"{api.url}{BASE}{path}", headers=auth(client.key)) as resp:
+                        body = await resp.read()
+                        assert resp.status == 503, (path, body[:300])
+                        assert resp.content_type == "application/json"
+                        assert resp.headers["Retry-After"] == "1"
+                        err = orjson.loads(body)["error"]
+                        assert err["code"] == "SERVICE_UNAVAILABLE" and err["retry_after_sec"] == 1
     finally:
-        stack.stop(api, signal.SIGTERM)
         with contextlib.suppress(Exception):
             await proxy.cut()
 
@@ -468,9 +471,9 @@ async def test_database_down_gives_503_envelope(world):
 # --------------------------------------------------------------------------- pages from memory, gzip
 
 
-async def _page_cache(stack: ServiceStack) -> dict[str, float]:
+async def _page_cache(w: World) -> dict[str, float]:
     async with aiohttp.ClientSession() as http:
-        async with http.get(f"{stack.of('api')[0].admin_url}/metrics") as resp:
+        async with http.get(f"{w.api.admin_url}/metrics") as resp:
             text = await resp.text()
     out = {}
     for line in text.splitlines():
@@ -480,8 +483,8 @@ async def _page_cache(stack: ServiceStack) -> dict[str, float]:
     return out
 
 
-async def _bump_posts_stamp(stack: ServiceStack) -> None:
-    conn = await stack.read_conn()
+async def _bump_posts_stamp(w: World) -> None:
+    conn = await w.model.conn()
     try:
         await conn.execute("UPDATE change_stamps SET stamp = stamp + 1 WHERE name = 'posts'")
     finally:
@@ -494,23 +497,23 @@ async def _raw(client: Client, path: str, params: dict, headers: dict | None = N
 
 
 async def test_a_page_from_memory_is_byte_identical_to_a_fresh_one(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     for path, params in [("/posts", {"lang": "de-DE", "limit": "9", "sentiment": "BULLISH,NEUTRAL"}),
                          ("/posts", {"limit": "5", "before": str(visible_feed(posts)[7].id)}),
                          (f"/posts/{visible_feed(posts)[3].id}", {"lang": "en-US"})]:
-        before = await _page_cache(stack)
+        before = await _page_cache(w)
         status, headers, body = await _raw(client, path, params)
         assert status == 200
         fresh = (body, headers["ETag"], headers["X-Log-Position"])
         status, headers, body = await _raw(client, path, params)
-        after = await _page_cache(stack)
+        after = await _page_cache(w)
         assert after.get("hit", 0) == before.get("hit", 0) + 1, (path, before, after)  # the second one came from memory
         assert (status, body, headers["ETag"], headers["X-Log-Position"]) == (200, *fresh)
         # A posts change drops the cache: the next answer is built again, and equals the cached one.
-        await _bump_posts_stamp(stack)
+        await _bump_posts_stamp(w)
         for _ in range(20):
             status, headers, body = await _raw(client, path, params)
-            if (await _page_cache(stack)).get("miss", 0) > after.get("miss", 0):
+            if (await _page_cache(w)).get("miss", 0) > after.get("miss", 0):
                 break
             await asyncio.sleep(0.05)
         else:
@@ -521,7 +524,7 @@ async def test_a_page_from_memory_is_byte_identical_to_a_fresh_one(world):
 
 
 async def test_large_bodies_are_gzipped_when_accepted_and_revalidate_by_their_own_tag(world):
-    stack, client, catalog, posts = world
+    w, client, catalog, posts = world
     import gzip
 
     url = client.url + BASE + "/tokens"

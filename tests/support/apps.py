@@ -1,0 +1,136 @@
+"""The API in process, for app tests: a scratch read model filled by the in-process projector
+(no broker: the events are handed to ``Projector.apply_records``), a provisioned workspace
+with a working key, and ``create_app(config)`` served by aiohttp's ``TestServer`` on loopback,
+its operator endpoints on a second ``TestServer`` (as ``run_app`` serves them on the admin port).
+
+What only processes show (signals, restarts, listener bounds, admin/partner port separation,
+several processes sharing limits) stays in tests/e2e over ``ServiceStack``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Sequence
+
+import aiohttp
+import asyncpg
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from aiokafka import TopicPartition
+
+from tickerwire.schemas.topics import topic_name
+from tickerwire.services.api.app import create_app
+from tickerwire.services.common.config import Config
+from tickerwire.services.common.ops import ADMIN_APP
+from tickerwire.services.projector.sweeper import sweep_once
+from tests.support.events import provisioning, records
+from tests.support.projector import projector_on
+
+PREFIX = "tickerwire"
+#: Events handed to the projector per batch (its default fetch size).
+BATCH = 2000
+
+
+class ReadModel:
+    """A migrated scratch database that events are projected into, in process."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._offsets: dict[str, int] = defaultdict(int)
+
+    async def conn(self) -> asyncpg.Connection:
+        return await asyncpg.connect(self.dsn, server_settings={"search_path": "rm,public"})
+
+    async def project(self, events: Sequence[Any]) -> None:
+        """Apply ``events`` in order, each on partition 0 of its own topic, as the projector would."""
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for event in events:
+            by_topic[topic_name(PREFIX, type(event).topic)].append(event)
+        async with projector_on(self.dsn) as (projector, _, _):
+            for topic, evs in by_topic.items():
+                for at in range(0, len(evs), BATCH):
+                    chunk = records(evs[at:at + BATCH], start=self._offsets[topic])
+                    await projector.apply_records(TopicPartition(topic, 0), chunk)
+                    self._offsets[topic] += len(chunk)
+
+    async def sweep(self) -> dict[str, str]:
+        conn = await self.conn()
+        try:
+            return await sweep_once(conn)
+        finally:
+            await conn.close()
+
+    async def provision(self, workspace_id: str, **limits: Any) -> str:
+        """A workspace with an embed, a fresh heartbeat and a key; projected and swept. Returns the key
+        (the same events as ``ServiceStack.provision`` publishes)."""
+        conn = await self.conn()
+        try:
+            key, events = await provisioning(conn, workspace_id, **limits)
+        finally:
+            await conn.close()
+        await self.project(events)
+        await self.sweep()
+        return key
+
+
+@dataclass
+class Served:
+    """An application served in process: its partner origin, its operator origin, the app."""
+
+    url: str
+    admin_url: str
+    app: web.Application
+
+
+def config_for(dsn: str, **overrides: Any) -> Config:
+    return Config(database_url=dsn, kafka_bootstrap_servers="unused:9092", topic_prefix=PREFIX, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def served(app: web.Application, ready_within: float = 30.0) -> AsyncIterator[Served]:
+    """``app`` and its admin application on loopback, once ``/readyz`` says ready."""
+    partner = TestServer(app, host="127.0.0.1")
+    await partner.start_server()
+    operator = TestServer(app[ADMIN_APP], host="127.0.0.1")
+    try:
+        await operator.start_server()
+        out = Served(str(partner.make_url("")).rstrip("/"), str(operator.make_url("")).rstrip("/"), app)
+        await wait_ready(out.admin_url, ready_within)
+        yield out
+    finally:
+        await operator.close()
+        await partner.close()
+
+
+@contextlib.asynccontextmanager
+async def api_served(dsn: str, **overrides: Any) -> AsyncIterator[Served]:
+    async with served(create_app(config_for(dsn, **overrides))) as out:
+        yield out
+
+
+async def wait_ready(admin_url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    detail = "no answer"
+    async with aiohttp.ClientSession() as http:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(f"{admin_url}/readyz") as resp:
+                    if resp.status == 200:
+                        return
+                    detail = await resp.text()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{admin_url}/readyz not ready within {timeout} s: {detail[:2000]}")
+            await asyncio.sleep(0.05)
+
+
+async def gauge(admin_url: str, name: str) -> float:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{admin_url}/metrics") as resp:
+            text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("-inf")
