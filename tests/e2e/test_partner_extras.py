@@ -1,7 +1,7 @@
-"""Partner extras over the real processes (projector, API, stream): the Bearer header at the
-stream handshake, opt-in stream filters, the consistency mark shared by the API
-(``X-Log-Position``) and the stream (``log_position``), and the draft-11 ``RateLimit`` and
-``RateLimit-Policy`` headers. Expectations come from the published events, never from the
+"""Partner extras over the real processes (projector, API, stream): opt-in stream filters,
+the consistency mark shared by the API (``X-Log-Position``) and the stream (``log_position``),
+and the draft-11 ``RateLimit`` and ``RateLimit-Policy`` headers. (The stream's handshake
+refusals, with the Bearer header or a bad filter, are tested in process: tests/app.) Expectations come from the published events, never from the
 read model."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from tickerwire.schemas.models import CategoryEvent, PostEvent
 from tickerwire.devstack.demo import dataset, trickle
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tests.support.ws import handshake
 
 pytestmark = pytest.mark.e2e
 
@@ -48,24 +49,6 @@ async def http():
 
 def stream_url(stack: ServiceStack, query: str = "") -> str:
     return f"{stack.of('stream')[0].url}{BASE}/stream" + (f"?{query}" if query else "")
-
-
-async def handshake(http, url: str, headers=None) -> aiohttp.ClientWebSocketResponse:
-    ws = await http.ws_connect(url, headers=headers or {})
-    ready = orjson.loads((await ws.receive(timeout=WAIT)).data)
-    assert ready["type"] == "ready"
-    return ws
-
-
-async def refusal(http, url: str, headers=None) -> tuple[int, dict]:
-    """A refused handshake answers with a JSON envelope and no upgrade."""
-    with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
-        await http.ws_connect(url, headers=headers or {})
-    status = exc.value.status
-    async with http.get(url, headers={**(headers or {}), "Upgrade": "websocket", "Connection": "Upgrade",
-                                      "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}) as resp:
-        assert resp.status == status and resp.content_type == "application/json"
-        return status, await resp.json()
 
 
 def new_posts(first_id: int, count: int) -> list[PostEvent]:
@@ -114,31 +97,7 @@ async def posts_before_a_later_ping(ws, after_ts: str) -> set[tuple[int, str]]:
             return seen
 
 
-# ---------------------------------------------------------------------------------------------- Bearer
-
-
-async def test_the_stream_accepts_a_bearer_header_with_the_same_gates_and_errors(stack, http):
-    ws = await handshake(http, stream_url(stack), headers=auth(stack.key))
-    await ws.close()
-    bad_key = "tw_live_" + "x" * 43
-    by_query = await refusal(http, stream_url(stack, f"key={bad_key}"))
-    by_header = await refusal(http, stream_url(stack), headers=auth(bad_key))
-    assert by_query == by_header and by_query[0] == 401 and by_query[1]["error"]["code"] == "NOT_AUTHENTICATED"
-    for header in ({}, {"Authorization": f"Basic {stack.key}"}, {"Authorization": "Bearer"}):
-        assert (await refusal(http, stream_url(stack), headers=header))[0] == 401
-
-
 # ---------------------------------------------------------------------------------------------- filters
-
-
-async def test_filter_values_breaking_the_posts_grammar_refuse_the_handshake_with_422(stack, http):
-    too_many = ",".join(f"T{i}" for i in range(21))
-    for name, value in (("tickers", too_many), ("categories", "c" * 101), ("lang", too_many)):
-        status, body = await refusal(http, stream_url(stack, f"key={stack.key}&{name}={value}"))
-        assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED" and body["error"]["field"] == name
-    # The access gates come first, as on HTTP.
-    status, body = await refusal(http, stream_url(stack, f"tickers={too_many}"))
-    assert status == 401
 
 
 async def test_filtered_connections_get_only_their_posts_and_an_unfiltered_one_gets_everything(stack, http):

@@ -24,6 +24,7 @@ from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import hash_key
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tests.support.ws import upgrade_headers
 
 pytestmark = pytest.mark.e2e
 
@@ -124,11 +125,6 @@ async def listed(http: aiohttp.ClientSession, stack: ServiceStack, key: str, lan
     async with http.get(f"{stack.of('api')[0].url}{BASE}/posts", params={"lang": lang, "limit": "50"}, headers=auth(key)) as resp:
         assert resp.status == 200
         return {p["id"]: p for p in (await resp.json())["posts"]}
-
-
-def upgrade_headers() -> dict[str, str]:
-    return {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode()}
 
 
 async def wait_languages(http, stack, key) -> None:
@@ -370,27 +366,6 @@ async def test_losing_the_badge_closes_open_connections_with_4003(stack: Service
     assert time.monotonic() - committed < 1.0  # pushed to both processes, not found by a later poll
     async with http.get(stream_url(a, key), headers=upgrade_headers()) as resp:
         assert resp.status == 403 and (await resp.json())["error"]["code"] == "BADGE_MISSING"
-
-
-# ---------------------------------------------------------------------------------------------- handshake
-
-
-async def test_handshake_refusals_and_unknown_routes_are_json_envelopes(stack: ServiceStack, http):
-    key = await stack.provision("ws_refusals")
-    service = stack.of("stream")[0]
-    cases = [
-        ("GET", f"{BASE}/stream?key=tw_live_not-a-real-key", upgrade_headers(), 401, "NOT_AUTHENTICATED"),
-        ("GET", f"{BASE}/stream", upgrade_headers(), 401, "NOT_AUTHENTICATED"),
-        ("GET", f"{BASE}/stream?key={key}", {}, 426, "UPGRADE_REQUIRED"),
-        ("GET", f"{BASE}/nope", {}, 404, "NOT_FOUND"),
-        ("POST", f"{BASE}/stream?key={key}", {}, 405, "METHOD_NOT_ALLOWED"),
-    ]
-    for method, path, headers, status, code in cases:
-        async with http.request(method, service.url + path, headers=headers) as resp:
-            assert resp.status == status, (path, status)
-            assert resp.content_type == "application/json"
-            body = await resp.json()
-            assert body["error"]["code"] == code and body["error"]["message"]
 
 
 # ---------------------------------------------------------------------------------------------- connection limit

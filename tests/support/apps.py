@@ -1,7 +1,8 @@
-"""The API in process, for app tests: a scratch read model filled by the in-process projector
+"""The API and the stream in process, for app tests: a scratch read model filled by the in-process projector
 (no broker: the events are handed to ``Projector.apply_records``), a provisioned workspace
 with a working key, and ``create_app(config)`` served by aiohttp's ``TestServer`` on loopback,
 its operator endpoints on a second ``TestServer`` (as ``run_app`` serves them on the admin port).
+The stream app also needs the broker (its feed reads the posts topic): the session's real one.
 
 What only processes show (signals, restarts, listener bounds, admin/partner port separation,
 several processes sharing limits) stays in tests/e2e over ``ServiceStack``."""
@@ -23,6 +24,8 @@ from aiokafka import TopicPartition
 
 from tickerwire.schemas.topics import topic_name
 from tickerwire.services.api.app import create_app
+from tickerwire.services.stream.app import create_app as create_stream_app
+from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tickerwire.services.common.ops import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
@@ -37,8 +40,8 @@ BATCH = 2000
 class ReadModel:
     """A migrated scratch database that events are projected into, in process."""
 
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+    def __init__(self, dsn: str, topic_prefix: str = PREFIX) -> None:
+        self.dsn, self.topic_prefix = dsn, topic_prefix
         self._offsets: dict[str, int] = defaultdict(int)
 
     async def conn(self) -> asyncpg.Connection:
@@ -48,7 +51,7 @@ class ReadModel:
         """Apply ``events`` in order, each on partition 0 of its own topic, as the projector would."""
         by_topic: dict[str, list[Any]] = defaultdict(list)
         for event in events:
-            by_topic[topic_name(PREFIX, type(event).topic)].append(event)
+            by_topic[topic_name(self.topic_prefix, type(event).topic)].append(event)
         async with projector_on(self.dsn) as (projector, _, _):
             for topic, evs in by_topic.items():
                 for at in range(0, len(evs), BATCH):
@@ -86,7 +89,9 @@ class Served:
 
 
 def config_for(dsn: str, **overrides: Any) -> Config:
-    return Config(database_url=dsn, kafka_bootstrap_servers="unused:9092", topic_prefix=PREFIX, **overrides)
+    """The frozen configuration of an app under test: no broker unless given, one-node topics."""
+    settings: dict[str, Any] = {"kafka_bootstrap_servers": "unused:9092", "topic_prefix": PREFIX, "topic_replication_factor": 1}
+    return Config(database_url=dsn, **{**settings, **overrides})
 
 
 @contextlib.asynccontextmanager
@@ -108,6 +113,15 @@ async def served(app: web.Application, ready_within: float = 30.0) -> AsyncItera
 @contextlib.asynccontextmanager
 async def api_served(dsn: str, **overrides: Any) -> AsyncIterator[Served]:
     async with served(create_app(config_for(dsn, **overrides))) as out:
+        yield out
+
+
+@contextlib.asynccontextmanager
+async def stream_served(dsn: str, kafka_bootstrap: str, topic_prefix: str, **overrides: Any) -> AsyncIterator[Served]:
+    """The stream app over the real broker: its topics ensured under ``topic_prefix`` first."""
+    config = config_for(dsn, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix, **overrides)
+    await kafka.ensure_topics(config)
+    async with served(create_stream_app(config)) as out:
         yield out
 
 

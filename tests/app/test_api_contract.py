@@ -1,12 +1,12 @@
-"""The OpenAPI 3.1 contract against the live API: the document validates, real responses of every
-endpoint validate against it, schemathesis finds nothing, and a client that knows only the
-document can walk the post list both ways and gap-fill."""
+"""The OpenAPI 3.1 contract against the API app (in process, over a real PostgreSQL read model
+the in-process projector filled): the document validates, real responses of every endpoint
+validate against it, schemathesis finds nothing, and a client that knows only the document can
+walk the post list both ways and gap-fill."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,28 +18,28 @@ import pytest
 from openapi_spec_validator import validate as validate_spec
 
 from tickerwire.devstack.demo import dataset
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tests.support.apps import ReadModel, api_served
 from tests.support.events import visible_feed
-from tests.support.stack import BASE, auth, running_stack
-
-pytestmark = pytest.mark.e2e
+from tests.support.stack import BASE, auth
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 
 
 @pytest.fixture(scope="module")
-async def live(pg_dsn, kafka_bootstrap):
+async def live(pg_dsn):
     catalog = dataset.catalog_events(11, now=NOW, tokens=3000)
     posts = dataset.post_events(11, now=NOW, posts=250)
-    async with running_stack(pg_dsn, kafka_bootstrap, "apicontract", [*catalog, *posts]) as (stack, key):
-        url = stack.of("api")[0].url
-        async with aiohttp.ClientSession() as http:
-            for _ in range(100):  # the token cache is polled
-                async with http.get(url + BASE + "/tokens", headers=auth(key)) as resp:
-                    if len((await resp.json())["tokens"]) == 3000:
-                        break
-                await asyncio.sleep(0.1)
-        yield stack, url, key, posts
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn)
+        await model.project([*catalog, *posts])
+        key = await model.provision("ws_apicontract", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+        async with api_served(dsn) as api:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(api.url + BASE + "/tokens", headers=auth(key)) as resp:
+                    assert len((await resp.json())["tokens"]) == 3000  # the catalog is loaded before the app says ready
+            yield None, api.url, key, posts
 
 
 def test_document_is_valid_openapi_31():
@@ -53,7 +53,7 @@ def test_document_is_valid_openapi_31():
 
 
 async def test_document_is_served_publicly(live):
-    stack, url, key, posts = live
+    _, url, key, posts = live
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{url}{BASE}/openapi.json") as resp:  # no key
             assert resp.status == 200 and resp.content_type == "application/json"
@@ -80,7 +80,7 @@ def _declared_headers(doc: dict, path: str, status: str) -> set[str]:
 
 
 async def test_real_responses_validate_against_the_document(live):
-    stack, url, key, posts = live
+    _, url, key, posts = live
     doc = orjson.loads(DOC_PATH.read_bytes())
     post = visible_feed(posts)[0]
     calls = [
@@ -107,20 +107,26 @@ async def test_real_responses_validate_against_the_document(live):
             assert not errors
 
 
-def test_schemathesis_finds_no_failure(live):
-    stack, url, key, posts = live
-    report = stack.log_dir / "schemathesis.txt"
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("st")), "run", f"{url}{BASE}/openapi.json",
-            "--url", f"{url}{BASE}", "-H", f"Authorization: Bearer {key}",
-            "--max-examples", "30", "--seed", "4", "--workers", "2", "--request-timeout", "10",
-            "--suppress-health-check", "all",
-        ],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"},
+async def test_schemathesis_finds_no_failure(live, tmp_path):
+    # Async, so the app (served on this test's event loop) answers while schemathesis runs.
+    _, url, key, posts = live
+    report = tmp_path / "schemathesis.txt"
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("st")), "run", f"{url}{BASE}/openapi.json",
+        "--url", f"{url}{BASE}", "-H", f"Authorization: Bearer {key}",
+        "--max-examples", "30", "--seed", "4", "--workers", "2", "--request-timeout", "10",
+        "--suppress-health-check", "all",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"},
     )
-    report.write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=600)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    text = out.decode(errors="replace") + err.decode(errors="replace")
+    report.write_text(text)
+    assert proc.returncode == 0, text[-6000:]
 
 
 class DocumentClient:
@@ -182,7 +188,7 @@ class DocumentClient:
 
 
 async def test_a_client_from_the_document_alone_pages_both_ways_and_gap_fills(live):
-    stack, url, key, posts = live
+    _, url, key, posts = live
     expected = [p.id for p in visible_feed(posts)]
     async with aiohttp.ClientSession() as http:
         client = DocumentClient(http, f"{url}{BASE}/openapi.json", key)

@@ -1,0 +1,78 @@
+"""The stream app in process (``create_app`` on aiohttp's test server) over a real PostgreSQL
+read model and the real broker: the handshake's gates and refusals. Fan-out, leases across
+processes, kills and shutdown are tested over real processes in tests/e2e."""
+
+from __future__ import annotations
+
+import os
+
+import aiohttp
+import pytest
+
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tests.support.apps import ReadModel, stream_served
+from tests.support.events import locale_ev
+from tests.support.stack import BASE, auth
+from tests.support.ws import handshake, refusal, upgrade_headers
+
+
+@pytest.fixture(scope="module")
+async def world(pg_dsn, kafka_bootstrap):
+    prefix = f"streamapp{os.getpid()}"
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn, prefix)
+        await model.project([locale_ev("en-US", default=True), locale_ev("de-DE")])
+        key = await model.provision("ws_streamapp", stream_connection_limit=20)
+        async with stream_served(dsn, kafka_bootstrap, prefix) as stream:
+            yield stream, key
+
+
+@pytest.fixture
+async def http():
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def stream_url(world, query: str = "") -> str:
+    stream, _ = world
+    return f"{stream.url}{BASE}/stream" + (f"?{query}" if query else "")
+
+
+async def test_handshake_refusals_and_unknown_routes_are_json_envelopes(world, http):
+    stream, key = world
+    cases = [
+        ("GET", f"{BASE}/stream?key=tw_live_not-a-real-key", upgrade_headers(), 401, "NOT_AUTHENTICATED"),
+        ("GET", f"{BASE}/stream", upgrade_headers(), 401, "NOT_AUTHENTICATED"),
+        ("GET", f"{BASE}/stream?key={key}", {}, 426, "UPGRADE_REQUIRED"),
+        ("GET", f"{BASE}/nope", {}, 404, "NOT_FOUND"),
+        ("POST", f"{BASE}/stream?key={key}", {}, 405, "METHOD_NOT_ALLOWED"),
+    ]
+    for method, path, headers, status, code in cases:
+        async with http.request(method, stream.url + path, headers=headers) as resp:
+            assert resp.status == status, (path, status)
+            assert resp.content_type == "application/json"
+            body = await resp.json()
+            assert body["error"]["code"] == code and body["error"]["message"]
+
+
+async def test_the_stream_accepts_a_bearer_header_with_the_same_gates_and_errors(world, http):
+    _, key = world
+    ws = await handshake(http, stream_url(world), headers=auth(key))
+    await ws.close()
+    bad_key = "tw_live_" + "x" * 43
+    by_query = await refusal(http, stream_url(world, f"key={bad_key}"))
+    by_header = await refusal(http, stream_url(world), headers=auth(bad_key))
+    assert by_query == by_header and by_query[0] == 401 and by_query[1]["error"]["code"] == "NOT_AUTHENTICATED"
+    for header in ({}, {"Authorization": f"Basic {key}"}, {"Authorization": "Bearer"}):
+        assert (await refusal(http, stream_url(world), headers=header))[0] == 401
+
+
+async def test_filter_values_breaking_the_posts_grammar_refuse_the_handshake_with_422(world, http):
+    _, key = world
+    too_many = ",".join(f"T{i}" for i in range(21))
+    for name, value in (("tickers", too_many), ("categories", "c" * 101), ("lang", too_many)):
+        status, body = await refusal(http, stream_url(world, f"key={key}&{name}={value}"))
+        assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED" and body["error"]["field"] == name
+    # The access gates come first, as on HTTP.
+    status, body = await refusal(http, stream_url(world, f"tickers={too_many}"))
+    assert status == 401

@@ -1,0 +1,37 @@
+"""WebSocket handshakes against the stream, shared by the in-process and the end-to-end tests."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import aiohttp
+import orjson
+import pytest
+
+#: Generous upper bound for a first message to arrive (a failure, not a measurement).
+WAIT = 30.0
+
+
+def upgrade_headers() -> dict[str, str]:
+    """The headers of a WebSocket upgrade request, for sending one with a plain HTTP client."""
+    return {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode()}
+
+
+async def handshake(http: aiohttp.ClientSession, url: str, headers=None) -> aiohttp.ClientWebSocketResponse:
+    """A connection that the stream accepted: its first message is ``ready``."""
+    ws = await http.ws_connect(url, headers=headers or {})
+    ready = orjson.loads((await ws.receive(timeout=WAIT)).data)
+    assert ready["type"] == "ready"
+    return ws
+
+
+async def refusal(http: aiohttp.ClientSession, url: str, headers=None) -> tuple[int, dict]:
+    """A refused handshake answers with a JSON envelope and no upgrade: (status, body)."""
+    with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
+        await http.ws_connect(url, headers=headers or {})
+    status = exc.value.status
+    async with http.get(url, headers={**(headers or {}), **upgrade_headers()}) as resp:
+        assert resp.status == status and resp.content_type == "application/json"
+        return status, await resp.json()
