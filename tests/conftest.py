@@ -20,6 +20,7 @@ from tickerwire.devstack.embedded.broker import EmbeddedBroker
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
 from tests.support import containers
 from tests.support.containers import docker_available
+from tests.support.exclusive import held
 
 
 def pytest_report_header(config) -> str:
@@ -67,6 +68,14 @@ async def fresh_db(pg_dsn: str) -> AsyncIterator[str]:
 def topic_prefix() -> str:
     """A unique topic prefix, so tests sharing the broker never see each other's topics."""
     return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def _alone_if_exclusive(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test marked ``exclusive`` (a throughput or latency floor) runs while no other xdist
+    worker is inside a test; see tests/support/exclusive.py."""
+    with held(request.node.get_closest_marker("exclusive") is not None, tmp_path_factory.getbasetemp()):
+        yield
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -136,6 +136,7 @@ async def start_api(stack, fds: int, **env: str) -> Service:
     )
 
 
+@pytest.mark.exclusive  # a throughput floor: partners are still served at >= 5 requests/s
 async def test_idle_and_slowloris_connections_do_not_lock_out_partners(stack, key):
     """The fast variant: 400 idle and 20 slowloris connections, 256 file descriptors."""
     ensure_own_fds(2_000)
@@ -148,6 +149,7 @@ async def test_idle_and_slowloris_connections_do_not_lock_out_partners(stack, ke
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # a throughput floor: partners are still served at >= 5 requests/s
 async def test_3000_idle_and_50_slowloris_connections_under_a_low_fd_limit(stack, key):
     """The issue's figures: 3,000 idle and 50 slowloris connections, `ulimit -n 1024`."""
     ensure_own_fds(8_000)
