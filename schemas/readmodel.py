@@ -116,8 +116,9 @@ class TranslationRow:
     title: str
     lede: str
     body: str
-    lean: bytes
-    detail: bytes
+    #: The partner JSON of the post in this locale: the lean shape (lists, stream) and the detail shape.
+    lean: str
+    detail: str
 
 
 def lean_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
@@ -177,8 +178,8 @@ def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:
             title=tr.title,
             lede=tr.lede,
             body=tr.body,
-            lean=orjson.dumps(lean_post(post, tr, taxonomy)),
-            detail=orjson.dumps(detail_post(post, tr, taxonomy)),
+            lean=orjson.dumps(lean_post(post, tr, taxonomy)).decode(),
+            detail=orjson.dumps(detail_post(post, tr, taxonomy)).decode(),
         )
         for tr in post.translations
     ]

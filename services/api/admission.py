@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import asyncpg
 
 from ..common.access import Principal
-from ..common.db import CONNECTION_ERRORS
+from ..common.db import CONNECTION_ERRORS, open_connection
 from ..common.errors import StorageUnavailable
 from ..common.retry import backoff_delays
 from .limits import Usage
@@ -204,9 +204,9 @@ class Admissions:
             conn: asyncpg.Connection | None = None
             batch: list[_Pending] = []
             try:
-                conn = await asyncpg.connect(
+                conn = await open_connection(
                     self._dsn, timeout=5,
-                    server_settings={"synchronous_commit": "off", "application_name": "tickerwire-admission"},
+                    settings={"synchronous_commit": "off", "application_name": "tickerwire-admission"},
                 )
                 self._up.add(number)
                 delays = backoff_delays(0.1, 2.0)

@@ -19,6 +19,7 @@ import orjson
 from tickerwire.schemas.readmodel import FALLBACK_LOCALE, category_name, default_locale
 
 from ..common.db import storage_errors
+from ..readmodel.taxonomy import listed_locales
 from . import queries
 
 
@@ -171,7 +172,7 @@ class Catalog:
             rows = await pool.fetch(queries.SELECT_STAMPS, self.log_topic)
             stamps = {r["name"]: r["stamp"] for r in rows}
             if self._changed(stamps, "locales"):
-                self.languages = _languages(await pool.fetch(queries.SELECT_LANGUAGES))
+                self.languages = _languages(await listed_locales(pool))
             if self._changed(stamps, "locales", "categories"):
                 self.categories = _categories(await pool.fetch(queries.SELECT_CATEGORIES), self.languages)
             if self._changed(stamps, "tokens"):

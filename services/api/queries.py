@@ -8,31 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..readmodel import positions
 from .params import Filters, Page
 
-# The consistency mark (X-Log-Position): the projector's stored position (next offset to
-# project) of every partition of the posts topic, "partition:offset" ascending, comma-separated;
-# '' while nothing is stored. Read inside the statement whose snapshot the response reflects.
-_LOG_POSITION = (
-    "(SELECT COALESCE(string_agg(p.partition || ':' || p.next_offset, ',' ORDER BY p.partition), '') "
-    "FROM positions p WHERE p.topic = {topic}::text)"
-)
 
-
-def log_position(topic_ref: str) -> str:
-    """The mark as an SQL expression; ``topic_ref`` is the parameter holding the posts topic."""
-    return _LOG_POSITION.format(topic=topic_ref)
-
-
-# The change stamps and, in the same snapshot, the mark the cached bodies are current for.
-SELECT_STAMPS = f"SELECT name, stamp, {log_position('$1')} AS log_position FROM change_stamps"
-
-SELECT_LANGUAGES = """
-SELECT code, name, native_name, country_code, direction, is_default
-FROM locales
-WHERE active AND web_channel
-ORDER BY position, code
-"""
+# The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the cached bodies are current for.
+SELECT_STAMPS = f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position FROM change_stamps"
 
 SELECT_CATEGORIES = "SELECT slug, is_group, group_slug, position, names FROM categories ORDER BY position, slug"
 
@@ -52,7 +33,7 @@ SELECT sentiment, COALESCE(sum(count), 0)::bigint AS n, NULL AS log_position
 FROM sentiment_buckets
 WHERE bucket > $1::timestamptz - interval '24 hours' AND bucket <= $1::timestamptz
 GROUP BY sentiment
-UNION ALL SELECT NULL, NULL, {log_position('$2')}
+UNION ALL SELECT NULL, NULL, {positions.mark_sql('$2')}
 """
 
 # By id (when the segment is a number) or by slug in any locale (the requested locale's own
@@ -63,7 +44,7 @@ WHERE t.lang = $1 AND t.visible AND t.post_id = (
     SELECT s.post_id FROM post_translations s
     WHERE s.post_id = $2::bigint OR s.slug = $3
     ORDER BY (s.post_id = $2::bigint) IS TRUE DESC, (s.lang = $1) DESC, s.visible DESC, s.post_id DESC
-    LIMIT 1)) AS detail, {log_position('$4')} AS log_position
+    LIMIT 1)) AS detail, {positions.mark_sql('$4')} AS log_position
 """
 
 # Row kinds of a page statement's result.
@@ -190,7 +171,7 @@ def _missing_flags(page: Page) -> list[str]:
 
 def _assemble(ctes: list[str], flags: list[str], desc: str, log_topic: str | None, args: list, arg) -> tuple[str, list]:
     if log_topic is not None:
-        flags.append(f"SELECT {LOG_POSITION}, NULL::bigint, {log_position(arg(log_topic))}, 0::bigint")
+        flags.append(f"SELECT {LOG_POSITION}, NULL::bigint, {positions.mark_sql(arg(log_topic))}, 0::bigint")
     items = f"SELECT {ITEM} AS kind, post_id, lean, row_number() OVER (ORDER BY {desc}) AS pos FROM page"
     sql = (
         f"WITH {', '.join(ctes)}\n"

@@ -113,20 +113,14 @@ def _run(command: str, coro) -> int:
 async def _read_conn(config: Config, *, read_only: bool = True):
     """A connection to the read model: read-only for admin commands, which never write it
     (only the sweep, the projector's own sweeper run once, writes badge statuses)."""
-    import asyncpg
+    from ..common.db import connect, storage_errors
 
-    from ..common.db import storage_errors
-
-    settings = {"search_path": f"{config.read_model_schema},public"}
-    if read_only:
-        settings["default_transaction_read_only"] = "on"
-    with storage_errors(f"connect to {_where(config.database_url)}"):
-        conn = await asyncpg.connect(config.database_url, timeout=10, server_settings=settings)
-    try:
+    async with connect(
+        config.database_url, schema=config.read_model_schema, read_only=read_only, timeout=10,
+        what=f"connect to {_where(config.database_url)}",
+    ) as conn:
         with storage_errors("query the read model"):
             yield conn
-    finally:
-        await conn.close()
 
 
 def _where(dsn: str) -> str:
@@ -256,7 +250,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ..common.db import connect, migrate
+    from ..common.db import connect
+    from ..readmodel.migrate import migrate
 
     async def go() -> int:
         from ..common.db import storage_errors

@@ -174,8 +174,9 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
 
 
 async def prepare(config: Config) -> None:
-    from ..common.db import connect, migrate
+    from ..common.db import connect
     from ..common.kafka import ensure_topics
+    from ..readmodel.migrate import migrate
 
     await ensure_topics(config)
     async with connect(config.database_url) as conn:
@@ -214,6 +215,7 @@ async def wait_projected(config: Config, marks: dict[tuple[str, int], int] | Non
     from ..common import kafka
     from ..common.db import connect
     from ..common.topics import declared_topics
+    from ..readmodel import positions
 
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-up")
     await consumer.start()
@@ -224,24 +226,15 @@ async def wait_projected(config: Config, marks: dict[tuple[str, int], int] | Non
         await consumer.stop()
     for key, mark in (marks or {}).items():
         ends[key] = max(ends.get(key, 0), mark)
-    deadline = time.monotonic() + timeout
-    async with connect(config.database_url) as conn:
-        while True:
-            rows = await conn.fetch(f"SELECT topic, partition, next_offset FROM {config.read_model_schema}.positions")
-            stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
-            if all(stored.get(key, 0) >= end for key, end in ends.items()):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the projector did not catch up in {timeout:.0f}s: {stored} of {ends}")
-            await asyncio.sleep(0.05)
+    async with connect(config.database_url, schema=config.read_model_schema) as conn:
+        await positions.wait_until(conn, ends, timeout=timeout)
 
 
 async def sweep(config: Config) -> None:
     from ..common.db import connect
     from ..projector.sweeper import sweep_once
 
-    async with connect(config.database_url) as conn:
-        await conn.execute(f"SET search_path TO {config.read_model_schema}, public")
+    async with connect(config.database_url, schema=config.read_model_schema) as conn:
         await sweep_once(conn)
 
 

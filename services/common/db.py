@@ -1,10 +1,12 @@
-"""PostgreSQL access shared by the services: pools, versioned migrations, error translation."""
+"""PostgreSQL plumbing shared by the services: the one way to get a pool or a connection, and
+the translation of connection failures into :class:`StorageUnavailable`.
+
+Nothing else in the product calls ``asyncpg.connect`` or ``asyncpg.create_pool``. What the
+read model's tables mean (migrations, positions, ...) lives in :mod:`tickerwire.services.readmodel`."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
-from importlib import resources
 from typing import AsyncIterator
 
 import asyncpg
@@ -12,8 +14,6 @@ import asyncpg
 from .config import Config
 from .errors import StorageUnavailable
 from .retry import retry_transient
-
-log = logging.getLogger(__name__)
 
 #: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -113,58 +113,40 @@ async def postgres_check(pool: asyncpg.Pool, schema: str, timeout_s: float = 0.8
     return (True, "ok") if migrated else (False, "read model not migrated")
 
 
-def _migration_files(scope: str) -> list[tuple[str, str]]:
-    folder = resources.files("tickerwire.services.common") / "migrations" / scope
-    files = sorted((p.name, p.read_text(encoding="utf-8")) for p in folder.iterdir() if p.name.endswith(".sql"))
-    return files
+async def open_connection(
+    dsn: str,
+    *,
+    schema: str | None = None,
+    read_only: bool = False,
+    timeout: float = 10.0,
+    settings: dict[str, str] | None = None,
+) -> asyncpg.Connection:
+    """A single connection (the caller closes it); connection failures are raised as they are.
 
-
-_BOOKKEEPING = """
-CREATE TABLE IF NOT EXISTS public.tw_migrations (
-    scope       text        NOT NULL,
-    name        text        NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (scope, name)
-)
-"""
-#: Any constant works; it only serializes concurrent migrators.
-MIGRATION_LOCK = 0x7477_6D69
-
-
-async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
-    """Apply pending migrations: ``platform`` into public, ``readmodel`` into ``schema``.
-
-    Safe to call from several processes at once (an advisory lock serializes them).
-    Returns the names applied by this call.
-    """
-    if not schema.isidentifier():
-        raise ValueError(f"bad schema name {schema!r}")
-    applied: list[str] = []
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-        await conn.execute(_BOOKKEEPING)
-        for scope, target in (("platform", "public"), ("readmodel", schema)):
-            key = scope if scope == "platform" else f"readmodel:{schema}"
-            done = {r["name"] for r in await conn.fetch("SELECT name FROM public.tw_migrations WHERE scope = $1", key)}
-            if target != "public":
-                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{target}"')
-            for name, sql in _migration_files(scope):
-                if name in done:
-                    continue
-                await conn.execute(f'SET LOCAL search_path TO "{target}", public')
-                await conn.execute(sql)
-                await conn.execute("INSERT INTO public.tw_migrations (scope, name) VALUES ($1, $2)", key, name)
-                applied.append(f"{key}/{name}")
-        await conn.execute("RESET search_path")
-    for name in applied:
-        log.info("applied migration %s", name)
-    return applied
+    ``schema`` puts that schema first on the search_path (quoted); ``read_only`` makes every
+    transaction read-only; ``settings`` are further server settings (application_name, ...)."""
+    server_settings = dict(settings or {})
+    if schema is not None:
+        server_settings["search_path"] = '"' + schema.replace('"', '""') + '",public'
+    if read_only:
+        server_settings["default_transaction_read_only"] = "on"
+    return await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings)
 
 
 @contextlib.asynccontextmanager
-async def connect(dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    with storage_errors("connect"):
-        conn = await asyncpg.connect(dsn)
+async def connect(
+    dsn: str,
+    *,
+    schema: str | None = None,
+    read_only: bool = False,
+    timeout: float = 10.0,
+    settings: dict[str, str] | None = None,
+    what: str = "connect",
+) -> AsyncIterator[asyncpg.Connection]:
+    """:func:`open_connection` for the length of a block, its failure to connect translated
+    into :class:`StorageUnavailable` (``what`` names the attempt)."""
+    with storage_errors(what):
+        conn = await open_connection(dsn, schema=schema, read_only=read_only, timeout=timeout, settings=settings)
     try:
         yield conn
     finally:

@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 import asyncpg
 
-from .db import CONNECTION_ERRORS
+from .db import CONNECTION_ERRORS, open_connection
 from .errors import TransientError
 from .retry import backoff_delays
 
@@ -155,7 +155,7 @@ class StampWatcher:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self._dsn, timeout=5, server_settings={"application_name": LISTENER_NAME})
+                conn = await open_connection(self._dsn, timeout=5, settings={"application_name": LISTENER_NAME})
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)

@@ -23,12 +23,7 @@ from ..common.errors import BrokerUnavailable, TickerwireError
 from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
 from ..common.topics import declared_topics
-
-ACCEPT_POSITION = """
-INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, $3)
-ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
-"""
-
+from ..readmodel import positions
 
 async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
     """Move every stored position the log does not hold; returns one line per change."""
@@ -45,11 +40,9 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
         raise BrokerUnavailable(f"cannot read the log offsets from {config.kafka_bootstrap_servers}: {exc}") from exc
     probe = LogProbe(config, "tickerwire-accept-log-probe")
     try:
-        async with connect(config.database_url) as conn:
-            await conn.execute(f'SET search_path TO "{config.read_model_schema}", public')
+        async with connect(config.database_url, schema=config.read_model_schema) as conn:
             async with conn.transaction():
-                stored = {(r["topic"], r["partition"]): r["next_offset"]
-                          for r in await conn.fetch("SELECT topic, partition, next_offset FROM positions FOR UPDATE")}
+                stored = await positions.load(conn, for_update=True)
                 gaps = {tp: gap for tp in tps
                         if (gap := discontinuity(tp, stored.get((tp.topic, tp.partition), 0), starts[tp], ends[tp]))}
                 # Some brokers report end offsets far behind what they hold: ask the log itself.
@@ -58,7 +51,7 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
                 changes = []
                 for tp, gap in gaps.items():
                     target = gap.log_start if start_from == "earliest" else gap.log_end
-                    await conn.execute(ACCEPT_POSITION, tp.topic, tp.partition, target)
+                    await positions.save_many(conn, {(tp.topic, tp.partition): target})
                     changes.append(f"{tp.topic}[{tp.partition}]: position {gap.position} -> {target} "
                                    f"(log holds {gap.log_start}..{gap.log_end})")
     finally:

@@ -16,7 +16,8 @@ from aiohttp import web
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import create_pool, migrate, storage_errors
+from ..common.db import create_pool, storage_errors
+from ..readmodel.migrate import migrate
 from ..common.ops import add_ops_routes, run_app
 from ..common.readiness import Readiness, service_readiness
 from ..common.retry import retry_transient

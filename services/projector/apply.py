@@ -27,7 +27,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Generic, Iterable, Sequence, TypeVar
+from typing import Generic, Iterable, TypeVar
 
 import asyncpg
 import orjson
@@ -47,8 +47,20 @@ from tickerwire.schemas.models import (
     decode_event,
     entity_key,
 )
-from tickerwire.schemas.readmodel import Taxonomy, default_locale, is_visible, translation_rows
+from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
 
+from ..readmodel import positions
+from ..readmodel.rows import (
+    ApiKeyRow,
+    EmbedRow,
+    HeartbeatRow,
+    LocaleRow,
+    PostRow,
+    TokenRow,
+    TranslationRow,
+    WorkspaceRow,
+)
+from ..readmodel.taxonomy import load_default_locale
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
 
@@ -87,7 +99,6 @@ class BatchResult:
 
 
 E = TypeVar("E", bound=AnyEvent)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +227,7 @@ async def apply_batch(
         return result
     async with conn.transaction():
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
-        await conn.execute(sql.LOCK_POSITION, topic, partition)
-        stored = await conn.fetchval(sql.SELECT_POSITION_FOR_UPDATE, topic, partition)
+        stored = await positions.lock(conn, topic, partition)
         fresh = [r for r in records if r.offset >= stored]
         result.skipped_redelivered = len(records) - len(fresh)
         result.position = stored
@@ -267,14 +277,13 @@ async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, re
     Returns False if the position had already passed it (nothing to do)."""
     async with conn.transaction():
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
-        await conn.execute(sql.LOCK_POSITION, topic, partition)
-        stored = await conn.fetchval(sql.SELECT_POSITION_FOR_UPDATE, topic, partition)
+        stored = await positions.lock(conn, topic, partition)
         if record.offset < stored:
             return False
         await conn.execute(
             sql.INSERT_DEAD_LETTER, topic, partition, record.offset, record.key, record.value, "rejected", reason
         )
-        await conn.execute(sql.SAVE_POSITION, topic, partition, record.offset + 1)
+        await positions.save(conn, topic, partition, record.offset + 1)
     return True
 
 
@@ -291,10 +300,6 @@ async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
         for r in rows
     }
     return Taxonomy(cats, await load_default_locale(conn))
-
-
-async def load_default_locale(conn: asyncpg.Connection) -> str:
-    return default_locale((r["code"], r["is_default"]) for r in await conn.fetch(sql.SELECT_LISTED_LOCALES))
 
 
 def post_facts(post: Post) -> PostFacts:
@@ -338,10 +343,11 @@ async def _apply_posts(
 def post_record(d: Decoded[PostEvent]) -> tuple:
     """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
     post: Post = d.event.data
-    return (
-        post.id, d.event.version, post.status.value, post.published_at, post.sentiment.value,
-        post.importance, list(post.tickers), post.model_dump_json(),
-    )
+    return PostRow(
+        id=post.id, version=d.event.version, status=post.status.value, published_at=post.published_at,
+        sentiment=post.sentiment.value, importance=post.importance, tickers=list(post.tickers),
+        snapshot=post.model_dump_json(),
+    ).values()
 
 
 async def write_translations(
@@ -368,27 +374,13 @@ def translation_records(
             offset = rendering.announce.get(r.lang)
             announce = offset is not None
             rows.append(
-                (
-                    r.post_id,
-                    r.lang,
-                    r.slug,
-                    r.published_at,
-                    r.importance,
-                    r.sentiment,
-                    r.visible and not rendering.hidden,
-                    list(r.category_slugs),
-                    list(r.tickers),
-                    list(r.hashtags),
-                    r.ts_config,
-                    r.title,
-                    r.lede,
-                    r.body,
-                    r.lean.decode(),
-                    r.detail.decode(),
-                    partition if announce else None,
-                    offset if announce else None,
-                    text_hash(r.ts_config, r.title, r.lede, r.body),
-                )
+                TranslationRow.written(
+                    r,
+                    visible=r.visible and not rendering.hidden,
+                    announced_partition=partition if announce else None,
+                    announced_offset=offset if announce else None,
+                    text_hash=text_hash(r.ts_config, r.title, r.lede, r.body),
+                ).values()
             )
             if not rendering.hidden:
                 kept.setdefault(r.post_id, []).append(r.lang)
@@ -413,19 +405,7 @@ async def _apply_locales(conn: asyncpg.Connection, items: list[Decoded[LocaleEve
     if not items:
         return
     default_before = await load_default_locale(conn)
-    codes = await conn.fetch(
-        sql.UPSERT_LOCALE,
-        [d.event.data.code for d in items],
-        [d.event.version for d in items],
-        [d.event.data.name for d in items],
-        [d.event.data.native_name for d in items],
-        [d.event.data.country_code for d in items],
-        [d.event.data.direction for d in items],
-        [d.event.data.active for d in items],
-        [d.event.data.web_channel for d in items],
-        [d.event.data.is_default for d in items],
-        [d.event.data.position for d in items],
-    )
+    codes = await conn.fetch(sql.UPSERT_LOCALE, *LocaleRow.arrays([locale_row(d.event) for d in items]))
     _count(result, "locale", len(items), len(codes))
     if not codes:
         return
@@ -470,24 +450,29 @@ async def rerender_posts(conn: asyncpg.Connection, rows: list[asyncpg.Record], t
 async def _apply_tokens(conn: asyncpg.Connection, items: list[Decoded[TokenEvent]], result: BatchResult, stamps: set[str]) -> None:
     if not items:
         return
-    tokens = [d.event.data for d in items]
-    changed = await conn.fetch(
-        sql.UPSERT_TOKEN,
-        [t.ticker for t in tokens],
-        [d.event.version for d in items],
-        [t.name for t in tokens],
-        [t.logo_url for t in tokens],
-        [t.market_cap_rank for t in tokens],
-        [orjson.dumps(t.exchange_listings).decode() for t in tokens],
-        [orjson.dumps(t.categories).decode() for t in tokens],
-        [t.genesis_date for t in tokens],
-        [t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None for t in tokens],
-        [t.homepage_url for t in tokens],
-        [t.description for t in tokens],
-    )
+    changed = await conn.fetch(sql.UPSERT_TOKEN, *TokenRow.arrays([token_row(d.event) for d in items]))
     _count(result, "token", len(items), len(changed))
     if changed:
         stamps.add("tokens")
+
+
+def locale_row(e: LocaleEvent) -> LocaleRow:
+    l = e.data
+    return LocaleRow(
+        code=l.code, version=e.version, name=l.name, native_name=l.native_name, country_code=l.country_code,
+        direction=l.direction, active=l.active, web_channel=l.web_channel, is_default=l.is_default, position=l.position,
+    )
+
+
+def token_row(e: TokenEvent) -> TokenRow:
+    t = e.data
+    return TokenRow(
+        ticker=t.ticker, version=e.version, name=t.name, logo_url=t.logo_url, market_cap_rank=t.market_cap_rank,
+        exchange_listings=orjson.dumps(t.exchange_listings).decode(), categories=orjson.dumps(t.categories).decode(),
+        genesis_date=t.genesis_date,
+        primary_ecosystem=t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None,
+        homepage_url=t.homepage_url, description=t.description,
+    )
 
 
 def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
@@ -499,9 +484,29 @@ def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
 # --------------------------------------------------------------------------- access
 
 
-def _columns(items: Sequence[T], *getters: Callable[[T], object]) -> list[list[object]]:
-    """Column arrays for an ``unnest`` upsert: one list per getter, one value per item."""
-    return [[get(item) for item in items] for get in getters]
+def workspace_row(e: WorkspaceEvent) -> WorkspaceRow:
+    w = e.data
+    return WorkspaceRow(
+        id=w.id, version=e.version, name=w.name, status=w.status, rate_limit_per_minute=w.rate_limit_per_minute,
+        daily_quota=w.daily_quota, stream_connection_limit=w.stream_connection_limit,
+    )
+
+
+def api_key_row(e: ApiKeyEvent) -> ApiKeyRow:
+    k = e.data
+    return ApiKeyRow(
+        id=k.id, version=e.version, workspace_id=k.workspace_id, key_hash=k.key_hash,
+        display_prefix=k.display_prefix, issued_at=k.issued_at, revoked_at=k.revoked_at,
+    )
+
+
+def embed_row(e: EmbedEvent) -> EmbedRow:
+    return EmbedRow(id=e.data.id, version=e.version, workspace_id=e.data.workspace_id, kind=e.data.kind,
+                    created_at=e.data.created_at)
+
+
+def heartbeat_row(e: HeartbeatEvent) -> HeartbeatRow:
+    return HeartbeatRow(embed_id=e.data.embed_id, workspace_id=e.data.workspace_id, landed_at=e.data.landed_at)
 
 
 async def _apply_access(conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]], result: BatchResult, stamps: set[str]) -> None:
@@ -510,17 +515,10 @@ async def _apply_access(conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]
     embeds = [d.event for d in of_type(latest, EmbedEvent)]
     beats = [d.event for d in of_type(latest, HeartbeatEvent)]
     statements = [
-        ("workspace", sql.UPSERT_WORKSPACE, len(workspaces), _columns(
-            workspaces, lambda e: e.data.id, lambda e: e.version, lambda e: e.data.name, lambda e: e.data.status,
-            lambda e: e.data.rate_limit_per_minute, lambda e: e.data.daily_quota, lambda e: e.data.stream_connection_limit)),
-        ("api_key", sql.UPSERT_API_KEY, len(keys), _columns(
-            keys, lambda e: e.data.id, lambda e: e.version, lambda e: e.data.workspace_id, lambda e: e.data.key_hash,
-            lambda e: e.data.display_prefix, lambda e: e.data.issued_at, lambda e: e.data.revoked_at)),
-        ("embed", sql.UPSERT_EMBED, len(embeds), _columns(
-            embeds, lambda e: e.data.id, lambda e: e.version, lambda e: e.data.workspace_id, lambda e: e.data.kind,
-            lambda e: e.data.created_at)),
-        ("heartbeat", sql.UPSERT_HEARTBEAT, len(beats), _columns(
-            beats, lambda e: e.data.embed_id, lambda e: e.data.workspace_id, lambda e: e.data.landed_at)),
+        ("workspace", sql.UPSERT_WORKSPACE, len(workspaces), WorkspaceRow.arrays([workspace_row(e) for e in workspaces])),
+        ("api_key", sql.UPSERT_API_KEY, len(keys), ApiKeyRow.arrays([api_key_row(e) for e in keys])),
+        ("embed", sql.UPSERT_EMBED, len(embeds), EmbedRow.arrays([embed_row(e) for e in embeds])),
+        ("heartbeat", sql.UPSERT_HEARTBEAT, len(beats), HeartbeatRow.arrays([heartbeat_row(e) for e in beats])),
     ]
     for kind, statement, offered, cols in statements:
         if offered:

@@ -44,6 +44,7 @@ from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
 from ..common.config import Config
+from ..readmodel import positions
 from .apply import (
     DeadLetter,
     Decoded,
@@ -282,9 +283,7 @@ async def bulk_load_posts(
         await conn.execute("ANALYZE posts")
         await conn.execute("ANALYZE post_translations")
         # Last: a stored position says the rows before it are in place.
-        await conn.execute(
-            sql.SAVE_POSITIONS, [tp.topic for tp in tps], [tp.partition for tp in tps], [ends.get(tp, 0) for tp in tps]
-        )
+        await positions.save_many(conn, {(tp.topic, tp.partition): ends.get(tp, 0) for tp in tps})
     report.seconds_index = time.perf_counter() - started
     progress.done("loaded")
     return report

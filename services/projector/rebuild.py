@@ -42,11 +42,13 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import MIGRATION_LOCK, create_pool, migrate, storage_errors
+from ..common.db import connect, create_pool, storage_errors
+from ..readmodel.migrate import MIGRATION_LOCK, migrate
 from ..common.errors import ConfigError, TickerwireError
 from ..common.logs import setup_logging
 from ..common.retry import retry_transient
 from ..common.topics import declared_topics
+from ..readmodel import positions
 from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, Record, apply_batch
 from .bulk import BulkReport, NotBulkable
@@ -131,10 +133,7 @@ class Replayer:
 
 
 async def _live_positions(conn: asyncpg.Connection, live: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-    if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{live}.positions"):
-        return {}
-    rows = await conn.fetch(f'SELECT topic, partition, next_offset FROM "{live}".positions')
-    stored = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+    stored = await positions.load(conn, schema=live)
     return {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
 
 
@@ -254,19 +253,7 @@ async def _bulk(
 
 
 def _connect(config: Config, schema: str | None = None):
-    import contextlib
-
-    @contextlib.asynccontextmanager
-    async def go():
-        settings = {"search_path": f'"{schema}",public'} if schema else {}
-        with storage_errors("connect"):
-            conn = await asyncpg.connect(config.database_url, server_settings=settings)
-        try:
-            yield conn
-        finally:
-            await conn.close()
-
-    return go()
+    return connect(config.database_url, schema=schema)
 
 
 async def rebuild(config: Config, *, bulk: bool = True) -> RebuildReport:

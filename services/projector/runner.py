@@ -22,7 +22,7 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
 from ..common.retry import backoff_delays, retry_transient
-from . import sql
+from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics
 
@@ -97,10 +97,9 @@ class Projector:
     async def _stored(self, tps) -> dict[tuple[str, int], int]:
         async def load():
             with storage_errors("load positions"):
-                return await self.pool.fetch(sql.SELECT_POSITIONS, sorted({tp.topic for tp in tps}))
+                return await positions.load(self.pool, {tp.topic for tp in tps})
 
-        rows = await retry_transient(load, what="load positions", on_retry=lambda _: self.metrics.retries.labels("positions").inc())
-        return {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+        return await retry_transient(load, what="load positions", on_retry=lambda _: self.metrics.retries.labels("positions").inc())
 
     async def check_log(self, tps) -> None:
         """Stop the projection of every partition whose stored position the log no longer

@@ -1,13 +1,22 @@
 """Every statement the projector writes the read model with. Plain SQL, unqualified names
-(the connection's search_path points at the read-model schema)."""
+(the connection's search_path points at the read-model schema). Positions are read and
+written through :mod:`tickerwire.services.readmodel.positions`; the written rows' columns and
+placeholders come from their dataclasses in :mod:`tickerwire.services.readmodel.rows`."""
 
-LOCK_POSITION = """
-INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, 0)
-ON CONFLICT (topic, partition) DO NOTHING
-"""
-SELECT_POSITION_FOR_UPDATE = "SELECT next_offset FROM positions WHERE topic = $1 AND partition = $2 FOR UPDATE"
-SAVE_POSITION = "UPDATE positions SET next_offset = $3, updated_at = now() WHERE topic = $1 AND partition = $2"
-SELECT_POSITIONS = "SELECT topic, partition, next_offset FROM positions WHERE topic = ANY($1::text[])"
+from tickerwire.services.readmodel import positions
+from tickerwire.services.readmodel.rows import (
+    TEXT_INPUTS,
+    ApiKeyRow,
+    EmbedRow,
+    HeartbeatRow,
+    LocaleRow,
+    PostRow,
+    TokenRow,
+    TranslationRow,
+    WorkspaceRow,
+    staging_table,
+    upsert_from_arrays,
+)
 
 INSERT_DEAD_LETTER = """
 INSERT INTO dead_letters (topic, partition, "offset", key, value, reason_kind, reason)
@@ -27,21 +36,20 @@ SELECT id, version, status, published_at, sentiment, tickers
 FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 """
 
-UPSERT_POST = """
-INSERT INTO posts (id, version, status, published_at, sentiment, importance, tickers, snapshot)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
-ON CONFLICT (id) DO UPDATE SET
-    version = EXCLUDED.version, status = EXCLUDED.status, published_at = EXCLUDED.published_at,
-    sentiment = EXCLUDED.sentiment, importance = EXCLUDED.importance, tickers = EXCLUDED.tickers,
-    snapshot = EXCLUDED.snapshot
+_P = PostRow.params()
+UPSERT_POST = f"""
+INSERT INTO posts ({", ".join(PostRow.columns())})
+VALUES ({", ".join(_P.values())}::jsonb)
+ON CONFLICT (id) DO UPDATE SET {", ".join(f"{c} = EXCLUDED.{c}" for c in PostRow.columns() if c != "id")}
 WHERE posts.version < EXCLUDED.version
 """
 
 # The first event that makes a translation visible is remembered forever (COALESCE):
 # the stream announces post.created for exactly that event, and never again.
 # The tsvector (title A, lede B, body C; migration 0002 derives the per-tier vectors from it)
-# is computed only when the searchable text changed: $19 is the hash of (configuration, title, lede, body); a row that already holds
-# that hash keeps its vector (COALESCE evaluates the computation only when needed).
+# is computed only when the searchable text changed: text_hash is the hash of (configuration,
+# title, lede, body); a row that already holds that hash keeps its vector (COALESCE evaluates
+# the computation only when needed).
 def _tsv(config: str, title: str, lede: str, body: str) -> str:
     return (
         f"setweight(to_tsvector({config}::regconfig, {title}), 'A') || setweight(to_tsvector({config}::regconfig, {lede}), 'B') "
@@ -49,66 +57,44 @@ def _tsv(config: str, title: str, lede: str, body: str) -> str:
     )
 
 
-UPSERT_TRANSLATION = """
-INSERT INTO post_translations (
-    post_id, lang, slug, published_at, importance, sentiment, visible,
-    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
-VALUES (
-    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-    COALESCE(
-        (SELECT o.tsv FROM post_translations o WHERE o.post_id = $1 AND o.lang = $2 AND o.text_hash = $19::bytea),
-        {tsv}),
-    $15, $16, $17, $18, $19::bytea)
-ON CONFLICT (post_id, lang) DO UPDATE SET
-    slug = EXCLUDED.slug, published_at = EXCLUDED.published_at, importance = EXCLUDED.importance,
-    sentiment = EXCLUDED.sentiment, visible = EXCLUDED.visible, category_slugs = EXCLUDED.category_slugs,
-    tickers = EXCLUDED.tickers, hashtags = EXCLUDED.hashtags, tsv = EXCLUDED.tsv, text_hash = EXCLUDED.text_hash,
-    lean = EXCLUDED.lean, detail = EXCLUDED.detail,
-    announced_partition = COALESCE(post_translations.announced_partition, EXCLUDED.announced_partition),
-    announced_offset = COALESCE(post_translations.announced_offset, EXCLUDED.announced_offset)
-""".replace("{tsv}", _tsv("$11", "$12", "$13", "$14"))
+_T = TranslationRow.params()
+#: The stored columns of post_translations written from a TranslationRow (all but the text inputs).
+_STORED = [c for c in TranslationRow.columns() if c not in TEXT_INPUTS]
+_FIRST_KEPT = ("announced_partition", "announced_offset")
 
-# `tickerwire projector rebuild` bulk-loads post translations: the rows (the parameters of
-# UPSERT_TRANSLATION, in order) are copied into a session's staging table, then moved with
-# one INSERT that computes the tsvector exactly as UPSERT_TRANSLATION does.
-TRANSLATION_STAGING_COLUMNS = (
-    "post_id", "lang", "slug", "published_at", "importance", "sentiment", "visible", "category_slugs", "tickers",
-    "hashtags", "ts_config", "title", "lede", "body", "lean", "detail", "announced_partition", "announced_offset",
-    "text_hash",
-)
-CREATE_TRANSLATION_STAGING = """
-CREATE TEMP TABLE IF NOT EXISTS translation_staging (
-    post_id bigint, lang text, slug text, published_at timestamptz, importance integer, sentiment text,
-    visible boolean, category_slugs text[], tickers text[], hashtags text[], ts_config text, title text,
-    lede text, body text, lean text, detail text, announced_partition integer, announced_offset bigint,
-    text_hash bytea)
+UPSERT_TRANSLATION = f"""
+INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
+VALUES (
+    {", ".join(_T[c] + ("::bytea" if c == "text_hash" else "") for c in _STORED)},
+    COALESCE(
+        (SELECT o.tsv FROM post_translations o
+         WHERE o.post_id = {_T["post_id"]} AND o.lang = {_T["lang"]} AND o.text_hash = {_T["text_hash"]}::bytea),
+        {_tsv(*(_T[c] for c in TEXT_INPUTS))}))
+ON CONFLICT (post_id, lang) DO UPDATE SET
+    {", ".join(f"{c} = EXCLUDED.{c}" for c in [*_STORED, "tsv"] if c not in ("post_id", "lang", *_FIRST_KEPT))},
+    {", ".join(f"{c} = COALESCE(post_translations.{c}, EXCLUDED.{c})" for c in _FIRST_KEPT)}
 """
-MOVE_TRANSLATION_STAGING = """
-INSERT INTO post_translations (
-    post_id, lang, slug, published_at, importance, sentiment, visible,
-    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
-SELECT s.post_id, s.lang, s.slug, s.published_at, s.importance, s.sentiment, s.visible, s.category_slugs, s.tickers,
-       s.hashtags, {tsv}, s.lean, s.detail, s.announced_partition, s.announced_offset, s.text_hash
+
+# `tickerwire projector rebuild` bulk-loads post translations: the rows (TranslationRow values)
+# are copied into a session's staging table, then moved with one INSERT that computes the
+# tsvector exactly as UPSERT_TRANSLATION does.
+TRANSLATION_STAGING_COLUMNS = TranslationRow.columns()
+CREATE_TRANSLATION_STAGING = staging_table(TranslationRow, "translation_staging")
+MOVE_TRANSLATION_STAGING = f"""
+INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
+SELECT {", ".join("s." + c for c in _STORED)}, {_tsv(*("s." + c for c in TEXT_INPUTS))}
 FROM translation_staging s
-""".replace("{tsv}", _tsv("s.ts_config", "s.title", "s.lede", "s.body"))
+"""
 # The same, taking the tsvector from the live schema's row where that row was computed from the
 # same text (equal text_hash), as UPSERT_TRANSLATION does within one schema. {live} is quoted.
-MOVE_TRANSLATION_STAGING_REUSING = """
-INSERT INTO post_translations (
-    post_id, lang, slug, published_at, importance, sentiment, visible,
-    category_slugs, tickers, hashtags, tsv, lean, detail, announced_partition, announced_offset, text_hash)
-SELECT s.post_id, s.lang, s.slug, s.published_at, s.importance, s.sentiment, s.visible, s.category_slugs, s.tickers,
-       s.hashtags, COALESCE(o.tsv, {tsv}), s.lean, s.detail, s.announced_partition, s.announced_offset, s.text_hash
+MOVE_TRANSLATION_STAGING_REUSING = f"""
+INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
+SELECT {", ".join("s." + c for c in _STORED)}, COALESCE(o.tsv, {_tsv(*("s." + c for c in TEXT_INPUTS))})
 FROM translation_staging s
-LEFT JOIN {live}.post_translations o ON o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash
-""".replace("{tsv}", _tsv("s.ts_config", "s.title", "s.lede", "s.body"))
-TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
-POST_COLUMNS = ("id", "version", "status", "published_at", "sentiment", "importance", "tickers", "snapshot")
-SAVE_POSITIONS = """
-INSERT INTO positions (topic, partition, next_offset)
-SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[])
-ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
+LEFT JOIN {{live}}.post_translations o ON o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash
 """
+TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
+POST_COLUMNS = PostRow.columns()
 # The read model's secondary indexes, dropped before a bulk load and built after it.
 SELECT_SECONDARY_INDEXES = """
 SELECT i.relname AS name, pg_get_indexdef(i.oid) AS definition
@@ -151,8 +137,7 @@ WITH tickers AS (
 ), stamps AS (
     UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY($9::text[])
 )
-UPDATE positions SET next_offset = $3, updated_at = now() WHERE topic = $1 AND partition = $2
-"""
+""" + positions.SAVE_SQL + "\n"
 
 SELECT_POST_SNAPSHOTS_BY_CATEGORY = """
 SELECT snapshot FROM posts WHERE snapshot->'categories' ?| $1::text[] ORDER BY id
@@ -163,12 +148,6 @@ SELECT snapshot FROM posts WHERE jsonb_array_length(snapshot->'categories') > 0 
 """
 
 SELECT_TAXONOMY = "SELECT slug, version, is_group, group_slug, position, names FROM categories"
-# The listed locales in listing order (as the API lists them), for schemas.readmodel.default_locale.
-SELECT_LISTED_LOCALES = """
-SELECT code, is_default FROM locales
-WHERE active AND web_channel
-ORDER BY position, code
-"""
 
 # --------------------------------------------------------------------------- catalog
 
@@ -185,81 +164,23 @@ RETURNING slug
 """
 
 # Set-based: one statement for the whole batch (arrays in, changed codes out).
-UPSERT_LOCALE = """
-INSERT INTO locales AS l (code, version, name, native_name, country_code, direction, active, web_channel, is_default, position)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
-                     $7::boolean[], $8::boolean[], $9::boolean[], $10::integer[])
-ON CONFLICT (code) DO UPDATE SET
-    version = EXCLUDED.version, name = EXCLUDED.name, native_name = EXCLUDED.native_name,
-    country_code = EXCLUDED.country_code, direction = EXCLUDED.direction, active = EXCLUDED.active,
-    web_channel = EXCLUDED.web_channel, is_default = EXCLUDED.is_default, position = EXCLUDED.position
-WHERE l.version < EXCLUDED.version
-RETURNING code
-"""
+UPSERT_LOCALE = upsert_from_arrays(LocaleRow, "code", "t.version < EXCLUDED.version")
 # The per-locale partial text indexes of a locale (migration 0002); DDL only for a new locale.
 ENSURE_SEARCH_INDEXES = "SELECT ensure_search_indexes(code) FROM unnest($1::text[]) AS code"
 
-UPSERT_TOKEN = """
-INSERT INTO tokens AS t (ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,
-                         genesis_date, primary_ecosystem, homepage_url, description)
-SELECT u.ticker, u.version, u.name, u.logo_url, u.market_cap_rank,
-       ARRAY(SELECT jsonb_array_elements_text(u.exchange_listings::jsonb)),
-       ARRAY(SELECT jsonb_array_elements_text(u.categories::jsonb)),
-       u.genesis_date, u.primary_ecosystem::jsonb, u.homepage_url, u.description
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::integer[], $6::text[], $7::text[],
-            $8::date[], $9::text[], $10::text[], $11::text[])
-     AS u(ticker, version, name, logo_url, market_cap_rank, exchange_listings, categories,
-          genesis_date, primary_ecosystem, homepage_url, description)
-ON CONFLICT (ticker) DO UPDATE SET
-    version = EXCLUDED.version, name = EXCLUDED.name, logo_url = EXCLUDED.logo_url,
-    market_cap_rank = EXCLUDED.market_cap_rank, exchange_listings = EXCLUDED.exchange_listings,
-    categories = EXCLUDED.categories, genesis_date = EXCLUDED.genesis_date,
-    primary_ecosystem = EXCLUDED.primary_ecosystem, homepage_url = EXCLUDED.homepage_url,
-    description = EXCLUDED.description
-WHERE t.version < EXCLUDED.version
-RETURNING ticker
-"""
+# The list and object columns arrive as JSON text.
+UPSERT_TOKEN = upsert_from_arrays(TokenRow, "ticker", "t.version < EXCLUDED.version", select={
+    "exchange_listings": "ARRAY(SELECT jsonb_array_elements_text(u.exchange_listings::jsonb))",
+    "categories": "ARRAY(SELECT jsonb_array_elements_text(u.categories::jsonb))",
+    "primary_ecosystem": "u.primary_ecosystem::jsonb",
+})
 
 # --------------------------------------------------------------------------- access
 
-UPSERT_WORKSPACE = """
-INSERT INTO workspaces AS w (id, version, name, status, rate_limit_per_minute, daily_quota, stream_connection_limit)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::integer[], $6::integer[], $7::integer[])
-ON CONFLICT (id) DO UPDATE SET
-    version = EXCLUDED.version, name = EXCLUDED.name, status = EXCLUDED.status,
-    rate_limit_per_minute = EXCLUDED.rate_limit_per_minute, daily_quota = EXCLUDED.daily_quota,
-    stream_connection_limit = EXCLUDED.stream_connection_limit
-WHERE w.version < EXCLUDED.version
-RETURNING id
-"""
-
-UPSERT_API_KEY = """
-INSERT INTO api_keys AS k (id, version, workspace_id, key_hash, display_prefix, issued_at, revoked_at)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[])
-ON CONFLICT (id) DO UPDATE SET
-    version = EXCLUDED.version, workspace_id = EXCLUDED.workspace_id, key_hash = EXCLUDED.key_hash,
-    display_prefix = EXCLUDED.display_prefix, issued_at = EXCLUDED.issued_at, revoked_at = EXCLUDED.revoked_at
-WHERE k.version < EXCLUDED.version
-RETURNING id
-"""
-
-UPSERT_EMBED = """
-INSERT INTO embeds AS e (id, version, workspace_id, kind, created_at)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::timestamptz[])
-ON CONFLICT (id) DO UPDATE SET
-    version = EXCLUDED.version, workspace_id = EXCLUDED.workspace_id, kind = EXCLUDED.kind,
-    created_at = EXCLUDED.created_at
-WHERE e.version < EXCLUDED.version
-RETURNING id
-"""
-
-UPSERT_HEARTBEAT = """
-INSERT INTO heartbeats AS h (embed_id, workspace_id, landed_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
-ON CONFLICT (embed_id) DO UPDATE SET landed_at = EXCLUDED.landed_at, workspace_id = EXCLUDED.workspace_id
-WHERE h.landed_at < EXCLUDED.landed_at
-RETURNING embed_id
-"""
+UPSERT_WORKSPACE = upsert_from_arrays(WorkspaceRow, "id", "t.version < EXCLUDED.version")
+UPSERT_API_KEY = upsert_from_arrays(ApiKeyRow, "id", "t.version < EXCLUDED.version")
+UPSERT_EMBED = upsert_from_arrays(EmbedRow, "id", "t.version < EXCLUDED.version")
+UPSERT_HEARTBEAT = upsert_from_arrays(HeartbeatRow, "embed_id", "t.landed_at < EXCLUDED.landed_at")
 
 # --------------------------------------------------------------------------- badge sweeper
 

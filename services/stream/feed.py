@@ -32,7 +32,9 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, LogProbe, find_discontinuities
 from ..common.retry import retry_transient
-from . import protocol, sql
+from ..readmodel import positions
+from ..readmodel.announcements import announced
+from . import protocol
 from .filters import PostFacts
 from .hub import Hub
 from .metrics import StreamMetrics
@@ -128,7 +130,7 @@ class Feed:
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if not self._next:
-            self._next = {p: o for p, o in (await self._positions()).items()}
+            self._next = positions.of_topic(await self._stored(), self.topic)
         for tp in tps:
             consumer.seek(tp, self._next.setdefault(tp.partition, 0))
         self.started.set()
@@ -171,7 +173,7 @@ class Feed:
             return
         if not found:
             return  # suspected only, not confirmed yet
-        projector = await self._positions()
+        projector = positions.of_topic(await self._stored(), self.topic)
         again = await find_discontinuities(consumer, self._probe, {tp: projector.get(tp.partition, 0) for tp in found})
         for tp in found:
             if tp in again:
@@ -194,19 +196,18 @@ class Feed:
 
     # ------------------------------------------------------------------ announcing
 
-    async def _positions(self) -> dict[int, int]:
+    async def _stored(self) -> dict[positions.Key, int]:
+        """The projector's stored positions of the posts topic."""
         async def load():
             with storage_errors("projector positions"):
-                return await self.pool.fetch(sql.SELECT_POSITIONS, self.topic)
+                return await positions.load(self.pool, [self.topic])
 
-        rows = await retry_transient(load, what="projector positions", cap=2.0)
-        return {r["partition"]: r["next_offset"] for r in rows}
+        return await retry_transient(load, what="projector positions", cap=2.0)
 
     async def _announce_forever(self) -> None:
         while True:
             await self._has_pending.wait()
-            positions = await self._positions()
-            ready = self._take_committed(positions)
+            ready = self._take_committed(await self._stored())
             if ready:
                 await self._announce(ready)
             else:
@@ -216,12 +217,12 @@ class Feed:
             if len(self._pending) < MAX_PENDING // 2:
                 self._room.set()
 
-    def _take_committed(self, positions: dict[int, int]) -> list[Pending]:
+    def _take_committed(self, stored: dict[positions.Key, int]) -> list[Pending]:
         """Remove and return pending records the projector has committed, in log order per partition."""
         ready: list[Pending] = []
         waiting: collections.deque[Pending] = collections.deque()
         for p in self._pending:
-            if len(ready) < ANNOUNCE_BATCH and positions.get(p.partition, 0) > p.offset:
+            if len(ready) < ANNOUNCE_BATCH and positions.projected(stored, (self.topic, p.partition), p.offset):
                 ready.append(p)
             else:
                 waiting.append(p)
@@ -231,20 +232,14 @@ class Feed:
     async def _announce(self, ready: list[Pending]) -> None:
         async def load():
             with storage_errors("announced posts"):
-                return await self.pool.fetch(
-                    sql.SELECT_ANNOUNCED,
-                    [p.post_id for p in ready],
-                    [p.partition for p in ready],
-                    [p.offset for p in ready],
-                )
+                return await announced(self.pool, [(p.post_id, p.partition, p.offset) for p in ready])
 
-        rows = await retry_transient(load, what="announced posts", cap=2.0)
+        found = await retry_transient(load, what="announced posts", cap=2.0)
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
-        for n, row in enumerate(rows, start=1):
-            partition, offset = row["announced_partition"], row["announced_offset"]
-            facts = PostFacts(row["lang"], frozenset(row["tickers"]), frozenset(row["category_slugs"]))
-            self.hub.publish(protocol.post_created(row["lean"], partition, offset), facts)
-            self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(partition, offset)])
+        for n, a in enumerate(found, start=1):
+            facts = PostFacts(a.lang, frozenset(a.tickers), frozenset(a.category_slugs))
+            self.hub.publish(protocol.post_created(a.lean, a.partition, a.offset), facts)
+            self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(a.partition, a.offset)])
             if n % self.yield_every == 0:
                 # Let every writer hand the queued messages to its socket: a burst never
                 # fills the queue of a client that is reading.

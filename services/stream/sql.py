@@ -1,19 +1,5 @@
-"""Every statement the stream process runs. Plain SQL; read-model tables are unqualified
-(the pool's search_path is ``rm,public``), the stream's own state lives in public."""
-
-# --------------------------------------------------------------------------- the feed
-
-SELECT_POSITIONS = "SELECT partition, next_offset FROM positions WHERE topic = $1"
-
-# The translations that the given log records first made visible, as stored by the projector.
-SELECT_ANNOUNCED = """
-SELECT t.lean, t.announced_partition, t.announced_offset, t.lang, t.tickers, t.category_slugs
-FROM post_translations t
-JOIN unnest($1::bigint[], $2::integer[], $3::bigint[]) AS e(post_id, partition, "offset")
-  ON t.post_id = e.post_id AND t.announced_partition = e.partition AND t.announced_offset = e."offset"
-WHERE t.visible
-ORDER BY t.announced_partition, t.announced_offset, t.lang
-"""
+"""The stream's own statements (connection leases, in public). What it reads of the read model
+(positions, announcements) it reads through :mod:`tickerwire.services.readmodel`."""
 
 # --------------------------------------------------------------------------- connection slots
 

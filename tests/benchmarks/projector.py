@@ -22,7 +22,7 @@ from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.readmodel import Taxonomy, translation_rows
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
-from tickerwire.services.common.db import migrate
+from tickerwire.services.readmodel.migrate import migrate
 
 from .common import log, Context, Result, RssSampler, catalog, percentile, posts
 

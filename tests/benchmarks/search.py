@@ -29,7 +29,7 @@ import asyncpg
 
 from tickerwire.services.api import queries
 from tickerwire.services.api.params import Filters, Page
-from tickerwire.services.common.db import migrate
+from tickerwire.services.readmodel.migrate import migrate
 
 from .common import Context, Result, percentile
 

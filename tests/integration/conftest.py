@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from tickerwire.services.common.db import migrate
+from tickerwire.services.readmodel.migrate import migrate
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta
 
 import orjson
 from tickerwire.services.api.catalog import Catalog
-from tickerwire.services.common.db import create_pool, migrate
+from tickerwire.services.common.db import create_pool
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.projector.apply import apply_batch
 
 from tests.support.events import (

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tickerwire.schemas.models import entity_key
-from tickerwire.services.common.db import migrate
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.projector.apply import Record, apply_batch
 
 from tests.support.events import (

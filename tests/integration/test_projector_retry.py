@@ -7,7 +7,8 @@ import asyncio
 import asyncpg
 from aiokafka import TopicPartition
 from tickerwire.services.common.config import Config
-from tickerwire.services.common.db import create_pool, migrate
+from tickerwire.services.common.db import create_pool
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.projector.apply import SWITCH_LOCK
 from tickerwire.services.projector.metrics import ProjectorMetrics
 from tickerwire.services.projector.runner import Projector

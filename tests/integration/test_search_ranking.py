@@ -10,7 +10,7 @@ import pytest
 
 from tickerwire.services.api.params import Filters, Page
 from tickerwire.services.api.queries import ITEM, NEWER, OLDER, Search, page_query
-from tickerwire.services.common.db import migrate
+from tickerwire.services.readmodel.migrate import migrate
 
 LOCALES = ("en-US", "de-DE", "fr-FR", "es-ES", "it-IT", "pt-BR", "ru-RU", "tr-TR", "ja-JP", "ko-KR", "zh-CN", "ar-SA", "id-ID", "nl-NL")
 

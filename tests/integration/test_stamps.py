@@ -11,7 +11,7 @@ import time
 import asyncpg
 import pytest
 
-from tickerwire.services.common.db import migrate
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.common.errors import StorageUnavailable
 from tickerwire.services.common.stamps import LISTENER_NAME, StampWatcher
 

@@ -9,7 +9,8 @@ import time
 import asyncpg
 import pytest
 
-from tickerwire.services.common.db import connect, create_pool, migrate
+from tickerwire.services.common.db import connect, create_pool
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.stream.leases import Leases
 
 

@@ -27,7 +27,8 @@ from tickerwire.services.cli.publish import publish, send_events
 from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
-from tickerwire.services.common.db import connect, migrate
+from tickerwire.services.common.db import connect
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.sweeper import sweep_once

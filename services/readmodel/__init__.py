@@ -1,0 +1,11 @@
+"""The read-model room: what more than one process knows about the read model's tables.
+
+The projector writes the read model, the API and the stream read it, the CLI waits for it. The
+rules they share live here, once each: the migrations (:mod:`.migrate`, SQL in ``migrations/``),
+the projector's stored positions and "projected up to here" (:mod:`.positions`), the listed
+locales that decide the default locale (:mod:`.taxonomy`), the committed ``post.created``
+announcements (:mod:`.announcements`) and the rows the projector writes, by column name
+(:mod:`.rows`). SQL that only one service runs stays in that service; connections and pools
+come from :mod:`tickerwire.services.common.db`. This package imports ``schemas`` and
+``services/common`` only; the services import it, never each other.
+"""

@@ -1,0 +1,124 @@
+"""The projector's stored positions, and what "projected up to here" means.
+
+A position is the next offset to project of one partition (``positions.next_offset``),
+committed in the same transaction as the rows its records produced. So a record at ``offset``
+is projected, and its rows are visible to every reader, exactly when the stored position of
+its partition is greater than ``offset`` (:func:`projected`); a set of marks (offsets a
+publisher was acknowledged for, or a log's end offsets) is reached when every partition's
+position is at or past its mark (:func:`caught_up`). Every reader of positions uses this
+module: the projector (load, lock, save), the rebuild (another schema's positions), the
+stream's feed (announce only what is projected), ``tickerwire up`` (wait until projected) and
+the API's consistency mark (:func:`mark_sql`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Iterable, Mapping, Protocol
+
+import asyncpg
+
+#: (topic, partition)
+Key = tuple[str, int]
+
+_LOCK = """
+INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, 0)
+ON CONFLICT (topic, partition) DO NOTHING
+"""
+_SELECT_FOR_UPDATE = "SELECT next_offset FROM positions WHERE topic = $1 AND partition = $2 FOR UPDATE"
+#: Stores a position locked by :func:`lock` ($1 topic, $2 partition, $3 next offset); also the
+#: final statement of the projector's one-statement batch end (``projector/sql.py FINISH_BATCH``).
+SAVE_SQL = "UPDATE positions SET next_offset = $3, updated_at = now() WHERE topic = $1 AND partition = $2"
+_SAVE_MANY = """
+INSERT INTO positions (topic, partition, next_offset)
+SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[])
+ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
+"""
+_SELECT = "SELECT topic, partition, next_offset FROM {table}"
+
+# The consistency mark (X-Log-Position): the stored position of every partition of the posts
+# topic, "partition:offset" ascending, comma-separated; '' while nothing is stored.
+_MARK = (
+    "(SELECT COALESCE(string_agg(p.partition || ':' || p.next_offset, ',' ORDER BY p.partition), '') "
+    "FROM positions p WHERE p.topic = {topic}::text)"
+)
+
+
+class Queryable(Protocol):
+    async def fetch(self, query: str, *args: object) -> list: ...
+
+
+def mark_sql(topic_ref: str) -> str:
+    """The consistency mark as an SQL expression, to be read inside the statement whose snapshot
+    a response reflects; ``topic_ref`` is the parameter holding the posts topic (``$2``)."""
+    return _MARK.format(topic=topic_ref)
+
+
+def _table(schema: str | None) -> str:
+    return "positions" if schema is None else '"' + schema.replace('"', '""') + '".positions'
+
+
+async def load(
+    db: Queryable, topics: Iterable[str] | None = None, *, schema: str | None = None, for_update: bool = False
+) -> dict[Key, int]:
+    """The stored positions (of ``topics`` only, when given), by (topic, partition).
+
+    ``schema``: of that read-model schema instead of the search_path's (nothing while it does
+    not exist); ``for_update``: row-locked until the caller's transaction ends."""
+    if schema is not None:
+        rows = await db.fetch("SELECT to_regclass($1) IS NOT NULL AS migrated", f'"{schema}".positions')
+        if not rows[0]["migrated"]:
+            return {}
+    statement = _SELECT.format(table=_table(schema))
+    args: tuple[object, ...] = ()
+    if topics is not None:
+        statement += " WHERE topic = ANY($1::text[])"
+        args = (sorted(set(topics)),)
+    if for_update:
+        statement += " FOR UPDATE"
+    return {(r["topic"], r["partition"]): r["next_offset"] for r in await db.fetch(statement, *args)}
+
+
+def of_topic(stored: Mapping[Key, int], topic: str) -> dict[int, int]:
+    """One topic's positions by partition."""
+    return {p: offset for (t, p), offset in stored.items() if t == topic}
+
+
+def projected(stored: Mapping[Key, int], key: Key, offset: int) -> bool:
+    """Whether the record at ``offset`` of partition ``key`` is projected (its rows committed)."""
+    return stored.get(key, 0) > offset
+
+
+def caught_up(stored: Mapping[Key, int], marks: Mapping[Key, int]) -> bool:
+    """Whether every partition's position is at or past its mark (a next offset to reach)."""
+    return all(stored.get(key, 0) >= mark for key, mark in marks.items())
+
+
+async def wait_until(db: Queryable, marks: Mapping[Key, int], *, timeout: float, poll_s: float = 0.05) -> None:
+    """Until :func:`caught_up` with ``marks``; ``TimeoutError`` (saying how far it got) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = await load(db)
+        if caught_up(stored, marks):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the projector did not catch up in {timeout:.0f}s: {stored} of {dict(marks)}")
+        await asyncio.sleep(poll_s)
+
+
+async def lock(conn: asyncpg.Connection, topic: str, partition: int) -> int:
+    """The partition's stored position, row-locked for the caller's transaction (created at 0)."""
+    await conn.execute(_LOCK, topic, partition)
+    return await conn.fetchval(_SELECT_FOR_UPDATE, topic, partition)
+
+
+async def save(conn: asyncpg.Connection, topic: str, partition: int, next_offset: int) -> None:
+    """Store a position locked by :func:`lock` in this transaction."""
+    await conn.execute(SAVE_SQL, topic, partition, next_offset)
+
+
+async def save_many(conn: asyncpg.Connection, positions: Mapping[Key, int]) -> None:
+    """Store these positions, whether or not they were stored before."""
+    keys = sorted(positions)
+    await conn.execute(_SAVE_MANY, [t for t, _ in keys], [p for _, p in keys], [positions[k] for k in keys])

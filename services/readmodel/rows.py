@@ -1,0 +1,250 @@
+"""The rows the projector writes, by column name.
+
+Each written table has a frozen dataclass whose fields are its columns (in the order of the
+statement's parameters); the column list, the ``$n`` placeholders, the ``unnest`` arrays and
+the PostgreSQL types are derived from the fields once, so a new column is one new field (plus
+its line in the migration), never a renumbering of ``$1..$n``. The statements built from them
+stay with the projector (``services/projector/sql.py``), their only writer.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass, fields
+from datetime import date, datetime
+from typing import Annotated, Any, ClassVar, Iterable, Sequence, TypeVar, Union
+
+from tickerwire.schemas import readmodel as mapping
+
+#: Annotated marker of a ``bigint`` column (a plain ``int`` field is ``integer``).
+BIGINT = "bigint"
+
+_SQL_TYPES: dict[Any, str] = {
+    str: "text",
+    int: "integer",
+    bool: "boolean",
+    datetime: "timestamptz",
+    date: "date",
+    bytes: "bytea",
+    list[str]: "text[]",
+    tuple[str, ...]: "text[]",
+}
+
+
+def _sql_type(hint: Any) -> str:
+    if typing.get_origin(hint) is Annotated:
+        return hint.__metadata__[0]
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _sql_type(inner)
+    return _SQL_TYPES[hint]
+
+
+R = TypeVar("R", bound="Row")
+
+
+class Row:
+    """Base of the row dataclasses: derived column lists, placeholders and values."""
+
+    __slots__ = ()
+    #: The table written (unqualified: the search_path points at the read-model schema).
+    TABLE: ClassVar[str]
+    #: Column types that the fields' annotations do not say (inherited fields).
+    TYPES: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        return _columns(cls)
+
+    @classmethod
+    def params(cls) -> dict[str, str]:
+        """Column name -> its ``$n`` placeholder, in field order."""
+        return {name: f"${n}" for n, name in enumerate(cls.columns(), start=1)}
+
+    @classmethod
+    def sql_types(cls) -> dict[str, str]:
+        return _types(cls)
+
+    @classmethod
+    def unnest(cls, alias: str = "u") -> str:
+        """``unnest($1::text[], ...) AS u(col, ...)``: one array parameter per column."""
+        kinds = cls.sql_types()
+        arrays = ", ".join(f"{p}::{kinds[c]}[]" for c, p in cls.params().items())
+        return f"unnest({arrays}) AS {alias}({', '.join(cls.columns())})"
+
+    @classmethod
+    def arrays(cls: type[R], rows: Sequence[R]) -> list[list[object]]:
+        """The parameters of :meth:`unnest`: one list per column, one value per row."""
+        return [[getattr(r, c) for r in rows] for c in cls.columns()]
+
+    def values(self) -> tuple:
+        """The row's values in column order (the parameters of a one-row statement, or a COPY record)."""
+        return tuple(getattr(self, c) for c in self.columns())
+
+
+_COLUMNS: dict[type, tuple[str, ...]] = {}
+
+
+def _columns(cls: type) -> tuple[str, ...]:
+    if (cols := _COLUMNS.get(cls)) is None:
+        cols = _COLUMNS[cls] = tuple(f.name for f in fields(cls))
+    return cols
+
+
+def _types(cls: type) -> dict[str, str]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    overrides: dict[str, str] = getattr(cls, "TYPES", {})
+    return {c: overrides.get(c) or _sql_type(hints[c]) for c in _columns(cls)}
+
+
+def upsert_from_arrays(
+    row: type[Row], key: str, guard: str, *, select: dict[str, str] | None = None, alias: str = "t"
+) -> str:
+    """A set-based upsert: every row of the arrays inserted, or updating the stored row (every
+    column but ``key``) where ``guard`` holds (``{alias}`` the stored row, ``EXCLUDED`` the new
+    one); returns the keys written. ``select`` overrides a column's value expression over ``u``."""
+    cols = row.columns()
+    values = ", ".join((select or {}).get(c, f"u.{c}") for c in cols)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c != key)
+    return (
+        f"INSERT INTO {row.TABLE} AS {alias} ({', '.join(cols)})\n"
+        f"SELECT {values}\nFROM {row.unnest()}\n"
+        f"ON CONFLICT ({key}) DO UPDATE SET {updates}\n"
+        f"WHERE {guard}\nRETURNING {key}"
+    )
+
+
+def staging_table(row: type[Row], name: str, *, drop: Iterable[str] = ()) -> str:
+    """``CREATE TEMP TABLE IF NOT EXISTS`` with the row's columns and types (but ``drop``)."""
+    kinds = row.sql_types()
+    cols = ", ".join(f"{c} {kinds[c]}" for c in row.columns() if c not in set(drop))
+    return f"CREATE TEMP TABLE IF NOT EXISTS {name} ({cols})"
+
+
+# --------------------------------------------------------------------------- posts
+
+
+@dataclass(frozen=True, slots=True)
+class PostRow(Row):
+    TABLE: ClassVar[str] = "posts"
+    id: Annotated[int, BIGINT]
+    version: Annotated[int, BIGINT]
+    status: str
+    published_at: datetime | None
+    sentiment: str
+    importance: int
+    tickers: list[str]
+    #: The post event's data as JSON (jsonb).
+    snapshot: Annotated[str, "jsonb"]
+
+
+@dataclass(frozen=True, slots=True)
+class TranslationRow(Row, mapping.TranslationRow):
+    """One written row of post_translations: the pure mapping's row of one locale
+    (:class:`tickerwire.schemas.readmodel.TranslationRow`), where it was announced and what its
+    tsvector is computed from. ``ts_config``, ``title``, ``lede`` and ``body`` are not stored:
+    the tsvector is computed from them (:data:`TEXT_INPUTS`)."""
+
+    TABLE: ClassVar[str] = "post_translations"
+    TYPES: ClassVar[dict[str, str]] = {"post_id": BIGINT}
+    #: The record that first made the translation visible (None: not announced by this write).
+    announced_partition: int | None
+    announced_offset: Annotated[int | None, BIGINT]
+    #: What the tsvector is computed from (equal hashes, equal vectors).
+    text_hash: bytes
+
+    @classmethod
+    def written(
+        cls, row: mapping.TranslationRow, *, visible: bool, announced_partition: int | None,
+        announced_offset: int | None, text_hash: bytes,
+    ) -> "TranslationRow":
+        values: dict[str, Any] = {f.name: getattr(row, f.name) for f in fields(row)}
+        values["visible"] = visible
+        return cls(**values, announced_partition=announced_partition, announced_offset=announced_offset,
+                   text_hash=text_hash)
+
+
+#: The columns of :class:`TranslationRow` the tsvector is computed from, not stored.
+TEXT_INPUTS = ("ts_config", "title", "lede", "body")
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+@dataclass(frozen=True, slots=True)
+class LocaleRow(Row):
+    TABLE: ClassVar[str] = "locales"
+    code: str
+    version: Annotated[int, BIGINT]
+    name: str
+    native_name: str
+    country_code: str
+    direction: str
+    active: bool
+    web_channel: bool
+    is_default: bool
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRow(Row):
+    """A token; the list and object columns travel as JSON text (see the projector's upsert)."""
+
+    TABLE: ClassVar[str] = "tokens"
+    ticker: str
+    version: Annotated[int, BIGINT]
+    name: str
+    logo_url: str | None
+    market_cap_rank: int | None
+    exchange_listings: str
+    categories: str
+    genesis_date: date | None
+    primary_ecosystem: str | None
+    homepage_url: str | None
+    description: str | None
+
+
+# --------------------------------------------------------------------------- access
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceRow(Row):
+    TABLE: ClassVar[str] = "workspaces"
+    id: str
+    version: Annotated[int, BIGINT]
+    name: str
+    status: str
+    rate_limit_per_minute: int | None
+    daily_quota: int | None
+    stream_connection_limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRow(Row):
+    TABLE: ClassVar[str] = "api_keys"
+    id: str
+    version: Annotated[int, BIGINT]
+    workspace_id: str
+    key_hash: str
+    display_prefix: str
+    issued_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRow(Row):
+    TABLE: ClassVar[str] = "embeds"
+    id: str
+    version: Annotated[int, BIGINT]
+    workspace_id: str
+    kind: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRow(Row):
+    TABLE: ClassVar[str] = "heartbeats"
+    embed_id: str
+    workspace_id: str
+    landed_at: datetime

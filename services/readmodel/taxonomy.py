@@ -1,0 +1,34 @@
+"""The listed locales: the one query behind the default-locale rule.
+
+A locale is listed when it is active on the web channel, in listing order (position, then
+code). The API lists exactly these (``/languages``) and the default locale is chosen from them
+by :func:`tickerwire.schemas.readmodel.default_locale`, for the API's fallbacks and for the
+category names the projector renders into posts alike.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tickerwire.schemas.readmodel import default_locale
+
+_SELECT_LISTED_LOCALES = """
+SELECT code, name, native_name, country_code, direction, is_default
+FROM locales
+WHERE active AND web_channel
+ORDER BY position, code
+"""
+
+
+class Queryable(Protocol):
+    async def fetch(self, query: str, *args: object) -> list: ...
+
+
+async def listed_locales(db: Queryable) -> list:
+    """The listed locales' rows (code, name, native_name, country_code, direction, is_default)."""
+    return await db.fetch(_SELECT_LISTED_LOCALES)
+
+
+async def load_default_locale(db: Queryable) -> str:
+    """The read model's default locale now."""
+    return default_locale((r["code"], r["is_default"]) for r in await listed_locales(db))
