@@ -16,7 +16,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from tickerwire.schemas.readmodel import FALLBACK_LOCALE, category_name, default_locale
+from tickerwire.schemas import partner
+from tickerwire.schemas.readmodel import FALLBACK_LOCALE, default_locale
 
 from ..common.db import storage_errors
 from ..readmodel.taxonomy import listed_locales
@@ -36,21 +37,9 @@ class Languages:
 
 
 def _languages(rows: list[asyncpg.Record]) -> Languages:
-    codes = [r["code"] for r in rows]
     default = default_locale((r["code"], r["is_default"]) for r in rows)
-    items = [
-        {
-            "code": r["code"],
-            "name": r["name"],
-            "native_name": r["native_name"],
-            "country_code": r["country_code"],
-            "direction": r["direction"],
-            "is_default": r["code"] == default,
-        }
-        for r in rows
-    ]
-    body = orjson.dumps({"languages": items})
-    return Languages(frozenset(codes), default, body, etag_of(body))
+    body = orjson.dumps(partner.languages(rows, default))
+    return Languages(frozenset(r["code"] for r in rows), default, body, etag_of(body))
 
 
 def etag_of(body: bytes) -> str:
@@ -83,40 +72,13 @@ class Categories:
 
 
 def _categories(rows: list[asyncpg.Record], languages: Languages) -> Categories:
-    names = {r["slug"]: orjson.loads(r["names"]) for r in rows}
-
-    def name(slug: str, lang: str) -> str:
-        return category_name(names[slug], slug, lang, languages.default)
-
-    groups = [r for r in rows if r["is_group"]]
-    leaves = {g["slug"]: [r for r in rows if not r["is_group"] and r["group_slug"] == g["slug"]] for g in groups}
+    cats = partner.CategoryTree([{**r, "names": orjson.loads(r["names"])} for r in rows], languages.default)
     tree: dict[str, Body] = {}
     by_slug: dict[tuple[str, str], Body] = {}
     for lang in set(languages.codes) | {languages.default}:
-        tree[lang] = Body.of(
-            {
-                "groups": [
-                    {
-                        "slug": g["slug"],
-                        "name": name(g["slug"], lang),
-                        "leaves": [{"slug": l["slug"], "name": name(l["slug"], lang)} for l in leaves[g["slug"]]],
-                    }
-                    for g in groups
-                ]
-            }
-        )
+        tree[lang] = Body.of(cats.tree(lang))
         for r in rows:
-            slug = r["slug"]
-            if r["is_group"]:
-                doc = {
-                    "slug": slug, "name": name(slug, lang), "is_group": True, "group": None,
-                    "leaves": [{"slug": l["slug"], "name": name(l["slug"], lang)} for l in leaves[slug]],
-                }
-            else:
-                parent = r["group_slug"]
-                group = {"slug": parent, "name": name(parent, lang)} if parent in names else None
-                doc = {"slug": slug, "name": name(slug, lang), "is_group": False, "group": group, "leaves": None}
-            by_slug[(slug, lang)] = Body.of(doc)
+            by_slug[(r["slug"], lang)] = Body.of(cats.category(r["slug"], lang))
     return Categories(tree, by_slug)
 
 
@@ -129,23 +91,11 @@ class Tokens:
 
 
 def _tokens(rows: list[asyncpg.Record]) -> Tokens:
-    items = []
-    by_ticker: dict[str, Body] = {}
-    for r in rows:
-        item = {
-            "ticker": r["ticker"],
-            "name": r["name"],
-            "logo_url": r["logo_url"],
-            "post_count": r["post_count"],
-            "market_cap_rank": r["market_cap_rank"],
-            "exchange_listings": list(r["exchange_listings"]),
-            "categories": list(r["categories"]),
-            "genesis_date": r["genesis_date"],
-            "primary_ecosystem": orjson.loads(r["primary_ecosystem"]) if r["primary_ecosystem"] else None,
-        }
-        items.append(item)
-        by_ticker[r["ticker"].upper()] = Body.of({**item, "homepage_url": r["homepage_url"], "description": r["description"]})
-    return Tokens(Body.of({"tokens": items}), by_ticker)
+    decoded = [
+        {**r, "primary_ecosystem": orjson.loads(r["primary_ecosystem"]) if r["primary_ecosystem"] else None} for r in rows
+    ]
+    by_ticker = {r["ticker"].upper(): Body.of(partner.token_detail(r)) for r in decoded}
+    return Tokens(Body.of(partner.tokens([partner.token_item(r) for r in decoded])), by_ticker)
 
 
 @dataclass(slots=True)

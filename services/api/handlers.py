@@ -11,13 +11,14 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from tickerwire.schemas.readmodel import iso_utc, text_search_config
+from tickerwire.schemas import partner
+from tickerwire.schemas.readmodel import text_search_config
 from ..common.db import storage_errors
 from ..common.envelope import ApiError
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
-from .params import SENTIMENTS, Filters, Page, parse_filters, parse_page, parse_q, text_key
+from .params import Filters, Page, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
 from .state import CATALOG, PAGES, REQUEST_LOG_POSITION, WATCHER, db
 
@@ -165,23 +166,10 @@ async def token(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- sentiment pulse
 
 
-def pulse_document(counts: dict[str, int], as_of: datetime) -> dict:
-    """Spec 2.7: counts and fractions of the three sentiments; all zero when nothing was counted."""
-    total = sum(counts.get(s, 0) for s in SENTIMENTS)
-    return {
-        "window": "24h",
-        "as_of": iso_utc(as_of),
-        "total_posts": total,
-        "breakdown": {
-            s: {"count": counts.get(s, 0), "percent": (counts.get(s, 0) / total) if total else 0.0} for s in SENTIMENTS
-        },
-    }
-
-
 async def sentiment_pulse(request: web.Request) -> web.Response:
     as_of = datetime.now(timezone.utc)
     with storage_errors("sentiment pulse"):
         rows: list[asyncpg.Record] = await db(request).fetch(queries.SELECT_PULSE, as_of, _log_topic(request))
     request[REQUEST_LOG_POSITION] = next(r["log_position"] for r in rows if r["sentiment"] is None)
     counts = {r["sentiment"]: r["n"] for r in rows if r["sentiment"] is not None}
-    return json_bytes(orjson.dumps(pulse_document(counts, as_of)))
+    return json_bytes(orjson.dumps(partner.pulse(counts, as_of)))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Mapping
 
+from tickerwire.schemas.partner import SENTIMENTS
+
 from ..common.errors import InvalidParameter
 from ..common.query import csv_values, tickers
 from .errors import validation_failed
@@ -21,7 +23,6 @@ MAX_LIMIT = 50
 MAX_CURSOR = 2**53
 MIN_QUERY = 3
 MAX_QUERY = 500
-SENTIMENTS = ("BULLISH", "NEUTRAL", "BEARISH")
 
 #: What ``q`` is trimmed of before its length is checked (the document's pattern uses the same set).
 QUERY_BLANKS = " \t\r\n"

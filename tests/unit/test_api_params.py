@@ -8,7 +8,6 @@ import pytest
 
 from tickerwire.services.api.conditional import matches
 from tickerwire.services.common.envelope import ApiError
-from tickerwire.services.api.handlers import pulse_document
 from tickerwire.services.api.params import Page, parse_filters, parse_page, parse_q, parse_since
 from tickerwire.services.api.queries import page_query
 from tickerwire.services.api.params import Filters
@@ -54,13 +53,6 @@ def test_q_trimmed_length():
 def test_if_none_match_weak_comparison_lists_and_star():
     assert matches('"abc"', '"abc"') and matches('W/"abc"', '"abc"') and matches('"x", W/"abc"', '"abc"') and matches("*", '"abc"')
     assert not matches('"abd"', '"abc"') and not matches("abc", '"abc"') and not matches("", '"abc"')
-
-
-def test_pulse_fractions():
-    doc = pulse_document({"BULLISH": 1, "NEUTRAL": 1, "BEARISH": 1}, datetime(2024, 1, 1, tzinfo=timezone.utc))
-    assert abs(sum(v["percent"] for v in doc["breakdown"].values()) - 1) < 1e-12 and doc["total_posts"] == 3
-    empty = pulse_document({}, datetime(2024, 1, 1, tzinfo=timezone.utc))
-    assert empty["total_posts"] == 0 and all(v == {"count": 0, "percent": 0.0} for v in empty["breakdown"].values())
 
 
 def test_page_query_passes_values_only_as_parameters():

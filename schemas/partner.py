@@ -1,0 +1,132 @@
+"""The partner JSON of every resource but posts: pure functions, no I/O.
+
+Posts are shaped when they are projected (:func:`.readmodel.lean_post`,
+:func:`.readmodel.detail_post`) and served as stored. Everything else partners read is shaped
+here from read-model rows (mappings by column name, JSON columns already decoded): the API
+caches or sends the result and only serializes it. Fields are in the specification's order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+from .models import Sentiment
+from .readmodel import category_name, iso_utc
+
+Row = Mapping[str, Any]
+
+#: Spec 2.7: the pulse's sentiments, in the order of its breakdown.
+SENTIMENTS = tuple(s.value for s in Sentiment)
+
+
+# --------------------------------------------------------------------------- languages (spec 4.2)
+
+
+def languages(listed: Sequence[Row], default: str) -> dict[str, Any]:
+    """The supported languages (the listed locales, in listing order); exactly the default one
+    is flagged ``is_default`` (:func:`.readmodel.default_locale` chose it)."""
+    return {
+        "languages": [
+            {
+                "code": r["code"],
+                "name": r["name"],
+                "native_name": r["native_name"],
+                "country_code": r["country_code"],
+                "direction": r["direction"],
+                "is_default": r["code"] == default,
+            }
+            for r in listed
+        ]
+    }
+
+
+# --------------------------------------------------------------------------- categories (spec 4.3, 4.4)
+
+
+class CategoryTree:
+    """The category rows (``slug``, ``is_group``, ``group_slug``, ``names`` decoded; in listing
+    order) and the shapes of spec 4.3/4.4 in any locale, names by :func:`.readmodel.category_name`."""
+
+    def __init__(self, rows: Sequence[Row], default: str) -> None:
+        self.rows = list(rows)
+        self.default = default
+        self._by_slug = {r["slug"]: r for r in self.rows}
+        self._names = {r["slug"]: r["names"] for r in self.rows}
+        self._leaves: dict[str, list[Row]] = defaultdict(list)
+        for r in self.rows:
+            if not r["is_group"]:
+                self._leaves[r["group_slug"]].append(r)
+
+    def name(self, slug: str, lang: str) -> str:
+        return category_name(self._names[slug], slug, lang, self.default)
+
+    def _leaf_list(self, group: str, lang: str) -> list[dict[str, Any]]:
+        return [{"slug": l["slug"], "name": self.name(l["slug"], lang)} for l in self._leaves.get(group, [])]
+
+    def tree(self, lang: str) -> dict[str, Any]:
+        """Spec 4.3: every group with its leaves."""
+        return {
+            "groups": [
+                {"slug": g["slug"], "name": self.name(g["slug"], lang), "leaves": self._leaf_list(g["slug"], lang)}
+                for g in self.rows
+                if g["is_group"]
+            ]
+        }
+
+    def category(self, slug: str, lang: str) -> dict[str, Any]:
+        """Spec 4.4: one category; a group with its leaves, a leaf with its group (None when the
+        group is unknown)."""
+        r = self._by_slug[slug]
+        if r["is_group"]:
+            return {"slug": slug, "name": self.name(slug, lang), "is_group": True, "group": None,
+                    "leaves": self._leaf_list(slug, lang)}
+        parent = r["group_slug"]
+        group = {"slug": parent, "name": self.name(parent, lang)} if parent in self._names else None
+        return {"slug": slug, "name": self.name(slug, lang), "is_group": False, "group": group, "leaves": None}
+
+
+# --------------------------------------------------------------------------- tokens (spec 2.4, 2.5, 4.5)
+
+
+def token_item(r: Row) -> dict[str, Any]:
+    """A token in the listing (spec 2.4); ``primary_ecosystem`` decoded, ``post_count`` counted."""
+    return {
+        "ticker": r["ticker"],
+        "name": r["name"],
+        "logo_url": r["logo_url"],
+        "post_count": r["post_count"],
+        "market_cap_rank": r["market_cap_rank"],
+        "exchange_listings": list(r["exchange_listings"]),
+        "categories": list(r["categories"]),
+        "genesis_date": r["genesis_date"],
+        "primary_ecosystem": r["primary_ecosystem"],
+    }
+
+
+def token_detail(r: Row) -> dict[str, Any]:
+    """One token (spec 2.5): the listing fields, then its homepage and description."""
+    return {**token_item(r), "homepage_url": r["homepage_url"], "description": r["description"]}
+
+
+def tokens(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The token listing (spec 4.5) of :func:`token_item` shapes, in the given order."""
+    return {"tokens": list(items)}
+
+
+# --------------------------------------------------------------------------- sentiment pulse (spec 2.7)
+
+
+def pulse(counts: Mapping[str, int], as_of: datetime) -> dict[str, Any]:
+    """Counts and fractions of the three sentiments over the 24 hours up to ``as_of``; all zero
+    when nothing was counted."""
+    total = sum(counts.get(s, 0) for s in SENTIMENTS)
+    return {
+        "window": "24h",
+        "as_of": iso_utc(as_of),
+        "total_posts": total,
+        "breakdown": {
+            s: {"count": counts.get(s, 0), "percent": (counts.get(s, 0) / total) if total else 0.0} for s in SENTIMENTS
+        },
+    }
