@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
-from ..common.config import Config, ConfigError, describe
+from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, describe, setting
 from ..common.errors import TickerwireError
 from ..common.logs import setup_logging
 
@@ -23,7 +23,7 @@ log = logging.getLogger("tickerwire.cli")
 def _config() -> Config:
     """Settings from the environment; falls back to a running ``tickerwire up``'s state file."""
     env = dict(os.environ)
-    state = Path(env.get("TICKERWIRE_STATE_DIR", ".tickerwire")) / "up.json"
+    state = Path(setting("STATE_DIR", STATE_DIR_DEFAULT, env) or STATE_DIR_DEFAULT) / "up.json"
     if state.exists():
         import orjson
 
@@ -79,7 +79,7 @@ def _run(command: str, coro) -> int:
     from .admin import AdminError, BadArgument
 
     try:
-        setup_logging("cli", os.environ.get("TICKERWIRE_LOG_LEVEL", "WARNING"))
+        setup_logging("cli", setting("LOG_LEVEL", "WARNING") or "WARNING")
     except ConfigError as exc:
         coro.close()
         return _fail(command, str(exc), 2)
@@ -436,11 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
     sch.set_defaults(func=cmd_schemas)
 
     up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and broker unless configured)")
-    up.add_argument("--state-dir", default=os.environ.get("TICKERWIRE_STATE_DIR", ".tickerwire"),
-                    help="where logs, the embedded data and up.json go (default TICKERWIRE_STATE_DIR or .tickerwire)")
-    up.add_argument("--database-url", default=os.environ.get("TICKERWIRE_DATABASE_URL"),
+    # Their defaults come from the environment when `up` starts (services/cli/up.py: up_main).
+    up.add_argument("--state-dir",
+                    help=f"where logs, the embedded data and up.json go (default TICKERWIRE_STATE_DIR or {STATE_DIR_DEFAULT})")
+    up.add_argument("--database-url",
                     help="use this PostgreSQL instead of the embedded one (default TICKERWIRE_DATABASE_URL)")
-    up.add_argument("--kafka", dest="kafka_bootstrap_servers", default=os.environ.get("TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS"),
+    up.add_argument("--kafka", dest="kafka_bootstrap_servers",
                     help="use this Kafka instead of the embedded broker (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)")
     port = _bounded_int(1, 65535)
     for flag, what, var, default in (

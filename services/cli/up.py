@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import orjson
 
-from ..common.config import Config, ConfigError
+from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
 from ..common.logs import setup_logging
 from ..common.retry import backoff_delays
 
@@ -500,11 +500,14 @@ def _lock_holder(state_dir: Path) -> str:
 
 def up_main(args) -> int:
     try:
-        settings_check(dict(os.environ))
+        checked = settings_check(dict(os.environ))
+        args.state_dir = args.state_dir or setting("STATE_DIR", STATE_DIR_DEFAULT)
+        args.database_url = args.database_url or setting("DATABASE_URL")
+        args.kafka_bootstrap_servers = args.kafka_bootstrap_servers or setting("KAFKA_BOOTSTRAP_SERVERS")
     except ConfigError as exc:
         print(f"tickerwire up: {exc}", file=sys.stderr)
         return 2
-    setup_logging("up", os.environ.get("TICKERWIRE_LOG_LEVEL", "INFO"))
+    setup_logging("up", checked.log_level)
     state_dir = Path(args.state_dir).resolve()
     try:
         state_dir.mkdir(parents=True, exist_ok=True)

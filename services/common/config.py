@@ -123,7 +123,12 @@ class Config:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} out of range: {port}")
         if self.max_connections < 1:
             raise ConfigError("TICKERWIRE_MAX_CONNECTIONS must be at least 1")
-        for name in ("http_header_timeout_s", "http_keepalive_timeout_s"):
+        if not 0 < self.stream_lease_renew_s < self.stream_lease_ttl_s:
+            raise ConfigError(
+                "TICKERWIRE_STREAM_LEASE_RENEW_S must be positive and below TICKERWIRE_STREAM_LEASE_TTL_S "
+                f"({self.stream_lease_renew_s:g} and {self.stream_lease_ttl_s:g}): a lease must be renewed before it expires"
+            )
+        for name in ("http_header_timeout_s", "http_keepalive_timeout_s", "stream_access_recheck_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} must be a positive number of seconds")
 
@@ -199,6 +204,18 @@ def _value_or_file(env: Mapping[str, str], var: str) -> str | None:
             return fh.read().rstrip("\r\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{var}_FILE={path!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+#: Where ``tickerwire up`` keeps its logs, embedded data and ``up.json`` (``TICKERWIRE_STATE_DIR``).
+STATE_DIR_DEFAULT = ".tickerwire"
+
+
+def setting(name: str, default: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """One ``TICKERWIRE_<NAME>`` setting of the command line itself, outside :class:`Config` (the
+    admin commands' log level, ``up``'s state directory and its database and broker defaults),
+    read as every text setting is (``_FILE`` too); ``default`` when unset or empty. Raises
+    :class:`ConfigError` as :meth:`Config.from_env` does."""
+    return _value_or_file(os.environ if env is None else env, PREFIX + name) or default
 
 
 #: Settings that were renamed: a deployment still setting the old name is stopped, not ignored.

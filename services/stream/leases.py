@@ -1,8 +1,8 @@
 """Connection slots per workspace, shared by every stream process through PostgreSQL.
 
 Each accepted connection holds a lease row (``public.stream_leases``) that expires
-:data:`LEASE_TTL_S` seconds after its last renewal. A process renews all of its leases in
-one statement every :data:`RENEW_EVERY_S` seconds and deletes a lease when its connection
+``TICKERWIRE_STREAM_LEASE_TTL_S`` seconds after its last renewal. A process renews all of its
+leases in one statement every ``TICKERWIRE_STREAM_LEASE_RENEW_S`` seconds and deletes a lease when its connection
 closes; the leases of a crashed process simply expire, which frees their slots within
 seconds. A new lease is granted under a per-workspace advisory lock, so concurrent
 handshakes on several processes never exceed the limit.
@@ -26,13 +26,9 @@ from . import sql
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL_S = 10.0
-RENEW_EVERY_S = 3.0
-
-
 class Leases:
     def __init__(
-        self, pool: asyncpg.Pool, ttl_s: float = LEASE_TTL_S, renew_every_s: float = RENEW_EVERY_S, *, acquire_timeout_s: float | None = None
+        self, pool: asyncpg.Pool, ttl_s: float, renew_every_s: float, *, acquire_timeout_s: float | None = None
     ) -> None:
         self.pool = pool
         self.acquire_timeout_s = acquire_timeout_s

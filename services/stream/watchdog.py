@@ -3,7 +3,7 @@ badge gone missing closes the affected connections within about a second.
 
 The rule is :func:`..common.access.gate` over the process's in-memory principals; the check runs
 right after every reload of the principals (pushed by the ``access`` change stamp) and every
-``every_s`` seconds anyway (then reading the database when the in-memory copy is not confirmed
+``every_s`` seconds anyway (``TICKERWIRE_STREAM_ACCESS_RECHECK_S``) (then reading the database when the in-memory copy is not confirmed
 current).
 """
 
@@ -20,9 +20,6 @@ from . import protocol
 from .hub import Hub
 
 log = logging.getLogger(__name__)
-
-RECHECK_EVERY_S = 1.0
-
 
 async def recheck(principals: Principals, pool: asyncpg.Pool, hub: Hub, *, after_reload: bool = False) -> int:
     """One pass; returns how many connections it closed. ``after_reload``: called by the refresh
@@ -42,7 +39,7 @@ async def recheck(principals: Principals, pool: asyncpg.Pool, hub: Hub, *, after
     return closed
 
 
-async def run_watchdog(principals: Principals, pool: asyncpg.Pool, hub: Hub, every_s: float = RECHECK_EVERY_S) -> None:
+async def run_watchdog(principals: Principals, pool: asyncpg.Pool, hub: Hub, every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
         try:

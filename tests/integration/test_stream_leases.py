@@ -11,8 +11,12 @@ import pytest
 
 from tickerwire.services.common.db import connect, create_pool
 from tickerwire.services.readmodel.migrate import migrate
+from tickerwire.services.common.config import Config
 from tickerwire.services.stream.leases import Leases
 
+#: The configured defaults (TICKERWIRE_STREAM_LEASE_TTL_S, _LEASE_RENEW_S).
+_DEFAULTS = Config.from_env({}, database_url="-", kafka_bootstrap_servers="-")
+TTL_S, RENEW_S = _DEFAULTS.stream_lease_ttl_s, _DEFAULTS.stream_lease_renew_s
 
 @pytest.fixture
 async def pool(fresh_db):
@@ -24,7 +28,7 @@ async def pool(fresh_db):
 
 
 async def test_concurrent_acquires_on_two_holders_grant_exactly_the_limit(pool: asyncpg.Pool):
-    one, two = Leases(pool), Leases(pool)
+    one, two = Leases(pool, TTL_S, RENEW_S), Leases(pool, TTL_S, RENEW_S)
     results = await asyncio.gather(*[(one if i % 2 else two).acquire("ws_a", f"ses_{i}", 5) for i in range(20)])
     assert sum(results) == 5
     assert await pool.fetchval("SELECT count(*) FROM public.stream_leases WHERE workspace_id = 'ws_a'") == 5
@@ -37,8 +41,8 @@ async def test_concurrent_acquires_on_two_holders_grant_exactly_the_limit(pool: 
 
 
 async def test_slots_of_a_holder_that_stopped_renewing_free_themselves(pool: asyncpg.Pool):
-    crashed = Leases(pool, ttl_s=0.3)
-    alive = Leases(pool)
+    crashed = Leases(pool, ttl_s=0.3, renew_every_s=0.1)
+    alive = Leases(pool, TTL_S, RENEW_S)
     assert await crashed.acquire("ws_c", "ses_1", 1)
     assert not await alive.acquire("ws_c", "ses_2", 1)
     deadline = time.monotonic() + 30

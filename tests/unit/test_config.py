@@ -28,3 +28,35 @@ def test_bad_listener_settings_stop_the_process_with_one_clear_message(var, valu
     with pytest.raises(ConfigError) as exc:
         Config.from_env({**REQUIRED, var: value})
     assert word in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_stream_lease_and_watchdog_settings():
+    config = Config.from_env({**REQUIRED, "TICKERWIRE_STREAM_LEASE_TTL_S": "20", "TICKERWIRE_STREAM_LEASE_RENEW_S": "5",
+                              "TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0.5"})
+    assert (config.stream_lease_ttl_s, config.stream_lease_renew_s, config.stream_access_recheck_s) == (20.0, 5.0, 0.5)
+    defaults = Config.from_env(REQUIRED)
+    assert (defaults.stream_lease_ttl_s, defaults.stream_lease_renew_s, defaults.stream_access_recheck_s) == (10.0, 3.0, 1.0)
+
+
+@pytest.mark.parametrize("env,word", [
+    ({"TICKERWIRE_STREAM_LEASE_RENEW_S": "10"}, "TICKERWIRE_STREAM_LEASE_RENEW_S"),  # not renewed before it expires
+    ({"TICKERWIRE_STREAM_LEASE_TTL_S": "2"}, "TICKERWIRE_STREAM_LEASE_TTL_S"),
+    ({"TICKERWIRE_STREAM_LEASE_RENEW_S": "0"}, "TICKERWIRE_STREAM_LEASE_RENEW_S"),
+    ({"TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0"}, "TICKERWIRE_STREAM_ACCESS_RECHECK_S"),
+])
+def test_a_lease_that_would_expire_before_its_renewal_is_refused(env, word):
+    with pytest.raises(ConfigError) as exc:
+        Config.from_env({**REQUIRED, **env})
+    assert word in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_command_line_settings_are_read_like_every_text_setting(tmp_path):
+    from tickerwire.services.common.config import setting
+
+    secret = tmp_path / "dsn"
+    secret.write_text("postgresql://from/file\n")
+    assert setting("DATABASE_URL", env={"TICKERWIRE_DATABASE_URL_FILE": str(secret)}) == "postgresql://from/file"
+    assert setting("STATE_DIR", ".tickerwire", env={}) == ".tickerwire"
+    assert setting("STATE_DIR", ".tickerwire", env={"TICKERWIRE_STATE_DIR": "/srv/tw"}) == "/srv/tw"
+    with pytest.raises(ConfigError):
+        setting("DATABASE_URL", env={"TICKERWIRE_DATABASE_URL": "x", "TICKERWIRE_DATABASE_URL_FILE": str(secret)})
