@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Iterator
 import orjson
 
 from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
+from ..common.process import cancel_on_signals
 from ..common.logs import setup_logging
 from ..common.retry import backoff_delays
 
@@ -522,11 +523,7 @@ def up_main(args) -> int:
     stack = Stack(state_dir)
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+        cancel_on_signals()
         await run(args, stack)
 
     status = 0

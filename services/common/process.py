@@ -14,6 +14,15 @@ from .logs import setup_logging
 log = logging.getLogger(__name__)
 
 
+def cancel_on_signals() -> None:
+    """SIGINT and SIGTERM cancel the running task (the process's main task): it stops cleanly."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+
+
 def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Config | None = None) -> int:
     """Run ``main(config)`` until it returns or SIGINT/SIGTERM arrives; returns an exit status."""
     config = config or Config.from_env()
@@ -30,11 +39,7 @@ def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Co
     gc.freeze()
 
     async def runner() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+        cancel_on_signals()
         try:
             await main(config)
         except asyncio.CancelledError:
