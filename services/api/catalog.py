@@ -20,7 +20,7 @@ from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import FALLBACK_LOCALE, default_locale
 
 from ..common.db import storage_errors
-from ..readmodel.taxonomy import listed_locales
+from ..readmodel.taxonomy import categories, listed_locales
 from . import queries
 
 
@@ -71,8 +71,8 @@ class Categories:
         return self.tree.get(lang) or Body.of({"groups": []})
 
 
-def _categories(rows: list[asyncpg.Record], languages: Languages) -> Categories:
-    cats = partner.CategoryTree([{**r, "names": orjson.loads(r["names"])} for r in rows], languages.default)
+def _categories(rows: list[dict[str, Any]], languages: Languages) -> Categories:
+    cats = partner.CategoryTree(rows, languages.default)
     tree: dict[str, Body] = {}
     by_slug: dict[tuple[str, str], Body] = {}
     for lang in set(languages.codes) | {languages.default}:
@@ -124,7 +124,7 @@ class Catalog:
             if self._changed(stamps, "locales"):
                 self.languages = _languages(await listed_locales(pool))
             if self._changed(stamps, "locales", "categories"):
-                self.categories = _categories(await pool.fetch(queries.SELECT_CATEGORIES), self.languages)
+                self.categories = _categories(await categories(pool), self.languages)
             if self._changed(stamps, "tokens"):
                 self.tokens = _tokens(await pool.fetch(queries.SELECT_TOKENS))
         self.stamps = stamps

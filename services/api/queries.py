@@ -12,10 +12,9 @@ from ..readmodel import positions
 from .params import Filters, Page
 
 
-# The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the cached bodies are current for.
+# The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the
+# cached bodies are current for.
 SELECT_STAMPS = f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position FROM change_stamps"
-
-SELECT_CATEGORIES = "SELECT slug, is_group, group_slug, position, names FROM categories ORDER BY position, slug"
 
 # Spec 2.4: every token, zero-post ones included; ranked tokens first by rank, then unranked by ticker.
 SELECT_TOKENS = """

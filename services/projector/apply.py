@@ -60,7 +60,7 @@ from ..readmodel.rows import (
     TranslationRow,
     WorkspaceRow,
 )
-from ..readmodel.taxonomy import load_default_locale
+from ..readmodel.taxonomy import categories, load_default_locale
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
 
@@ -288,17 +288,7 @@ async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, re
 
 
 async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
-    rows = await conn.fetch(sql.SELECT_TAXONOMY)
-    cats = {
-        r["slug"]: Category(
-            slug=r["slug"],
-            is_group=r["is_group"],
-            group_slug=r["group_slug"],
-            position=r["position"],
-            names=orjson.loads(r["names"]),
-        )
-        for r in rows
-    }
+    cats = {r["slug"]: Category(**r) for r in await categories(conn)}
     return Taxonomy(cats, await load_default_locale(conn))
 
 

@@ -43,7 +43,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import connect, create_pool, storage_errors
-from ..readmodel.migrate import MIGRATION_LOCK, migrate
+from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from ..common.errors import ConfigError, TickerwireError
 from ..common.logs import setup_logging
 from ..common.retry import retry_transient
@@ -155,8 +155,7 @@ async def _switch(conn: asyncpg.Connection, live: str, target: str) -> None:
         await conn.execute(f'ALTER SCHEMA "{target}" RENAME TO "{live}"')
         if live_exists:
             await conn.execute(f'DROP SCHEMA "{old}" CASCADE')
-        await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", f"readmodel:{live}")
-        await conn.execute("UPDATE public.tw_migrations SET scope = $1 WHERE scope = $2", f"readmodel:{live}", f"readmodel:{target}")
+        await renamed(conn, target, live)
 
 
 async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
@@ -164,8 +163,7 @@ async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        if await conn.fetchval("SELECT to_regclass('public.tw_migrations') IS NOT NULL"):
-            await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", f"readmodel:{schema}")
+        await forget(conn, schema)
     await migrate(conn, schema)
 
 

@@ -147,7 +147,6 @@ SELECT_POST_SNAPSHOTS_WITH_CATEGORIES = """
 SELECT snapshot FROM posts WHERE jsonb_array_length(snapshot->'categories') > 0 ORDER BY id
 """
 
-SELECT_TAXONOMY = "SELECT slug, version, is_group, group_slug, position, names FROM categories"
 
 # --------------------------------------------------------------------------- catalog
 

@@ -41,7 +41,7 @@ async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await conn.execute(_BOOKKEEPING)
         for scope, target in (("platform", "public"), ("readmodel", schema)):
-            key = scope if scope == "platform" else f"readmodel:{schema}"
+            key = scope if scope == "platform" else _scope(schema)
             done = {r["name"] for r in await conn.fetch("SELECT name FROM public.tw_migrations WHERE scope = $1", key)}
             if target != "public":
                 await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{target}"')
@@ -56,3 +56,20 @@ async def migrate(conn: asyncpg.Connection, schema: str = "rm") -> list[str]:
     for name in applied:
         log.info("applied migration %s", name)
     return applied
+
+
+def _scope(schema: str) -> str:
+    """The bookkeeping scope of a read-model schema's migrations."""
+    return f"readmodel:{schema}"
+
+
+async def forget(conn: asyncpg.Connection, schema: str) -> None:
+    """Drop the bookkeeping of ``schema``'s migrations (the schema itself is being dropped)."""
+    if await conn.fetchval("SELECT to_regclass('public.tw_migrations') IS NOT NULL"):
+        await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", _scope(schema))
+
+
+async def renamed(conn: asyncpg.Connection, old: str, new: str) -> None:
+    """Schema ``old`` was renamed ``new`` (replacing it): its bookkeeping follows."""
+    await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", _scope(new))
+    await conn.execute("UPDATE public.tw_migrations SET scope = $1 WHERE scope = $2", _scope(new), _scope(old))

@@ -9,11 +9,12 @@ stay with the projector (``services/projector/sql.py``), their only writer.
 
 from __future__ import annotations
 
+import operator
 import types
 import typing
 from dataclasses import dataclass, fields
 from datetime import date, datetime
-from typing import Annotated, Any, ClassVar, Iterable, Sequence, TypeVar, Union
+from typing import Annotated, Any, Callable, ClassVar, Sequence, TypeVar, Union
 
 from tickerwire.schemas import readmodel as mapping
 
@@ -80,16 +81,26 @@ class Row:
 
     def values(self) -> tuple:
         """The row's values in column order (the parameters of a one-row statement, or a COPY record)."""
-        return tuple(getattr(self, c) for c in self.columns())
+        return _getter(type(self))(self)
 
 
 _COLUMNS: dict[type, tuple[str, ...]] = {}
+_GETTERS: dict[type, Callable[[Any], tuple]] = {}
 
 
 def _columns(cls: type) -> tuple[str, ...]:
     if (cols := _COLUMNS.get(cls)) is None:
         cols = _COLUMNS[cls] = tuple(f.name for f in fields(cls))
     return cols
+
+
+def _getter(cls: type) -> Callable[[Any], tuple]:
+    """The values of every column of a row of ``cls``, as one tuple (the hot path: one call)."""
+    if (get := _GETTERS.get(cls)) is None:
+        cols = _columns(cls)
+        getter = operator.attrgetter(*cols)
+        get = _GETTERS[cls] = getter if len(cols) > 1 else (lambda row: (getter(row),))
+    return get
 
 
 def _types(cls: type) -> dict[str, str]:
@@ -115,10 +126,10 @@ def upsert_from_arrays(
     )
 
 
-def staging_table(row: type[Row], name: str, *, drop: Iterable[str] = ()) -> str:
-    """``CREATE TEMP TABLE IF NOT EXISTS`` with the row's columns and types (but ``drop``)."""
+def staging_table(row: type[Row], name: str) -> str:
+    """``CREATE TEMP TABLE IF NOT EXISTS`` with the row's columns and types."""
     kinds = row.sql_types()
-    cols = ", ".join(f"{c} {kinds[c]}" for c in row.columns() if c not in set(drop))
+    cols = ", ".join(f"{c} {kinds[c]}" for c in row.columns())
     return f"CREATE TEMP TABLE IF NOT EXISTS {name} ({cols})"
 
 
@@ -159,12 +170,13 @@ class TranslationRow(Row, mapping.TranslationRow):
         cls, row: mapping.TranslationRow, *, visible: bool, announced_partition: int | None,
         announced_offset: int | None, text_hash: bytes,
     ) -> "TranslationRow":
-        values: dict[str, Any] = {f.name: getattr(row, f.name) for f in fields(row)}
-        values["visible"] = visible
-        return cls(**values, announced_partition=announced_partition, announced_offset=announced_offset,
-                   text_hash=text_hash)
+        values: list[Any] = list(_getter(type(row))(row))
+        values[_VISIBLE] = visible
+        values += (announced_partition, announced_offset, text_hash)
+        return cls(*values)
 
 
+_VISIBLE = _columns(mapping.TranslationRow).index("visible")
 #: The columns of :class:`TranslationRow` the tsvector is computed from, not stored.
 TEXT_INPUTS = ("ts_config", "title", "lede", "body")
 

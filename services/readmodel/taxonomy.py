@@ -1,14 +1,17 @@
-"""The listed locales: the one query behind the default-locale rule.
+"""The taxonomy as the projector and the API read it: the listed locales and the categories.
 
 A locale is listed when it is active on the web channel, in listing order (position, then
 code). The API lists exactly these (``/languages``) and the default locale is chosen from them
 by :func:`tickerwire.schemas.readmodel.default_locale`, for the API's fallbacks and for the
-category names the projector renders into posts alike.
+category names the projector renders into posts alike. The categories are read once here too,
+so the names in posts (projector) and in ``/categories`` (API) come from the same rows.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
+
+import orjson
 
 from tickerwire.schemas.readmodel import default_locale
 
@@ -18,6 +21,8 @@ FROM locales
 WHERE active AND web_channel
 ORDER BY position, code
 """
+
+_SELECT_CATEGORIES = "SELECT slug, is_group, group_slug, position, names FROM categories ORDER BY position, slug"
 
 
 class Queryable(Protocol):
@@ -32,3 +37,9 @@ async def listed_locales(db: Queryable) -> list:
 async def load_default_locale(db: Queryable) -> str:
     """The read model's default locale now."""
     return default_locale((r["code"], r["is_default"]) for r in await listed_locales(db))
+
+
+async def categories(db: Queryable) -> list[dict[str, Any]]:
+    """Every category (slug, is_group, group_slug, position, names) in listing order (position,
+    then slug), ``names`` (locale -> name) decoded."""
+    return [{**r, "names": orjson.loads(r["names"])} for r in await db.fetch(_SELECT_CATEGORIES)]

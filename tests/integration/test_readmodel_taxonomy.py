@@ -1,9 +1,9 @@
-"""The listed locales (active on the web channel, by position then code) and the default
-locale chosen from them, read from a real read model."""
+"""The listed locales (active on the web channel, by position then code), the default locale
+chosen from them and the categories, read from a real read model."""
 
 from __future__ import annotations
 
-from tickerwire.services.readmodel.taxonomy import listed_locales, load_default_locale
+from tickerwire.services.readmodel.taxonomy import categories, listed_locales, load_default_locale
 
 INSERT = """
 INSERT INTO locales (code, version, name, native_name, country_code, direction, active, web_channel, is_default, position)
@@ -31,3 +31,16 @@ async def test_the_default_is_the_listed_flagged_one_else_en_us_else_en_us_when_
     assert await load_default_locale(conn) == "en-US"
     await conn.execute(INSERT, "fr-FR", True, True, True, 2)
     assert await load_default_locale(conn) == "fr-FR"
+
+
+async def test_categories_in_listing_order_with_their_names_decoded(conn):
+    insert = ("INSERT INTO categories (slug, version, is_group, group_slug, position, names) "
+              "VALUES ($1, 1, $2, $3, $4, $5::jsonb)")
+    await conn.execute(insert, "markets", True, None, 1, '{"en-US": "Markets"}')
+    await conn.execute(insert, "defi", False, "markets", 0, '{"de-DE": "DeFi"}')
+    await conn.execute(insert, "btc", False, "markets", 1, "{}")
+    assert await categories(conn) == [
+        {"slug": "defi", "is_group": False, "group_slug": "markets", "position": 0, "names": {"de-DE": "DeFi"}},
+        {"slug": "btc", "is_group": False, "group_slug": "markets", "position": 1, "names": {}},
+        {"slug": "markets", "is_group": True, "group_slug": None, "position": 1, "names": {"en-US": "Markets"}},
+    ]
