@@ -53,7 +53,7 @@ def copy_rows(events, taxonomy: Taxonomy) -> tuple[list[tuple], list[tuple]]:
         post_rows.append((p.id, event.version, p.status.value, p.published_at, p.sentiment.value, p.importance, list(p.tickers), p.model_dump_json()))
         for r in translation_rows(p, taxonomy):
             tr_rows.append((r.post_id, r.lang, r.slug, r.published_at, r.importance, r.sentiment, r.visible, list(r.category_slugs),
-                            list(r.tickers), list(r.hashtags), r.lean.decode(), r.detail.decode(), 0, offset, r.ts_config, r.title, r.lede, r.body))
+                            list(r.tickers), list(r.hashtags), r.lean, r.detail, 0, offset, r.ts_config, r.title, r.lede, r.body))
     return post_rows, tr_rows
 
 
