@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tickerwire.schemas.models import entity_key
-from tickerwire.services.readmodel.migrate import migrate
+from tickerwire.services.readmodel.migrate import forget, migrate
 from tickerwire.services.projector.apply import Record, apply_batch
 
 from tests.support.events import (
@@ -112,8 +112,7 @@ def latest_only(events) -> list:
 
 async def reset(conn: asyncpg.Connection, schema: str) -> None:
     await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    if await conn.fetchval("SELECT to_regclass('public.tw_migrations') IS NOT NULL"):
-        await conn.execute("DELETE FROM public.tw_migrations WHERE scope = $1", f"readmodel:{schema}")
+    await forget(conn, schema)
     await migrate(conn, schema)
     await conn.execute(f'SET search_path TO "{schema}", public')
 
