@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from ..common.access import AccessDenied, bearer_key
+from ..common.access import PRINCIPAL_KEY, AccessDenied, bearer_key
 from ..common.envelope import ApiError, Handler, Routes, from_failure
 from .limits import Usage, refusal
 from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
@@ -70,7 +70,7 @@ async def gated(request: web.Request, handler: Handler, routes: Routes, represen
     if not usage.admitted:
         app[METRICS].rejected.labels(usage.outcome).inc()
         return refusal(usage).response()
-    request["principal"] = principal
+    request[PRINCIPAL_KEY] = principal
     try:
         response = await handler(request)
     except ApiError as exc:

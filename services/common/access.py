@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import asyncpg
+from aiohttp import web
 
 from .db import storage_errors
 from .keys import hash_key, hashes_match, looks_like_key
@@ -77,6 +78,10 @@ class Principal:
             r["rate_limit_per_minute"], r["daily_quota"], r["stream_connection_limit"],
         )
 
+
+
+#: The authorized principal, kept on the request for the access log.
+PRINCIPAL_KEY = web.RequestKey("principal", Principal)
 
 def gate(principal: Principal | None) -> Denial | None:
     """THE access rule (spec 5, in order): None when the key's requests may be served."""

@@ -22,6 +22,7 @@ import time
 
 from aiohttp import web
 
+from .access import PRINCIPAL_KEY
 from .logs import REQUEST_ID, RequestIdFilter, info_line
 
 __all__ = ["HEADER", "REQUEST_ID", "RequestIdFilter", "add_request_log", "closed", "opened", "request_id"]
@@ -32,7 +33,7 @@ HEADER = "X-Request-Id"
 _VALID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 #: Where the request id is kept on the request, for the response hook (which runs after the
 #: middleware has returned, outside the request's context).
-_KEY = "request_id"
+REQUEST_ID_KEY = web.RequestKey("request_id", str)
 _PREFIX = "req_" + secrets.token_hex(6)
 _COUNTER = itertools.count(1)
 
@@ -52,7 +53,7 @@ def route_template(request: web.Request) -> str:
 def opened(request: web.Request) -> tuple[str, contextvars.Token]:
     """A request begins: its id (kept on the request and in the logging context)."""
     rid = request_id(request.headers.get(HEADER))
-    request[_KEY] = rid
+    request[REQUEST_ID_KEY] = rid
     return rid, REQUEST_ID.set(rid)
 
 
@@ -65,7 +66,7 @@ def closed(request: web.Request, token: contextvars.Token, status: int, started:
             "route": route,
             "status": status,
             "duration_ms": int((time.perf_counter() - started) * 100_000 + 0.5) / 100,  # round(..., 2), faster
-            "workspace_id": getattr(request.get("principal"), "workspace_id", None),
+            "workspace_id": getattr(request.get(PRINCIPAL_KEY), "workspace_id", None),
         })
     finally:
         REQUEST_ID.reset(token)
@@ -90,7 +91,7 @@ def _access_log_middleware():
 
 async def echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: the response carries the request's id (WebSocket handshakes too)."""
-    rid = request.get(_KEY)
+    rid = request.get(REQUEST_ID_KEY)
     if rid is not None:
         response.headers[HEADER] = rid
 

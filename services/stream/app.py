@@ -17,7 +17,7 @@ import asyncpg
 from aiohttp import WSMsgType, web
 
 from ..common import kafka
-from ..common.access import AccessDenied, Principals, bearer_key
+from ..common.access import PRINCIPAL_KEY, AccessDenied, Principals, bearer_key
 from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.envelope import envelope
@@ -86,7 +86,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     except AccessDenied as exc:
         metrics.refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
-    request["principal"] = principal  # for the access log
+    request[PRINCIPAL_KEY] = principal  # for the access log
     stream_filter = requested_filter(request)
     if isinstance(stream_filter, web.Response):
         return stream_filter
