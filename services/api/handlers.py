@@ -83,7 +83,9 @@ async def _page_body(request: web.Request, what: str, lang: str, filters: Filter
     sql, args = queries.page_query(lang, filters, page, search, log_topic=_log_topic(request))
     with storage_errors(what):
         rows = await db(request).fetch(sql, *args)
-    request[REQUEST_LOG_POSITION] = next((r["lean"] for r in rows if r["kind"] == queries.LOG_POSITION), None)
+    mark = next((r["lean"] for r in rows if r["kind"] == queries.LOG_POSITION), None)
+    if mark is not None:
+        request[REQUEST_LOG_POSITION] = mark
     items = [r for r in rows if r["kind"] == queries.ITEM]
     flags = {r["kind"] for r in rows}
     for kind, name, value in ((queries.MISSING_AFTER, "after", page.after), (queries.MISSING_BEFORE, "before", page.before)):

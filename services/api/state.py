@@ -49,7 +49,7 @@ def db(request: web.Request) -> _Reader:
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
 #: handler read it in the same statement as that data; otherwise the catalog's mark applies.
-REQUEST_LOG_POSITION = "log_position"
+REQUEST_LOG_POSITION = web.RequestKey("log_position", str)
 
 
 def log_position(request: web.Request) -> str:
