@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from tickerwire.devstack.embedded.ports import free_port, port_is_free
-from tests.support.faults import alive, start_up, stop_up, up_command, wait_up
+from tests.support.faults import alive, start_up, stop_up, up_command, up_env, wait_up
 
 pytestmark = pytest.mark.e2e
 
@@ -74,9 +74,8 @@ async def served_again_after_killing_the_api(info: dict, state_dir: Path) -> flo
 
 
 def second_up_is_refused(state_dir: Path, ports: dict[str, int]) -> tuple[int, str, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
     started = time.monotonic()
-    result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(up_command(state_dir, ports), env=up_env(), capture_output=True, text=True, timeout=30)
     return result.returncode, result.stderr, time.monotonic() - started
 
 
@@ -119,7 +118,7 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
 
 def test_up_refuses_a_configured_database_with_the_memory_only_broker():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+    env = up_env()
     env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
     ports = {name: free_port() for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")}
     result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)

@@ -243,9 +243,13 @@ def up_command(state_dir: Path, ports: dict[str, int], *extra: str) -> list[str]
             *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))], *extra]
 
 
+def up_env() -> dict[str, str]:
+    """The environment ``up`` runs in under a test: this one without any TICKERWIRE_ setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+
+
 def start_up(state_dir: Path, ports: dict[str, int], *extra: str) -> UpRun:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
-    proc = subprocess.Popen(up_command(state_dir, ports, *extra), env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(up_command(state_dir, ports, *extra), env=up_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     return UpRun(state_dir, proc)
 
