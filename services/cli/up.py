@@ -302,8 +302,8 @@ def settings_check(env: dict[str, str]) -> Config:
     return Config.from_env(env, database_url="-", kafka_bootstrap_servers="-")
 
 
-async def run(args, stack: Stack) -> None:
-    base = settings_check(dict(os.environ))
+async def run(args, stack: Stack, base: Config) -> None:
+    """``base``: the environment's settings, as :func:`settings_check` found them."""
     dsn, bootstrap, parts = start_embedded(stack, args)
     # Demo data goes only into a broker of our own, unless asked for.
     demo = parts.broker is not None or args.demo
@@ -524,7 +524,7 @@ def up_main(args) -> int:
 
     async def main() -> None:
         cancel_on_signals()
-        await run(args, stack)
+        await run(args, stack, checked)
 
     status = 0
     try:
