@@ -130,7 +130,7 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
         # (environment, arguments, status, a word the line must hold)
         (ok, ["embed", "bdg_acc", "ws_known"], 2, "embed id"),
         (ok, ["embed", "bad_id", "ws_known"], 2, "embed id"),
-        (ok, ["workspace", "create", "bad id"], 2, "id"),
+        (ok, ["workspace", "create", "bad id"], 2, "not a valid id"),  # not just "id": "invalid" holds it
         (ok, ["workspace", "update", "ws_known", "--rate-limit", "-5"], 2, "--rate-limit"),
         (ok, ["workspace", "update", "ws_known", "--daily-quota", "0"], 2, "--daily-quota"),
         (ok, ["workspace", "update", "ws_known", "--stream-connections", "x"], 2, "--stream-connections"),
