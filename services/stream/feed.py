@@ -115,8 +115,10 @@ class Feed:
                 log.warning("broker error, reconnecting: %s", exc)
                 await asyncio.sleep(1.0)
             finally:
-                await self._probe.close()
-                await consumer.stop()
+                try:
+                    await self._probe.close()
+                finally:
+                    await consumer.stop()  # even when closing the probe failed
 
     # ------------------------------------------------------------------ consuming
 
