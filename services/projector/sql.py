@@ -150,8 +150,6 @@ SELECT snapshot FROM posts WHERE jsonb_array_length(snapshot->'categories') > 0 
 
 # --------------------------------------------------------------------------- catalog
 
-SELECT_CATEGORY_GROUPS = "SELECT slug, group_slug FROM categories WHERE slug = ANY($1::text[])"
-
 UPSERT_CATEGORY = """
 INSERT INTO categories (slug, version, is_group, group_slug, position, names)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb)
