@@ -320,8 +320,9 @@ async def _apply_posts(
         prev_facts = (
             PostFacts(prev["status"], prev["published_at"], prev["sentiment"], tuple(prev["tickers"])) if prev else None
         )
-        merge(counters.tickers, ticker_deltas(prev_facts, post_facts(post)))
-        merge(counters.sentiment, sentiment_deltas(prev_facts, post_facts(post)))
+        facts = post_facts(post)
+        merge(counters.tickers, ticker_deltas(prev_facts, facts))
+        merge(counters.sentiment, sentiment_deltas(prev_facts, facts))
     await conn.executemany(sql.UPSERT_POST, [post_record(d) for d in newer])
     await write_translations(conn, renderings, partition, await load_taxonomy(conn))
     if counters.tickers:

@@ -244,8 +244,9 @@ async def bulk_load_posts(
                     rendered, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
                     rows.extend(rendered)
                     posts_rows.append(post_record(d))
-                    merge(ticker_delta, ticker_deltas(None, post_facts(post)))
-                    merge(sentiment_delta, sentiment_deltas(None, post_facts(post)))
+                    facts = post_facts(post)
+                    merge(ticker_delta, ticker_deltas(None, facts))
+                    merge(sentiment_delta, sentiment_deltas(None, facts))
                     if len(rows) >= CHUNK_ROWS:
                         await _put(queue, loaders, (posts_rows, rows))
                         posts_rows, rows = [], []
