@@ -67,7 +67,7 @@ async def load(
     ``schema``: of that read-model schema instead of the search_path's (nothing while it does
     not exist); ``for_update``: row-locked until the caller's transaction ends."""
     if schema is not None:
-        rows = await db.fetch("SELECT to_regclass($1) IS NOT NULL AS migrated", f'"{schema}".positions')
+        rows = await db.fetch("SELECT to_regclass($1) IS NOT NULL AS migrated", _table(schema))
         if not rows[0]["migrated"]:
             return {}
     statement = _SELECT.format(table=_table(schema))
