@@ -216,9 +216,7 @@ async def bulk_load_posts(
     move = sql.MOVE_TRANSLATION_STAGING
     if reuse_from is not None:
         async with pool.acquire() as conn:
-            if await conn.fetchval(
-                "SELECT count(*) = 1 FROM information_schema.columns WHERE table_schema = $1 "
-                "AND table_name = 'post_translations' AND column_name = 'text_hash'", reuse_from):
+            if await conn.fetchval(sql.SCHEMA_HAS_TEXT_HASH, reuse_from):
                 move = sql.MOVE_TRANSLATION_STAGING_REUSING.replace("{live}", '"' + reuse_from.replace('"', '""') + '"')
     loaders = [asyncio.create_task(_loader(pool, queue, progress, move)) for _ in range(LOADERS)]
     ticker_delta: dict[str, int] = {}

@@ -94,6 +94,11 @@ FROM translation_staging s
 LEFT JOIN {{live}}.post_translations o ON o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash
 """
 TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
+# Whether schema $1's post_translations has text_hash (migration 0002), so its vectors can be reused.
+SCHEMA_HAS_TEXT_HASH = """
+SELECT count(*) = 1 FROM information_schema.columns
+WHERE table_schema = $1 AND table_name = 'post_translations' AND column_name = 'text_hash'
+"""
 POST_COLUMNS = PostRow.columns()
 # The read model's secondary indexes, dropped before a bulk load and built after it.
 SELECT_SECONDARY_INDEXES = """
