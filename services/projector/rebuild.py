@@ -188,14 +188,14 @@ async def _replay_into(
 ) -> RebuildReport:
     report = RebuildReport(schema)
     started = time.perf_counter()
-    async with _connect(config) as admin:
+    async with connect(config.database_url) as admin:
         await prepare_schema(admin, schema)
     pool = await create_pool(config.database_url, schema, min_size=1, max_size=bulk_mod.LOADERS)
     replayer = Replayer(config, pool, report)
     try:
         if bulk:
             live = switch_from or catch_up_with
-            async with _connect(config) as conn:
+            async with connect(config.database_url) as conn:
                 floor = await _live_positions(conn, live, replayer.tps) if live else {}
             await _bulk(config, pool, report, floor, live)
             async with pool.acquire() as conn:
@@ -207,10 +207,10 @@ async def _replay_into(
         log.info("rebuild: replaying %d records into %s", sum(ends.values()), schema)
         await replayer.until(ends)
         if catch_up_with is not None:
-            async with _connect(config) as conn:
+            async with connect(config.database_url) as conn:
                 await replayer.until(await _live_positions(conn, catch_up_with, replayer.tps))
         if switch_from is not None:
-            async with _connect(config, schema) as conn:
+            async with connect(config.database_url, schema=schema) as conn:
                 await replayer.until(await _live_positions(conn, switch_from, replayer.tps))  # unlocked, most of the gap
                 await conn.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
                 try:
@@ -248,10 +248,6 @@ async def _bulk(
     loaded = await bulk_mod.bulk_load_posts(config, pool, post_tps, post_ends, reuse_from=live)
     report.records += loaded.records
     report.bulk = loaded
-
-
-def _connect(config: Config, schema: str | None = None):
-    return connect(config.database_url, schema=schema)
 
 
 async def rebuild(config: Config, *, bulk: bool = True) -> RebuildReport:
