@@ -99,7 +99,6 @@ class Admissions:
         #: database clock minus local clock, as of the last batch
         self._offset = 0.0
         self.batches = 0
-        self.settled = 0
         self.refused_from_memory = 0
 
     @property
@@ -177,7 +176,6 @@ class Admissions:
             [by_ws[w][-1].quota for w in ids], timeout=self._timeout_s,
         )
         self.batches += 1
-        self.settled += len(batch)
         if self._metrics is not None:
             self._metrics.admission_batches.inc()
             self._metrics.admissions.labels("database").inc(len(batch))

@@ -61,7 +61,6 @@ class Compressed:
         self._max = max_bytes
         self._size = 0
         self._items: OrderedDict[str, bytes] = OrderedDict()
-        self.compressions = 0
 
     def get(self, etag: str) -> bytes | None:
         data = self._items.get(etag)
@@ -81,7 +80,6 @@ class Compressed:
     async def compress(self, etag: str, body: bytes) -> bytes:
         data = self.get(etag)
         if data is None:
-            self.compressions += 1
             if len(body) > THREAD_ABOVE:
                 data = await asyncio.to_thread(gzip.compress, body, LEVEL, mtime=0)
             else:

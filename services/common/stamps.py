@@ -62,7 +62,6 @@ class StampWatcher:
         #: monotonic start of the last successful refresh (0: none yet)
         self.confirmed_at = 0.0
         self.listening = False
-        self.notifications = 0
 
     # ------------------------------------------------------------------ state for callers
 
@@ -101,7 +100,6 @@ class StampWatcher:
     # ------------------------------------------------------------------ the two loops
 
     def _notified(self, _conn, _pid, _channel, payload: str) -> None:
-        self.notifications += 1
         name = payload.rsplit(":", 2)[-2] if payload.count(":") >= 2 else ""
         self._seen[name] = self._seen.get(name, 0) + 1
         self._wake.set()
