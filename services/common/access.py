@@ -30,12 +30,11 @@ from .keys import hash_key, hashes_match, looks_like_key
 from .stamps import StampWatcher
 
 #: Every key with its workspace's access state and limits (the read model's tables).
-_PRINCIPAL_COLUMNS = """
+SELECT_PRINCIPALS = """
 SELECT k.key_hash, k.revoked_at IS NOT NULL AS revoked, w.id AS workspace_id, w.status, w.badge_status,
        w.rate_limit_per_minute, w.daily_quota, w.stream_connection_limit
 FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id"""
-SELECT_PRINCIPALS = _PRINCIPAL_COLUMNS
-SELECT_PRINCIPALS_BY_HASH = _PRINCIPAL_COLUMNS + "\nWHERE k.key_hash = ANY($1::text[])"
+SELECT_PRINCIPALS_BY_HASH = SELECT_PRINCIPALS + "\nWHERE k.key_hash = ANY($1::text[])"
 SELECT_ACCESS_STAMP = "SELECT stamp FROM change_stamps WHERE name = 'access'"
 
 BADGE_RECOVERY = (
