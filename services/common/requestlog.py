@@ -51,9 +51,8 @@ def route_template(request: web.Request) -> str:
 
 
 def opened(request: web.Request) -> tuple[str, contextvars.Token]:
-    """A request begins: its id (kept on the request and in the logging context)."""
+    """A request begins: its id (in the logging context; the caller puts it on the response)."""
     rid = request_id(request.headers.get(HEADER))
-    request[REQUEST_ID_KEY] = rid
     return rid, REQUEST_ID.set(rid)
 
 
@@ -76,7 +75,8 @@ def _access_log_middleware():
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        _, token = opened(request)
+        rid, token = opened(request)
+        request[REQUEST_ID_KEY] = rid  # for echo_request_id, which runs outside this middleware
         started = time.perf_counter()
         status = 500
         try:
