@@ -193,8 +193,12 @@ class Admissions:
     async def run(self) -> None:
         """``connections`` workers, each with its own connection (reconnecting with backoff),
         settle batches until cancelled: while one batch is in flight the other can start. A
-        watchdog fails requests that waited longer than ``timeout_s``."""
-        await asyncio.gather(self._watchdog(), *(self._worker(i) for i in range(self._connections)))
+        watchdog fails requests that waited longer than ``timeout_s``. One of them failing stops
+        the others (a task group), so a restart by the supervisor never doubles the workers."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._watchdog())
+            for i in range(self._connections):
+                group.create_task(self._worker(i))
 
     async def _worker(self, number: int) -> None:
         delays = backoff_delays(0.1, 2.0)
