@@ -21,6 +21,7 @@ Two things make the copies safe to serve from:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Awaitable, Callable
@@ -136,10 +137,11 @@ class StampWatcher:
                 self._applied.update(seen)
                 done, self._refreshed = self._refreshed, asyncio.Event()
                 done.set()
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
-            except TimeoutError:
-                pass
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # races the wake-up, and then the watcher never stops (a shutdown that hangs).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_s):
+                    await self._wake.wait()
 
     def _set_listening(self, value: bool) -> None:
         if value != self.listening:
@@ -162,7 +164,8 @@ class StampWatcher:
                 self._wake.set()  # changes made while nobody listened: read them now
                 while not lost.is_set():
                     try:
-                        await asyncio.wait_for(lost.wait(), self._ping_s)
+                        async with asyncio.timeout(self._ping_s):
+                            await lost.wait()
                     except TimeoutError:
                         await conn.execute("SELECT 1", timeout=self._ping_s)  # a silent dead link
             except CONNECTION_ERRORS as exc:
