@@ -87,11 +87,16 @@ FROM translation_staging s
 """
 # The same, taking the tsvector from the live schema's row where that row was computed from the
 # same text (equal text_hash), as UPSERT_TRANSLATION does within one schema. {live} is quoted.
+# A subquery per staged row, not a join: a join is planned as a hash join that scans the whole
+# live table for every chunk (quadratic in the read model's size); the subquery is one
+# primary-key lookup per row whatever the sizes.
 MOVE_TRANSLATION_STAGING_REUSING = f"""
 INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
-SELECT {", ".join("s." + c for c in _STORED)}, COALESCE(o.tsv, {_tsv(*("s." + c for c in TEXT_INPUTS))})
+SELECT {", ".join("s." + c for c in _STORED)}, COALESCE(
+    (SELECT o.tsv FROM {{live}}.post_translations o
+     WHERE o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash),
+    {_tsv(*("s." + c for c in TEXT_INPUTS))})
 FROM translation_staging s
-LEFT JOIN {{live}}.post_translations o ON o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash
 """
 TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
 # Whether schema $1's post_translations has text_hash (migration 0002), so its vectors can be reused.
