@@ -48,7 +48,10 @@ def next_post(
 async def _stopped(stop: asyncio.Event, timeout: float) -> bool:
     """Wait up to ``timeout`` seconds; True if ``stop`` was set in the meantime."""
     try:
-        await asyncio.wait_for(stop.wait(), timeout)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation racing
+        # the stop, and `tickerwire up` cancels the trickle when it recovers the broker.
+        async with asyncio.timeout(timeout):
+            await stop.wait()
     except TimeoutError:
         return False
     return True

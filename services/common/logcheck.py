@@ -61,8 +61,12 @@ async def find_discontinuities(
     if not positions:
         return {}
     tps = list(positions)
-    starts = await asyncio.wait_for(consumer.beginning_offsets(tps), LIST_OFFSETS_TIMEOUT_S)
-    ends = await asyncio.wait_for(consumer.end_offsets(tps), LIST_OFFSETS_TIMEOUT_S)
+    # asyncio.timeout, not wait_for: the feed's and the projector's loops call this, and on
+    # 3.11 wait_for can swallow a cancellation racing the answer (a loop that never stops).
+    async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+        starts = await consumer.beginning_offsets(tps)
+    async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+        ends = await consumer.end_offsets(tps)
     gaps = {tp: d for tp in tps if (d := discontinuity(tp, positions[tp], starts[tp], ends[tp])) is not None}
     past_end = {tp: gap.position - 1 for tp, gap in gaps.items() if gap.position > gap.log_end}
     held = await probe.held(past_end) if past_end else set()
@@ -87,7 +91,8 @@ class LogProbe:
             return set()
         if self._consumer is None:
             consumer = kafka.consumer(self.config, group_id=None, client_id=self.client_id, auto_offset_reset="none")
-            await asyncio.wait_for(consumer.start(), LIST_OFFSETS_TIMEOUT_S)
+            async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+                await consumer.start()
             self._consumer = consumer
         consumer = self._consumer
         consumer.assign(list(offsets))

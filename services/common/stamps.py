@@ -94,7 +94,8 @@ class StampWatcher:
             if left <= 0:
                 return
             try:
-                await asyncio.wait_for(self._refreshed.wait(), left)
+                async with asyncio.timeout(left):  # not wait_for: see _refresh_loop
+                    await self._refreshed.wait()
             except TimeoutError:
                 return
 

@@ -1,0 +1,62 @@
+"""A background loop stops when cancelled: no wait in one may lose a cancellation.
+
+On Python 3.11, ``asyncio.wait_for`` returns the awaited result when a cancellation arrives
+just as that result does, and the cancellation is lost: a loop built on it may never stop.
+Long-lived loops wait with ``asyncio.timeout`` instead; the few one-shot waits left are listed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+
+from tickerwire.services.common.logcheck import LogProbe, find_discontinuities
+
+ROOT = Path(__file__).parents[2]
+
+#: wait_for calls allowed to stay, per file: one-shot waits that end by themselves whatever
+#: happens to a cancellation (none sits in a loop that runs for the process's lifetime).
+ONE_SHOT_WAIT_FOR = {
+    "services/projector/accept.py": 2,  # the accept-log command reads the log offsets once
+    "services/common/ops.py": 1,  # one /readyz answer
+    "services/common/kafka.py": 1,  # one broker readiness probe
+    "services/stream/hub.py": 1,  # one close handshake of one connection
+}
+
+
+def test_only_the_listed_one_shot_waits_use_wait_for():
+    found = {}
+    for folder in ("services", "devstack"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if n := path.read_text().count("wait_for("):
+                found[str(path.relative_to(ROOT))] = n
+    assert found == ONE_SHOT_WAIT_FOR
+
+
+class AnswersAsCancelled:
+    """A consumer whose offsets answer arrives together with a cancellation of its caller."""
+
+    def __init__(self) -> None:
+        self.caller: asyncio.Task | None = None
+        self.asked = 0
+
+    async def _answer(self, tps):
+        self.asked += 1
+        asyncio.get_running_loop().call_soon(self.caller.cancel)
+        await asyncio.sleep(0)
+        return {tp: 0 for tp in tps}
+
+    beginning_offsets = end_offsets = _answer
+
+
+async def test_a_log_check_cancelled_as_the_broker_answers_stops():
+    consumer = AnswersAsCancelled()
+    task = consumer.caller = asyncio.ensure_future(
+        find_discontinuities(consumer, LogProbe(None, "unused"), {TopicPartition("t", 0): 0})
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert consumer.asked == 1  # stopped at the first answer, not after asking again
