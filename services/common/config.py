@@ -57,6 +57,7 @@ class Config:
     api_catalog_max_age_s: float = 5.0
     stream_ping_interval_s: float = 30.0
     stream_queue_size: int = 256
+    stream_max_pending: int = 50_000
     stream_max_connections_per_workspace: int = 5
     stream_lease_ttl_s: float = 10.0
     stream_lease_renew_s: float = 3.0
@@ -121,8 +122,9 @@ class Config:
             port = getattr(self, name)
             if not 0 <= port < 65536:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} out of range: {port}")
-        if self.max_connections < 1:
-            raise ConfigError("TICKERWIRE_MAX_CONNECTIONS must be at least 1")
+        for name in ("max_connections", "stream_max_pending"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TICKERWIRE_{name.upper()} must be at least 1")
         if not 0 < self.stream_lease_renew_s < self.stream_lease_ttl_s:
             raise ConfigError(
                 "TICKERWIRE_STREAM_LEASE_RENEW_S must be positive and below TICKERWIRE_STREAM_LEASE_TTL_S "

@@ -41,8 +41,6 @@ from .metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
-#: Records waiting for the projector beyond which consumption pauses (bounded memory).
-MAX_PENDING = 50_000
 #: Records announced per query.
 ANNOUNCE_BATCH = 1_000
 
@@ -67,8 +65,12 @@ class Feed:
         self.started = asyncio.Event()
         self._pending: collections.deque[Pending] = collections.deque()
         self._has_pending = asyncio.Event()
+        self.max_pending = config.stream_max_pending
         self._room = asyncio.Event()
         self._room.set()
+        #: time.monotonic() since when reading is paused because max_pending records wait, or None.
+        self.paused_since: float | None = None
+        metrics.feed_pending.set_function(lambda: len(self._pending))
         self._next: dict[int, int] = {}  # next offset to consume per partition, kept across broker reconnects
         self.announcer: asyncio.Task | None = None
         #: Why the feed cannot read on (its positions are not in the log), or "".
@@ -103,7 +105,27 @@ class Feed:
             return False, "announcer not running"
         if self.stopped:
             return False, self.stopped
+        if self.paused_since is not None:
+            # Ready, with the reason: connected clients are still served, only late; taking
+            # the process out of rotation would not make the projector catch up sooner.
+            return True, (f"paused for {time.monotonic() - self.paused_since:.0f}s: {len(self._pending)} records "
+                          "wait for the projector to commit them; posts are announced late")
         return True, "ok"
+
+    def _pause(self) -> None:
+        self._room.clear()
+        if self.paused_since is None:
+            self.paused_since = time.monotonic()
+            self.metrics.feed_paused.set(1)
+            log.warning("stream feed paused: %d records wait for the projector to commit them "
+                        "(TICKERWIRE_STREAM_MAX_PENDING); reading resumes at half that", len(self._pending))
+
+    def _resume(self) -> None:
+        self._room.set()
+        if self.paused_since is not None:
+            log.warning("stream feed resumes after %.1fs paused", time.monotonic() - self.paused_since)
+            self.paused_since = None
+            self.metrics.feed_paused.set(0)
 
     async def _consume_forever(self) -> None:
         while True:
@@ -156,8 +178,8 @@ class Feed:
                     self._next[tp.partition] = msgs[-1].offset + 1
             if self._pending:
                 self._has_pending.set()
-                if len(self._pending) >= MAX_PENDING:
-                    self._room.clear()
+                if len(self._pending) >= self.max_pending:
+                    self._pause()
 
     async def _check_log(self, consumer, tps: list[TopicPartition]) -> None:
         """When the post log no longer holds the feed's positions (log reset), restart from the
@@ -216,8 +238,8 @@ class Feed:
                 await asyncio.sleep(self.poll_s)
             if not self._pending:
                 self._has_pending.clear()
-            if len(self._pending) < MAX_PENDING // 2:
-                self._room.set()
+            if len(self._pending) <= self.max_pending // 2:
+                self._resume()
 
     def _take_committed(self, stored: dict[positions.Key, int]) -> list[Pending]:
         """Remove and return pending records the projector has committed, in log order per partition."""

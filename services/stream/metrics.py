@@ -16,6 +16,14 @@ class StreamMetrics:
         self.filter_groups = Gauge(
             "tickerwire_stream_filter_groups", "Distinct filter sets among open connections (one match per message each)", registry=r
         )
+        self.feed_pending = Gauge(
+            "tickerwire_stream_feed_pending", "Post records read from the log that wait for the projector to commit them", registry=r
+        )
+        self.feed_paused = Gauge(
+            "tickerwire_stream_feed_paused",
+            "1 while the feed has stopped reading the log because TICKERWIRE_STREAM_MAX_PENDING records wait for the projector",
+            registry=r,
+        )
         self.messages_sent = Counter(
             "tickerwire_stream_messages_sent_total", "Messages written to clients", ["type"], registry=r
         )

@@ -4,14 +4,16 @@ processes, kills and shutdown are tested over real processes in tests/e2e."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import aiohttp
 import pytest
 
 from tickerwire.devstack.embedded.postgres import scratch_database
-from tests.support.apps import ReadModel, stream_served
-from tests.support.events import locale_ev
+from tickerwire.services.cli.publish import publish
+from tests.support.apps import ReadModel, config_for, gauge, stream_served
+from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, auth
 from tests.support.ws import handshake, refusal, upgrade_headers
 
@@ -76,3 +78,40 @@ async def test_filter_values_breaking_the_posts_grammar_refuse_the_handshake_wit
     # The access gates come first, as on HTTP.
     status, body = await refusal(http, stream_url(world, f"tickers={too_many}"))
     assert status == 401
+
+
+async def feed_readiness(http, stream) -> tuple[int, dict]:
+    async with http.get(f"{stream.admin_url}/readyz") as resp:
+        return resp.status, (await resp.json())["checks"]["feed"]
+
+
+async def test_a_feed_paused_by_back_pressure_says_so_in_a_gauge_and_readiness_until_it_resumes(pg_dsn, kafka_bootstrap, http):
+    """More posts waiting for the projector than TICKERWIRE_STREAM_MAX_PENDING pause the feed's
+    reading: visible, and the process stays ready (it still serves, only late)."""
+    prefix = f"streampause{os.getpid()}"
+    posts = [post_ev(n) for n in range(1, 5)]
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn, prefix)
+        await model.project([locale_ev("en-US", default=True)])
+        settings = dict(topic_posts_partitions=1, stream_max_pending=3)
+        async with stream_served(dsn, kafka_bootstrap, prefix, **settings) as stream:
+            assert await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 0
+            # Published, not yet projected: the feed holds them and stops reading at 3.
+            await publish(config_for(dsn, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, **settings), posts)
+            for _ in range(200):
+                if await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 1:
+                    break
+                await asyncio.sleep(0.05)
+            assert await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 1
+            assert await gauge(stream.admin_url, "tickerwire_stream_feed_pending") >= 3
+            status, feed = await feed_readiness(http, stream)
+            assert status == 200 and feed["ok"] and "paused" in feed["detail"] and "late" in feed["detail"]
+            # The projector commits them (same partition, same offsets): announced, and reading resumes.
+            await model.project(posts)
+            for _ in range(200):
+                if await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 0
+            status, feed = await feed_readiness(http, stream)
+            assert status == 200 and feed == {"ok": True, "detail": "ok"}
