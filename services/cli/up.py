@@ -31,7 +31,7 @@ import orjson
 from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
 from ..common.process import cancel_on_signals
 from ..common.logs import setup_logging
-from ..common.retry import backoff_delays
+from ..common.retry import Backoff, backoff_delays
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
@@ -246,16 +246,17 @@ class Trickle:
     config: Config
     next_id: int
     interval: float
+    #: Pauses after a failed publish; short again once a post went out.
+    backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
 
     async def run_forever(self) -> None:
-        delays = backoff_delays(1.0, 30.0)
         while True:
             try:
                 await self._run()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                delay = next(delays)
+                delay = self.backoff.delay()
                 say(f"demo trickle: publishing failed ({type(exc).__name__}: {exc}); retrying in {delay:.1f}s")
                 await asyncio.sleep(delay)
 
@@ -269,6 +270,7 @@ class Trickle:
             async def publish(event) -> None:
                 await send_events(producer, self.config.topic_prefix, [event])
                 self.next_id = event.data.id + 1
+                self.backoff.reset()  # published again: the next failure waits the short pause
 
             await run_trickle(publish, start_id=self.next_id, interval_s=self.interval, seed=random.randrange(1 << 30))
 

@@ -22,6 +22,31 @@ def backoff_delays(base: float = 0.1, cap: float = 5.0, rng: random.Random | Non
         attempt = min(attempt + 1, 30)
 
 
+class Backoff:
+    """The pauses of a loop that restarts a long-running step after a failure: capped and
+    jittered like :func:`backoff_delays`, and back to ``base`` after :meth:`reset`. Call it
+    once the step has worked again, or one bad minute leaves every later failure waiting the cap."""
+
+    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
+        self.base, self.cap = base, cap
+        self._rng = rng or random.Random()
+        self.failures = 0
+
+    @property
+    def ceiling(self) -> float:
+        """The longest the next pause can be."""
+        return min(self.cap, self.base * (2 ** min(self.failures, 30)))
+
+    def delay(self) -> float:
+        """The next pause, counting one more failure."""
+        pause = self._rng.uniform(0, self.ceiling)
+        self.failures += 1
+        return pause
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
 async def retry_transient(
     op: Callable[[], Awaitable[T]],
     *,

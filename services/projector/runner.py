@@ -21,7 +21,7 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
-from ..common.retry import backoff_delays, retry_transient
+from ..common.retry import Backoff, retry_transient
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics
@@ -75,6 +75,8 @@ class Projector:
         self._checked_at = 0.0
         self._confirmer = Confirmer()
         self._probe = LogProbe(config, f"{client_id}-probe")
+        #: Pauses before the consume loop restarts; reset by every fetch that was applied.
+        self.backoff = Backoff(0.5, 30.0)
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -226,7 +228,6 @@ class Projector:
 
     async def run(self) -> None:
         """Consume until cancelled. Broker outages are retried, never skipped past."""
-        delays = backoff_delays(base=0.5, cap=30.0)
         while True:
             self.consumer = kafka.consumer(
                 self.config,
@@ -243,13 +244,13 @@ class Projector:
             except KafkaError as exc:
                 log.warning("broker error, reconnecting: %s", exc)
                 self.metrics.retries.labels("broker").inc()
-                await asyncio.sleep(next(delays))
+                await asyncio.sleep(self.backoff.delay())
             except Exception:
                 # Not known to be transient (a bug, a constraint a snapshot violates): never skip
                 # the batch; start over from the stored positions after a capped, jittered pause.
                 log.exception("projector loop failed; restarting from the stored positions")
                 self.metrics.retries.labels("loop").inc()
-                await asyncio.sleep(next(delays))
+                await asyncio.sleep(self.backoff.delay())
             finally:
                 if committer is not None:
                     committer.cancel()
@@ -273,6 +274,7 @@ class Projector:
                 if msgs:
                     self._uncommitted[tp] = msgs[-1].offset + 1
             await self._update_lag()
+            self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
 
     async def _apply_concurrently(self, batches: dict[TopicPartition, list[Record]]) -> None:
         """Apply each partition's batch in its own transaction on its own connection, all at once.
@@ -295,27 +297,29 @@ class Projector:
     async def _commit_forever(self) -> None:
         """Mirror the stored positions into Kafka's committed offsets now and then, off the hot
         path: they are informational (lag tooling), the database holds the truth. A failure
-        is retried at the next tick; a crash is logged and the mirror restarts with backoff."""
-        delays = backoff_delays(base=KAFKA_COMMIT_INTERVAL_S, cap=30.0)
+        is retried at the next tick; a crash is logged and the mirror goes on after a pause
+        that grows while it keeps crashing and is short again once a tick worked."""
+        backoff = Backoff(KAFKA_COMMIT_INTERVAL_S, 30.0)
         while True:
+            await asyncio.sleep(KAFKA_COMMIT_INTERVAL_S)
             try:
                 await self._commit_to_kafka()
             except Exception:
-                log.exception("kafka position mirror crashed; restarting it")
-                await asyncio.sleep(next(delays))
+                log.exception("kafka position mirror crashed; going on")
+                await asyncio.sleep(backoff.delay())
+            else:
+                backoff.reset()
 
     async def _commit_to_kafka(self) -> None:
-        while True:
-            await asyncio.sleep(KAFKA_COMMIT_INTERVAL_S)
-            offsets, self._uncommitted = self._uncommitted, {}
-            consumer = self.consumer
-            assigned = consumer.assignment() if consumer is not None else set()
-            offsets = {tp: o for tp, o in offsets.items() if tp in assigned}
-            if offsets and consumer is not None:
-                try:
-                    await consumer.commit(offsets)
-                except KafkaError as exc:
-                    log.debug("kafka commit failed: %s", exc)
+        offsets, self._uncommitted = self._uncommitted, {}
+        consumer = self.consumer
+        assigned = consumer.assignment() if consumer is not None else set()
+        offsets = {tp: o for tp, o in offsets.items() if tp in assigned}
+        if offsets and consumer is not None:
+            try:
+                await consumer.commit(offsets)
+            except KafkaError as exc:
+                log.debug("kafka commit failed: %s", exc)
 
 
 async def ensure_topics_with_retry(config: Config) -> None:

@@ -15,8 +15,9 @@ from tickerwire.services.projector.runner import Projector
 
 
 @contextlib.asynccontextmanager
-async def projector_on(dsn: str) -> AsyncIterator[tuple[Projector, asyncpg.Pool, ProjectorMetrics]]:
-    """No broker involved: tests hand batches to ``Projector.apply_records`` directly."""
+async def projector_on(dsn: str, **settings) -> AsyncIterator[tuple[Projector, asyncpg.Pool, ProjectorMetrics]]:
+    """No broker involved unless ``settings`` name one: tests hand batches to
+    ``Projector.apply_records`` directly, or run its consume loop."""
     conn = await asyncpg.connect(dsn)
     try:
         await migrate(conn, "rm")
@@ -25,6 +26,7 @@ async def projector_on(dsn: str) -> AsyncIterator[tuple[Projector, asyncpg.Pool,
     pool = await create_pool(dsn, "rm", min_size=1, max_size=2)
     metrics = ProjectorMetrics()
     try:
-        yield Projector(Config(database_url=dsn, kafka_bootstrap_servers="unused:9092"), pool, metrics), pool, metrics
+        config = Config(database_url=dsn, **{"kafka_bootstrap_servers": "unused:9092", **settings})
+        yield Projector(config, pool, metrics), pool, metrics
     finally:
         await pool.close()

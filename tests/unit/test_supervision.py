@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 from aiokafka import TopicPartition
 
 from tickerwire.services.common.logcheck import discontinuity
 from tickerwire.services.common.ops import answer_ready
 from tickerwire.services.common.readiness import Readiness
+from tickerwire.services.common.retry import Backoff
 from tickerwire.services.common.supervise import Supervisor
 
 TP = TopicPartition("t.posts.v1", 2)
@@ -112,3 +114,12 @@ def test_a_position_past_the_log_end_is_a_reset():
 def test_a_position_before_the_log_start_lost_records():
     gap = discontinuity(TP, 3, 7, 20)
     assert gap is not None and "before the log start 7" in gap.reason
+
+
+def test_a_backoff_grows_to_its_cap_and_is_short_again_after_a_reset():
+    backoff = Backoff(0.5, 4.0, rng=random.Random(7))
+    pauses = [backoff.delay() for _ in range(6)]
+    assert all(0 <= p <= min(4.0, 0.5 * 2**n) for n, p in enumerate(pauses))
+    assert backoff.ceiling == 4.0  # capped
+    backoff.reset()
+    assert backoff.ceiling == 0.5 and backoff.delay() <= 0.5

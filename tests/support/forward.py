@@ -1,0 +1,55 @@
+"""A loopback TCP forwarder: a real address that refuses connections until it is opened, then
+forwards every connection to a target (for example, a Kafka bootstrap address that comes back
+after an outage)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from tickerwire.devstack.embedded.ports import free_port
+
+
+class Forwarder:
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host or "127.0.0.1", int(port))
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self._server: asyncio.AbstractServer | None = None
+        self._pipes: set[asyncio.Task] = set()
+
+    async def open(self) -> None:
+        """Accept connections on :attr:`address` from now on (refused until then)."""
+        self._server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(_pipe(src, dst))
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            dst.close()
