@@ -4,34 +4,28 @@ real PostgreSQL; the bootstrap address refuses connections until it forwards to 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tests.support.forward import Forwarder
 from tests.support.projector import projector_on
-from tests.support.wait import until
+from tests.support.wait import background, until
 
 
 async def test_the_consume_loops_pause_is_short_again_after_a_fetch_worked(fresh_db, kafka_bootstrap):
     prefix = f"backoff{os.getpid()}"
     settings = dict(topic_prefix=prefix, topic_replication_factor=1, projector_group=f"{prefix}-projector")
     await kafka.ensure_topics(Config(database_url=fresh_db, kafka_bootstrap_servers=kafka_bootstrap, **settings))
-    forwarder = Forwarder(kafka_bootstrap)
-    async with projector_on(fresh_db, kafka_bootstrap_servers=forwarder.address, **settings) as (projector, _, metrics):
-        running = asyncio.create_task(projector.run())
-        try:
-            broker_retries = metrics.retries.labels("broker")
-            await until(lambda: broker_retries._value.get() >= 3, 30, "three failed starts")
-            assert projector.backoff.ceiling >= 4.0  # 0.5 s doubled per failure
-            await forwarder.open()  # the broker is back
-            fetched_after = projector.fetched_at
-            await until(lambda: projector.fetched_at > fetched_after, 60, "a fetch")
-            await until(lambda: projector.backoff.ceiling == 0.5, 5, "the pause back at its base")
-        finally:
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
-            await forwarder.close()
+    async with (
+        Forwarder(kafka_bootstrap) as forwarder,
+        projector_on(fresh_db, kafka_bootstrap_servers=forwarder.address, **settings) as (projector, _, metrics),
+        background(projector.run()),
+    ):
+        broker_retries = metrics.retries.labels("broker")
+        await until(lambda: broker_retries._value.get() >= 3, 30, "three failed starts")
+        assert projector.backoff.ceiling >= 4.0  # 0.5 s doubled per failure
+        await forwarder.open()  # the broker is back
+        fetched_after = projector.fetched_at
+        await until(lambda: projector.fetched_at > fetched_after, 60, "a fetch")
+        await until(lambda: projector.backoff.ceiling == 0.5, 5, "the pause back at its base")

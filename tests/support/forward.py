@@ -19,6 +19,12 @@ class Forwarder:
         self._server: asyncio.AbstractServer | None = None
         self._pipes: set[asyncio.Task] = set()
 
+    async def __aenter__(self) -> "Forwarder":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
     async def open(self) -> None:
         """Accept connections on :attr:`address` from now on (refused until then)."""
         self._server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
