@@ -31,7 +31,7 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, LogProbe, find_discontinuities
-from ..common.retry import retry_transient
+from ..common.retry import Backoff, retry_transient
 from ..readmodel import positions
 from ..readmodel.announcements import announced
 from . import protocol
@@ -78,6 +78,8 @@ class Feed:
         self._checked_at = 0.0
         self._confirmer = Confirmer()
         self._probe = LogProbe(config, "tickerwire-stream-probe")
+        #: Pauses before reconnecting to the broker; short again after a fetch worked.
+        self.backoff = Backoff(0.5, 10.0)
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the
@@ -134,8 +136,9 @@ class Feed:
                 await consumer.start()
                 await self._consume(consumer)
             except KafkaError as exc:
-                log.warning("broker error, reconnecting: %s", exc)
-                await asyncio.sleep(1.0)
+                delay = self.backoff.delay()
+                log.warning("broker error, reconnecting in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
             finally:
                 try:
                     await self._probe.close()
@@ -169,6 +172,7 @@ class Feed:
                 log.warning("stream feed position out of range (%s); checking the log", exc)
                 await self._check_log(consumer, tps)
                 continue
+            self.backoff.reset()
             arrived = time.perf_counter()
             for tp, msgs in batches.items():
                 for m in msgs:
