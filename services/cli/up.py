@@ -275,17 +275,23 @@ class Trickle:
             await run_trickle(publish, start_id=self.next_id, interval_s=self.interval, seed=random.randrange(1 << 30))
 
 
+#: One readiness probe of `up` waits at most this long (/readyz answers within 1 s).
+PROBE_TIMEOUT_S = 2.0
+
+
 async def wait_healthy(urls: list[str], children: list[subprocess.Popen], timeout: float = 60.0) -> None:
     import aiohttp
 
     deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
+    # Each probe is bounded too: a listener that accepts and never answers must not hold up
+    # the deadline (aiohttp's default is 5 minutes).
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)) as session:
         for url in urls:
             while True:
                 for proc in children:
                     if proc.poll() is not None:
                         raise RuntimeError(f"a service exited early (status {proc.returncode}); see the logs")
-                with contextlib.suppress(aiohttp.ClientError):
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                     async with session.get(url) as resp:
                         if resp.status == 200:
                             break

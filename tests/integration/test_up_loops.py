@@ -1,0 +1,48 @@
+"""The loops of `tickerwire up` in process: the demo trickle waits longer while the broker is
+away and is back to its short pause once a post went out (real broker; the bootstrap address
+refuses connections until it forwards to the broker); waiting for readiness is bounded even
+when a listener never answers (a real loopback socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from tickerwire.services.cli.up import Trickle, wait_healthy
+from tickerwire.services.common import kafka
+from tickerwire.services.common.config import Config
+from tests.support.forward import Forwarder
+from tests.support.wait import background, until
+
+
+async def test_the_trickles_pause_is_short_again_after_a_post_went_out(kafka_bootstrap):
+    prefix = f"trickle{os.getpid()}"
+    settings = dict(database_url="postgresql://unused/x", topic_prefix=prefix, topic_replication_factor=1)
+    await kafka.ensure_topics(Config(kafka_bootstrap_servers=kafka_bootstrap, **settings))
+    async with Forwarder(kafka_bootstrap) as forwarder:
+        trickle = Trickle(Config(kafka_bootstrap_servers=forwarder.address, **settings), next_id=1, interval=0.05)
+        async with background(trickle.run_forever()):
+            await until(lambda: trickle.backoff.failures >= 2, 30, "two failed publishes")
+            assert trickle.backoff.ceiling >= 4.0
+            await forwarder.open()  # the broker is back
+            await until(lambda: trickle.next_id > 1, 60, "a post published")
+            assert trickle.backoff.ceiling == 1.0
+
+
+async def test_waiting_for_readiness_gives_up_at_its_deadline_when_a_listener_never_answers():
+    async def accept_and_say_nothing(reader, writer):
+        await reader.read()  # until the client gives up
+
+    server = await asyncio.start_server(accept_and_say_nothing, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        started = time.monotonic()
+        async with asyncio.timeout(30):  # aiohttp alone would wait 5 minutes on the first probe
+            with pytest.raises(TimeoutError, match="did not become ready"):
+                await wait_healthy([f"http://127.0.0.1:{port}/readyz"], [], timeout=1.0)
+        assert time.monotonic() - started < 5
+    finally:
+        server.close()
