@@ -58,6 +58,7 @@ from .apply import (
     translation_records,
 )
 from .derive import merge, sentiment_deltas, ticker_deltas
+from .logread import read_until
 from . import sql
 
 log = logging.getLogger(__name__)
@@ -151,16 +152,11 @@ async def _read(config: Config, tps: list[TopicPartition], ends: dict[TopicParti
     try:
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        pending = {tp for tp in tps if ends.get(tp, 0) > 0}
-        while pending:
-            batches = await consumer.getmany(*pending, timeout_ms=500, max_records=config.projector_batch_max)
-            for tp, msgs in batches.items():
-                records = [Record(m.offset, m.key, m.value) for m in msgs if m.offset < ends[tp]]
-                if records:
-                    yield tp, records
-            for tp in list(pending):
-                if await consumer.position(tp) >= ends[tp]:
-                    pending.discard(tp)
+        targets = {tp: ends.get(tp, 0) for tp in tps}
+        async for tp, msgs in read_until(consumer, targets, max_records=config.projector_batch_max):
+            records = [Record(m.offset, m.key, m.value) for m in msgs if m.offset < targets[tp]]
+            if records:
+                yield tp, records
     finally:
         await consumer.stop()
 

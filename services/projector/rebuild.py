@@ -8,6 +8,8 @@ How it runs beside the live system:
    the end offsets *once* (``end_offsets``; ``seek_to_end`` is not trusted) and applies batches
    with the projector's own :func:`~.apply.apply_batch` until every partition's position has
    reached its measured end. The API keeps reading the live schema all along.
+   A partition whose live position the log does not hold (a log reset) is read to the log's
+   end instead of to that position (:mod:`.logread`); no read waits silently.
 3. It catches up with the live projector's stored positions, first without any lock, then under
    ``pg_advisory_lock(SWITCH_LOCK)``, taken exclusively on one session. Every live write (each
    projector batch, each badge sweep) takes that lock *shared* at the start of its transaction,
@@ -35,6 +37,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Collection
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -52,6 +55,7 @@ from ..readmodel import positions
 from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, Record, apply_batch
 from .bulk import BulkReport, NotBulkable
+from .logread import discontinuities, read_until
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +85,6 @@ class Replayer:
         self.report = report
         self.tps = tps if tps is not None else _tps(config)
         self.consumer: AIOKafkaConsumer | None = None
-        self.reached: dict[TopicPartition, int] = {tp: 0 for tp in self.tps}
         #: Post events this replayer applied (the bulk path expects none outside the posts topic).
         self.posts_applied = 0
 
@@ -97,7 +100,6 @@ class Replayer:
         for tp, offset in (positions or {}).items():
             if offset > 0:
                 self.consumer.seek(tp, offset)
-                self.reached[tp] = offset
         return await self.consumer.end_offsets(self.tps)
 
     async def stop(self) -> None:
@@ -110,13 +112,9 @@ class Replayer:
         ``conn`` None applies through the pool; the final catch-up passes the session that
         holds the switch lock (its own shared lock does not conflict with it)."""
         assert self.consumer is not None
-        while any(self.reached[tp] < targets.get(tp, 0) for tp in self.tps):
-            batches = await self.consumer.getmany(timeout_ms=500, max_records=self.config.projector_batch_max)
-            for tp, msgs in batches.items():
-                if msgs:
-                    await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs], conn)
-            for tp in self.tps:
-                self.reached[tp] = await self.consumer.position(tp)
+        wanted = {tp: targets.get(tp, 0) for tp in self.tps}
+        async for tp, msgs in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
+            await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs], conn)
 
     async def _apply(self, tp: TopicPartition, records: list[Record], conn: asyncpg.Connection | None) -> None:
         async def attempt():
@@ -132,9 +130,25 @@ class Replayer:
         self.report.batches += 1
 
 
-async def _live_positions(conn: asyncpg.Connection, live: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+async def _live_positions(
+    conn: asyncpg.Connection, live: str, tps: list[TopicPartition], lost: Collection[TopicPartition] = (),
+) -> dict[TopicPartition, int]:
+    """The live schema's stored positions, as targets to catch up with: 0 for the ``lost``
+    partitions, whose stored positions the log does not hold."""
     stored = await positions.load(conn, schema=live)
-    return {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
+    return {tp: 0 if tp in lost else stored.get((tp.topic, tp.partition), 0) for tp in tps}
+
+
+async def _lost(config: Config, live: str, tps: list[TopicPartition]) -> set[TopicPartition]:
+    """The partitions whose live position the log does not hold (a log reset, a re-created
+    topic, records deleted unread). A rebuild is a way out of that state, so it reads them to
+    the log's end instead of catching up with positions that will never come."""
+    async with connect(config.database_url) as conn:
+        stored = await _live_positions(conn, live, tps)
+    gaps = await discontinuities(config, stored)
+    for gap in gaps.values():
+        log.warning("rebuild: %s; that partition is rebuilt from the log as it is now", gap.reason)
+    return set(gaps)
 
 
 async def _switch(conn: asyncpg.Connection, live: str, target: str) -> None:
@@ -193,10 +207,11 @@ async def _replay_into(
     pool = await create_pool(config.database_url, schema, min_size=1, max_size=bulk_mod.LOADERS)
     replayer = Replayer(config, pool, report)
     try:
+        live = switch_from or catch_up_with
+        lost = await _lost(config, live, replayer.tps) if live else set()
         if bulk:
-            live = switch_from or catch_up_with
             async with connect(config.database_url) as conn:
-                floor = await _live_positions(conn, live, replayer.tps) if live else {}
+                floor = await _live_positions(conn, live, replayer.tps, lost) if live else {}
             await _bulk(config, pool, report, floor, live)
             async with pool.acquire() as conn:
                 stored = await _live_positions(conn, schema, replayer.tps)
@@ -208,13 +223,13 @@ async def _replay_into(
         await replayer.until(ends)
         if catch_up_with is not None:
             async with connect(config.database_url) as conn:
-                await replayer.until(await _live_positions(conn, catch_up_with, replayer.tps))
+                await replayer.until(await _live_positions(conn, catch_up_with, replayer.tps, lost))
         if switch_from is not None:
             async with connect(config.database_url, schema=schema) as conn:
-                await replayer.until(await _live_positions(conn, switch_from, replayer.tps))  # unlocked, most of the gap
+                await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost))  # unlocked, most of the gap
                 await conn.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
                 try:
-                    await replayer.until(await _live_positions(conn, switch_from, replayer.tps), conn)
+                    await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost), conn)
                     await _switch(conn, switch_from, schema)
                 finally:
                     await conn.execute("SELECT pg_advisory_unlock($1)", SWITCH_LOCK)

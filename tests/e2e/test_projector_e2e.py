@@ -20,6 +20,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.rebuild import rebuild, replay_into
+from tickerwire.services.readmodel import positions
 
 from tests.support.events import T0, category_ev, locale_ev, post_ev, token_ev
 from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
@@ -279,5 +280,27 @@ async def _count(stack: ServiceStack, query: str) -> int:
     conn = await stack.read_conn()
     try:
         return await conn.fetchval(query)
+    finally:
+        await conn.close()
+
+
+async def test_a_rebuild_is_a_way_out_of_a_log_reset(stack: ServiceStack):
+    """After a log reset (the read model's positions past the new log's end) the projector stops
+    those partitions; ``rebuild`` re-derives the read model from the log as it is now, instead of
+    waiting for offsets that will never come, and the projector then resumes from there."""
+    await stack.publish([post_ev(i, langs=("en-US", "de-DE")) for i in range(1, 31)])
+    posts = topic_name(stack.config.topic_prefix, POSTS)
+    conn = await stack.read_conn()
+    try:
+        await positions.save_many(conn, {(t, p): 10_000 for (t, p) in stack.marks if t == posts})
+        await stack.start("projector", TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S="1")
+
+        async with asyncio.timeout(90):
+            report = await rebuild(stack.config)
+
+        assert report.schema == "rm"
+        await stack.wait_projected()
+        assert await conn.fetchval("SELECT count(*) FROM posts") == 30
+        assert await conn.fetchval("SELECT count(*) FROM post_translations WHERE visible") == 60
     finally:
         await conn.close()

@@ -1,0 +1,81 @@
+"""Reading the log up to given offsets, for ``tickerwire projector rebuild``: the one loop behind
+the bulk load's passes and the event-by-event replay, and the checks that keep it from waiting
+forever.
+
+- Before reading, the live schema's stored positions are compared with the log
+  (:func:`discontinuities`, the rule of :mod:`..common.logcheck`). After a log reset the live
+  positions are past the new log's end; a rebuild catching up with them would wait for offsets
+  that never come. The rebuild is the documented way out of a reset, so it reads those
+  partitions to the log's end instead (:mod:`.rebuild`).
+- While reading (:func:`read_until`), a partition whose position stops moving short of its
+  target for :data:`STALL_S` seconds (a broker gone, a log that ends earlier than it said) ends
+  the rebuild with an error naming the partition, instead of a silent wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from ..common import kafka
+from ..common.config import Config
+from ..common.errors import BrokerUnavailable
+from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
+
+#: No partition position moving for this long, short of its target, ends the read.
+STALL_S = 60.0
+#: One fetch waits at most this long for records.
+FETCH_TIMEOUT_MS = 500
+
+
+async def read_until(
+    consumer: AIOKafkaConsumer, targets: dict[TopicPartition, int], *, max_records: int, stall_s: float = STALL_S,
+) -> AsyncIterator[tuple[TopicPartition, list[ConsumerRecord]]]:
+    """Fetch whole batches of the assigned partitions until each position in ``targets`` has
+    reached its target offset (records past a target are yielded too; the caller decides).
+
+    Raises :class:`BrokerUnavailable` when no position moves for ``stall_s`` seconds while
+    one is short of its target."""
+    positions = {tp: await consumer.position(tp) for tp in targets}
+    pending = {tp for tp, position in positions.items() if position < targets[tp]}
+    moved = time.monotonic()
+    while pending:
+        batches = await consumer.getmany(*pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records)
+        for tp, records in batches.items():
+            if records:
+                yield tp, records
+        for tp in list(pending):
+            position = await consumer.position(tp)
+            if position != positions[tp]:
+                positions[tp], moved = position, time.monotonic()
+            if position >= targets[tp]:
+                pending.discard(tp)
+        if pending and time.monotonic() - moved > stall_s:
+            short = ", ".join(f"{tp.topic}[{tp.partition}] at {positions[tp]} of {targets[tp]}" for tp in sorted(pending))
+            raise BrokerUnavailable(
+                f"the log stopped delivering records for {stall_s:.0f} s short of the offsets to read ({short}): "
+                "the broker is unreachable or the log ends earlier than it reported"
+            )
+
+
+async def discontinuities(config: Config, stored: dict[TopicPartition, int]) -> dict[TopicPartition, Discontinuity]:
+    """The stored positions that are not a place in the log (past its end after a reset or a
+    re-created topic, before its start after records were deleted), by the projector's rule."""
+    stored = {tp: position for tp, position in stored.items() if position > 0}
+    if not stored:
+        return {}
+    consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-rebuild-check")
+    probe = LogProbe(config, "tickerwire-rebuild-probe")
+    try:
+        async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+            await consumer.start()
+        return await find_discontinuities(consumer, probe, stored)
+    except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        raise BrokerUnavailable(f"cannot read the log offsets from {config.kafka_bootstrap_servers}: {exc}") from exc
+    finally:
+        await probe.close()
+        await consumer.stop()

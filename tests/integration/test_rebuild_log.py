@@ -1,0 +1,42 @@
+"""The rebuild's log reads on the real broker: a log that stops delivering short of the offsets
+to read ends the read with an error naming the partition, instead of a silent wait. (The
+rebuild after a log reset is an end-to-end test: tests/e2e/test_projector_e2e.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from aiokafka import TopicPartition
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
+from tickerwire.services.common.errors import BrokerUnavailable
+from tickerwire.services.projector.logread import read_until
+
+from tests.support.events import post_ev
+from tests.support.stack import ServiceStack
+
+
+async def test_a_log_that_stops_short_of_the_offsets_to_read_ends_the_read_with_the_partition_named(
+    fresh_db, kafka_bootstrap, topic_prefix
+):
+    stack = ServiceStack(fresh_db, kafka_bootstrap, topic_prefix)
+    await stack.prepare()
+    await stack.publish([post_ev(1)])
+    (topic, partition), held = next((key, mark) for key, mark in stack.marks.items() if key[0] == topic_name(topic_prefix, POSTS))
+    tp = TopicPartition(topic, partition)
+    consumer = kafka.consumer(stack.config, group_id=None, client_id="test-read-until")
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        read: list[int] = []
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match=rf"{topic}\[{partition}\] at {held} of {held + 5}"):
+            async for _, records in read_until(consumer, {tp: held + 5}, max_records=100, stall_s=1.5):
+                read += [r.offset for r in records]
+        assert read == list(range(held))  # what the log holds was read first
+        assert time.monotonic() - started < 10
+    finally:
+        await consumer.stop()
