@@ -56,6 +56,9 @@ class Config:
     projector_log_check_interval_s: float = 10.0
     api_catalog_max_age_s: float = 5.0
     stream_ping_interval_s: float = 30.0
+    #: A WebSocket ping frame this often; a client that has not answered it within half of it
+    #: (and sent nothing else) is closed, so a vanished client frees its slot.
+    stream_heartbeat_s: float = 60.0
     stream_queue_size: int = 256
     stream_max_pending: int = 50_000
     stream_max_connections_per_workspace: int = 5
@@ -130,7 +133,7 @@ class Config:
                 "TICKERWIRE_STREAM_LEASE_RENEW_S must be positive and below TICKERWIRE_STREAM_LEASE_TTL_S "
                 f"({self.stream_lease_renew_s:g} and {self.stream_lease_ttl_s:g}): a lease must be renewed before it expires"
             )
-        for name in ("http_header_timeout_s", "http_keepalive_timeout_s", "stream_access_recheck_s"):
+        for name in ("http_header_timeout_s", "http_keepalive_timeout_s", "stream_access_recheck_s", "stream_heartbeat_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} must be a positive number of seconds")
 

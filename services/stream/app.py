@@ -90,7 +90,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
     stream_filter = requested_filter(request)
     if isinstance(stream_filter, web.Response):
         return stream_filter
-    ws = web.WebSocketResponse(compress=False, autoping=True, max_msg_size=4096)
+    # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
+    # client whose network vanished frees its slot instead of holding it until TCP gives up.
+    ws = web.WebSocketResponse(compress=False, autoping=True, max_msg_size=4096, heartbeat=app[CONFIG].stream_heartbeat_s)
     if not ws.can_prepare(request).ok:
         return envelope(426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.", headers={"Upgrade": "websocket"})
     session_id = "ses_" + secrets.token_urlsafe(12)

@@ -5,6 +5,7 @@ processes, kills and shutdown are tested over real processes in tests/e2e."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 import aiohttp
@@ -115,3 +116,37 @@ async def test_a_feed_paused_by_back_pressure_says_so_in_a_gauge_and_readiness_u
             assert await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 0
             status, feed = await feed_readiness(http, stream)
             assert status == 200 and feed == {"ok": True, "detail": "ok"}
+
+
+async def test_a_client_that_stops_answering_is_closed_and_frees_its_slot(pg_dsn, kafka_bootstrap, http):
+    """A client whose network vanished answers no WebSocket ping: it is closed after the
+    heartbeat and half of it, and the workspace's only slot is free again for a new connection.
+    A client that answers stays connected."""
+    prefix = f"streamheartbeat{os.getpid()}"
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn, prefix)
+        await model.project([locale_ev("en-US", default=True)])
+        key = await model.provision("ws_heartbeat", stream_connection_limit=1)
+        async with stream_served(dsn, kafka_bootstrap, prefix, stream_heartbeat_s=1.0) as stream:
+            url = f"{stream.url}{BASE}/stream"
+            answering = await handshake(http, url, headers=auth(key))
+            started = asyncio.get_running_loop().time()
+            while asyncio.get_running_loop().time() - started < 3.0:  # reading answers the pings
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await answering.receive(timeout=0.2)
+            assert not answering.closed
+            await answering.close()
+
+            silent = await http.ws_connect(url, headers=auth(key), autoping=False)  # never answers a ping
+            async with asyncio.timeout(10):
+                while True:  # the slot is taken until the server gives the silent client up
+                    try:
+                        again = await handshake(http, url, headers=auth(key))
+                        break
+                    except aiohttp.WSServerHandshakeError as exc:
+                        assert exc.status == 429
+                        await asyncio.sleep(0.2)
+            waited = asyncio.get_running_loop().time() - started
+            await again.close()
+            await silent.close()
+            assert waited < 10
