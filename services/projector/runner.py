@@ -217,10 +217,11 @@ class Projector:
         caught_up = bool(assignment)
         for tp in assignment:
             high = self.consumer.highwater(tp)
-            if high is None:
+            position = await self._fetch_position(tp)  # bounded: a position being reset asks the broker
+            if high is None or position is None:
                 caught_up = False
                 continue
-            lag = max(high - await self.consumer.position(tp), 0)
+            lag = max(high - position, 0)
             self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
             caught_up = caught_up and lag == 0
         if caught_up:
