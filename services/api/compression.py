@@ -15,12 +15,13 @@ Brotli is not offered: no brotli package is part of the product's dependencies.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
-from collections import OrderedDict
 
 from aiohttp import web
 
 from .catalog import etag_of
+from .lru import BoundedLRU
 
 MIN_BYTES = 1400  # about one TCP segment: below it compression saves no round trip
 LEVEL = 6
@@ -29,8 +30,11 @@ THREAD_ABOVE = 64 * 1024
 
 
 def accepts_gzip(header: str | None) -> bool:
-    if not header:
-        return False
+    return False if not header else _accepts_gzip(header)
+
+
+@functools.lru_cache(maxsize=64)  # clients send a handful of distinct values; bounded anyway
+def _accepts_gzip(header: str) -> bool:
     star = None
     for item in header.split(","):
         name, _, params = item.strip().partition(";")
@@ -57,25 +61,15 @@ def gzip_etag(etag: str) -> str:
 class Compressed:
     """identity ETag -> gzip bytes, least recently used dropped beyond ``max_bytes``."""
 
-    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._max = max_bytes
-        self._size = 0
-        self._items: OrderedDict[str, bytes] = OrderedDict()
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024, max_entries: int = 65_536) -> None:
+        self._items: BoundedLRU[bytes] = BoundedLRU(len, max_entries=max_entries, max_bytes=max_bytes)
 
     def get(self, etag: str) -> bytes | None:
-        data = self._items.get(etag)
-        if data is not None:
-            self._items.move_to_end(etag)
-        return data
+        return self._items.get(etag)
 
     def put(self, etag: str, data: bytes) -> None:
-        if etag in self._items or len(data) > self._max:
-            return
-        self._items[etag] = data
-        self._size += len(data)
-        while self._size > self._max:
-            _, old = self._items.popitem(last=False)
-            self._size -= len(old)
+        if etag not in self._items:
+            self._items.put(etag, data)
 
     async def compress(self, etag: str, body: bytes) -> bytes:
         data = self.get(etag)
@@ -92,13 +86,20 @@ class Compressed:
             await self.compress(etag, body)
 
 
+def _is_json(content_type: str | None) -> bool:
+    """``response.content_type == "application/json"`` without parsing the header of every response."""
+    if content_type == "application/json":  # what the handlers set
+        return True
+    return content_type is not None and content_type.partition(";")[0].strip().lower() == "application/json"
+
+
 async def negotiate(request: web.Request, response: web.Response, cache: Compressed) -> web.Response:
     """A 200's representation for the request's ``Accept-Encoding``: gzip (with its own tag) when
     the JSON body is large enough and gzip is accepted; ``Vary`` on every large JSON body."""
     body = response.body
-    if not isinstance(body, (bytes, bytearray)) or len(body) < MIN_BYTES or response.content_type != "application/json":
-        return response
     headers = response.headers
+    if not isinstance(body, (bytes, bytearray)) or len(body) < MIN_BYTES or not _is_json(headers.get("Content-Type")):
+        return response
     headers["Vary"] = "Accept-Encoding"
     if not accepts_gzip(request.headers.get("Accept-Encoding")):
         return response

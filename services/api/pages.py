@@ -19,9 +19,10 @@ Bounded by entries and bytes, least recently used dropped first.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Hashable, Mapping
+
+from .lru import BoundedLRU
 
 DEPENDS_ON = ("posts", "categories", "locales")
 
@@ -33,12 +34,13 @@ class Page:
     log_position: str
 
 
+def _size(page: Page) -> int:
+    return len(page.body)
+
+
 class PageCache:
     def __init__(self, max_entries: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
-        self._size = 0
-        self._items: OrderedDict[Hashable, Page] = OrderedDict()
+        self._items: BoundedLRU[Page] = BoundedLRU(_size, max_entries=max_entries, max_bytes=max_bytes)
         self.generation: tuple | None = None
         self.hits = 0
         self.misses = 0
@@ -51,7 +53,6 @@ class PageCache:
         generation = tuple(stamps.get(n) for n in DEPENDS_ON)
         if generation != self.generation:
             self._items.clear()
-            self._size = 0
             self.generation = generation
 
     def get(self, key: Hashable) -> Page | None:
@@ -59,7 +60,6 @@ class PageCache:
         if page is None:
             self.misses += 1
             return None
-        self._items.move_to_end(key)
         self.hits += 1
         return page
 
@@ -72,13 +72,5 @@ class PageCache:
 
     def put(self, key: Hashable, page: Page, generation: tuple | None) -> None:
         """Store ``page`` if no refresh moved the generation since its query began."""
-        if generation is None or generation != self.generation or len(page.body) > self._max_bytes:
-            return
-        old = self._items.pop(key, None)
-        if old is not None:
-            self._size -= len(old.body)
-        self._items[key] = page
-        self._size += len(page.body)
-        while len(self._items) > self._max_entries or self._size > self._max_bytes:
-            _, dropped = self._items.popitem(last=False)
-            self._size -= len(dropped.body)
+        if generation is not None and generation == self.generation:
+            self._items.put(key, page)
