@@ -30,8 +30,9 @@ from .compression import Compressed
 from .errors import routes
 from .metrics import ApiMetrics
 from .pages import PageCache
+from .params import Listings
 from .pipeline import request_middleware
-from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, METRICS, PAGES, POOL, PRINCIPALS, WATCHER
+from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, LISTINGS, METRICS, PAGES, POOL, PRINCIPALS, WATCHER
 
 
 def add_partner_routes(app: web.Application, base: str) -> None:
@@ -85,6 +86,7 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     app[CONFIG] = config
     app[COMPRESSED] = compressed
     app[PAGES] = pages = PageCache()
+    app[LISTINGS] = Listings()
     app[METRICS] = metrics
     metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))

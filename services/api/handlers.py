@@ -10,6 +10,7 @@ from typing import Awaitable, Callable, Hashable
 import asyncpg
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import text_search_config
@@ -20,7 +21,7 @@ from .catalog import Body, etag_of
 from .errors import not_found
 from .params import Filters, Page, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
-from .state import CATALOG, PAGES, REQUEST_LOG_POSITION, WATCHER, db
+from .state import CATALOG, LISTINGS, PAGES, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -28,10 +29,11 @@ _ID = re.compile(r"[0-9]{1,16}", re.ASCII)
 
 
 def json_bytes(body: bytes, *, cache: str = PRIVATE, etag: str | None = None) -> web.Response:
-    headers = {"Cache-Control": cache}
-    if etag is not None:
-        headers["ETag"] = etag
-    return web.Response(body=body, content_type=JSON, headers=headers)
+    # The headers as one multidict, Content-Type included: aiohttp would otherwise copy them and
+    # parse and re-set the content type for every response.
+    if etag is None:
+        return web.Response(body=body, headers=CIMultiDict((("Cache-Control", cache), ("Content-Type", JSON))))
+    return web.Response(body=body, headers=CIMultiDict((("Cache-Control", cache), ("ETag", etag), ("Content-Type", JSON))))
 
 
 def cached(body: Body, cache: str = PRIVATE) -> web.Response:
@@ -42,8 +44,15 @@ def _log_topic(request: web.Request) -> str:
     return request.app[CATALOG].log_topic
 
 
+def _raw_query(request: web.Request) -> str:
+    """The request target's query string as sent (not decoded); empty when there is none."""
+    return request.raw_path.partition("?")[2]
+
+
 def _lang(request: web.Request) -> str:
-    return request.app[CATALOG].languages.resolve(request.query.get("lang"))
+    # No query string, no lang: skips decoding the query (most catalog and detail requests).
+    raw = request.query.get("lang") if _raw_query(request) else None
+    return request.app[CATALOG].languages.resolve(raw)
 
 
 # --------------------------------------------------------------------------- posts and search
@@ -101,9 +110,9 @@ async def _page_body(request: web.Request, what: str, lang: str, filters: Filter
 
 
 async def list_posts(request: web.Request) -> web.Response:
-    query = request.query
-    page, filters = parse_page(query), parse_filters(query)
-    return await _page(request, "list posts", _lang(request), filters, page, None)
+    listing = request.app[LISTINGS].parse(_raw_query(request), lambda: request.query)
+    lang = request.app[CATALOG].languages.resolve(listing.lang)
+    return await _page(request, "list posts", lang, listing.filters, listing.page, None)
 
 
 async def search(request: web.Request) -> web.Response:

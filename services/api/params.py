@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Mapping
+from typing import Callable, Mapping
 
 from tickerwire.schemas.partner import SENTIMENTS
 
 from ..common.errors import InvalidParameter
 from ..common.query import csv_values, tickers
 from .errors import validation_failed
+from .lru import BoundedLRU
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50
@@ -146,6 +147,50 @@ def parse_filters(query: Mapping[str, str]) -> Filters:
         sentiment=tuple(dict.fromkeys(sentiment)) if sentiment is not None else None,
         importance_min=_integer(query, "importance_min", 0, 100, None),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What a /posts query string asks for: the page, the filters, and the raw ``lang``
+    (resolved against the current locales per request, as they may change)."""
+
+    page: Page
+    filters: Filters
+    lang: str | None
+
+
+#: Query strings longer than this are parsed every time, never kept.
+MAX_KEPT_QUERY = 512
+
+
+def _one(_: Listing) -> int:
+    return 1
+
+
+class Listings:
+    """raw query string -> its :class:`Listing`, so a repeated /posts query skips the parsing.
+
+    Parsing is a pure function of the raw string, so a kept result is what parsing it again
+    gives. Only valid queries are kept (an invalid one raises its 422 every time, from the
+    same code), only query strings up to ``MAX_KEPT_QUERY`` characters, and at most
+    ``max_entries`` of them, least recently used dropped first: the keys are untrusted input.
+    """
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self._items: BoundedLRU[Listing] = BoundedLRU(_one, max_entries=max_entries, max_bytes=max_entries)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def parse(self, raw: str, query: Callable[[], Mapping[str, str]]) -> Listing:
+        """The listing of the raw query string ``raw``; ``query()`` gives its decoded parameters."""
+        listing = self._items.get(raw)
+        if listing is None:
+            decoded = query()
+            listing = Listing(parse_page(decoded), parse_filters(decoded), decoded.get("lang"))
+            if len(raw) <= MAX_KEPT_QUERY:
+                self._items.put(raw, listing)
+        return listing
 
 
 def parse_q(query: Mapping[str, str]) -> str:

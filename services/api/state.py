@@ -12,6 +12,7 @@ from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed
 from .pages import PageCache
+from .params import Listings
 from .metrics import ApiMetrics
 
 CONFIG = web.AppKey("config", Config)
@@ -23,6 +24,7 @@ ADMISSIONS = web.AppKey("admissions", Admissions)
 WATCHER = web.AppKey("watcher", StampWatcher)
 COMPRESSED = web.AppKey("compressed", Compressed)
 PAGES = web.AppKey("pages", PageCache)
+LISTINGS = web.AppKey("listings", Listings)
 
 
 class _Reader:

@@ -1,4 +1,5 @@
-"""Pure rules of the read API's edge: query parameters, If-None-Match matching, the page statement."""
+"""Pure rules of the read API's edge: query parameters (and the kept parses), If-None-Match matching, the
+page statement, the bounded LRU of its caches."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from tickerwire.services.api.conditional import matches
 from tickerwire.services.common.envelope import ApiError
 from tickerwire.services.api.params import Page, parse_filters, parse_page, parse_q, parse_since
 from tickerwire.services.api.queries import page_query
-from tickerwire.services.api.params import Filters
+from tickerwire.services.api.params import MAX_KEPT_QUERY, Filters, Listing, Listings
+from tickerwire.services.api.lru import BoundedLRU
 
 
 def test_since_accepts_rfc3339_with_offset_and_clamps_extremes():
@@ -58,3 +60,47 @@ def test_if_none_match_weak_comparison_lists_and_star():
 def test_page_query_passes_values_only_as_parameters():
     sql, args = page_query("en-US", Filters(ticker=("X'; DROP TABLE posts; --",)), Page(20, 5, None))
     assert "DROP" not in sql and args[0] == "en-US" and ["X'; DROP TABLE posts; --"] in args
+
+
+def test_listings_keep_valid_parses_only_bounded_and_short():
+    listings = Listings(max_entries=2)
+    decoded = {"limit": "5", "lang": "es-ES", "sentiment": "BULLISH"}
+    calls = []
+
+    def query():
+        calls.append(1)
+        return decoded
+
+    first = listings.parse("limit=5&lang=es-ES&sentiment=BULLISH", query)
+    assert first == Listing(Page(5), parse_filters(decoded), "es-ES")
+    assert listings.parse("limit=5&lang=es-ES&sentiment=BULLISH", query) is first and len(calls) == 1
+    for _ in range(2):  # an invalid query raises its 422 every time: never kept
+        with pytest.raises(ApiError) as exc:
+            listings.parse("limit=0", lambda: {"limit": "0"})
+        assert exc.value.field == "limit"
+    assert len(listings) == 1
+    long = "unknown=" + "a" * MAX_KEPT_QUERY  # unknown parameters are ignored: a valid query
+    listings.parse(long, lambda: {"unknown": "a" * MAX_KEPT_QUERY})
+    assert len(listings) == 1  # too long to keep
+    listings.parse("", dict)
+    listings.parse("limit=7", lambda: {"limit": "7"})
+    assert len(listings) == 2  # bounded: the least recently used went first
+    listings.parse("limit=5&lang=es-ES&sentiment=BULLISH", query)
+    assert len(calls) == 2
+
+
+def test_bounded_lru_drops_least_recent_by_entries_and_by_size():
+    lru = BoundedLRU(len, max_entries=3, max_bytes=10)
+    for key, value in [("a", b"1234"), ("b", b"1234"), ("c", b"1")]:
+        lru.put(key, value)
+    assert lru.get("a") == b"1234"  # now the most recent
+    lru.put("d", b"12")  # 4+4+1+2 = 11 bytes, 4 entries: b goes first
+    assert "b" not in lru and [k in lru for k in "acd"] == [True, True, True]
+    lru.put("e", b"1")  # 4 entries: c (least recent) goes
+    assert "c" not in lru and len(lru) == 3
+    lru.put("big", b"x" * 11)  # larger than the whole budget: not kept, nothing dropped
+    assert "big" not in lru and len(lru) == 3
+    lru.put("a", b"123456789")  # replaced: its old size (4) is released, then d (least recent) goes to fit
+    assert lru.get("a") == b"123456789" and "d" not in lru and len(lru) == 2
+    lru.clear()
+    assert len(lru) == 0 and lru.get("a") is None
