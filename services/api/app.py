@@ -110,16 +110,12 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
 
 
 def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
-    """Ready when PostgreSQL answers, the read model is migrated, the cached catalog is fresh,
-    the in-memory access state is confirmed current with its listener up, and admission has a
-    connection."""
-    config = app[CONFIG]
-    ready = service_readiness(config, lambda: app.get(POOL), supervisor, broker=False)
+    """Ready when PostgreSQL answers, the read model is migrated, the in-memory copies (the
+    catalog, the principals, the page cache's generation: one refresh brings them all up to the
+    change stamps) are confirmed current with their listener up, and admission has a connection."""
+    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=False)
 
-    async def catalog() -> tuple[bool, str]:
-        return app[CATALOG].check(config.api_catalog_max_age_s)
-
-    async def access() -> tuple[bool, str]:
+    async def copies() -> tuple[bool, str]:
         if not app[PRINCIPALS].loaded:
             return False, "principals not loaded yet"
         return app[WATCHER].status()
@@ -127,8 +123,7 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     async def admission() -> tuple[bool, str]:
         return (True, "ok") if app[ADMISSIONS].connected else (False, "admission connections down")
 
-    ready.add("catalog", catalog)
-    ready.add("access", access)
+    ready.add("change-stamps", copies)
     ready.add("admission", admission)
     return ready
 

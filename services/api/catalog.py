@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,8 +110,6 @@ class Catalog:
     #: refresh. A body whose stamp did not move is what that snapshot would give; a reloaded
     #: one was read after it. So the mark may lag the bodies (by up to ``poll_s``), never lead.
     log_position: str = ""
-    #: time.monotonic() of the last successful refresh.
-    refreshed_at: float = 0.0
 
     def _changed(self, stamps: dict[str, int], *names: str) -> bool:
         return not self.loaded.is_set() or any(stamps.get(n) != self.stamps.get(n) for n in names)
@@ -130,14 +127,4 @@ class Catalog:
         self.stamps = stamps
         if rows:
             self.log_position = rows[0]["log_position"]
-        self.refreshed_at = time.monotonic()
         self.loaded.set()
-
-    def check(self, max_age_s: float) -> tuple[bool, str]:
-        """Readiness: loaded, and refreshed within ``max_age_s`` (changes are being picked up)."""
-        if not self.loaded.is_set():
-            return False, "catalog not loaded yet"
-        age = time.monotonic() - self.refreshed_at
-        if age > max_age_s:
-            return False, f"catalog last refreshed {age:.1f}s ago (stale after {max_age_s:g}s)"
-        return True, "ok"

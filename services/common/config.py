@@ -54,7 +54,6 @@ class Config:
     projector_batch_max: int = 2_000
     sweep_interval_s: float = 3600.0
     projector_log_check_interval_s: float = 10.0
-    api_catalog_max_age_s: float = 5.0
     stream_ping_interval_s: float = 30.0
     #: A WebSocket ping frame this often; a client that has not answered it within half of it
     #: (and sent nothing else) is closed, so a vanished client frees its slot.
