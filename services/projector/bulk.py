@@ -10,10 +10,10 @@ Two passes over each posts partition, so memory holds small integers per post, n
    dropped later keeps a hidden row rendered from that snapshot).
 2. **Load.** The records at those offsets are decoded again and rendered with the projector's
    own functions (:func:`.apply.renderings_of`, :func:`.apply.translation_records`) into
-   ``posts`` rows and translation rows, which go by ``copy_records_to_table`` into the table
-   (``posts``) or into a session staging table that one INSERT moves into
-   ``post_translations`` computing the tsvector as the live upsert does. Two sessions load
-   concurrently while this process decodes the next chunk.
+   ``posts`` rows and translation rows, which go by ``copy_records_to_table`` into ``posts``
+   and ``post_translations``, each translation with its tsvector computed by one statement per
+   chunk exactly as the live upsert computes it, so every row is written once. Two sessions
+   load concurrently while this process decodes the next chunk.
 
 A translation whose text the live schema already holds a vector for (same text hash) takes
 that vector instead of parsing the text again, the rule the live projector follows within its
@@ -45,6 +45,7 @@ from tickerwire.schemas.readmodel import is_visible
 from ..common import kafka
 from ..common.config import Config
 from ..readmodel import positions
+from ..readmodel.rows import TranslationRow
 from .apply import (
     DeadLetter,
     Decoded,
@@ -209,12 +210,12 @@ async def bulk_load_posts(
     started = time.perf_counter()
     progress.phase = "load"
     queue: asyncio.Queue = asyncio.Queue(maxsize=LOADERS)
-    move = sql.MOVE_TRANSLATION_STAGING
+    vectors = sql.TRANSLATION_VECTORS
     if reuse_from is not None:
         async with pool.acquire() as conn:
             if await conn.fetchval(sql.SCHEMA_HAS_TEXT_HASH, reuse_from):
-                move = sql.MOVE_TRANSLATION_STAGING_REUSING.replace("{live}", '"' + reuse_from.replace('"', '""') + '"')
-    loaders = [asyncio.create_task(_loader(pool, queue, progress, move)) for _ in range(LOADERS)]
+                vectors = sql.TRANSLATION_VECTORS_REUSING.replace("{live}", '"' + reuse_from.replace('"', '""') + '"')
+    loaders = [asyncio.create_task(_loader(pool, queue, progress, vectors)) for _ in range(LOADERS)]
     ticker_delta: dict[str, int] = {}
     sentiment_delta: dict[tuple[datetime, str], int] = {}
     try:
@@ -305,20 +306,34 @@ async def _put(queue: asyncio.Queue, loaders: list[asyncio.Task], item) -> None:
                 raise task.exception()  # type: ignore[misc]
 
 
-async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress, move: str) -> None:
+#: Where the vector statement's inputs and the copied columns sit in a translation row.
+_VECTOR_AT = [TranslationRow.columns().index(c) for c in sql.VECTOR_INPUTS]
+_STORED_AT = [TranslationRow.columns().index(c) for c in sql.TRANSLATION_COPY_COLUMNS[:-1]]
+
+
+def _same(value: bytes) -> bytes:
+    return value
+
+
+async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress, vectors: str) -> None:
+    """Copy chunks in: the posts, then the translations with the vectors ``vectors`` computes
+    (or takes from the live schema), each row written once. The vectors pass through this
+    process in PostgreSQL's binary form, untouched."""
     async with pool.acquire() as conn:
-        await conn.execute(sql.CREATE_TRANSLATION_STAGING)
-        while (item := await queue.get()) is not None:
-            posts_rows, rows = item
-            async with conn.transaction():
-                if posts_rows:
-                    await conn.copy_records_to_table("posts", records=posts_rows, columns=sql.POST_COLUMNS)
-                await conn.copy_records_to_table(
-                    "translation_staging", records=rows, columns=sql.TRANSLATION_STAGING_COLUMNS
-                )
-                await conn.execute(move)
-                await conn.execute(sql.TRUNCATE_TRANSLATION_STAGING)
-            progress.loaded += len(rows)
+        await conn.set_type_codec("tsvector", schema="pg_catalog", encoder=_same, decoder=_same, format="binary")
+        try:
+            while (item := await queue.get()) is not None:
+                posts_rows, rows = item
+                inputs = [list(range(len(rows)))] + [[row[i] for row in rows] for i in _VECTOR_AT]
+                async with conn.transaction():
+                    if posts_rows:
+                        await conn.copy_records_to_table("posts", records=posts_rows, columns=sql.POST_COLUMNS)
+                    computed = await conn.fetch(vectors, *inputs)
+                    records = [(*(row[i] for i in _STORED_AT), v["tsv"]) for row, v in zip(rows, computed, strict=True)]
+                    await conn.copy_records_to_table("post_translations", records=records, columns=sql.TRANSLATION_COPY_COLUMNS)
+                progress.loaded += len(rows)
+        finally:
+            await conn.reset_type_codec("tsvector", schema="pg_catalog")
 
 
 async def _build(pool: asyncpg.Pool, definitions: list[str]) -> None:

@@ -14,7 +14,6 @@ from tickerwire.services.readmodel.rows import (
     TokenRow,
     TranslationRow,
     WorkspaceRow,
-    staging_table,
     upsert_from_arrays,
 )
 
@@ -75,30 +74,29 @@ ON CONFLICT (post_id, lang) DO UPDATE SET
     {", ".join(f"{c} = COALESCE(post_translations.{c}, EXCLUDED.{c})" for c in _FIRST_KEPT)}
 """
 
-# `tickerwire projector rebuild` bulk-loads post translations: the rows (TranslationRow values)
-# are copied into a session's staging table, then moved with one INSERT that computes the
-# tsvector exactly as UPSERT_TRANSLATION does.
-TRANSLATION_STAGING_COLUMNS = TranslationRow.columns()
-CREATE_TRANSLATION_STAGING = staging_table(TranslationRow, "translation_staging")
-MOVE_TRANSLATION_STAGING = f"""
-INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
-SELECT {", ".join("s." + c for c in _STORED)}, {_tsv(*("s." + c for c in TEXT_INPUTS))}
-FROM translation_staging s
+# `tickerwire projector rebuild` bulk-loads post translations with COPY, each row carrying its
+# tsvector: per chunk, one statement computes the vectors exactly as UPSERT_TRANSLATION does
+# (parameters: arrays of the row numbers and of the columns VECTOR_INPUTS name), and the rows go
+# straight into post_translations (TRANSLATION_COPY_COLUMNS), written once.
+VECTOR_INPUTS = ("post_id", "lang", "text_hash", *TEXT_INPUTS)
+_VECTOR_ARGS = f"""unnest($1::int[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[], $8::text[])
+    AS s(i, {", ".join(VECTOR_INPUTS)})"""
+TRANSLATION_VECTORS = f"""
+SELECT {_tsv(*("s." + c for c in TEXT_INPUTS))} AS tsv FROM {_VECTOR_ARGS} ORDER BY s.i
 """
 # The same, taking the tsvector from the live schema's row where that row was computed from the
 # same text (equal text_hash), as UPSERT_TRANSLATION does within one schema. {live} is quoted.
-# A subquery per staged row, not a join: a join is planned as a hash join that scans the whole
-# live table for every chunk (quadratic in the read model's size); the subquery is one
-# primary-key lookup per row whatever the sizes.
-MOVE_TRANSLATION_STAGING_REUSING = f"""
-INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
-SELECT {", ".join("s." + c for c in _STORED)}, COALESCE(
+# A subquery per row, not a join: a join is planned as a hash join that scans the whole live
+# table for every chunk (quadratic in the read model's size); the subquery is one primary-key
+# lookup per row whatever the sizes.
+TRANSLATION_VECTORS_REUSING = f"""
+SELECT COALESCE(
     (SELECT o.tsv FROM {{live}}.post_translations o
      WHERE o.post_id = s.post_id AND o.lang = s.lang AND o.text_hash = s.text_hash),
-    {_tsv(*("s." + c for c in TEXT_INPUTS))})
-FROM translation_staging s
+    {_tsv(*("s." + c for c in TEXT_INPUTS))}) AS tsv
+FROM {_VECTOR_ARGS} ORDER BY s.i
 """
-TRUNCATE_TRANSLATION_STAGING = "TRUNCATE translation_staging"
+TRANSLATION_COPY_COLUMNS = (*_STORED, "tsv")
 # Whether schema $1's post_translations has text_hash (migration 0002), so its vectors can be reused.
 SCHEMA_HAS_TEXT_HASH = """
 SELECT count(*) = 1 FROM information_schema.columns

@@ -126,13 +126,6 @@ def upsert_from_arrays(
     )
 
 
-def staging_table(row: type[Row], name: str) -> str:
-    """``CREATE TEMP TABLE IF NOT EXISTS`` with the row's columns and types."""
-    kinds = row.sql_types()
-    cols = ", ".join(f"{c} {kinds[c]}" for c in row.columns())
-    return f"CREATE TEMP TABLE IF NOT EXISTS {name} ({cols})"
-
-
 # --------------------------------------------------------------------------- posts
 
 

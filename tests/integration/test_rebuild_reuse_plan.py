@@ -1,16 +1,16 @@
-"""The bulk rebuild's move of staged translations into the new schema, against the real
-PostgreSQL: taking a tsvector from the live schema is a primary-key lookup per staged row, never
-a scan of the live table (which would make every chunk cost the whole read model)."""
+"""The bulk rebuild's vectors for a chunk of translations, against the real PostgreSQL: taking a
+tsvector from the live schema is a primary-key lookup per row, never a scan of the live table
+(which would make every chunk cost the whole read model), and a row whose text changed gets the
+vector the live upsert would compute."""
 
 from __future__ import annotations
 
 import json
 
 from tickerwire.services.projector import sql
-from tickerwire.services.readmodel.migrate import migrate
 
 LIVE_ROWS = 20_000
-STAGED_ROWS = 5_000
+CHUNK_ROWS = 5_000
 
 
 def nodes(plan: dict):
@@ -19,7 +19,18 @@ def nodes(plan: dict):
         yield from nodes(child)
 
 
-async def test_reusing_live_vectors_looks_each_staged_row_up_by_primary_key(conn):
+def chunk(changed: set[int]) -> list[list]:
+    """The statement's arguments for rows 1..CHUNK_ROWS of the live table ('en-US'), with other
+    text (and another text hash) for the ``changed`` post ids."""
+    ids = list(range(1, CHUNK_ROWS + 1))
+    return [
+        list(range(len(ids))), ids, ["en-US"] * len(ids),
+        [b"\x00" if i in changed else i.to_bytes(8, "big", signed=True) for i in ids],
+        ["simple"] * len(ids), [f"title {i}" for i in ids], ["lede"] * len(ids), ["body"] * len(ids),
+    ]
+
+
+async def test_reusing_live_vectors_looks_each_row_up_by_primary_key(conn):
     await conn.execute(f"""
         INSERT INTO rm.post_translations (post_id, lang, slug, importance, sentiment, visible, category_slugs,
                                           tickers, hashtags, tsv, lean, detail, text_hash)
@@ -27,25 +38,19 @@ async def test_reusing_live_vectors_looks_each_staged_row_up_by_primary_key(conn
                '{{}}', '{{}}', int8send(i)
         FROM generate_series(1, {LIVE_ROWS}) i""")
     await conn.execute("ANALYZE rm.post_translations")
-    await migrate(conn, "rm_next")
-    await conn.execute("SET search_path TO rm_next, public")
-    await conn.execute(sql.CREATE_TRANSLATION_STAGING)
-    await conn.execute(f"""
-        INSERT INTO translation_staging (post_id, lang, slug, importance, sentiment, visible, category_slugs, tickers,
-                                         hashtags, ts_config, title, lede, body, lean, detail, text_hash)
-        SELECT i, 'en-US', 's' || i, 0, 'neutral', true, '{{}}', '{{}}', '{{}}', 'simple', 't', 'l', 'b', '{{}}', '{{}}',
-               int8send(i)
-        FROM generate_series(1, {STAGED_ROWS}) i""")
-    await conn.execute("ANALYZE translation_staging")
-    move = sql.MOVE_TRANSLATION_STAGING_REUSING.replace("{live}", '"rm"')
+    vectors = sql.TRANSLATION_VECTORS_REUSING.replace("{live}", '"rm"')
 
-    plan = json.loads(await conn.fetchval("EXPLAIN (VERBOSE, FORMAT JSON) " + move))[0]["Plan"]
+    plan = json.loads(await conn.fetchval("EXPLAIN (VERBOSE, FORMAT JSON) " + vectors, *chunk(set())))[0]["Plan"]
 
     live = [n for n in nodes(plan) if n.get("Relation Name") == "post_translations" and n.get("Schema") == "rm"]
     assert live and all(n["Node Type"] == "Index Scan" and n["Index Name"] == "post_translations_pkey" for n in live), live
     assert not any("Join" in n["Node Type"] or n["Node Type"] == "Nested Loop" for n in nodes(plan))
-    # And it takes the live vector where the text is the same, computes it where not.
-    await conn.execute("UPDATE translation_staging SET text_hash = '\\x00' WHERE post_id > $1", STAGED_ROWS - 10)
-    await conn.execute(move)
-    reused = await conn.fetchval("SELECT count(*) FROM rm_next.post_translations WHERE tsv = to_tsvector('simple', 'word ' || post_id)")
-    assert reused == STAGED_ROWS - 10
+
+    changed = {7, CHUNK_ROWS}
+    got = [r["tsv"] for r in await conn.fetch(vectors, *chunk(changed))]
+    computed = "setweight(to_tsvector('simple', $1), 'A') || setweight(to_tsvector('simple', 'lede'), 'B') " \
+               "|| setweight(to_tsvector('simple', 'body'), 'C')"
+    for i in (1, 7, 100, CHUNK_ROWS):
+        want = await conn.fetchval(f"SELECT ({computed})::text", f"title {i}") if i in changed \
+            else await conn.fetchval("SELECT to_tsvector('simple', 'word ' || $1::int)::text", i)
+        assert await conn.fetchval("SELECT $1::tsvector::text", got[i - 1]) == want, i
