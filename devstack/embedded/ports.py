@@ -7,6 +7,7 @@ stopping a child without leaving it behind.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -35,6 +36,16 @@ def free_port(host: str = LOCALHOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int, host: str = LOCALHOST) -> list[int]:
+    """``count`` distinct free ports: probed while all are held, so two of them are never the
+    same number (two :func:`free_port` calls in a row can be)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 def port_is_free(port: int, host: str = LOCALHOST) -> bool:

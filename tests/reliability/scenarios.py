@@ -38,7 +38,7 @@ from tickerwire.services.common.kafka import ensure_topics
 from tickerwire.devstack.demo.dataset import LISTED_LOCALES
 from tickerwire.devstack.demo.trickle import next_post
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
-from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.ports import free_port, free_ports
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 
 from tests.support.faults import (
@@ -153,7 +153,7 @@ class UpScenarios:
 
     def __init__(self) -> None:
         self.state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-faults-"))
-        self.ports = {name: free_port() for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")}
+        self.ports = dict(zip(("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port"), free_ports(5)))
         self.run: UpRun | None = None
         self.outcomes: list[Outcome] = []
 

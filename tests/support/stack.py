@@ -29,7 +29,7 @@ from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tickerwire.services.common.db import connect
 from tickerwire.services.readmodel.migrate import migrate
-from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.projector.sweeper import sweep_once
 from tests.support.events import provisioning
@@ -126,8 +126,10 @@ class ServiceStack:
         """Start ``name`` on ``port`` (its partner port; default: a free one; a restart may reuse
         its predecessor's), and its admin listener on a free port."""
         port_var, admin_var = PORT_VARS[name]
-        port = (port or free_port()) if port_var else None
-        admin_port = free_port()
+        spare, admin_port = free_ports(2)  # distinct: two free_port() calls can return the same port
+        if port == admin_port:  # a restart's port, free again
+            admin_port = spare
+        port = (port or spare) if port_var else None
         ports = {admin_var: str(admin_port), **({port_var: str(port)} if port_var else {})}
         log_path = self.log_dir / f"{name}-{admin_port}.log"
         with open(log_path, "ab") as out:
