@@ -14,18 +14,17 @@ log = logging.getLogger(__name__)
 
 
 def backoff_delays(base: float = 0.1, cap: float = 5.0, rng: random.Random | None = None):
-    """Infinite "full jitter" delays: uniform(0, min(cap, base * 2**attempt))."""
-    rng = rng or random.Random()
-    attempt = 0
+    """Infinite "full jitter" delays: uniform(0, min(cap, base * 2**attempt)) (:class:`Backoff`'s rule)."""
+    backoff = Backoff(base, cap, rng)
     while True:
-        yield rng.uniform(0, min(cap, base * (2**attempt)))
-        attempt = min(attempt + 1, 30)
+        yield backoff.delay()
 
 
 class Backoff:
     """The pauses of a loop that restarts a long-running step after a failure: capped and
-    jittered like :func:`backoff_delays`, and back to ``base`` after :meth:`reset`. Call it
-    once the step has worked again, or one bad minute leaves every later failure waiting the cap."""
+    jittered (the one rule, which :func:`backoff_delays` yields too), and back to ``base`` after
+    :meth:`reset`. Call it once the step has worked again, or one bad minute leaves every later
+    failure waiting the cap."""
 
     def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
         self.base, self.cap = base, cap
