@@ -78,9 +78,9 @@ class Principal:
         )
 
 
-
 #: The authorized principal, kept on the request for the access log.
 PRINCIPAL_KEY = web.RequestKey("principal", Principal)
+
 
 def gate(principal: Principal | None) -> Denial | None:
     """THE access rule (spec 5, in order): None when the key's requests may be served."""
