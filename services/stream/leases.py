@@ -2,9 +2,9 @@
 
 Each accepted connection holds a lease row (``public.stream_leases``) that expires
 ``TICKERWIRE_STREAM_LEASE_TTL_S`` seconds after its last renewal. A process renews all of its
-leases in one statement every ``TICKERWIRE_STREAM_LEASE_RENEW_S`` seconds and deletes a lease when its connection
-closes; the leases of a crashed process simply expire, which frees their slots within
-seconds. A new lease is granted under a per-workspace advisory lock, so concurrent
+leases in one statement every ``TICKERWIRE_STREAM_LEASE_RENEW_S`` seconds and deletes a lease
+when its connection closes; the leases of a crashed process simply expire, which frees their
+slots within seconds. A new lease is granted under a per-workspace advisory lock, so concurrent
 handshakes on several processes never exceed the limit.
 """
 
@@ -25,6 +25,7 @@ from ..common.errors import TransientError
 from . import sql
 
 log = logging.getLogger(__name__)
+
 
 class Leases:
     def __init__(

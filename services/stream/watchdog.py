@@ -3,8 +3,8 @@ badge gone missing closes the affected connections within about a second.
 
 The rule is :func:`..common.access.gate` over the process's in-memory principals; the check runs
 right after every reload of the principals (pushed by the ``access`` change stamp) and every
-``every_s`` seconds anyway (``TICKERWIRE_STREAM_ACCESS_RECHECK_S``) (then reading the database when the in-memory copy is not confirmed
-current).
+``every_s`` seconds anyway (``TICKERWIRE_STREAM_ACCESS_RECHECK_S``; then reading the database
+when the in-memory copy is not confirmed current).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from . import protocol
 from .hub import Hub
 
 log = logging.getLogger(__name__)
+
 
 async def recheck(principals: Principals, pool: asyncpg.Pool, hub: Hub, *, after_reload: bool = False) -> int:
     """One pass; returns how many connections it closed. ``after_reload``: called by the refresh
