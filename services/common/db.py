@@ -34,6 +34,11 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def quote_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier (a schema name put into a statement or a setting)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 @contextlib.contextmanager
 def storage_errors(what: str):
     """Translate connection-level database failures into :class:`StorageUnavailable`."""
@@ -127,7 +132,7 @@ async def open_connection(
     transaction read-only; ``settings`` are further server settings (application_name, ...)."""
     server_settings = dict(settings or {})
     if schema is not None:
-        server_settings["search_path"] = '"' + schema.replace('"', '""') + '",public'
+        server_settings["search_path"] = quote_ident(schema) + ",public"
     if read_only:
         server_settings["default_transaction_read_only"] = "on"
     return await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings)

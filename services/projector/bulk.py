@@ -44,6 +44,7 @@ from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
 from ..common.config import Config
+from ..common.db import quote_ident
 from ..readmodel import positions
 from ..readmodel.rows import TranslationRow
 from .apply import (
@@ -214,7 +215,7 @@ async def bulk_load_posts(
     if reuse_from is not None:
         async with pool.acquire() as conn:
             if await conn.fetchval(sql.SCHEMA_HAS_TEXT_HASH, reuse_from):
-                vectors = sql.TRANSLATION_VECTORS_REUSING.replace("{live}", '"' + reuse_from.replace('"', '""') + '"')
+                vectors = sql.TRANSLATION_VECTORS_REUSING.replace("{live}", quote_ident(reuse_from))
     loaders = [asyncio.create_task(_loader(pool, queue, progress, vectors)) for _ in range(LOADERS)]
     ticker_delta: dict[str, int] = {}
     sentiment_delta: dict[tuple[datetime, str], int] = {}

@@ -19,6 +19,8 @@ from typing import Iterable, Mapping, Protocol
 
 import asyncpg
 
+from ..common.db import quote_ident
+
 #: (topic, partition)
 Key = tuple[str, int]
 
@@ -56,7 +58,7 @@ def mark_sql(topic_ref: str) -> str:
 
 
 def _table(schema: str | None) -> str:
-    return "positions" if schema is None else '"' + schema.replace('"', '""') + '".positions'
+    return "positions" if schema is None else quote_ident(schema) + ".positions"
 
 
 async def load(
