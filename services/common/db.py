@@ -7,7 +7,7 @@ read model's tables mean (migrations, positions, ...) lives in :mod:`tickerwire.
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncIterator
+from typing import AsyncIterator, Protocol
 
 import asyncpg
 
@@ -32,6 +32,12 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InternalClientError,
     TimeoutError,
 )
+
+
+class Queryable(Protocol):
+    """A pool or a connection: what reads that work on either need."""
+
+    async def fetch(self, query: str, *args: object) -> list: ...
 
 
 def quote_ident(name: str) -> str:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping
 
 import asyncpg
 
-from ..common.db import quote_ident
+from ..common.db import Queryable, quote_ident
 
 #: (topic, partition)
 Key = tuple[str, int]
@@ -45,10 +45,6 @@ _MARK = (
     "(SELECT COALESCE(string_agg(p.partition || ':' || p.next_offset, ',' ORDER BY p.partition), '') "
     "FROM positions p WHERE p.topic = {topic}::text)"
 )
-
-
-class Queryable(Protocol):
-    async def fetch(self, query: str, *args: object) -> list: ...
 
 
 def mark_sql(topic_ref: str) -> str:

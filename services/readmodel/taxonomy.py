@@ -9,11 +9,13 @@ so the names in posts (projector) and in ``/categories`` (API) come from the sam
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
 from tickerwire.schemas.readmodel import default_locale
+
+from ..common.db import Queryable
 
 _SELECT_LISTED_LOCALES = """
 SELECT code, name, native_name, country_code, direction, is_default
@@ -23,10 +25,6 @@ ORDER BY position, code
 """
 
 _SELECT_CATEGORIES = "SELECT slug, is_group, group_slug, position, names FROM categories ORDER BY position, slug"
-
-
-class Queryable(Protocol):
-    async def fetch(self, query: str, *args: object) -> list: ...
 
 
 async def listed_locales(db: Queryable) -> list:
