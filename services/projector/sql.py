@@ -26,7 +26,9 @@ ON CONFLICT (topic, partition, "offset") DO NOTHING
 ADVISORY_XACT_LOCK = "SELECT pg_advisory_xact_lock($1)"
 ADVISORY_XACT_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared($1)"
 
-BUMP_STAMPS = "UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY($1::text[])"
+# Bumps the named change stamps (the 0003 trigger notifies readers); ``{names}`` the text[] parameter.
+_BUMP_STAMPS = "UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY({names}::text[])"
+BUMP_STAMPS = _BUMP_STAMPS.format(names="$1")
 
 # --------------------------------------------------------------------------- posts
 
@@ -143,7 +145,7 @@ WITH tickers AS (
         SELECT u.delta FROM unnest($6::timestamptz[], $7::text[], $8::integer[]) AS u(bucket, sentiment, delta)
         WHERE u.bucket = EXCLUDED.bucket AND u.sentiment = EXCLUDED.sentiment), 0)
 ), stamps AS (
-    UPDATE change_stamps SET stamp = stamp + 1 WHERE name = ANY($9::text[])
+    """ + _BUMP_STAMPS.format(names="$9") + """
 )
 """ + positions.SAVE_SQL + "\n"
 
