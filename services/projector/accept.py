@@ -48,12 +48,11 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
                 # Some brokers report end offsets far behind what they hold: ask the log itself.
                 held = await probe.held({tp: g.position - 1 for tp, g in gaps.items() if g.position > g.log_end})
                 gaps = {tp: gap for tp, gap in gaps.items() if tp not in held}
-                changes = []
-                for tp, gap in gaps.items():
-                    target = gap.log_start if start_from == "earliest" else gap.log_end
-                    await positions.save_many(conn, {(tp.topic, tp.partition): target})
-                    changes.append(f"{tp.topic}[{tp.partition}]: position {gap.position} -> {target} "
-                                   f"(log holds {gap.log_start}..{gap.log_end})")
+                targets = {tp: gap.log_start if start_from == "earliest" else gap.log_end for tp, gap in gaps.items()}
+                if targets:
+                    await positions.save_many(conn, {(tp.topic, tp.partition): t for tp, t in targets.items()})
+                changes = [f"{tp.topic}[{tp.partition}]: position {gap.position} -> {targets[tp]} "
+                           f"(log holds {gap.log_start}..{gap.log_end})" for tp, gap in gaps.items()]
     finally:
         await probe.close()
         await consumer.stop()
