@@ -27,6 +27,7 @@ from tickerwire.services.api.app import create_app
 from tickerwire.services.stream.app import create_app as create_stream_app
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
+from tickerwire.services.common.db import connect
 from tickerwire.services.common.ops import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
 from tests.support.events import provisioning, records
@@ -60,20 +61,14 @@ class ReadModel:
                     self._offsets[topic] += len(chunk)
 
     async def sweep(self) -> dict[str, str]:
-        conn = await self.conn()
-        try:
+        async with connect(self.dsn, schema="rm") as conn:
             return await sweep_once(conn)
-        finally:
-            await conn.close()
 
     async def provision(self, workspace_id: str, **limits: Any) -> str:
         """A workspace with an embed, a fresh heartbeat and a key; projected and swept. Returns the key
         (the same events as ``ServiceStack.provision`` publishes)."""
-        conn = await self.conn()
-        try:
+        async with connect(self.dsn, schema="rm") as conn:
             key, events = await provisioning(conn, workspace_id, **limits)
-        finally:
-            await conn.close()
         await self.project(events)
         await self.sweep()
         return key

@@ -211,11 +211,8 @@ class ServiceStack:
         """Every running API and stream process serves the access state committed so far (its
         ``tickerwire_access_stamp`` gauge reached the database's stamp) within ``within`` seconds
         of this call; else the test fails. The processes hold access in memory, pushed by NOTIFY."""
-        conn = await self.read_conn()
-        try:
+        async with connect(self.database_url, schema="rm") as conn:
             stamp = await conn.fetchval("SELECT stamp FROM change_stamps WHERE name = 'access'")
-        finally:
-            await conn.close()
         deadline = time.monotonic() + within
         async with aiohttp.ClientSession() as http:
             for service in [*self.of("api"), *self.of("stream")]:
@@ -227,21 +224,15 @@ class ServiceStack:
                     await asyncio.sleep(0.01)
 
     async def sweep(self) -> dict[str, str]:
-        conn = await self.read_conn()
-        try:
+        async with connect(self.database_url, schema="rm") as conn:
             statuses = await sweep_once(conn)
-        finally:
-            await conn.close()
         await self.access_applied()
         return statuses
 
     async def provision(self, workspace_id: str, **limits) -> str:
         """A workspace with an embed, a fresh heartbeat and a key; projected and swept. Returns the key."""
-        conn = await self.read_conn()
-        try:
+        async with connect(self.database_url, schema="rm") as conn:
             key, events = await provisioning(conn, workspace_id, **limits)
-        finally:
-            await conn.close()
         await self.publish(events)
         await self.wait_projected()
         await self.sweep()
