@@ -13,9 +13,9 @@ import pytest
 
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.cli.publish import publish
-from tests.support.apps import ReadModel, config_for, gauge, stream_served
+from tests.support.apps import ReadModel, config_for, stream_served
 from tests.support.events import locale_ev, post_ev
-from tests.support.stack import BASE, auth
+from tests.support.stack import BASE, auth, gauge
 from tests.support.ws import handshake, refusal, upgrade_headers
 
 

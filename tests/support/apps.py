@@ -9,14 +9,11 @@ several processes sharing limits) stays in tests/e2e over ``ServiceStack``."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
 
-import aiohttp
 import asyncpg
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -32,6 +29,7 @@ from tickerwire.services.common.ops import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
 from tests.support.events import provisioning, records
 from tests.support.projector import projector_on
+from tests.support.stack import wait_http
 
 PREFIX = "tickerwire"
 #: Events handed to the projector per batch (its default fetch size).
@@ -98,7 +96,7 @@ async def served(app: web.Application, ready_within: float = 30.0) -> AsyncItera
     try:
         await operator.start_server()
         out = Served(str(partner.make_url("")).rstrip("/"), str(operator.make_url("")).rstrip("/"), app)
-        await wait_ready(out.admin_url, ready_within)
+        await wait_http(f"{out.admin_url}/readyz", timeout=ready_within)
         yield out
     finally:
         await operator.close()
@@ -118,28 +116,3 @@ async def stream_served(dsn: str, kafka_bootstrap: str, topic_prefix: str, **ove
     await kafka.ensure_topics(config)
     async with served(create_stream_app(config)) as out:
         yield out
-
-
-async def wait_ready(admin_url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    detail = "no answer"
-    async with aiohttp.ClientSession() as http:
-        while True:
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                async with http.get(f"{admin_url}/readyz") as resp:
-                    if resp.status == 200:
-                        return
-                    detail = await resp.text()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{admin_url}/readyz not ready within {timeout} s: {detail[:2000]}")
-            await asyncio.sleep(0.05)
-
-
-async def gauge(admin_url: str, name: str) -> float:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{admin_url}/metrics") as resp:
-            text = await resp.text()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return float("-inf")

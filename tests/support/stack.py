@@ -39,8 +39,12 @@ BASE = "/api/v1/developer"
 ACCESS_WITHIN_S = 1.0
 
 
-async def _gauge(http: aiohttp.ClientSession, service: "Service", name: str) -> float:
-    async with http.get(f"{service.admin_url}/metrics") as resp:
+async def gauge(admin_url: str, name: str, http: aiohttp.ClientSession | None = None) -> float:
+    """The value of the unlabelled metric ``name`` on ``admin_url``'s ``/metrics``; -inf if absent."""
+    if http is None:
+        async with aiohttp.ClientSession() as own:
+            return await gauge(admin_url, name, own)
+    async with http.get(f"{admin_url}/metrics") as resp:
         text = await resp.text()
     for line in text.splitlines():
         if line.startswith(name + " "):
@@ -216,7 +220,7 @@ class ServiceStack:
         deadline = time.monotonic() + within
         async with aiohttp.ClientSession() as http:
             for service in [*self.of("api"), *self.of("stream")]:
-                while (seen := await _gauge(http, service, "tickerwire_access_stamp")) < stamp:
+                while (seen := await gauge(service.admin_url, "tickerwire_access_stamp", http)) < stamp:
                     if time.monotonic() > deadline:
                         raise AssertionError(
                             f"{service.name}:{service.port} serves access stamp {seen}, not {stamp}, {within} s after the commit"
@@ -268,6 +272,7 @@ async def running_stack(pg_dsn: str, kafka_bootstrap: str, prefix: str, events: 
 
 async def wait_http(url: str, service: Service | None = None, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
+    detail = "no answer"
     async with aiohttp.ClientSession() as session:
         while True:
             if service is not None and service.proc.poll() is not None:
@@ -276,8 +281,9 @@ async def wait_http(url: str, service: Service | None = None, timeout: float = 6
                 async with session.get(url) as resp:
                     if resp.status == 200:
                         return
+                    detail = await resp.text()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} not ready:\n{service.log()[-4000:] if service else ''}")
+                raise TimeoutError(f"{url} not ready within {timeout} s: {detail[:2000]}\n{service.log()[-4000:] if service else ''}")
             await asyncio.sleep(0.1)
 
 
