@@ -39,7 +39,7 @@ async def live(pg_dsn):
             async with aiohttp.ClientSession() as http:
                 async with http.get(api.url + BASE + "/tokens", headers=auth(key)) as resp:
                     assert len((await resp.json())["tokens"]) == 3000  # the catalog is loaded before the app says ready
-            yield None, api.url, key, posts
+            yield api.url, key, posts
 
 
 def test_document_is_valid_openapi_31():
@@ -53,7 +53,7 @@ def test_document_is_valid_openapi_31():
 
 
 async def test_document_is_served_publicly(live):
-    _, url, key, posts = live
+    url, key, posts = live
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{url}{BASE}/openapi.json") as resp:  # no key
             assert resp.status == 200 and resp.content_type == "application/json"
@@ -80,7 +80,7 @@ def _declared_headers(doc: dict, path: str, status: str) -> set[str]:
 
 
 async def test_real_responses_validate_against_the_document(live):
-    _, url, key, posts = live
+    url, key, posts = live
     doc = orjson.loads(DOC_PATH.read_bytes())
     post = visible_feed(posts)[0]
     calls = [
@@ -109,7 +109,7 @@ async def test_real_responses_validate_against_the_document(live):
 
 async def test_schemathesis_finds_no_failure(live, tmp_path):
     # Async, so the app (served on this test's event loop) answers while schemathesis runs.
-    _, url, key, posts = live
+    url, key, posts = live
     report = tmp_path / "schemathesis.txt"
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("st")), "run", f"{url}{BASE}/openapi.json",
@@ -188,7 +188,7 @@ class DocumentClient:
 
 
 async def test_a_client_from_the_document_alone_pages_both_ways_and_gap_fills(live):
-    _, url, key, posts = live
+    url, key, posts = live
     expected = [p.id for p in visible_feed(posts)]
     async with aiohttp.ClientSession() as http:
         client = DocumentClient(http, f"{url}{BASE}/openapi.json", key)
