@@ -4,7 +4,6 @@ rebuild after a log reset is an end-to-end test: tests/e2e/test_projector_e2e.py
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
