@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.devstack.embedded.ports import free_ports, port_is_free
-from tests.support.faults import alive, start_up, stop_up, up_command, up_env, wait_up
+from tickerwire.devstack.embedded.ports import port_is_free
+from tests.support.faults import alive, start_up, stop_up, up_command, up_env, up_ports, wait_up
 
 pytestmark = pytest.mark.e2e
 
@@ -81,7 +81,7 @@ def second_up_is_refused(state_dir: Path, ports: dict[str, int]) -> tuple[int, s
 
 def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    ports = dict(zip(("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port"), free_ports(5)))
+    ports = up_ports()
     for attempt in range(2):  # the second run proves a restart starts cleanly
         run = start_up(state_dir, ports)
         try:
@@ -120,7 +120,7 @@ def test_up_refuses_a_configured_database_with_the_memory_only_broker():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
     env = up_env()
     env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
-    ports = dict(zip(("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port"), free_ports(5)))
+    ports = up_ports()
     result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "a configured database needs a configured broker too" in result.stderr

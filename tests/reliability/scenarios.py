@@ -38,7 +38,7 @@ from tickerwire.services.common.kafka import ensure_topics
 from tickerwire.devstack.demo.dataset import LISTED_LOCALES
 from tickerwire.devstack.demo.trickle import next_post
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
-from tickerwire.devstack.embedded.ports import free_port, free_ports
+from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 
 from tests.support.faults import (
@@ -52,6 +52,7 @@ from tests.support.faults import (
     signal_all,
     start_up,
     stop_up,
+    up_ports,
     wait_up,
 )
 from tests.support.stack import BASE, ServiceStack, auth
@@ -153,7 +154,7 @@ class UpScenarios:
 
     def __init__(self) -> None:
         self.state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-faults-"))
-        self.ports = dict(zip(("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port"), free_ports(5)))
+        self.ports = up_ports()
         self.run: UpRun | None = None
         self.outcomes: list[Outcome] = []
 

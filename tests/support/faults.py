@@ -21,6 +21,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 
+from tickerwire.devstack.embedded.ports import free_ports
+
 
 def ops_url(metrics_url: str, path: str = "/readyz") -> str:
     """The URL of an operator endpoint of the process whose /metrics is ``metrics_url``."""
@@ -234,6 +236,15 @@ class UpRun:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+
+#: The listeners ``up`` takes a port for on its command line.
+UP_PORTS = ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")
+
+
+def up_ports() -> dict[str, int]:
+    """A distinct free port for each of ``up``'s listeners, for :func:`up_command`."""
+    return dict(zip(UP_PORTS, free_ports(len(UP_PORTS))))
 
 
 def up_command(state_dir: Path, ports: dict[str, int], *extra: str) -> list[str]:
