@@ -22,8 +22,10 @@ async def test_the_consume_loops_pause_is_short_again_after_a_fetch_worked(fresh
         projector_on(fresh_db, kafka_bootstrap_servers=forwarder.address, **settings) as (projector, _, metrics),
         background(projector.run()),
     ):
-        broker_retries = metrics.retries.labels("broker")
-        await until(lambda: broker_retries._value.get() >= 3, 30, "three failed starts")
+        def broker_retries() -> float:  # as exported, not through the counter's private value
+            return metrics.registry.get_sample_value("tickerwire_projector_retries_total", {"what": "broker"}) or 0.0
+
+        await until(lambda: broker_retries() >= 3, 30, "three failed starts")
         assert projector.backoff.ceiling >= 4.0  # 0.5 s doubled per failure
         await forwarder.open()  # the broker is back
         fetched_after = projector.fetched_at
