@@ -20,11 +20,10 @@ import pytest
 from tickerwire.schemas.models import CategoryEvent, PostEvent
 from tickerwire.devstack.demo import dataset, trickle
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
-from tests.support.ws import handshake
+from tests.support.ws import WAIT, handshake
 
 pytestmark = pytest.mark.e2e
 
-WAIT = 30.0
 MARK = re.compile(r"^(\d+:\d+)(,\d+:\d+)*$")
 RATELIMIT = re.compile(r'^"minute";r=(\d+);t=(\d+), "day";r=(\d+);t=(\d+)$')
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
