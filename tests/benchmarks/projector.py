@@ -208,7 +208,6 @@ async def run(ctx: Context) -> Result:
     next_id = total + 1
     async with ctx.stack() as stack:
         await stack.publish([*cat, *events])
-        ends = await posts_end(ctx, stack)
         async with ctx.database() as copy_dsn:
             copy_conn = await asyncpg.connect(copy_dsn)
             await migrate(copy_conn, "rm")
@@ -217,6 +216,9 @@ async def run(ctx: Context) -> Result:
             try:
                 with RssSampler() as rss:
                     for _ in range(s.runs):
+                        # The log's end now, after every earlier round's steady events: the
+                        # latency phase must start with the projector caught up, not draining.
+                        ends = await posts_end(ctx, stack)
                         rate, (service, conn, db), _topic = await product_throughput(ctx, stack, sum(ends.values()), rss)
                         throughput.product.append(rate)
                         log.info("projector: %.0f events/s; steady latency next", rate)
