@@ -82,7 +82,7 @@ async def create_pool(
             max_size=max_size,
             reset=_keep_session if stateless else None,
             server_settings={
-                "search_path": f"{schema},public",
+                "search_path": quote_ident(schema) + ",public",
                 "application_name": "tickerwire",
                 "statement_timeout": str(int(statement_timeout_s * 1000)),
             },

@@ -149,6 +149,16 @@ class Hub:
             conn.transport.abort()  # the client did not take the close frame in time
 
     async def _write(self, conn: Connection) -> None:
+        """The connection's writer. A failure that is not the client's going away is a defect:
+        it is logged at ERROR and the client is closed with 1011, never left without a writer
+        until its queue overflows and it is blamed as a slow consumer."""
+        try:
+            await self._drain(conn)
+        except Exception:  # noqa: BLE001 - the task's last word; CancelledError passes
+            log.exception("stream writer failed", extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}})
+            self.close(conn, protocol.CLOSE_INTERNAL_ERROR, protocol.INTERNAL_ERROR_REASON)
+
+    async def _drain(self, conn: Connection) -> None:
         queue, ws, sent = conn.queue, conn.ws, self._sent
         while True:
             message = await queue.get()

@@ -19,10 +19,14 @@ CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_ACCESS_REVOKED = 4003
 #: The client did not read its messages fast enough (its queue overflowed).
 CLOSE_SLOW_CONSUMER = 4008
+#: The server failed to write to this connection for a reason of its own (a defect, logged at
+#: ERROR): reconnect and gap-fill.
+CLOSE_INTERNAL_ERROR = 1011
 
 SLOW_CONSUMER_REASON = "SLOW_CONSUMER"
 GOING_AWAY_REASON = "SERVER_SHUTTING_DOWN"
 LEASE_LOST_REASON = "STREAM_LEASE_LOST"
+INTERNAL_ERROR_REASON = "INTERNAL_ERROR"
 
 #: Error code of the HTTP 429 refusing a handshake beyond the workspace's connection limit.
 STREAM_LIMIT_REACHED = "STREAM_LIMIT_REACHED"

@@ -6,16 +6,20 @@ import asyncio
 
 
 class FakeSocket:
-    """Stands in for a WebSocketResponse: records frames; can be made to block like a full socket."""
+    """Stands in for a WebSocketResponse: records frames; can be made to block like a full socket
+    or to raise ``fail`` on every send."""
 
-    def __init__(self, stuck: bool = False) -> None:
+    def __init__(self, stuck: bool = False, fail: Exception | None = None) -> None:
         self.frames: list[bytes] = []
+        self.fail = fail
         self.stuck = asyncio.Event() if stuck else None
         self.close_code: int | None = None
         self.close_reason: bytes | None = None
         self.closed = False
 
     async def send_frame(self, message: bytes, opcode) -> None:
+        if self.fail is not None:
+            raise self.fail
         if self.stuck is not None:
             await self.stuck.wait()
         self.frames.append(message)

@@ -47,6 +47,23 @@ async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_messa
     await hub.forget(b)
 
 
+async def test_a_writer_that_fails_on_its_own_closes_its_client_with_1011_and_logs_an_error(caplog):
+    metrics = StreamMetrics()
+    hub = Hub(metrics, queue_size=4)
+    healthy, broken = FakeSocket(), FakeSocket(fail=ValueError("a defect in the write path"))
+    a = hub.open(healthy, None, "ws", "k1", "ses_a")
+    b = hub.open(broken, None, "ws", "k2", "ses_b")
+    hub.broadcast(protocol.ping())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert (broken.close_code, broken.close_reason) == (1011, b"INTERNAL_ERROR")
+    assert b.closing and not a.closing and len(healthy.frames) == 1
+    assert [r.levelname for r in caplog.records if r.getMessage() == "stream writer failed"] == ["ERROR"]
+    assert "a defect in the write path" in caplog.text
+    await hub.forget(a)
+    await hub.forget(b)
+
+
 async def test_shutdown_closes_every_connection_with_1001():
     hub = Hub(StreamMetrics(), queue_size=4)
     sockets = [FakeSocket() for _ in range(3)]
