@@ -13,7 +13,12 @@ Two passes over each posts partition, so memory holds small integers per post, n
    ``posts`` rows and translation rows, which go by ``copy_records_to_table`` into ``posts``
    and ``post_translations``, each translation with its tsvector computed by one statement per
    chunk exactly as the live upsert computes it, so every row is written once. Two sessions
-   load concurrently while this process decodes the next chunk.
+   load concurrently while the next chunk is decoded.
+
+Posts never span partitions, so the partitions are shared out to worker processes (one per
+core, spawned, each with its own consumer and connections) that run both passes over their
+own partitions; this process shows their progress, totals the derived counters and builds
+the indexes. A failing or vanished worker stops the others and fails the rebuild.
 
 A translation whose text the live schema already holds a vector for (same text hash) takes
 that vector instead of parsing the text again, the rule the live projector follows within its
@@ -30,11 +35,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import os
+import signal
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from multiprocessing.connection import Connection
 from typing import AsyncIterator, Callable
 
 import asyncpg
@@ -44,7 +53,9 @@ from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import quote_ident
+from ..common.db import create_pool, quote_ident
+from ..common.errors import TickerwireError
+from ..common.logs import setup_logging
 from ..readmodel import positions
 from ..readmodel.rows import TranslationRow
 from .apply import (
@@ -174,90 +185,62 @@ class BulkReport:
     seconds_index: float = 0.0
 
 
+@dataclass(slots=True)
+class PartitionLoad:
+    """What one worker process reduced and loaded, for the parent to total and finish."""
+
+    records: int = 0
+    posts: int = 0
+    seconds_reduce: float = 0.0
+    #: Rows for ``dead_letters``: (topic, partition, offset, key, value, kind, reason).
+    letters: list[tuple] = field(default_factory=list)
+    ticker_delta: dict[str, int] = field(default_factory=dict)
+    sentiment_delta: dict[tuple[datetime, str], int] = field(default_factory=dict)
+
+
+def workers_for(partitions: int) -> int:
+    """Worker processes for the posts partitions: one per core, at most one per partition."""
+    return max(1, min(partitions, os.cpu_count() or 1))
+
+
 async def bulk_load_posts(
-    config: Config, pool: asyncpg.Pool, tps: list[TopicPartition], ends: dict[TopicPartition, int],
+    config: Config, pool: asyncpg.Pool, schema: str, tps: list[TopicPartition], ends: dict[TopicPartition, int],
     reuse_from: str | None = None,
 ) -> BulkReport:
-    """Load the posts partitions ``tps`` up to ``ends`` into the (empty, migrated) schema of ``pool``.
+    """Load the posts partitions ``tps`` up to ``ends`` into the (empty, migrated) ``schema`` of ``pool``.
 
-    With ``reuse_from`` (the live schema), a translation whose text that schema already holds
-    a vector for (same text hash: configuration, title, lede, body) takes that vector instead
-    of parsing the text again."""
+    The partitions are shared out to :func:`workers_for` worker processes, each reducing and
+    loading its own partitions on its own connections (posts never span partitions), so the
+    decoding and rendering use every core; this process totals their counters, then builds
+    the indexes. With ``reuse_from`` (the live schema), a translation whose text that schema
+    already holds a vector for (same text hash: configuration, title, lede, body) takes that
+    vector instead of parsing the text again."""
     report = BulkReport()
-    progress = Progress(sum(ends.get(tp, 0) for tp in tps))
-    started = time.perf_counter()
-    plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
-    dead: dict[TopicPartition, list[DeadLetter]] = {tp: [] for tp in tps}
-    async for tp, records in _read(config, tps, ends):
-        events, poison = decode_records(records)
-        dead[tp].extend(poison)
-        for decoded in events:
-            if decoded.event.type != "post":
-                raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event")
-        for p in of_type(events, PostEvent):
-            reduce_event(plans[tp], p)
-        progress.read += len(records)
-        report.records += len(records)
-        progress.show()
-    report.seconds_reduce = time.perf_counter() - started
-    report.posts = sum(len(p) for p in plans.values())
-
     async with pool.acquire() as conn:
-        taxonomy = await load_taxonomy(conn)
         indexes = await conn.fetch(sql.SELECT_SECONDARY_INDEXES, ["post_translations", "posts"])
         for index in indexes:
             await conn.execute(f'DROP INDEX "{index["name"]}"')
+        vectors = sql.TRANSLATION_VECTORS
+        if reuse_from is not None and await conn.fetchval(sql.SCHEMA_HAS_TEXT_HASH, reuse_from):
+            vectors = sql.TRANSLATION_VECTORS_REUSING.replace("{live}", quote_ident(reuse_from))
 
     started = time.perf_counter()
-    progress.phase = "load"
-    queue: asyncio.Queue = asyncio.Queue(maxsize=LOADERS)
-    vectors = sql.TRANSLATION_VECTORS
-    if reuse_from is not None:
-        async with pool.acquire() as conn:
-            if await conn.fetchval(sql.SCHEMA_HAS_TEXT_HASH, reuse_from):
-                vectors = sql.TRANSLATION_VECTORS_REUSING.replace("{live}", quote_ident(reuse_from))
-    loaders = [asyncio.create_task(_loader(pool, queue, progress, vectors)) for _ in range(LOADERS)]
+    workers = workers_for(len(tps))
+    progress = Progress(sum(ends.get(tp, 0) for tp in tps), phase=f"reduce and load ({workers} processes)")
+    shares = [[(tp, ends.get(tp, 0)) for tp in tps[i::workers]] for i in range(workers)]
+    loads = await _run_workers(config, schema, [share for share in shares if share], vectors, progress)
     ticker_delta: dict[str, int] = {}
     sentiment_delta: dict[tuple[datetime, str], int] = {}
-    try:
-        posts_rows: list[tuple] = []
-        rows: list[tuple] = []
-        for tp in tps:
-            by_offset = _wanted(plans[tp])
-            held: dict[int, Decoded[PostEvent]] = {}
-            async for _, records in _read(config, [tp], ends):
-                progress.read += len(records)
-                wanted = [r for r in records if r.offset in by_offset]
-                events, _ = decode_records(wanted)
-                for d in of_type(events, PostEvent):
-                    post_id = by_offset[d.offset]
-                    plan = plans[tp][post_id]
-                    if d.offset != plan.final:
-                        held[d.offset] = d
-                        continue
-                    post: Post = d.event.data
-                    dropped = [(held.pop(o).event.data, langs) for o, langs in sorted(plan.sources().items())]
-                    rendered, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
-                    rows.extend(rendered)
-                    posts_rows.append(post_record(d))
-                    facts = post_facts(post)
-                    merge(ticker_delta, ticker_deltas(None, facts))
-                    merge(sentiment_delta, sentiment_deltas(None, facts))
-                    if len(rows) >= CHUNK_ROWS:
-                        await _put(queue, loaders, (posts_rows, rows))
-                        posts_rows, rows = [], []
-                progress.show()
-        if rows or posts_rows:
-            await _put(queue, loaders, (posts_rows, rows))
-        for _ in loaders:
-            await _put(queue, loaders, None)
-        await asyncio.gather(*loaders)
-    finally:
-        for task in loaders:
-            task.cancel()
-        await asyncio.gather(*loaders, return_exceptions=True)
+    letters: list[tuple] = []
+    for load in loads:
+        report.records += load.records
+        report.posts += load.posts
+        letters.extend(load.letters)
+        merge(ticker_delta, load.ticker_delta)
+        merge(sentiment_delta, load.sentiment_delta)
     report.rows = progress.loaded
-    report.seconds_load = time.perf_counter() - started
+    report.seconds_reduce = max((load.seconds_reduce for load in loads), default=0.0)
+    report.seconds_load = time.perf_counter() - started - report.seconds_reduce
 
     started = time.perf_counter()
     progress.phase = "index"
@@ -270,9 +253,8 @@ async def bulk_load_posts(
                 await conn.copy_records_to_table(
                     "sentiment_buckets", records=[(b, s, n) for (b, s), n in sorted(sentiment_delta.items())]
                 )
-            letters = [(tp.topic, tp.partition, d.offset, d.key, d.value, d.kind, d.reason) for tp in tps for d in dead[tp]]
             if letters:
-                await conn.executemany(sql.INSERT_DEAD_LETTER, letters)
+                await conn.executemany(sql.INSERT_DEAD_LETTER, sorted(letters, key=lambda r: (r[1], r[2])))
             report.dead_letters = len(letters)
             await conn.execute(sql.BUMP_STAMPS, ["tokens"])
     await _build(pool, [r["definition"] for r in indexes])
@@ -284,6 +266,148 @@ async def bulk_load_posts(
     report.seconds_index = time.perf_counter() - started
     progress.done("loaded")
     return report
+
+
+#: How often the parent looks at its workers (and refreshes the progress line).
+_POLL_S = 0.2
+
+
+async def _run_workers(
+    config: Config, schema: str, shares: list[list[tuple[TopicPartition, int]]], vectors: str, progress: Progress
+) -> list[PartitionLoad]:
+    """Run one worker process per share and wait for all of them, showing their progress. The
+    first failure (an error a worker reports, or a worker that dies without a word) stops the
+    others and is raised here; so does this coroutine's cancellation."""
+    context = multiprocessing.get_context("spawn")  # never fork a process holding sockets and a loop
+    read, loaded = context.Value("q", 0), context.Value("q", 0)
+    running: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []  # (worker, its pipe)
+    results: dict[int, PartitionLoad] = {}
+    try:
+        for share in shares:
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_worker, args=(config, schema, share, vectors, read, loaded, sender),
+                name=f"tickerwire-rebuild-{'-'.join(str(tp.partition) for tp, _ in share)}", daemon=True,
+            )
+            process.start()
+            sender.close()
+            running.append((process, receiver))
+        while len(results) < len(running):
+            await asyncio.sleep(_POLL_S)
+            for i, (worker, receiver) in enumerate(running):
+                if i in results:
+                    continue
+                if receiver.poll():
+                    try:
+                        outcome, value = receiver.recv()
+                    except EOFError:  # its end closed without a word: it died
+                        worker.join(timeout=10)
+                        raise TickerwireError(_died(worker)) from None
+                    if outcome == "error":
+                        raise value
+                    results[i] = value
+                elif not worker.is_alive():
+                    raise TickerwireError(_died(worker))
+            progress.read, progress.loaded = read.value, loaded.value
+            progress.show()
+        return [results[i] for i in range(len(running))]
+    finally:
+        for worker, receiver in running:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join(timeout=10)
+            receiver.close()
+        progress.read, progress.loaded = read.value, loaded.value
+
+
+def _died(process: multiprocessing.process.BaseProcess) -> str:
+    return f"rebuild worker {process.name} exited with status {process.exitcode} before reporting"
+
+
+def _worker(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, read, loaded, pipe: Connection) -> None:
+    """A worker process: reduce and load ``share``, then send ("ok", PartitionLoad) or
+    ("error", exception) to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles an interrupt and stops its workers
+    setup_logging("rebuild", config.log_level)
+    try:
+        pipe.send(("ok", asyncio.run(_load_share(config, schema, share, vectors, read, loaded))))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        try:
+            pipe.send(("error", exc))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            pipe.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        pipe.close()
+
+
+def _add(counter, n: int) -> None:
+    with counter.get_lock():
+        counter.value += n
+
+
+async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, read, loaded) -> PartitionLoad:
+    result = PartitionLoad()
+    tps, ends = [tp for tp, _ in share], dict(share)
+    started = time.perf_counter()
+    plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
+    async for tp, records in _read(config, tps, ends):
+        events, poison = decode_records(records)
+        result.letters.extend((tp.topic, tp.partition, d.offset, d.key, d.value, d.kind, d.reason) for d in poison)
+        for decoded in events:
+            if decoded.event.type != "post":
+                raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event")
+        for p in of_type(events, PostEvent):
+            reduce_event(plans[tp], p)
+        result.records += len(records)
+        _add(read, len(records))
+    result.seconds_reduce = time.perf_counter() - started
+    result.posts = sum(len(p) for p in plans.values())
+
+    pool = await create_pool(config.database_url, schema, min_size=1, max_size=LOADERS)
+    try:
+        async with pool.acquire() as conn:
+            taxonomy = await load_taxonomy(conn)
+        queue: asyncio.Queue = asyncio.Queue(maxsize=LOADERS)
+        loaders = [asyncio.create_task(_loader(pool, queue, loaded, vectors)) for _ in range(LOADERS)]
+        try:
+            posts_rows: list[tuple] = []
+            rows: list[tuple] = []
+            for tp in tps:
+                by_offset = _wanted(plans[tp])
+                held: dict[int, Decoded[PostEvent]] = {}
+                async for _, records in _read(config, [tp], ends):
+                    _add(read, len(records))
+                    wanted = [r for r in records if r.offset in by_offset]
+                    events, _ = decode_records(wanted)
+                    for d in of_type(events, PostEvent):
+                        post_id = by_offset[d.offset]
+                        plan = plans[tp][post_id]
+                        if d.offset != plan.final:
+                            held[d.offset] = d
+                            continue
+                        post: Post = d.event.data
+                        dropped = [(held.pop(o).event.data, langs) for o, langs in sorted(plan.sources().items())]
+                        rendered, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
+                        rows.extend(rendered)
+                        posts_rows.append(post_record(d))
+                        facts = post_facts(post)
+                        merge(result.ticker_delta, ticker_deltas(None, facts))
+                        merge(result.sentiment_delta, sentiment_deltas(None, facts))
+                        if len(rows) >= CHUNK_ROWS:
+                            await _put(queue, loaders, (posts_rows, rows))
+                            posts_rows, rows = [], []
+            if rows or posts_rows:
+                await _put(queue, loaders, (posts_rows, rows))
+            for _ in loaders:
+                await _put(queue, loaders, None)
+            await asyncio.gather(*loaders)
+        finally:
+            for task in loaders:
+                task.cancel()
+            await asyncio.gather(*loaders, return_exceptions=True)
+    finally:
+        await pool.close()
+    return result
 
 
 def _wanted(plans: dict[int, PostPlan]) -> dict[int, int]:
@@ -316,7 +440,7 @@ def _same(value: bytes) -> bytes:
     return value
 
 
-async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress, vectors: str) -> None:
+async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, loaded, vectors: str) -> None:
     """Copy chunks in: the posts, then the translations with the vectors ``vectors`` computes
     (or takes from the live schema), each row written once. The vectors pass through this
     process in PostgreSQL's binary form, untouched."""
@@ -332,7 +456,7 @@ async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, progress: Progress, 
                     computed = await conn.fetch(vectors, *inputs)
                     records = [(*(row[i] for i in _STORED_AT), v["tsv"]) for row, v in zip(rows, computed, strict=True)]
                     await conn.copy_records_to_table("post_translations", records=records, columns=sql.TRANSLATION_COPY_COLUMNS)
-                progress.loaded += len(rows)
+                _add(loaded, len(rows))
         finally:
             await conn.reset_type_codec("tsvector", schema="pg_catalog")
 

@@ -212,7 +212,7 @@ async def _replay_into(
         if bulk:
             async with connect(config.database_url) as conn:
                 floor = await _live_positions(conn, live, replayer.tps, lost) if live else {}
-            await _bulk(config, pool, report, floor, live)
+            await _bulk(config, pool, schema, report, floor, live)
             async with pool.acquire() as conn:
                 stored = await _live_positions(conn, schema, replayer.tps)
             ends = await replayer.start(stored)
@@ -242,7 +242,7 @@ async def _replay_into(
 
 
 async def _bulk(
-    config: Config, pool: asyncpg.Pool, report: RebuildReport, floor: dict[TopicPartition, int], live: str | None
+    config: Config, pool: asyncpg.Pool, schema: str, report: RebuildReport, floor: dict[TopicPartition, int], live: str | None
 ) -> None:
     """The catalog and access topics event by event, then the posts topic bulk-loaded up to its
     end offsets, or to the live positions (``floor``) where those are further (a broker's end
@@ -260,7 +260,7 @@ async def _bulk(
             raise NotBulkable(f"{others.posts_applied} post events outside {posts}")
     finally:
         await others.stop()
-    loaded = await bulk_mod.bulk_load_posts(config, pool, post_tps, post_ends, reuse_from=live)
+    loaded = await bulk_mod.bulk_load_posts(config, pool, schema, post_tps, post_ends, reuse_from=live)
     report.records += loaded.records
     report.bulk = loaded
 
