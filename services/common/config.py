@@ -7,6 +7,7 @@ A missing required value or an unparsable one fails loudly with :class:`ConfigEr
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Mapping
@@ -23,6 +24,17 @@ def _bool(raw: str) -> bool:
     if value in {"0", "false", "no", "off"}:
         return False
     raise ValueError(f"expected a boolean, got {raw!r}")
+
+
+#: Counts and sizes below one would leave nothing to work with (a pool of no connection, an
+#: empty queue, a topic without partitions).
+AT_LEAST_ONE = (
+    "max_connections", "stream_max_pending", "db_pool_max", "projector_batch_max", "stream_queue_size",
+    "stream_max_connections_per_workspace", "max_body_bytes", "topic_posts_partitions", "topic_replication_factor",
+    "kafka_session_timeout_ms", "kafka_heartbeat_interval_ms",
+)
+#: Zero is meaningful for these (an empty pool at rest, no fetch wait, a workspace that may not call).
+NOT_NEGATIVE = ("db_pool_min", "kafka_fetch_max_wait_ms", "default_rate_limit_per_minute", "default_daily_quota")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,17 +136,23 @@ class Config:
             port = getattr(self, name)
             if not 0 <= port < 65536:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} out of range: {port}")
-        for name in ("max_connections", "stream_max_pending"):
+        for name in AT_LEAST_ONE:
             if getattr(self, name) < 1:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} must be at least 1")
+        for name in NOT_NEGATIVE:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"TICKERWIRE_{name.upper()} must not be negative")
+        if self.db_pool_min > self.db_pool_max:
+            raise ConfigError(f"TICKERWIRE_DB_POOL_MIN ({self.db_pool_min}) must not exceed TICKERWIRE_DB_POOL_MAX ({self.db_pool_max})")
         if not 0 < self.stream_lease_renew_s < self.stream_lease_ttl_s:
             raise ConfigError(
                 "TICKERWIRE_STREAM_LEASE_RENEW_S must be positive and below TICKERWIRE_STREAM_LEASE_TTL_S "
                 f"({self.stream_lease_renew_s:g} and {self.stream_lease_ttl_s:g}): a lease must be renewed before it expires"
             )
-        for name in ("http_header_timeout_s", "http_keepalive_timeout_s", "stream_access_recheck_s", "stream_heartbeat_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"TICKERWIRE_{name.upper()} must be a positive number of seconds")
+        # Every duration bounds a wait or paces a loop: zero would spin, infinity would never end.
+        for f in fields(self):
+            if f.name.endswith("_s") and not 0 < getattr(self, f.name) < math.inf:
+                raise ConfigError(f"TICKERWIRE_{f.name.upper()} must be a positive, finite number of seconds")
 
         if self.kafka_security_protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(

@@ -199,8 +199,10 @@ class PartitionLoad:
 
 
 def workers_for(partitions: int) -> int:
-    """Worker processes for the posts partitions: one per core, at most one per partition."""
-    return max(1, min(partitions, os.cpu_count() or 1))
+    """Worker processes for the posts partitions: one per core this process may run on, at
+    most one per partition."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(partitions, cores))
 
 
 async def bulk_load_posts(

@@ -31,6 +31,30 @@ def test_bad_listener_settings_stop_the_process_with_one_clear_message(var, valu
     assert word in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize("var,value", [
+    ("TICKERWIRE_STREAM_PING_INTERVAL_S", "0"),  # would broadcast pings in a tight loop
+    ("TICKERWIRE_SWEEP_INTERVAL_S", "0"),
+    ("TICKERWIRE_DB_STATEMENT_TIMEOUT_S", "inf"),  # no bound at all
+    ("TICKERWIRE_DB_ACQUIRE_TIMEOUT_S", "nan"),
+    ("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "-5"),
+    ("TICKERWIRE_STREAM_QUEUE_SIZE", "0"),
+    ("TICKERWIRE_DB_POOL_MAX", "0"),
+    ("TICKERWIRE_PROJECTOR_BATCH_MAX", "0"),
+    ("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "-1"),
+    ("TICKERWIRE_DEFAULT_DAILY_QUOTA", "-1"),
+])
+def test_every_duration_and_size_is_checked_at_start_up(var, value):
+    with pytest.raises(ConfigError) as exc:
+        Config.from_env({**REQUIRED, var: value})
+    assert var in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_pool_whose_minimum_exceeds_its_maximum_is_refused():
+    with pytest.raises(ConfigError, match="TICKERWIRE_DB_POOL_MIN"):
+        Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "8", "TICKERWIRE_DB_POOL_MAX": "4"})
+    assert Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "0", "TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS": "0"}).db_pool_min == 0
+
+
 def test_stream_lease_and_watchdog_settings():
     config = Config.from_env({**REQUIRED, "TICKERWIRE_STREAM_LEASE_TTL_S": "20", "TICKERWIRE_STREAM_LEASE_RENEW_S": "5",
                               "TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0.5"})
