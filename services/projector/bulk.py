@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 CHUNK_ROWS = 5000
 #: Sessions loading chunks concurrently (the machine's cores do the tsvector work).
 LOADERS = 2
+#: The bound of one index build or ANALYZE after the load. At 1.1M translation rows the
+#: largest build takes tens of seconds on two cores, beyond the pool's statement timeout
+#: (which bounds the chunk statements); a larger read model takes minutes.
+MAINTENANCE_TIMEOUT_S = 3600
 
 
 class NotBulkable(Exception):
@@ -259,10 +263,9 @@ async def bulk_load_posts(
                 await conn.executemany(sql.INSERT_DEAD_LETTER, sorted(letters, key=lambda r: (r[1], r[2])))
             report.dead_letters = len(letters)
             await conn.execute(sql.BUMP_STAMPS, ["tokens"])
-    await _build(pool, [r["definition"] for r in indexes])
+    await build_indexes(pool, [r["definition"] for r in indexes])
+    await _analyze(pool, ["posts", "post_translations"])
     async with pool.acquire() as conn:
-        await conn.execute("ANALYZE posts")
-        await conn.execute("ANALYZE post_translations")
         # Last: a stored position says the rows before it are in place.
         await positions.save_many(conn, {(tp.topic, tp.partition): ends.get(tp, 0) for tp in tps})
     report.seconds_index = time.perf_counter() - started
@@ -463,14 +466,32 @@ async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, loaded, vectors: str
             await conn.reset_type_codec("tsvector", schema="pg_catalog")
 
 
-async def _build(pool: asyncpg.Pool, definitions: list[str]) -> None:
-    """Build the indexes, ``LOADERS`` at a time."""
+async def build_indexes(pool: asyncpg.Pool, definitions: list[str]) -> None:
+    """Build the indexes, ``LOADERS`` at a time, each bounded by :data:`MAINTENANCE_TIMEOUT_S`."""
     pending = list(definitions)
 
     async def worker() -> None:
         async with pool.acquire() as conn:
             await conn.execute("SET maintenance_work_mem = '256MB'")
-            while pending:
-                await conn.execute(pending.pop(0))
+            await conn.execute(f"SET statement_timeout = '{MAINTENANCE_TIMEOUT_S}s'")
+            try:
+                while pending:
+                    definition = pending.pop(0)
+                    started = time.perf_counter()
+                    await conn.execute(definition, timeout=MAINTENANCE_TIMEOUT_S)
+                    if (took := time.perf_counter() - started) >= 10:
+                        log.info("rebuild: %s took %.1f s", definition.split(" ON ")[0], took)
+            finally:
+                await conn.execute("RESET statement_timeout")
 
     await asyncio.gather(*(worker() for _ in range(LOADERS)))
+
+
+async def _analyze(pool: asyncpg.Pool, tables: list[str]) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(f"SET statement_timeout = '{MAINTENANCE_TIMEOUT_S}s'")
+        try:
+            for table in tables:
+                await conn.execute(f"ANALYZE {table}", timeout=MAINTENANCE_TIMEOUT_S)
+        finally:
+            await conn.execute("RESET statement_timeout")

@@ -41,6 +41,9 @@ from .metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
+#: A missing posts topic is logged once after this long (a fresh cluster may create it a moment later).
+TOPIC_WAIT_WARN_S = 5.0
+
 #: Records announced per query.
 ANNOUNCE_BATCH = 1_000
 
@@ -72,6 +75,9 @@ class Feed:
         self.paused_since: float | None = None
         metrics.feed_pending.set_function(lambda: len(self._pending))
         self._next: dict[int, int] = {}  # next offset to consume per partition, kept across broker reconnects
+        #: Since when the posts topic is missing on the broker (None: it was there), and whether that was logged.
+        self._topic_missing_since: float | None = None
+        self._topic_missing_logged = False
         self.announcer: asyncio.Task | None = None
         #: Why the feed cannot read on (its positions are not in the log), or "".
         self.stopped = ""
@@ -134,7 +140,7 @@ class Feed:
             consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream", auto_offset_reset="none")
             try:
                 await consumer.start()
-                await self._consume(consumer)
+                await self._consume(consumer)  # returns only to be replaced by a new consumer
             except KafkaError as exc:
                 delay = self.backoff.delay()
                 log.warning("broker error, reconnecting in %.1fs: %s", delay, exc)
@@ -148,12 +154,23 @@ class Feed:
     # ------------------------------------------------------------------ consuming
 
     async def _consume(self, consumer) -> None:
-        partitions = None
+        partitions = consumer.partitions_for_topic(self.topic)
         while not partitions:
-            await consumer.topics()
-            partitions = consumer.partitions_for_topic(self.topic)
-            if not partitions:
-                await asyncio.sleep(0.5)
+            if self.topic in await consumer.topics():
+                # Created after this consumer started: its cached metadata never learns a topic it
+                # is not assigned yet, so a new consumer (whose start reads all topics) takes over.
+                if self._topic_missing_since is not None:
+                    log.warning("stream feed: topic %s exists now", self.topic)
+                    self._topic_missing_since = None
+                await asyncio.sleep(0.5)  # never a tight loop of new consumers, should the broker lag
+                return
+            if self._topic_missing_since is None:
+                self._topic_missing_since = time.monotonic()
+            elif not self._topic_missing_logged and time.monotonic() - self._topic_missing_since >= TOPIC_WAIT_WARN_S:
+                self._topic_missing_logged = True  # once: readiness keeps saying "feed starting" meanwhile
+                log.warning("stream feed: topic %s does not exist on the broker yet; waiting for it "
+                            "(create it with `tickerwire topics ensure`)", self.topic)
+            await asyncio.sleep(0.5)
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if not self._next:

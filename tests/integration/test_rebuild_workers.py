@@ -1,7 +1,8 @@
 """The bulk rebuild's worker processes on the real broker and PostgreSQL: what goes wrong in a
 worker reaches the rebuild as an error (never a hang, never a half-told success), and no
 worker outlives the rebuild. (The happy path and the equality with a live projection are
-end-to-end tests: tests/e2e/test_projector_e2e.py.)"""
+end-to-end tests: tests/e2e/test_projector_e2e.py.) The index builds after the load get a
+maintenance bound, not the chunk statements' one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import multiprocessing
 import os
 import signal
 
+import asyncpg
 import pytest
 from aiokafka import TopicPartition
 from tickerwire.schemas.models import encode_event, entity_key
@@ -17,7 +19,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import create_pool
 from tickerwire.services.common.errors import TickerwireError
-from tickerwire.services.projector.bulk import NotBulkable, bulk_load_posts
+from tickerwire.services.projector.bulk import NotBulkable, build_indexes, bulk_load_posts
 
 from tests.support.events import category_ev, post_ev
 from tests.support.stack import ServiceStack
@@ -65,3 +67,20 @@ async def test_a_worker_that_vanishes_fails_the_rebuild_and_stops_the_others(fre
     finally:
         await pool.close()
     assert multiprocessing.active_children() == []
+
+
+async def test_index_builds_after_the_load_are_not_cut_short_by_the_pools_statement_timeout(fresh_db):
+    pool = await create_pool(fresh_db, "public", min_size=1, max_size=2, statement_timeout_s=0.2)
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute("""
+                CREATE TABLE loaded AS SELECT i FROM generate_series(1, 40) i;
+                CREATE FUNCTION slow_key(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 FROM pg_sleep(0.01)';""")
+            with pytest.raises((asyncio.TimeoutError, asyncpg.exceptions.QueryCanceledError)):  # a chunk statement's bound
+                await conn.execute("SELECT count(slow_key(i)) FROM loaded")
+        await build_indexes(pool, ["CREATE INDEX loaded_slow ON loaded (slow_key(i))"])  # about 0.4 s
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM pg_indexes WHERE indexname = 'loaded_slow'") == 1
+            assert await conn.fetchval("SHOW statement_timeout") == "200ms"  # the pool's bound is back
+    finally:
+        await pool.close()
