@@ -68,24 +68,30 @@ async def create_pool(
     stateless: bool = False,
     statement_timeout_s: float = 30.0,
     connect_timeout_s: float = 10.0,
+    asynchronous_commit: bool = False,
 ) -> asyncpg.Pool:
     """A pool whose connections resolve unqualified names in the read-model schema first.
 
     ``stateless`` pools belong to processes that never SET, LISTEN or take session locks;
     their connections skip asyncpg's reset statement when returned to the pool.
     ``statement_timeout_s`` bounds every statement twice: on the server (``statement_timeout``)
-    and in the client (``command_timeout``, which also holds when the server is frozen)."""
+    and in the client (``command_timeout``, which also holds when the server is frozen).
+    ``asynchronous_commit`` sets ``synchronous_commit = off``: a COMMIT returns before its WAL
+    is flushed, and a crash of PostgreSQL may lose the last instant of commits, each whole."""
+    settings = {
+        "search_path": quote_ident(schema) + ",public",
+        "application_name": "tickerwire",
+        "statement_timeout": str(int(statement_timeout_s * 1000)),
+    }
+    if asynchronous_commit:
+        settings["synchronous_commit"] = "off"
     with storage_errors("connect"):
         return await asyncpg.create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             reset=_keep_session if stateless else None,
-            server_settings={
-                "search_path": quote_ident(schema) + ",public",
-                "application_name": "tickerwire",
-                "statement_timeout": str(int(statement_timeout_s * 1000)),
-            },
+            server_settings=settings,
             command_timeout=statement_timeout_s,
             timeout=connect_timeout_s,
         )
