@@ -40,7 +40,7 @@ FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 _P = PostRow.params()
 UPSERT_POST = f"""
 INSERT INTO posts ({", ".join(PostRow.columns())})
-VALUES ({", ".join(_P.values())}::jsonb)
+VALUES ({", ".join(f"{p}::jsonb" if column == "snapshot" else p for column, p in _P.items())})
 ON CONFLICT (id) DO UPDATE SET {", ".join(f"{c} = EXCLUDED.{c}" for c in PostRow.columns() if c != "id")}
 WHERE posts.version < EXCLUDED.version
 """

@@ -39,6 +39,6 @@ async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fres
         assert [(d["offset"], d["reason_kind"]) for d in dead] == [(2, "rejected")]
         assert "UniqueViolation" in dead[0]["reason"] and dead[0]["value"] == records[2].value
         assert await pool.fetchval("SELECT next_offset FROM positions WHERE topic = $1", tp.topic) == 4
-        assert metrics.dead_lettered.labels("rejected")._value.get() == 1
+        assert metrics.registry.get_sample_value("tickerwire_projector_dead_lettered_total", {"reason": "rejected"}) == 1
         await projector.apply_records(tp, records)  # redelivery changes nothing
         assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 1

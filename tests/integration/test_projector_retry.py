@@ -30,13 +30,13 @@ async def test_a_dropped_connection_mid_batch_is_retried_and_the_batch_applied_o
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock_shared%'")):
             await asyncio.sleep(0.01)
         await admin.execute("SELECT pg_terminate_backend($1)", pids[0]["pid"])
-        while metrics.retries.labels("apply")._value.get() < 1:
+        while (metrics.registry.get_sample_value("tickerwire_projector_retries_total", {"what": "apply"}) or 0) < 1:
             await asyncio.sleep(0.01)
         await admin.execute("SELECT pg_advisory_unlock($1)", SWITCH_LOCK)
         await applying
         assert await admin.fetchval("SELECT post_count FROM rm.ticker_post_counts WHERE ticker = 'BTC'") == 1
         assert await admin.fetchval("SELECT next_offset FROM rm.positions") == 1
-        assert metrics.events_applied.labels("post")._value.get() == 1
+        assert metrics.registry.get_sample_value("tickerwire_projector_events_applied_total", {"type": "post"}) == 1
     finally:
         await pool.close()
         await admin.close()

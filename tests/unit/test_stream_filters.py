@@ -77,7 +77,7 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
         for i, ws in enumerate(sockets[name]):
             # equal filters built separately still share a group
             conns.append(hub.open(ws, None, "ws", "k", f"ses_{name}_{i}", CountingFilter(**{s: getattr(f, s) for s in ("langs", "tickers", "categories")})))
-    assert len(hub.groups) == 3 and hub.metrics.filter_groups._value.get() == 3
+    assert len(hub.groups) == 3 and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 3
     CountingFilter.decisions.clear()
     message = protocol.post_created('{"id":1,"lang":"en-US"}', 3, 99)
     delivered = hub.publish(message, PostFacts("en-US", frozenset({"BTC"}), frozenset()))
@@ -90,4 +90,4 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
     assert orjson.loads(sockets["btc"][0].frames[0])["log_position"] == "3:99"
     for conn in conns:
         await hub.forget(conn)
-    assert hub.groups == {} and hub.metrics.filter_groups._value.get() == 0
+    assert hub.groups == {} and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 0

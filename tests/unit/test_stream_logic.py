@@ -42,7 +42,7 @@ async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_messa
     assert [id(f) for f in healthy.frames] == [id(m) for m in messages]  # the same bytes objects, in order
     assert b.closing and not a.closing
     assert (stuck.close_code, stuck.close_reason) == (4008, b"SLOW_CONSUMER")
-    assert metrics.slow_closed._value.get() == 1
+    assert metrics.registry.get_sample_value("tickerwire_stream_slow_clients_closed_total") == 1
     await hub.forget(a)
     await hub.forget(b)
 
