@@ -84,6 +84,10 @@ class DeadLetter:
     kind: str
     reason: str
 
+    def row(self, topic: str, partition: int) -> tuple:
+        """The arguments of ``sql.INSERT_DEAD_LETTER`` for this letter of ``topic[partition]``."""
+        return (topic, partition, self.offset, self.key, self.value, self.kind, self.reason)
+
 
 @dataclass(slots=True)
 class BatchResult:
@@ -237,7 +241,7 @@ async def apply_batch(
         result.dead = dead
         if dead:
             await conn.executemany(
-                sql.INSERT_DEAD_LETTER, [(topic, partition, d.offset, d.key, d.value, d.kind, d.reason) for d in dead]
+                sql.INSERT_DEAD_LETTER, [d.row(topic, partition) for d in dead]
             )
         posts: dict[int, list[Decoded[PostEvent]]] = defaultdict(list)
         for p in of_type(events, PostEvent):

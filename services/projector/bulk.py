@@ -34,6 +34,7 @@ partition carrying another event type, or another topic carrying a post event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -44,7 +45,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -196,8 +197,8 @@ class PartitionLoad:
     records: int = 0
     posts: int = 0
     seconds_reduce: float = 0.0
-    #: Rows for ``dead_letters``: (topic, partition, offset, key, value, kind, reason).
-    letters: list[tuple] = field(default_factory=list)
+    #: The poison records of each partition, in offset order.
+    letters: dict[TopicPartition, list[DeadLetter]] = field(default_factory=dict)
     ticker_delta: dict[str, int] = field(default_factory=dict)
     sentiment_delta: dict[tuple[datetime, str], int] = field(default_factory=dict)
 
@@ -237,11 +238,11 @@ async def bulk_load_posts(
     loads = await _run_workers(config, schema, [share for share in shares if share], vectors, progress)
     ticker_delta: dict[str, int] = {}
     sentiment_delta: dict[tuple[datetime, str], int] = {}
-    letters: list[tuple] = []
+    letters: dict[TopicPartition, list[DeadLetter]] = {}
     for load in loads:
         report.records += load.records
         report.posts += load.posts
-        letters.extend(load.letters)
+        letters.update(load.letters)
         merge(ticker_delta, load.ticker_delta)
         merge(sentiment_delta, load.sentiment_delta)
     report.rows = progress.loaded
@@ -259,9 +260,10 @@ async def bulk_load_posts(
                 await conn.copy_records_to_table(
                     "sentiment_buckets", records=[(b, s, n) for (b, s), n in sorted(sentiment_delta.items())]
                 )
-            if letters:
-                await conn.executemany(sql.INSERT_DEAD_LETTER, sorted(letters, key=lambda r: (r[1], r[2])))
-            report.dead_letters = len(letters)
+            rows = [d.row(tp.topic, tp.partition) for tp in tps for d in letters.get(tp, [])]
+            if rows:
+                await conn.executemany(sql.INSERT_DEAD_LETTER, rows)
+            report.dead_letters = len(rows)
             await conn.execute(sql.BUMP_STAMPS, ["tokens"])
     await build_indexes(pool, [r["definition"] for r in indexes])
     await _analyze(pool, ["posts", "post_translations"])
@@ -357,7 +359,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
     plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
     async for tp, records in _read(config, tps, ends):
         events, poison = decode_records(records)
-        result.letters.extend((tp.topic, tp.partition, d.offset, d.key, d.value, d.kind, d.reason) for d in poison)
+        result.letters.setdefault(tp, []).extend(poison)
         for decoded in events:
             if decoded.event.type != "post":
                 raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event")
@@ -466,32 +468,35 @@ async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, loaded, vectors: str
             await conn.reset_type_codec("tsvector", schema="pg_catalog")
 
 
+@contextlib.asynccontextmanager
+async def _maintenance(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A session for the work after the load: more sort memory, and statements bounded by
+    :data:`MAINTENANCE_TIMEOUT_S` instead of the pool's chunk-statement bound (restored after)."""
+    async with pool.acquire() as conn:
+        await conn.execute(f"SET maintenance_work_mem = '256MB'; SET statement_timeout = '{MAINTENANCE_TIMEOUT_S}s'")
+        try:
+            yield conn
+        finally:
+            await conn.execute("RESET maintenance_work_mem; RESET statement_timeout")
+
+
 async def build_indexes(pool: asyncpg.Pool, definitions: list[str]) -> None:
     """Build the indexes, ``LOADERS`` at a time, each bounded by :data:`MAINTENANCE_TIMEOUT_S`."""
     pending = list(definitions)
 
     async def worker() -> None:
-        async with pool.acquire() as conn:
-            await conn.execute("SET maintenance_work_mem = '256MB'")
-            await conn.execute(f"SET statement_timeout = '{MAINTENANCE_TIMEOUT_S}s'")
-            try:
-                while pending:
-                    definition = pending.pop(0)
-                    started = time.perf_counter()
-                    await conn.execute(definition, timeout=MAINTENANCE_TIMEOUT_S)
-                    if (took := time.perf_counter() - started) >= 10:
-                        log.info("rebuild: %s took %.1f s", definition.split(" ON ")[0], took)
-            finally:
-                await conn.execute("RESET statement_timeout")
+        async with _maintenance(pool) as conn:
+            while pending:
+                definition = pending.pop(0)
+                started = time.perf_counter()
+                await conn.execute(definition, timeout=MAINTENANCE_TIMEOUT_S)
+                if (took := time.perf_counter() - started) >= 10:
+                    log.info("rebuild: %s took %.1f s", definition.split(" ON ")[0], took)
 
     await asyncio.gather(*(worker() for _ in range(LOADERS)))
 
 
 async def _analyze(pool: asyncpg.Pool, tables: list[str]) -> None:
-    async with pool.acquire() as conn:
-        await conn.execute(f"SET statement_timeout = '{MAINTENANCE_TIMEOUT_S}s'")
-        try:
-            for table in tables:
-                await conn.execute(f"ANALYZE {table}", timeout=MAINTENANCE_TIMEOUT_S)
-        finally:
-            await conn.execute("RESET statement_timeout")
+    async with _maintenance(pool) as conn:
+        for table in tables:
+            await conn.execute(f"ANALYZE {table}", timeout=MAINTENANCE_TIMEOUT_S)
