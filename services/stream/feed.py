@@ -159,9 +159,9 @@ class Feed:
             if self.topic in await consumer.topics():
                 # Created after this consumer started: its cached metadata never learns a topic it
                 # is not assigned yet, so a new consumer (whose start reads all topics) takes over.
-                if self._topic_missing_since is not None:
+                if self._topic_missing_logged:
                     log.warning("stream feed: topic %s exists now", self.topic)
-                    self._topic_missing_since = None
+                self._topic_missing_since, self._topic_missing_logged = None, False
                 await asyncio.sleep(0.5)  # never a tight loop of new consumers, should the broker lag
                 return
             if self._topic_missing_since is None:
