@@ -45,7 +45,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.connection import Connection
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -196,6 +196,7 @@ class PartitionLoad:
 
     records: int = 0
     posts: int = 0
+    rows: int = 0
     seconds_reduce: float = 0.0
     #: The poison records of each partition, in offset order.
     letters: dict[TopicPartition, list[DeadLetter]] = field(default_factory=dict)
@@ -245,7 +246,7 @@ async def bulk_load_posts(
         letters.update(load.letters)
         merge(ticker_delta, load.ticker_delta)
         merge(sentiment_delta, load.sentiment_delta)
-    report.rows = progress.loaded
+    report.rows = sum(load.rows for load in loads)
     report.seconds_reduce = max((load.seconds_reduce for load in loads), default=0.0)
     report.seconds_load = time.perf_counter() - started - report.seconds_reduce
 
@@ -278,6 +279,13 @@ async def bulk_load_posts(
 #: How often the parent looks at its workers (and refreshes the progress line).
 _POLL_S = 0.2
 
+#: A worker's progress in shared memory: [records read, rows loaded], written by that worker
+#: alone and read by the parent without a lock. (A lock is what a worker terminated inside it
+#: would hold for ever, and the parent, reading the counts as it stops the others, would wait
+#: on it for ever.)
+Counts = Any
+READ, LOADED = 0, 1
+
 
 async def _run_workers(
     config: Config, schema: str, shares: list[list[tuple[TopicPartition, int]]], vectors: str, progress: Progress
@@ -286,22 +294,27 @@ async def _run_workers(
     first failure (an error a worker reports, or a worker that dies without a word) stops the
     others and is raised here; so does this coroutine's cancellation."""
     context = multiprocessing.get_context("spawn")  # never fork a process holding sockets and a loop
-    read, loaded = context.Value("q", 0), context.Value("q", 0)
-    running: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []  # (worker, its pipe)
+    running: list[tuple[multiprocessing.process.BaseProcess, Connection, Counts]] = []  # (worker, its pipe, its counts)
     results: dict[int, PartitionLoad] = {}
+
+    def tally() -> None:
+        progress.read = sum(counts[READ] for _, _, counts in running)
+        progress.loaded = sum(counts[LOADED] for _, _, counts in running)
+
     try:
         for share in shares:
             receiver, sender = context.Pipe(duplex=False)
+            counts = context.RawArray("q", 2)
             process = context.Process(
-                target=_worker, args=(config, schema, share, vectors, read, loaded, sender),
+                target=_worker, args=(config, schema, share, vectors, counts, sender),
                 name=f"tickerwire-rebuild-{'-'.join(str(tp.partition) for tp, _ in share)}", daemon=True,
             )
             process.start()
             sender.close()
-            running.append((process, receiver))
+            running.append((process, receiver, counts))
         while len(results) < len(running):
             await asyncio.sleep(_POLL_S)
-            for i, (worker, receiver) in enumerate(running):
+            for i, (worker, receiver, _) in enumerate(running):
                 if i in results:
                     continue
                 if receiver.poll():
@@ -315,29 +328,29 @@ async def _run_workers(
                     results[i] = value
                 elif not worker.is_alive():
                     raise TickerwireError(_died(worker))
-            progress.read, progress.loaded = read.value, loaded.value
+            tally()
             progress.show()
         return [results[i] for i in range(len(running))]
     finally:
-        for worker, receiver in running:
+        for worker, receiver, _ in running:
             if worker.is_alive():
                 worker.terminate()
             worker.join(timeout=10)
             receiver.close()
-        progress.read, progress.loaded = read.value, loaded.value
+        tally()
 
 
 def _died(process: multiprocessing.process.BaseProcess) -> str:
     return f"rebuild worker {process.name} exited with status {process.exitcode} before reporting"
 
 
-def _worker(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, read, loaded, pipe: Connection) -> None:
+def _worker(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts, pipe: Connection) -> None:
     """A worker process: reduce and load ``share``, then send ("ok", PartitionLoad) or
     ("error", exception) to the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles an interrupt and stops its workers
     setup_logging("rebuild", config.log_level)
     try:
-        pipe.send(("ok", asyncio.run(_load_share(config, schema, share, vectors, read, loaded))))
+        pipe.send(("ok", asyncio.run(_load_share(config, schema, share, vectors, counts))))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
         try:
             pipe.send(("error", exc))
@@ -347,12 +360,7 @@ def _worker(config: Config, schema: str, share: list[tuple[TopicPartition, int]]
         pipe.close()
 
 
-def _add(counter, n: int) -> None:
-    with counter.get_lock():
-        counter.value += n
-
-
-async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, read, loaded) -> PartitionLoad:
+async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts) -> PartitionLoad:
     result = PartitionLoad()
     tps, ends = [tp for tp, _ in share], dict(share)
     started = time.perf_counter()
@@ -366,7 +374,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
         for p in of_type(events, PostEvent):
             reduce_event(plans[tp], p)
         result.records += len(records)
-        _add(read, len(records))
+        counts[READ] += len(records)
     result.seconds_reduce = time.perf_counter() - started
     result.posts = sum(len(p) for p in plans.values())
 
@@ -375,7 +383,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
         async with pool.acquire() as conn:
             taxonomy = await load_taxonomy(conn)
         queue: asyncio.Queue = asyncio.Queue(maxsize=LOADERS)
-        loaders = [asyncio.create_task(_loader(pool, queue, loaded, vectors)) for _ in range(LOADERS)]
+        loaders = [asyncio.create_task(_loader(pool, queue, counts, vectors)) for _ in range(LOADERS)]
         try:
             posts_rows: list[tuple] = []
             rows: list[tuple] = []
@@ -383,7 +391,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
                 by_offset = _wanted(plans[tp])
                 held: dict[int, Decoded[PostEvent]] = {}
                 async for _, records in _read(config, [tp], ends):
-                    _add(read, len(records))
+                    counts[READ] += len(records)
                     wanted = [r for r in records if r.offset in by_offset]
                     events, _ = decode_records(wanted)
                     for d in of_type(events, PostEvent):
@@ -408,6 +416,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
             for _ in loaders:
                 await _put(queue, loaders, None)
             await asyncio.gather(*loaders)
+            result.rows = counts[LOADED]
         finally:
             for task in loaders:
                 task.cancel()
@@ -447,7 +456,7 @@ def _same(value: bytes) -> bytes:
     return value
 
 
-async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, loaded, vectors: str) -> None:
+async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, counts: Counts, vectors: str) -> None:
     """Copy chunks in: the posts, then the translations with the vectors ``vectors`` computes
     (or takes from the live schema), each row written once. The vectors pass through this
     process in PostgreSQL's binary form, untouched."""
@@ -463,7 +472,7 @@ async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, loaded, vectors: str
                     computed = await conn.fetch(vectors, *inputs)
                     records = [(*(row[i] for i in _STORED_AT), v["tsv"]) for row, v in zip(rows, computed, strict=True)]
                     await conn.copy_records_to_table("post_translations", records=records, columns=sql.TRANSLATION_COPY_COLUMNS)
-                _add(loaded, len(rows))
+                counts[LOADED] += len(rows)
         finally:
             await conn.reset_type_codec("tsvector", schema="pg_catalog")
 
