@@ -21,10 +21,24 @@ from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_data
 from tests.support import containers
 from tests.support.containers import docker_available
 from tests.support.exclusive import held
+from tests.support import timeouts
 
 
 def pytest_report_header(config) -> str:
     return f"tickerwire engines: {containers.engines()}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
+    """pytest-timeout's signal method, printing the asyncio tasks' stacks (tests/support/timeouts.py)."""
+    if settings.method == "signal" and settings.timeout > 0 and timeouts.arm(item, settings.timeout):
+        return True
+    return None  # pytest-timeout's own
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
+    return True if timeouts.disarm(item) else None
 
 
 @pytest.fixture(scope="session")

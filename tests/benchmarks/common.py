@@ -145,6 +145,23 @@ class Result:
         }
 
 
+class Deadline:
+    """A bound on one of a benchmark's waits: ``check()`` raises once ``seconds`` have passed, so a
+    benchmark waiting on something that never comes fails with what it waited for instead of
+    hanging its run (and the CI run around it)."""
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds, self.what = seconds, what
+        self.at = time.monotonic() + seconds
+
+    def check(self, process: subprocess.Popen | None = None) -> None:
+        """Also raises if ``process`` (the one expected to do the work) has exited."""
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{self.what}: the process doing it exited with status {process.returncode}")
+        if time.monotonic() > self.at:
+            raise RuntimeError(f"{self.what}: not done within {self.seconds:.0f} s")
+
+
 async def alternate(runs: int, product: Callable[[int], Awaitable[None]], baseline: Callable[[int], Awaitable[None]]) -> None:
     """Run product, baseline, product, baseline... ``runs`` times each (each call records its own metrics)."""
     for i in range(runs):
@@ -351,7 +368,12 @@ async def open_loop_process(url: str, headers: dict[str, str], rate: float, seco
     for name, value in headers.items():
         cmd += ["--header", f"{name}: {value}"]
     proc = await asyncio.create_subprocess_exec(*cmd, cwd=REPO, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
-    out, _ = await asyncio.wait_for(proc.communicate(), seconds + 120)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), seconds + 120)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"the open-loop generator did not finish a {seconds:g} s run within {seconds + 120:g} s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"open-loop generator exited {proc.returncode}")
     import json

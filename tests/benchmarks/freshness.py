@@ -20,7 +20,7 @@ from tickerwire.services.common import kafka
 
 from tests.support.stack import BASE
 
-from .common import Context, Result, RssSampler, catalog, percentile, posts, provision_wide_open
+from .common import Context, Deadline, Result, RssSampler, catalog, percentile, posts, provision_wide_open
 from .projector import posts_end
 
 NAME = "freshness"
@@ -71,7 +71,9 @@ async def baseline_run(stack, producer, topic: str, first_id: int, count: int) -
             sent = time.monotonic()
             await producer.send(topic, value=encode_event(event), key=entity_key(event).encode())
             got = False
+            deadline = Deadline(30, f"the raw consumer receiving post {event.data.id}")
             while not got:
+                deadline.check()
                 for records in (await consumer.getmany(timeout_ms=100)).values():
                     got = got or any(r.key == entity_key(event).encode() for r in records)
             out.append((time.monotonic() - sent) * 1000)

@@ -24,7 +24,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.readmodel.migrate import migrate
 
-from .common import log, Context, Result, RssSampler, catalog, percentile, posts
+from .common import log, Context, Deadline, Result, RssSampler, catalog, percentile, posts
 
 NAME = "projector"
 
@@ -92,7 +92,9 @@ async def product_throughput(ctx: Context, stack, total: int, rss: RssSampler) -
                                 TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS=str(LATENCY_FETCH_WAIT_MS))
     rss.watch("projector", service.proc.pid)
     first_seen = first_t = None
+    deadline = Deadline(120 + total / 20, f"projecting {total:,} events")
     while True:
+        deadline.check(service.proc)
         done = await projected(conn, topic)
         now = time.perf_counter()
         if done and first_seen is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -25,7 +26,7 @@ from tickerwire.schemas.models import PostStatus
 from tickerwire.devstack.demo import dataset
 from tickerwire.services.projector.rebuild import replay_into
 
-from .common import Context, Result, catalog, log
+from .common import Context, Deadline, Result, catalog, log
 
 NAME = "rebuild"
 
@@ -71,10 +72,12 @@ async def digest(dsn: str, schema: str) -> tuple:
         await conn.close()
 
 
-async def wait_projected(dsn: str, total: int) -> None:
+async def wait_projected(dsn: str, total: int, projector: subprocess.Popen) -> None:
+    deadline = Deadline(120 + total / 20, f"the live projection of {total:,} records")
     conn = await asyncpg.connect(dsn)
     try:
         while int(await conn.fetchval("SELECT coalesce(sum(next_offset), 0) FROM rm.positions") or 0) < total:
+            deadline.check(projector)
             await asyncio.sleep(0.2)
     finally:
         await conn.close()
@@ -103,7 +106,7 @@ async def run(ctx: Context) -> Result:
         total = len(cat) + count + len(edits)
         projector = await stack.start("projector", TICKERWIRE_PROJECTOR_GROUP=f"bench-{uuid.uuid4().hex[:8]}")
         started = time.perf_counter()
-        await wait_projected(stack.database_url, total)
+        await wait_projected(stack.database_url, total, projector.proc)
         result.notes.append(f"{total:,} records ({count:,} posts, {rows:,} translation rows over 14 locales, {len(edits):,} edits, catalog); "
                             f"the live projector took {time.perf_counter() - started:.0f} s")
         stack.stop(projector)

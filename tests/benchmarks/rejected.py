@@ -57,7 +57,12 @@ async def _flood(url: str, keys: list[str], rate: float, seconds: float) -> list
             "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", lua.name, url,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )
-        out = (await proc.communicate())[0].decode()
+        try:
+            out = (await asyncio.wait_for(proc.communicate(), seconds + 60))[0].decode()
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise RuntimeError(f"wrk did not finish a {seconds:.0f} s flood within {seconds + 60:.0f} s") from None
     finally:
         os.unlink(lua.name)
     m = re.search(r"Requests/sec:\s*([\d.]+)", out)

@@ -74,6 +74,7 @@ class Clients:
     """Client processes holding ``total`` connections between them."""
 
     def __init__(self, url: str, total: int, expect: int, processes: int, timeout: float) -> None:
+        self.timeout = timeout
         per = [total // processes + (1 if i < total % processes else 0) for i in range(processes)]
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "tests.benchmarks.stream", "client", url, str(n), str(expect), str(timeout)],
@@ -81,17 +82,27 @@ class Clients:
             for n in per if n
         ]
 
+    async def _line(self, p: subprocess.Popen, what: str) -> str:
+        """A client's next line; a client silent past its own timeout (and a margin) is killed,
+        with the others, and the benchmark fails naming what it waited for."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(p.stdout.readline), self.timeout + 60)
+        except asyncio.TimeoutError:
+            for q in self.procs:
+                q.kill()
+            raise RuntimeError(f"stream client {p.pid} sent no {what} within {self.timeout + 60:.0f} s") from None
+
     async def ready(self) -> None:
         for p in self.procs:
-            line = await asyncio.to_thread(p.stdout.readline)
+            line = await self._line(p, "ready line")
             if line.strip() != "ready":
                 raise RuntimeError(f"stream client failed to connect (exit {p.poll()})")
 
     async def receipts(self) -> list[tuple[int, float]]:
         out = []
         for p in self.procs:
-            line = await asyncio.to_thread(p.stdout.readline)
-            await asyncio.to_thread(p.wait)
+            line = await self._line(p, "receipts")
+            await asyncio.to_thread(p.wait, 30)
             out.extend(json.loads(line) if line.strip() else [])
         return out
 
