@@ -12,7 +12,6 @@ the process exits non-zero so that its own supervisor (systemd, a container runt
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import AsyncIterator, Awaitable, Callable
@@ -22,6 +21,20 @@ from aiohttp import web
 from .retry import backoff_delays
 
 log = logging.getLogger(__name__)
+
+#: How long an application's shutdown waits for one background task to end once cancelled.
+STOP_TIMEOUT_S = 15.0
+
+
+def honour_cancellation() -> None:
+    """Raise ``CancelledError`` if the current task was asked to stop, even if the request was
+    swallowed on its way. aiokafka's ``close()``/``stop()`` await their own tasks inside
+    ``contextlib.suppress(CancelledError)``: a stop requested while a loop restarts its consumer
+    is eaten there, and a ``while True`` loop would go on for ever, its shutdown waiting on it.
+    Every loop around such a library calls this at the top of each turn."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class Supervisor:
@@ -51,6 +64,7 @@ class Supervisor:
                 raise
             except Exception as err:
                 reason, exc = f"{type(err).__name__}: {err}", err
+            honour_cancellation()  # stopping, whatever the task said on its way out: no restart
             if time.monotonic() - started >= self.healthy_after_s:
                 failures, delays = 0, backoff_delays(self.base_s, self.cap_s)
             failures += 1
@@ -72,8 +86,13 @@ class Supervisor:
             task = asyncio.create_task(self.run(name, lambda: factory(app)), name=name)
             yield
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Bounded: asyncio.wait never cancels again nor waits past its timeout (wait_for does both).
+            await asyncio.wait([task], timeout=STOP_TIMEOUT_S)
+            if not task.done():
+                log.error("background task %s did not stop within %.0f s of its cancellation; leaving it behind",
+                          name, STOP_TIMEOUT_S)
+            elif not task.cancelled() and task.exception() is not None:
+                log.error("background task %s failed while stopping", name, exc_info=task.exception())
 
         return ctx
 

@@ -22,6 +22,7 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
 from ..common.retry import Backoff, retry_transient
+from ..common.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics
@@ -230,6 +231,7 @@ class Projector:
     async def run(self) -> None:
         """Consume until cancelled. Broker outages are retried, never skipped past."""
         while True:
+            honour_cancellation()  # a stop requested while the last consumer stopped
             self.consumer = kafka.consumer(
                 self.config,
                 group_id=self.config.projector_group,
@@ -263,6 +265,7 @@ class Projector:
     async def _loop(self) -> None:
         assert self.consumer is not None
         while True:
+            honour_cancellation()
             if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
                 await self.check_log(self.consumer.assignment())
             # A fetch position out of the log's range makes the consumer jump to the log start;
@@ -302,6 +305,7 @@ class Projector:
         that grows while it keeps crashing and is short again once a tick worked."""
         backoff = Backoff(KAFKA_COMMIT_INTERVAL_S, 30.0)
         while True:
+            honour_cancellation()
             await asyncio.sleep(KAFKA_COMMIT_INTERVAL_S)
             try:
                 await self._commit_to_kafka()

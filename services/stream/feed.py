@@ -32,6 +32,7 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, LogProbe, find_discontinuities
 from ..common.retry import Backoff, retry_transient
+from ..common.supervise import honour_cancellation
 from ..readmodel import positions
 from ..readmodel.announcements import announced
 from . import protocol
@@ -137,6 +138,7 @@ class Feed:
 
     async def _consume_forever(self) -> None:
         while True:
+            honour_cancellation()  # a stop requested while the last consumer stopped
             consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream", auto_offset_reset="none")
             try:
                 await consumer.start()
@@ -180,6 +182,7 @@ class Feed:
         self.started.set()
         log.info("stream feed reading from %s", dict(self._next))
         while True:
+            honour_cancellation()
             await self._room.wait()
             if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
                 await self._check_log(consumer, tps)

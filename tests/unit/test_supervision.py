@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 
+import pytest
 from aiokafka import TopicPartition
 
 from tickerwire.services.common.logcheck import discontinuity
 from tickerwire.services.common.ops import answer_ready
 from tickerwire.services.common.readiness import Readiness
 from tickerwire.services.common.retry import Backoff
-from tickerwire.services.common.supervise import Supervisor
+from tickerwire.services.common import supervise
+from tickerwire.services.common.supervise import Supervisor, honour_cancellation
 
 TP = TopicPartition("t.posts.v1", 2)
 
@@ -62,6 +66,78 @@ async def test_a_returning_task_counts_as_a_crash():
 
     await asyncio.wait_for(supervisor.run("announcer", task), 2)
     assert supervisor.fatal.is_set() and "returned" in supervisor.fatal_reason
+
+
+async def close_like_aiokafka() -> None:
+    """What aiokafka's close()/stop() do: await one of its own tasks with CancelledError
+    suppressed, so a cancellation of the caller arriving meanwhile is swallowed."""
+    own = asyncio.ensure_future(asyncio.sleep(0.2))
+    with contextlib.suppress(asyncio.CancelledError):
+        await own
+
+
+async def test_a_loop_stops_when_its_cancellation_was_swallowed_by_a_library():
+    turns = []
+    inside = asyncio.Event()
+
+    async def consume_forever() -> None:
+        while True:
+            honour_cancellation()
+            turns.append(1)
+            inside.set()
+            await close_like_aiokafka()  # stopping the last consumer, as a restart does
+
+    task = asyncio.create_task(consume_forever())
+    await asyncio.wait_for(inside.wait(), 1)
+    task.cancel()  # lands inside the library's close, which swallows it
+    done, _ = await asyncio.wait([task], timeout=2)
+    assert task in done and task.cancelled()
+    assert len(turns) == 1  # no new turn after the stop was asked for
+
+
+async def test_a_task_that_swallows_its_cancellation_is_not_restarted():
+    supervisor = Supervisor(base_s=0.001, cap_s=0.001)
+    runs = []
+    inside = asyncio.Event()
+
+    async def task() -> None:
+        runs.append(1)
+        inside.set()
+        await close_like_aiokafka()
+        raise ConnectionError("the consumer failed while stopping")
+
+    running = asyncio.create_task(supervisor.run("consume", task))
+    await asyncio.wait_for(inside.wait(), 1)
+    running.cancel()
+    done, _ = await asyncio.wait([running], timeout=2)
+    assert running in done and running.cancelled()
+    assert runs == [1] and supervisor.restarts == {}
+
+
+async def test_an_apps_shutdown_waits_for_a_task_that_will_not_stop_only_so_long(monkeypatch, caplog):
+    monkeypatch.setattr(supervise, "STOP_TIMEOUT_S", 0.2)
+    supervisor = Supervisor()
+    released = asyncio.Event()
+
+    async def stubborn(app) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if released.is_set():
+                    raise
+
+    ctx = supervisor.task("stubborn", stubborn)(None)
+    await ctx.__anext__()  # started
+    with caplog.at_level(logging.ERROR):
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(ctx.__anext__(), 2)  # the shutdown half of the cleanup context
+    assert "background task stubborn did not stop within 0 s of its cancellation" in caplog.text
+    released.set()  # this test's own clean-up: the task left behind stops now
+    (left,) = [t for t in asyncio.all_tasks() if t.get_name() == "stubborn"]
+    left.cancel()
+    await asyncio.wait([left], timeout=2)
+    assert left.done()
 
 
 async def test_readiness_answers_within_its_budget_when_a_check_hangs():
