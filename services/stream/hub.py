@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
 
+from ..common.supervise import cancel_and_wait
 from . import protocol
 from .filters import EVERYTHING, PostFacts, StreamFilter
 from .metrics import StreamMetrics
@@ -194,6 +195,4 @@ def limit_send_buffer(transport: asyncio.BaseTransport | None) -> None:
 async def _cancel(task: asyncio.Task | None) -> None:
     if task is None or task.done():
         return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
