@@ -37,16 +37,6 @@ def honour_cancellation() -> None:
         raise asyncio.CancelledError
 
 
-async def cancel_and_wait(task: asyncio.Task) -> None:
-    """Cancel ``task`` and wait for it to end, without swallowing a cancellation of the caller
-    (``suppress(CancelledError)`` around the wait would eat both)."""
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        honour_cancellation()  # the caller's own: raised on; the task's: it ended as asked
-
-
 class Supervisor:
     def __init__(self, *, base_s: float = 0.5, cap_s: float = 10.0, max_failures: int = 8, healthy_after_s: float = 60.0) -> None:
         self.base_s = base_s

@@ -8,6 +8,7 @@ only informational (they are still committed, after the database, for lag toolin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -21,7 +22,7 @@ from ..common.config import Config
 from ..common.db import storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
 from ..common.retry import Backoff, retry_transient
-from ..common.supervise import cancel_and_wait, honour_cancellation
+from ..common.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics
@@ -255,7 +256,9 @@ class Projector:
                 await asyncio.sleep(self.backoff.delay())
             finally:
                 if committer is not None:
-                    await cancel_and_wait(committer)
+                    committer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await committer
                 await self._probe.close()
                 await self.consumer.stop()
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
 
-from ..common.supervise import cancel_and_wait
 from . import protocol
 from .filters import EVERYTHING, PostFacts, StreamFilter
 from .metrics import StreamMetrics
@@ -195,4 +194,6 @@ def limit_send_buffer(transport: asyncio.BaseTransport | None) -> None:
 async def _cancel(task: asyncio.Task | None) -> None:
     if task is None or task.done():
         return
-    await cancel_and_wait(task)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

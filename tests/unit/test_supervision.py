@@ -15,7 +15,7 @@ from tickerwire.services.common.ops import answer_ready
 from tickerwire.services.common.readiness import Readiness
 from tickerwire.services.common.retry import Backoff
 from tickerwire.services.common import supervise
-from tickerwire.services.common.supervise import Supervisor, cancel_and_wait, honour_cancellation
+from tickerwire.services.common.supervise import Supervisor, honour_cancellation
 
 TP = TopicPartition("t.posts.v1", 2)
 
@@ -112,36 +112,6 @@ async def test_a_task_that_swallows_its_cancellation_is_not_restarted():
     done, _ = await asyncio.wait([running], timeout=2)
     assert running in done and running.cancelled()
     assert runs == [1] and supervisor.restarts == {}
-
-
-async def test_stopping_a_helper_task_neither_swallows_the_callers_cancellation_nor_raises_the_helpers():
-    helper = asyncio.create_task(asyncio.sleep(3600))
-    await asyncio.sleep(0)
-    await cancel_and_wait(helper)  # the helper's own cancellation ends there
-    assert helper.cancelled()
-
-    inside = asyncio.Event()
-
-    async def caller() -> None:
-        helper = asyncio.create_task(_shielded(asyncio.create_task(asyncio.sleep(0.5))))
-        await asyncio.sleep(0)  # the helper runs
-        inside.set()
-        await cancel_and_wait(helper)  # it takes 0.5 s to stop
-
-    task = asyncio.create_task(caller())
-    await asyncio.wait_for(inside.wait(), 1)
-    task.cancel()  # arrives while the caller waits for its helper
-    done, _ = await asyncio.wait([task], timeout=2)
-    assert task in done and task.cancelled()
-
-
-async def _shielded(inner: asyncio.Task) -> None:
-    """A helper that takes a while to stop (it finishes its work first)."""
-    try:
-        await asyncio.sleep(3600)
-    except asyncio.CancelledError:
-        await inner
-        raise
 
 
 async def test_an_apps_shutdown_waits_for_a_task_that_will_not_stop_only_so_long(monkeypatch, caplog):
