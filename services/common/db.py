@@ -150,6 +150,21 @@ async def open_connection(
     return await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings)
 
 
+#: An operator command's session (``tickerwire migrate``, ``projector accept-log``, the admin
+#: commands): how long one statement may run, and how long it may wait for a lock. A migration
+#: queued behind a long transaction would otherwise wait without end, and every reader of the
+#: table would queue behind the migration; it gives up instead, having changed nothing.
+COMMAND_STATEMENT_TIMEOUT_S = 60.0
+COMMAND_LOCK_TIMEOUT_S = 10.0
+#: A migration's statements may build indexes over a large read model.
+MIGRATION_STATEMENT_TIMEOUT_S = 3600.0
+
+
+def bounds(statement_timeout_s: float, lock_timeout_s: float) -> dict[str, str]:
+    """Server settings bounding a session's statements and lock waits."""
+    return {"statement_timeout": str(int(statement_timeout_s * 1000)), "lock_timeout": str(int(lock_timeout_s * 1000))}
+
+
 @contextlib.asynccontextmanager
 async def connect(
     dsn: str,

@@ -7,13 +7,17 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import asyncpg
 import pytest
 from aiokafka import TopicPartition
 
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from tickerwire.services.common import kafka
+from tickerwire.services.common.db import COMMAND_LOCK_TIMEOUT_S
+from tickerwire.services.readmodel.migrate import MIGRATION_LOCK
 from tickerwire.devstack.embedded.ports import free_port
 from tests.support.stack import started_stack, ServiceStack
 
@@ -98,6 +102,26 @@ async def test_admin_commands_publish_snapshots_and_never_print_hashes(stack):
     finally:
         await conn.close()
     assert cli(stack, "workspace", "suspend", "ws_nobody").returncode == 1
+
+
+async def test_a_migration_behind_a_held_lock_gives_up_with_one_line(stack):
+    """``tickerwire migrate`` queued behind another session's lock (here the migration lock, held
+    by a transaction that does not end) gives up after the lock bound, says so in one line and
+    exits 1, instead of waiting for ever (and keeping every later reader of the table waiting)."""
+    holder = await asyncpg.connect(stack.database_url)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+            started = time.monotonic()
+            done = await asyncio.to_thread(cli, stack, "migrate")
+            waited = time.monotonic() - started
+    finally:
+        await holder.close()
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock" in done.stderr and "nothing was changed" in done.stderr
+    assert COMMAND_LOCK_TIMEOUT_S <= waited < COMMAND_LOCK_TIMEOUT_S + 20
+    assert cli(stack, "migrate").returncode == 0  # the lock released: it runs
 
 
 def test_missing_configuration_fails_loudly():
