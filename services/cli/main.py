@@ -77,7 +77,6 @@ def _run(command: str, coro) -> int:
     from aiokafka.errors import KafkaError
 
     from ..common.db import COMMAND_LOCK_TIMEOUT_S
-
     from ..common.errors import BrokerUnavailable, StorageUnavailable
     from .admin import AdminError, BadArgument
 
