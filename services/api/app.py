@@ -98,7 +98,7 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     metrics.access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
     app[ADMISSIONS] = Admissions(
         config.database_url, default_rate=config.default_rate_limit_per_minute, default_quota=config.default_daily_quota,
-        metrics=metrics,
+        metrics=metrics, timeout_s=config.db_statement_timeout_s,  # a request waits no longer than any other statement
     )
     app.cleanup_ctx.append(_pool_ctx)
     supervisor = supervisor_of(app)

@@ -468,6 +468,28 @@ async def test_database_down_gives_503_envelope(world):
             await proxy.cut()
 
 
+async def test_an_admission_the_database_cannot_answer_is_a_503_within_the_statement_bound(world):
+    """The counters' table locked by another session (as a frozen database would hold it): a
+    request waits for its admission no longer than any statement may run, then gets the 503."""
+    w, client, catalog, posts = world
+    async with api_served(w.model.dsn, db_statement_timeout_s=0.5) as api, aiohttp.ClientSession() as http:
+        async with http.get(f"{api.url}{BASE}/tokens", headers=auth(client.key)) as resp:
+            assert resp.status == 200
+        blocker = await w.model.conn()
+        try:
+            async with blocker.transaction():
+                await blocker.execute("LOCK TABLE public.usage_minute IN ACCESS EXCLUSIVE MODE")
+                started = asyncio.get_running_loop().time()
+                async with http.get(f"{api.url}{BASE}/tokens", headers=auth(client.key)) as resp:
+                    waited = asyncio.get_running_loop().time() - started
+                    body = await resp.read()
+        finally:
+            await blocker.close()
+        assert resp.status == 503, body[:300]
+        assert orjson.loads(body)["error"]["code"] == "SERVICE_UNAVAILABLE" and resp.headers["Retry-After"] == "1"
+        assert 0.4 <= waited < 1.5  # the 0.5 s bound and the watchdog's tick, not a fixed 5 s
+
+
 # --------------------------------------------------------------------------- pages from memory, gzip
 
 
