@@ -72,11 +72,9 @@ def _fail(command: str, message: str, status: int) -> int:
 def _run(command: str, coro) -> int:
     """Run an admin command; every failure is one line on stderr and a status: 2 for a bad
     argument or setting, 1 for a refusal or an unreachable dependency. Never a traceback."""
-    import asyncpg
     import pydantic
     from aiokafka.errors import KafkaError
 
-    from ..common.db import COMMAND_LOCK_TIMEOUT_S
     from ..common.errors import BrokerUnavailable, StorageUnavailable
     from .admin import AdminError, BadArgument
 
@@ -105,11 +103,6 @@ def _run(command: str, coro) -> int:
         return _fail(command, f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1)
     except TickerwireError as exc:
         return _fail(command, str(exc), 1)
-    except asyncpg.exceptions.LockNotAvailableError:
-        return _fail(command, f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock another PostgreSQL session "
-                              "holds (a long transaction, or a rebuild switching); nothing was changed: run it again", 1)
-    except asyncpg.exceptions.QueryCanceledError as exc:
-        return _fail(command, f"a statement ran past its bound ({exc}); nothing was changed", 1)
     except Exception as exc:  # the last resort: still one line
         log.debug("command failed", exc_info=True)
         return _fail(command, f"failed: {type(exc).__name__}: {exc}", 1)
@@ -120,11 +113,10 @@ def _run(command: str, coro) -> int:
 async def _read_conn(config: Config, *, read_only: bool = True):
     """A connection to the read model: read-only for admin commands, which never write it
     (only the sweep, the projector's own sweeper run once, writes badge statuses)."""
-    from ..common.db import COMMAND_LOCK_TIMEOUT_S, COMMAND_STATEMENT_TIMEOUT_S, bounds, connect, storage_errors
+    from ..common.db import command_connection, storage_errors
 
-    async with connect(
-        config.database_url, schema=config.read_model_schema, read_only=read_only, timeout=10,
-        settings=bounds(COMMAND_STATEMENT_TIMEOUT_S, COMMAND_LOCK_TIMEOUT_S),
+    async with command_connection(
+        config.database_url, schema=config.read_model_schema, read_only=read_only,
         what=f"connect to {_where(config.database_url)}",
     ) as conn:
         with storage_errors("query the read model"):
@@ -258,7 +250,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ..common.db import COMMAND_LOCK_TIMEOUT_S, MIGRATION_STATEMENT_TIMEOUT_S, bounds, connect
+    from ..common.db import MIGRATION_STATEMENT_TIMEOUT_S, command_connection
     from ..readmodel.migrate import migrate
 
     async def go() -> int:
@@ -266,7 +258,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
         config = _config()
         with storage_errors(f"migrate {_where(config.database_url)}"):
-            async with connect(config.database_url, settings=bounds(MIGRATION_STATEMENT_TIMEOUT_S, COMMAND_LOCK_TIMEOUT_S)) as conn:
+            async with command_connection(config.database_url, statement_timeout_s=MIGRATION_STATEMENT_TIMEOUT_S) as conn:
                 applied = await migrate(conn, config.read_model_schema)
         print("\n".join(applied) or "up to date")
         return 0

@@ -12,7 +12,7 @@ from typing import AsyncIterator, Protocol
 import asyncpg
 
 from .config import Config
-from .errors import StorageUnavailable
+from .errors import StorageUnavailable, TickerwireError
 from .retry import retry_transient
 
 #: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
@@ -160,11 +160,6 @@ COMMAND_LOCK_TIMEOUT_S = 10.0
 MIGRATION_STATEMENT_TIMEOUT_S = 3600.0
 
 
-def bounds(statement_timeout_s: float, lock_timeout_s: float) -> dict[str, str]:
-    """Server settings bounding a session's statements and lock waits."""
-    return {"statement_timeout": str(int(statement_timeout_s * 1000)), "lock_timeout": str(int(lock_timeout_s * 1000))}
-
-
 @contextlib.asynccontextmanager
 async def connect(
     dsn: str,
@@ -183,3 +178,27 @@ async def connect(
         yield conn
     finally:
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def command_connection(
+    dsn: str,
+    *,
+    schema: str | None = None,
+    read_only: bool = False,
+    statement_timeout_s: float = COMMAND_STATEMENT_TIMEOUT_S,
+    what: str = "connect",
+) -> AsyncIterator[asyncpg.Connection]:
+    """:func:`connect` for an operator command: its statements bounded by ``statement_timeout_s``
+    and its lock waits by :data:`COMMAND_LOCK_TIMEOUT_S` on the server; a bound that gives up
+    is a :class:`TickerwireError` whose message is the command's one line."""
+    settings = {"statement_timeout": str(int(statement_timeout_s * 1000)), "lock_timeout": str(int(COMMAND_LOCK_TIMEOUT_S * 1000))}
+    try:
+        async with connect(dsn, schema=schema, read_only=read_only, settings=settings, what=what) as conn:
+            yield conn
+    except asyncpg.exceptions.LockNotAvailableError:
+        raise TickerwireError(f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock another PostgreSQL session "
+                              "holds (a long transaction, a projector batch or a rebuild switching); nothing was changed: "
+                              "run it again") from None
+    except asyncpg.exceptions.QueryCanceledError as exc:
+        raise TickerwireError(f"a statement ran past its bound ({exc}); nothing was changed") from None

@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import sys
 
-import asyncpg
 from aiokafka import TopicPartition
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import COMMAND_LOCK_TIMEOUT_S, COMMAND_STATEMENT_TIMEOUT_S, bounds, connect
+from ..common.db import command_connection
 from ..common.errors import BrokerUnavailable, TickerwireError
 from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
@@ -41,8 +40,7 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
         raise BrokerUnavailable(f"cannot read the log offsets from {config.kafka_bootstrap_servers}: {exc}") from exc
     probe = LogProbe(config, "tickerwire-accept-log-probe")
     try:
-        async with connect(config.database_url, schema=config.read_model_schema,
-                           settings=bounds(COMMAND_STATEMENT_TIMEOUT_S, COMMAND_LOCK_TIMEOUT_S)) as conn:
+        async with command_connection(config.database_url, schema=config.read_model_schema) as conn:
             async with conn.transaction():
                 stored = await positions.load(conn, for_update=True)
                 gaps = {tp: gap for tp in tps
@@ -55,9 +53,6 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
                     await positions.save_many(conn, {(tp.topic, tp.partition): t for tp, t in targets.items()})
                 changes = [f"{tp.topic}[{tp.partition}]: position {gap.position} -> {targets[tp]} "
                            f"(log holds {gap.log_start}..{gap.log_end})" for tp, gap in gaps.items()]
-    except asyncpg.exceptions.LockNotAvailableError:
-        raise TickerwireError(f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for the stored positions, which another "
-                              "session holds (a projector's long transaction); nothing was changed: run it again") from None
     finally:
         await probe.close()
         await consumer.stop()
