@@ -162,6 +162,17 @@ class Deadline:
             raise RuntimeError(f"{self.what}: not done within {self.seconds:.0f} s")
 
 
+async def output_within(proc: asyncio.subprocess.Process, seconds: float, what: str) -> bytes:
+    """``proc``'s standard output once it exits; killed, and a RuntimeError naming ``what``, if it
+    has not exited within ``seconds``."""
+    try:
+        return (await asyncio.wait_for(proc.communicate(), seconds))[0]
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError(f"{what} did not finish within {seconds:g} s") from None
+
+
 async def alternate(runs: int, product: Callable[[int], Awaitable[None]], baseline: Callable[[int], Awaitable[None]]) -> None:
     """Run product, baseline, product, baseline... ``runs`` times each (each call records its own metrics)."""
     for i in range(runs):
@@ -368,12 +379,7 @@ async def open_loop_process(url: str, headers: dict[str, str], rate: float, seco
     for name, value in headers.items():
         cmd += ["--header", f"{name}: {value}"]
     proc = await asyncio.create_subprocess_exec(*cmd, cwd=REPO, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), seconds + 120)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise RuntimeError(f"the open-loop generator did not finish a {seconds:g} s run within {seconds + 120:g} s") from None
+    out = await output_within(proc, seconds + 120, f"the open-loop generator's {seconds:g} s run")
     if proc.returncode != 0:
         raise RuntimeError(f"open-loop generator exited {proc.returncode}")
     import json

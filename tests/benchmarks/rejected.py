@@ -27,7 +27,7 @@ import aiohttp
 from tickerwire.services.common.keys import generate_key
 from tests.support.stack import BASE
 
-from .common import Context, Result, catalog, db_transactions, open_loop_process, posts, provision_wide_open
+from .common import Context, Result, catalog, db_transactions, open_loop_process, output_within, posts, provision_wide_open
 
 NAME = "rejected"
 
@@ -57,12 +57,7 @@ async def _flood(url: str, keys: list[str], rate: float, seconds: float) -> list
             "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", lua.name, url,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )
-        try:
-            out = (await asyncio.wait_for(proc.communicate(), seconds + 60))[0].decode()
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise RuntimeError(f"wrk did not finish a {seconds:.0f} s flood within {seconds + 60:.0f} s") from None
+        out = (await output_within(proc, seconds + 60, f"wrk's {seconds:.0f} s flood")).decode()
     finally:
         os.unlink(lua.name)
     m = re.search(r"Requests/sec:\s*([\d.]+)", out)
