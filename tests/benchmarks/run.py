@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import freshness, memory, projector, read_api, rebuild, rejected, search, stream
 from .common import REPO, Context, Result, Settings, Summary, infrastructure, pg_settings, raise_nofile
+from .doc import NOTES, carried_section
 
 #: Hand-written notes on the profiles of figures that miss their target, appended to the doc.
 ANALYSIS = Path(__file__).with_name("analysis.md")
@@ -92,18 +93,6 @@ def print_table(rows: list[list[str]]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def carried_over(previous: str, skipped: list[str]) -> list[str]:
-    """From the doc a partial run replaces: its date and commit, and its table rows of the
-    benchmarks this run skipped, so a partial run does not erase figures it did not measure."""
-    meta = [line for line in previous.splitlines() if line.startswith(("- Date:", "- Commit:", "- Load average at start:", "- PostgreSQL:"))]
-    table = [line for line in previous.splitlines() if line.startswith("| ") and line.split("|")[1].strip() in skipped]
-    if not table:
-        return []
-    header = ["| benchmark | metric | unit | product median (min..max) | baseline median (min..max) | ratio | target | met |",
-              "|---|---|---|---|---|---|---|---|"]
-    return ["## Earlier run, carried over (benchmarks not run in this invocation)", "", *meta, "", *header, *table, ""]
-
-
 def markdown(doc: dict, rows: list[list[str]], results: list[Result], previous: str | None = None) -> str:
     m = doc["machine"]
     lines = [
@@ -127,24 +116,24 @@ def markdown(doc: dict, rows: list[list[str]], results: list[Result], previous: 
         "|" + "---|" * len(rows[0]),
         *("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows[1:]),
         "",
-        "## Notes per benchmark",
+        NOTES,
         "",
     ]
     skipped = [name for name in BENCHMARKS if name not in {r.benchmark for r in results}]
-    carried = carried_over(previous or "", skipped)
+    carried = carried_section(previous, skipped)
     if skipped:
         note = (f"Not run in this invocation (`--only`): {', '.join(skipped)}; "
-                + ("their rows below are carried over, unchanged, from the earlier run this file held." if carried
+                + ("their rows, notes and the run they come from are carried over, unchanged, below "
+                   "(\"Earlier runs, carried over\")." if carried
                    else "their figures are those of an earlier run, in this file's git history.") + "\n")
-        lines.insert(lines.index("## Notes per benchmark"), note)
-        if carried:
-            lines[lines.index("## Notes per benchmark"):lines.index("## Notes per benchmark")] = carried
+        lines.insert(lines.index(NOTES), note)
     for r in results:
         lines.append(f"### {r.benchmark} ({r.status}, {r.seconds:.0f} s)")
         lines.append("")
         lines.extend(f"- {n}" for n in r.notes)
         lines.extend(f"- {mm.name}: {mm.note}" for mm in r.metrics if mm.note)
         lines.append("")
+    lines.extend(carried)
     if ANALYSIS.exists():
         lines.append(ANALYSIS.read_text())
     return "\n".join(lines) + "\n"
