@@ -32,6 +32,10 @@ from .common import REPO, Context, Result, RssSampler, baseline_process, catalog
 
 NAME = "stream"
 
+#: Connections the stream's listener admits beyond the largest client count (a readiness probe,
+#: a client reconnecting).
+CONNECTION_MARGIN = 100
+
 
 # --------------------------------------------------------------------------- client process
 
@@ -137,13 +141,17 @@ async def run(ctx: Context) -> Result:
     burst = s.pick(3, 10)
     procs = s.pick(2, 4)
     timeout = s.pick(30.0, 90.0)
-    result.notes.append(f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream")
+    result.notes.append(f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream; "
+                        f"stream started with TICKERWIRE_MAX_CONNECTIONS={max(sizes) + CONNECTION_MARGIN}")
     next_id = 1
     async with ctx.stack() as stack:
         projector = await stack.start("projector")
         await stack.publish(catalog(tokens=0))
         key = await provision_wide_open(stack)
-        server = await stack.start("stream")
+        # The partner listener's connection bound (TICKERWIRE_MAX_CONNECTIONS, 1,000 by default)
+        # is a deployment setting: sized here for the largest run, as a deployment holding that
+        # many clients per process would size it (the process fits its fd limit to it).
+        server = await stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(max(sizes) + CONNECTION_MARGIN))
         product_url = server.url.replace("http", "ws") + BASE + f"/stream?key={key}"
         topic = topic_name(stack.topic_prefix, POSTS)
         async with baseline_process("broadcast") as (bproc, base_url), kafka.started_producer(stack.config, linger_ms=0) as producer:
