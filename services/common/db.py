@@ -50,6 +50,8 @@ def storage_errors(what: str):
     """Translate connection-level database failures into :class:`StorageUnavailable`."""
     try:
         yield
+    except TimeoutError as exc:  # an OSError too: a bound on the client gave up waiting
+        raise StorageUnavailable(f"{what}: PostgreSQL did not answer within its bound (TimeoutError)") from exc
     except CONNECTION_ERRORS as exc:
         raise StorageUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -137,17 +139,20 @@ async def open_connection(
     read_only: bool = False,
     timeout: float = 10.0,
     settings: dict[str, str] | None = None,
+    command_timeout: float | None = None,
 ) -> asyncpg.Connection:
     """A single connection (the caller closes it); connection failures are raised as they are.
 
     ``schema`` puts that schema first on the search_path (quoted); ``read_only`` makes every
-    transaction read-only; ``settings`` are further server settings (application_name, ...)."""
+    transaction read-only; ``settings`` are further server settings (application_name, ...);
+    ``command_timeout`` bounds each statement on the client (``TimeoutError``), which holds
+    where a server-side bound cannot: a server that does not answer at all."""
     server_settings = dict(settings or {})
     if schema is not None:
         server_settings["search_path"] = quote_ident(schema) + ",public"
     if read_only:
         server_settings["default_transaction_read_only"] = "on"
-    return await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings)
+    return await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings, command_timeout=command_timeout)
 
 
 #: An operator command's session (``tickerwire migrate``, ``projector accept-log``, the admin
@@ -156,6 +161,11 @@ async def open_connection(
 #: table would queue behind the migration; it gives up instead, having changed nothing.
 COMMAND_STATEMENT_TIMEOUT_S = 60.0
 COMMAND_LOCK_TIMEOUT_S = 10.0
+#: How much longer than the server's statement bound the command itself waits for an answer:
+#: a server that is frozen, or cut off by the network, never applies its own bound.
+COMMAND_CLIENT_GRACE_S = 5.0
+#: How long closing a session may take (a frozen server never acknowledges it).
+CLOSE_TIMEOUT_S = 5.0
 #: A migration's statements may build indexes over a large read model.
 MIGRATION_STATEMENT_TIMEOUT_S = 3600.0
 
@@ -169,15 +179,21 @@ async def connect(
     timeout: float = 10.0,
     settings: dict[str, str] | None = None,
     what: str = "connect",
+    command_timeout: float | None = None,
 ) -> AsyncIterator[asyncpg.Connection]:
     """:func:`open_connection` for the length of a block, its failure to connect translated
-    into :class:`StorageUnavailable` (``what`` names the attempt)."""
+    into :class:`StorageUnavailable` (``what`` names the attempt). Closing it waits at most
+    :data:`CLOSE_TIMEOUT_S`, then drops the connection."""
     with storage_errors(what):
-        conn = await open_connection(dsn, schema=schema, read_only=read_only, timeout=timeout, settings=settings)
+        conn = await open_connection(dsn, schema=schema, read_only=read_only, timeout=timeout, settings=settings,
+                                     command_timeout=command_timeout)
     try:
         yield conn
     finally:
-        await conn.close()
+        try:
+            await conn.close(timeout=CLOSE_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - a server that does not answer: drop the connection
+            conn.terminate()
 
 
 @contextlib.asynccontextmanager
@@ -193,8 +209,9 @@ async def command_connection(
     and its lock waits by :data:`COMMAND_LOCK_TIMEOUT_S` on the server; a bound that gives up
     is a :class:`TickerwireError` whose message is the command's one line."""
     settings = {"statement_timeout": str(int(statement_timeout_s * 1000)), "lock_timeout": str(int(COMMAND_LOCK_TIMEOUT_S * 1000))}
+    waited = statement_timeout_s + COMMAND_CLIENT_GRACE_S
     try:
-        async with connect(dsn, schema=schema, read_only=read_only, settings=settings, what=what) as conn:
+        async with connect(dsn, schema=schema, read_only=read_only, settings=settings, what=what, command_timeout=waited) as conn:
             yield conn
     except asyncpg.exceptions.LockNotAvailableError:
         raise TickerwireError(f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock another PostgreSQL session "
@@ -202,3 +219,7 @@ async def command_connection(
                               "run it again") from None
     except asyncpg.exceptions.QueryCanceledError as exc:
         raise TickerwireError(f"a statement ran past its bound ({exc}); nothing was changed") from None
+    except TimeoutError:
+        raise TickerwireError(f"PostgreSQL did not answer within {waited:g} s (frozen, overloaded or cut off?); "
+                              "a change in flight may or may not have been committed: run the command again "
+                              "once PostgreSQL answers (each command is safe to repeat)") from None

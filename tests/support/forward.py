@@ -1,6 +1,8 @@
 """A loopback TCP forwarder: a real address that refuses connections until it is opened, then
 forwards every connection to a target (for example, a Kafka bootstrap address that comes back
-after an outage)."""
+after an outage). :meth:`Forwarder.freeze` stops it passing bytes on, in both directions, while
+every connection stays open: to its clients the target looks frozen (a stopped process, a
+network that drops packets)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ class Forwarder:
         self.address = f"127.0.0.1:{self.port}"
         self._server: asyncio.AbstractServer | None = None
         self._pipes: set[asyncio.Task] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     async def __aenter__(self) -> "Forwarder":
         return self
@@ -28,6 +32,13 @@ class Forwarder:
     async def open(self) -> None:
         """Accept connections on :attr:`address` from now on (refused until then)."""
         self._server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
+
+    def freeze(self) -> None:
+        """Hold every byte from now on (connections stay open; nothing is refused)."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     async def close(self) -> None:
         if self._server is not None:
@@ -44,14 +55,15 @@ class Forwarder:
             writer.close()
             return
         for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(_pipe(src, dst))
+            task = asyncio.create_task(_pipe(src, dst, self._flowing))
             self._pipes.add(task)
             task.add_done_callback(self._pipes.discard)
 
 
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, flowing: asyncio.Event) -> None:
     try:
         while data := await src.read(65536):
+            await flowing.wait()
             dst.write(data)
             await dst.drain()
     except (ConnectionError, OSError):
