@@ -469,14 +469,16 @@ class Supervision:
         while True:
             try:
                 await ensure_topics(self.config)
-                changes = await accept_log(self.config, "earliest")
+                accepted = await accept_log(self.config, "earliest")
+                if accepted.left:  # moved meanwhile: look again
+                    raise RuntimeError("; ".join(accepted.left))
                 break
             except Exception as exc:
                 delay = next(delays)
                 say(f"re-syncing with the new log failed ({exc}); retrying in {delay:.1f}s")
                 await asyncio.sleep(delay)
         say("the embedded broker keeps its log in memory, so it came back empty: topics re-created; "
-            f"projector positions moved to the new log's start ({len(changes)} partition(s)); the read model "
+            f"projector positions moved to the new log's start ({len(accepted.moved)} partition(s)); the read model "
             "keeps what it had projected and the demo key keeps working; new posts are projected from the new log")
         self._start_trickle()
 

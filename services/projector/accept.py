@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
@@ -25,8 +26,17 @@ from ..common.logs import setup_logging
 from ..common.topics import declared_topics
 from ..readmodel import positions
 
-async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
-    """Move every stored position the log does not hold; returns one line per change."""
+@dataclass(frozen=True)
+class Accepted:
+    """One line per position moved, and one per position left alone because it moved while the
+    command ran (the command should be run again)."""
+
+    moved: list[str]
+    left: list[str]
+
+
+async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
+    """Move every stored position the log does not hold."""
     if start_from not in ("earliest", "latest"):
         raise ValueError(f"--from must be earliest or latest, not {start_from!r}")
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-accept-log")
@@ -41,30 +51,41 @@ async def accept_log(config: Config, start_from: str = "earliest") -> list[str]:
     probe = LogProbe(config, "tickerwire-accept-log-probe")
     try:
         async with command_connection(config.database_url, schema=config.read_model_schema) as conn:
+            stored = await positions.load(conn)
+            gaps = {tp: gap for tp in tps
+                    if (gap := discontinuity(tp, stored.get((tp.topic, tp.partition), 0), starts[tp], ends[tp]))}
+            # Some brokers report end offsets far behind what they hold: ask the log itself. Before
+            # any row is locked: a running projector's commits must not queue behind a broker call.
+            held = await probe.held({tp: g.position - 1 for tp, g in gaps.items() if g.position > g.log_end})
+            gaps = {tp: gap for tp, gap in gaps.items() if tp not in held}
             async with conn.transaction():
-                stored = await positions.load(conn, for_update=True)
-                gaps = {tp: gap for tp in tps
-                        if (gap := discontinuity(tp, stored.get((tp.topic, tp.partition), 0), starts[tp], ends[tp]))}
-                # Some brokers report end offsets far behind what they hold: ask the log itself.
-                held = await probe.held({tp: g.position - 1 for tp, g in gaps.items() if g.position > g.log_end})
-                gaps = {tp: gap for tp, gap in gaps.items() if tp not in held}
+                now = await positions.load(conn, for_update=True)
+                # A position that moved since it was read was moved by someone else: not ours to move.
+                moved = [tp for tp, gap in gaps.items() if now.get((tp.topic, tp.partition), 0) != gap.position]
+                gaps = {tp: gap for tp, gap in gaps.items() if tp not in moved}
                 targets = {tp: gap.log_start if start_from == "earliest" else gap.log_end for tp, gap in gaps.items()}
                 if targets:
                     await positions.save_many(conn, {(tp.topic, tp.partition): t for tp, t in targets.items()})
-                changes = [f"{tp.topic}[{tp.partition}]: position {gap.position} -> {targets[tp]} "
-                           f"(log holds {gap.log_start}..{gap.log_end})" for tp, gap in gaps.items()]
     finally:
         await probe.close()
         await consumer.stop()
-    return changes
+    return Accepted(
+        [f"{tp.topic}[{tp.partition}]: position {gap.position} -> {targets[tp]} (log holds {gap.log_start}..{gap.log_end})"
+         for tp, gap in gaps.items()],
+        [f"{tp.topic}[{tp.partition}]: left alone: its position moved while this command ran (is a projector "
+         "writing it?); run the command again" for tp in moved],
+    )
 
 
 def accept_log_main(config: Config, start_from: str) -> int:
     setup_logging("accept-log", config.log_level)
     try:
-        changes = asyncio.run(accept_log(config, start_from))
+        accepted = asyncio.run(accept_log(config, start_from))
     except TickerwireError as exc:
         print(f"tickerwire projector accept-log: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(changes) if changes else "every stored position is in the log; nothing to accept")
-    return 0
+    if accepted.moved or not accepted.left:
+        print("\n".join(accepted.moved) or "every stored position is in the log; nothing to accept")
+    for line in accepted.left:
+        print(f"tickerwire projector accept-log: {line}", file=sys.stderr)
+    return 1 if accepted.left else 0
