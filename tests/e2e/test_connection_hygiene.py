@@ -12,10 +12,10 @@ import resource
 import time
 
 import aiohttp
-import orjson
 import pytest
 
 from tests.support.stack import BASE, Service, auth, started_stack
+from tests.support.ws import session
 
 pytestmark = pytest.mark.e2e
 
@@ -166,9 +166,7 @@ async def test_a_connection_beyond_the_bound_gets_a_503_when_all_are_busy(stack,
     try:
         async with aiohttp.ClientSession() as http:
             url = f"{stream.url}{BASE}/stream?key={key}"
-            async with http.ws_connect(url) as one, http.ws_connect(url) as two:
-                for ws in (one, two):
-                    assert orjson.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+            async with session(http, url), session(http, url):
                 async with http.get(url) as resp:
                     assert resp.status == 503
                     assert resp.headers["Server"] == "tickerwire" and resp.headers["Retry-After"] == "1"

@@ -20,6 +20,7 @@ from tickerwire.devstack.demo import dataset, trickle
 from tickerwire.services.common.listener import LOG_BURST
 from tests.support.rawhttp import raw, raw_head
 from tests.support.stack import BASE, Service, auth, started_stack
+from tests.support.ws import session
 
 pytestmark = pytest.mark.e2e
 
@@ -129,8 +130,8 @@ async def test_every_partner_request_has_an_access_line_with_its_request_id(stac
             assert resp.status == 401
             generated = resp.headers["X-Request-Id"]
             assert generated.startswith("req_") and generated != "no spaces allowed"
-        async with http.ws_connect(f"{stream.url}{BASE}/stream?key={key}", headers={"X-Request-Id": "trace-ws"}) as ws:
-            assert orjson.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+        async with session(http, f"{stream.url}{BASE}/stream?key={key}", headers={"X-Request-Id": "trace-ws"}):
+            pass
 
     line = await wait_for_line(api, lambda d: d.get("request_id") == "trace-abc.1" and d.get("logger") == "tickerwire.access")
     assert (line["method"], line["route"], line["status"], line["workspace_id"]) == ("GET", BASE + "/posts/{id_or_slug}", 404, "ports_ws")

@@ -24,7 +24,7 @@ from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import hash_key
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
-from tests.support.ws import upgrade_headers
+from tests.support.ws import accepted, upgrade_headers
 
 pytestmark = pytest.mark.e2e
 
@@ -86,9 +86,7 @@ def stream_url(service, key: str) -> str:
 
 
 async def connect(http: aiohttp.ClientSession, service, key: str) -> tuple[aiohttp.ClientWebSocketResponse, dict]:
-    ws = await http.ws_connect(stream_url(service, key), autoping=True)
-    ready = orjson.loads((await ws.receive(timeout=WAIT)).data)
-    return ws, ready
+    return await accepted(http, stream_url(service, key), autoping=True)
 
 
 async def connect_when_free(http: aiohttp.ClientSession, service, key: str, within: float) -> aiohttp.ClientWebSocketResponse:

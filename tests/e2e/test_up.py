@@ -17,6 +17,7 @@ import pytest
 
 from tickerwire.devstack.embedded.ports import port_is_free
 from tests.support.faults import alive, start_up, stop_up, up_command, up_env, up_ports, wait_up
+from tests.support.ws import session
 
 pytestmark = pytest.mark.e2e
 
@@ -45,8 +46,7 @@ async def exercise(info: dict, ports: dict[str, int]) -> None:
             assert (await resp.json())["posts"]
         async with http.get(info["docs_url"]) as resp:  # no key
             assert resp.status == 200 and resp.content_type == "text/html"
-        async with http.ws_connect(info["stream_url"]) as ws:
-            assert orjson.loads((await ws.receive(timeout=10)).data)["type"] == "ready"
+        async with session(http, info["stream_url"]) as (ws, _):
             kinds = set()
             for _ in range(20):
                 kinds.add(orjson.loads((await ws.receive(timeout=10)).data)["type"])

@@ -12,6 +12,7 @@ import pytest
 
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tests.support.stack import started_stack, BASE, ServiceStack, auth
+from tests.support.ws import session
 
 pytestmark = pytest.mark.e2e
 
@@ -67,9 +68,8 @@ async def test_event_reaches_http_and_websocket(stack: ServiceStack):
             listed = await resp.json()
             assert [p["id"] for p in listed["posts"]] == [2, 1]  # newest first
 
-        async with http.ws_connect(f"{stream.url}{BASE}/stream?key={key}") as ws:
-            ready = orjson.loads((await ws.receive(timeout=10)).data)
-            assert ready["type"] == "ready" and ready["session_id"]
+        async with session(http, f"{stream.url}{BASE}/stream?key={key}") as (ws, ready):
+            assert ready["session_id"]
             await stack.publish([post_event(3, datetime.now(timezone.utc))])
             pushed = orjson.loads((await ws.receive(timeout=15)).data)
         assert pushed["type"] == "post.created"

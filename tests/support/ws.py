@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+from typing import AsyncIterator
 
 import aiohttp
 import orjson
@@ -19,12 +21,32 @@ def upgrade_headers() -> dict[str, str]:
             "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode()}
 
 
+async def accepted(http: aiohttp.ClientSession, url: str, headers=None, **options) -> tuple[aiohttp.ClientWebSocketResponse, dict]:
+    """A connection that the stream accepted, and its first message, which is ``ready``
+    (``options`` go to ``ws_connect``)."""
+    ws = await http.ws_connect(url, headers=headers or {}, **options)
+    try:
+        ready = orjson.loads((await ws.receive(timeout=WAIT)).data)
+        assert ready["type"] == "ready", ready
+    except BaseException:
+        await ws.close()
+        raise
+    return ws, ready
+
+
 async def handshake(http: aiohttp.ClientSession, url: str, headers=None) -> aiohttp.ClientWebSocketResponse:
     """A connection that the stream accepted: its first message is ``ready``."""
-    ws = await http.ws_connect(url, headers=headers or {})
-    ready = orjson.loads((await ws.receive(timeout=WAIT)).data)
-    assert ready["type"] == "ready"
-    return ws
+    return (await accepted(http, url, headers))[0]
+
+
+@contextlib.asynccontextmanager
+async def session(http: aiohttp.ClientSession, url: str, headers=None) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, dict]]:
+    """:func:`accepted` for the length of a block, closed after it."""
+    ws, ready = await accepted(http, url, headers)
+    try:
+        yield ws, ready
+    finally:
+        await ws.close()
 
 
 async def refusal(http: aiohttp.ClientSession, url: str, headers=None) -> tuple[int, dict]:
