@@ -8,13 +8,16 @@ Deliveries/s = receipts / (last receipt - first publish). Times are CLOCK_MONOTO
 which every process on the machine shares.
 
 ``python -m tests.benchmarks.stream client URL CONNECTIONS EXPECT TIMEOUT`` is one client
-process: it prints ``ready`` once connected, then one JSON line of [post id, receive time] pairs.
+process: it prints ``ready N`` once connected (N: the handshakes it had to retry), then one JSON
+line of [post id, receive time] pairs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import random
 import subprocess
 import sys
 import time
@@ -46,12 +49,26 @@ async def client_main(url: str, connections: int, expect: int, timeout: float) -
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     gate = asyncio.Semaphore(50)
 
+    retried = 0
+    deadline = time.monotonic() + timeout
+
     async def connect() -> aiohttp.ClientWebSocketResponse:
-        async with gate:
-            return await session.ws_connect(url, autoping=True, max_msg_size=0)
+        """As a partner's client does: a refused handshake (503: the stream could not take the
+        workspace's slot in time; 429) is retried after a jittered pause."""
+        nonlocal retried
+        for attempt in itertools.count():
+            try:
+                async with gate:
+                    return await session.ws_connect(url, autoping=True, max_msg_size=0)
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status not in (429, 503) or time.monotonic() > deadline:
+                    raise
+                retried += 1
+                await asyncio.sleep(random.uniform(0.05, 0.2 * min(attempt + 1, 10)))
+        raise AssertionError("unreachable")
 
     sockets = await asyncio.gather(*(connect() for _ in range(connections)))
-    print("ready", flush=True)
+    print(f"ready {retried}", flush=True)
 
     async def read(ws: aiohttp.ClientWebSocketResponse) -> None:
         got = 0
@@ -96,11 +113,16 @@ class Clients:
                 q.kill()
             raise RuntimeError(f"stream client {p.pid} sent no {what} within {self.timeout + 60:.0f} s") from None
 
-    async def ready(self) -> None:
+    async def ready(self) -> int:
+        """Wait until every client process holds its connections; returns the handshakes they
+        retried on the way."""
+        retried = 0
         for p in self.procs:
             line = await self._line(p, "ready line")
-            if line.strip() != "ready":
+            if not line.startswith("ready "):
                 raise RuntimeError(f"stream client failed to connect (exit {p.poll()})")
+            retried += int(line.split()[1])
+        return retried
 
     async def receipts(self) -> list[tuple[int, float]]:
         out = []
@@ -144,6 +166,7 @@ async def run(ctx: Context) -> Result:
     result.notes.append(f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream; "
                         f"stream started with TICKERWIRE_MAX_CONNECTIONS={max(sizes) + CONNECTION_MARGIN}")
     next_id = 1
+    retried: dict[int, int] = {}
     async with ctx.stack() as stack:
         projector = await stack.start("projector")
         await stack.publish(catalog(tokens=0))
@@ -168,7 +191,7 @@ async def run(ctx: Context) -> Result:
                         # product
                         idle = proc_rss_mb(server.proc.pid)
                         clients = Clients(product_url, size, burst, procs, timeout)
-                        await clients.ready()
+                        retried[size] = retried.get(size, 0) + await clients.ready()
                         await asyncio.sleep(0.5)
                         per_k.append((proc_rss_mb(server.proc.pid) - idle) / size * 1000)
                         events = posts(next_id, burst, locales=("en-US",))
@@ -194,6 +217,9 @@ async def run(ctx: Context) -> Result:
                         for metric, value in zip((rate, p50, p99), figures(await clients.receipts(), {i: t0 for i in ids})):
                             metric.baseline.append(value)
                     ctx.memory.setdefault("stream RSS growth per 1,000 connections", []).extend(per_k)
+                result.notes.append(f"{size} clients: {retried.get(size, 0):,} handshakes refused (503/429) and retried over "
+                                    f"{s.runs} run(s); every connection of one workspace takes its slot in one locked, "
+                                    "committed statement (services/stream/leases.py), so a burst of handshakes queues")
             ctx.record_rss(rss, "stream load: ")
     return result
 
