@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: The header lines that describe a run.
-RUN_LINES = ("- Date:", "- Commit:", "- Load average at start:", "- PostgreSQL:", "- Mode:", "- Load average at end:")
+RUN_LINES = ("- Date:", "- Commit:", "- Machine:", "- Load average at start:", "- PostgreSQL:", "- Mode:", "- Load average at end:")
 TABLE_HEADER = ["| benchmark | metric | unit | product median (min..max) | baseline median (min..max) | ratio | target | met |",
                 "|---|---|---|---|---|---|---|---|"]
 NOTES = "## Notes per benchmark"
