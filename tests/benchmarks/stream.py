@@ -217,9 +217,9 @@ async def run(ctx: Context) -> Result:
                         for metric, value in zip((rate, p50, p99), figures(await clients.receipts(), {i: t0 for i in ids})):
                             metric.baseline.append(value)
                     ctx.memory.setdefault("stream RSS growth per 1,000 connections", []).extend(per_k)
-                result.notes.append(f"{size} clients: {retried.get(size, 0):,} handshakes refused (503/429) and retried over "
-                                    f"{s.runs} run(s); every connection of one workspace takes its slot in one locked, "
-                                    "committed statement (services/stream/leases.py), so a burst of handshakes queues")
+                    result.notes.append(f"{size} clients: {retried.get(size, 0):,} handshakes refused (503/429) and retried over "
+                                        f"{s.runs} run(s); every connection of one workspace takes its slot in one locked, "
+                                        "committed statement (services/stream/leases.py), so a burst of handshakes queues")
             ctx.record_rss(rss, "stream load: ")
     return result
 
