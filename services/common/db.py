@@ -51,7 +51,8 @@ def storage_errors(what: str):
     try:
         yield
     except TimeoutError as exc:  # an OSError too: a bound on the client gave up waiting
-        raise StorageUnavailable(f"{what}: PostgreSQL did not answer within its bound (TimeoutError)") from exc
+        raise StorageUnavailable(f"{what}: gave up waiting (TimeoutError: no free pooled connection, or no answer "
+                                 "from PostgreSQL, within the bound)") from exc
     except CONNECTION_ERRORS as exc:
         raise StorageUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 

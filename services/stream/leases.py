@@ -11,20 +11,55 @@ handshakes on several processes never exceed the limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import socket
 import time
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import asyncpg
 
 from ..common.db import storage_errors
-from ..common.errors import TransientError
+from ..common.errors import StorageUnavailable, TransientError
 from . import sql
 
 log = logging.getLogger(__name__)
+
+
+class Turns:
+    """One holder at a time per key, the others queued in memory for a bounded time; a key's
+    entry lives only while someone holds or waits for it (keys: workspace ids)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # key -> (its lock, [holders and waiters])
+
+    def waiting(self, key: str) -> int:
+        """Holders and waiters of ``key`` (0: no entry)."""
+        entry = self._keys.get(key)
+        return entry[1][0] if entry else 0
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: str, timeout_s: float | None) -> AsyncIterator[None]:
+        """``key``'s turn; :class:`StorageUnavailable` when it does not come within ``timeout_s``."""
+        lock, count = self._keys.setdefault(key, (asyncio.Lock(), [0]))
+        count[0] += 1
+        try:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await lock.acquire()
+            except TimeoutError:
+                raise StorageUnavailable(f"acquire stream lease: {count[0] - 1} other handshake(s) of this workspace "
+                                         f"ahead for over {timeout_s:g} s") from None
+            try:
+                yield
+            finally:
+                lock.release()
+        finally:
+            count[0] -= 1
+            if count[0] == 0:
+                del self._keys[key]
 
 
 class Leases:
@@ -37,14 +72,23 @@ class Leases:
         self.renew_every_s = renew_every_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.held: set[str] = set()
+        self._turns = Turns()
 
     async def acquire(self, workspace_id: str, session_id: str, limit: int) -> bool:
-        """Take a slot of ``workspace_id`` for ``session_id``; False when all ``limit`` are taken."""
-        with storage_errors("acquire stream lease"):
-            async with self.pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-                await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
-                await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
-                granted = await conn.fetchval(sql.INSERT_LEASE_IF_FREE, workspace_id, session_id, self.holder, self.ttl_s, limit)
+        """Take a slot of ``workspace_id`` for ``session_id``; False when all ``limit`` are taken.
+
+        One grant per workspace at a time in this process: the grants of one workspace are
+        serialized by its lock in PostgreSQL anyway, so its other handshakes wait here, in
+        memory, for at most ``acquire_timeout_s`` (then 503), instead of each holding a pooled
+        connection blocked on that lock. A burst of one workspace's handshakes (a reconnect
+        storm, a hostile client) so takes one pooled connection, never the pool that every
+        other workspace's handshakes need."""
+        async with self._turns.turn(workspace_id, self.acquire_timeout_s):
+            with storage_errors("acquire stream lease"):
+                async with self.pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+                    await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
+                    await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
+                    granted = await conn.fetchval(sql.INSERT_LEASE_IF_FREE, workspace_id, session_id, self.holder, self.ttl_s, limit)
         if granted is None:
             return False
         self.held.add(session_id)

@@ -12,6 +12,8 @@ import pytest
 from tickerwire.services.common.db import connect, create_pool
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.common.config import Config
+from tickerwire.services.common.errors import StorageUnavailable
+from tickerwire.services.stream import sql
 from tickerwire.services.stream.leases import Leases
 
 #: The configured defaults (TICKERWIRE_STREAM_LEASE_TTL_S, _LEASE_RENEW_S).
@@ -72,3 +74,28 @@ async def test_a_lease_that_cannot_be_renewed_before_it_expires_is_reported_lost
     renewing.cancel()
     assert lost == [{"ses_1"}] and leases.held == set()
     assert time.monotonic() - closed_at >= 0.3  # not before the lease could have expired
+
+
+async def test_a_burst_of_one_workspaces_handshakes_takes_one_pooled_connection_not_the_pool(pool: asyncpg.Pool, fresh_db):
+    leases = Leases(pool, TTL_S, RENEW_S, acquire_timeout_s=0.5)
+    async with connect(fresh_db) as elsewhere, elsewhere.transaction():
+        # Another process is granting ws_burst a slot: it holds that workspace's lock meanwhile.
+        await elsewhere.execute(sql.LOCK_WORKSPACE_SLOTS, "ws_burst")
+        burst = [asyncio.create_task(leases.acquire("ws_burst", f"ses_{i}", 1000)) for i in range(20)]
+        await asyncio.sleep(0.2)
+        waiting_on_the_lock = await pool_sessions_waiting_for_a_lock(elsewhere)
+        started = time.monotonic()
+        assert await leases.acquire("ws_quiet", "ses_quiet", 5)  # the pool (8) was not all taken by the burst
+        assert time.monotonic() - started < 0.5
+    results = await asyncio.gather(*burst, return_exceptions=True)
+    assert waiting_on_the_lock == 1
+    # The burst's handshakes waited for their turn for at most the bound, then were refused (503).
+    assert all(r is True or isinstance(r, StorageUnavailable) for r in results), results
+    assert any(r is True for r in results)
+
+
+async def pool_sessions_waiting_for_a_lock(conn: asyncpg.Connection) -> int:
+    return await conn.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> pg_backend_pid() "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
