@@ -50,8 +50,8 @@ class Turns:
                 async with asyncio.timeout(timeout_s):
                     await lock.acquire()
             except TimeoutError:
-                raise StorageUnavailable(f"acquire stream lease: {count[0] - 1} other handshake(s) of this workspace "
-                                         f"ahead for over {timeout_s:g} s") from None
+                raise StorageUnavailable(f"acquire stream lease: the workspace's turn did not come within {timeout_s:g} s "
+                                         f"({count[0]} of its handshakes holding or waiting for it)") from None
             try:
                 yield
             finally:

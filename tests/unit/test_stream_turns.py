@@ -34,7 +34,7 @@ async def test_one_holder_per_workspace_and_other_workspaces_never_wait():
 async def test_a_turn_that_does_not_come_within_the_bound_is_a_503_and_leaves_nothing():
     turns = Turns()
     async with turns.turn("ws_a", None):
-        with pytest.raises(StorageUnavailable, match="1 other handshake"):
+        with pytest.raises(StorageUnavailable, match=r"did not come within 0.05 s \(2 of its handshakes"):
             async with turns.turn("ws_a", 0.05):
                 pass
         assert turns.waiting("ws_a") == 1
