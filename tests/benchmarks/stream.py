@@ -15,9 +15,7 @@ line of [post id, receive time] pairs.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import random
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ import orjson
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
+from tickerwire.services.common.retry import backoff_delays
 
 from tests.support.stack import BASE
 
@@ -54,9 +53,10 @@ async def client_main(url: str, connections: int, expect: int, timeout: float) -
 
     async def connect() -> aiohttp.ClientWebSocketResponse:
         """As a partner's client does: a refused handshake (503: the stream could not take the
-        workspace's slot in time; 429) is retried after a jittered pause."""
+        workspace's slot in time; 429) is retried after the project's capped, jittered pause."""
         nonlocal retried
-        for attempt in itertools.count():
+        delays = backoff_delays(0.1, 2.0)
+        while True:
             try:
                 async with gate:
                     return await session.ws_connect(url, autoping=True, max_msg_size=0)
@@ -64,8 +64,7 @@ async def client_main(url: str, connections: int, expect: int, timeout: float) -
                 if exc.status not in (429, 503) or time.monotonic() > deadline:
                     raise
                 retried += 1
-                await asyncio.sleep(random.uniform(0.05, 0.2 * min(attempt + 1, 10)))
-        raise AssertionError("unreachable")
+                await asyncio.sleep(next(delays))
 
     sockets = await asyncio.gather(*(connect() for _ in range(connections)))
     print(f"ready {retried}", flush=True)
