@@ -135,6 +135,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     app[LEASES] = Leases(app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     yield
+    await app[LEASES].close()
     await app[POOL].close()
 
 

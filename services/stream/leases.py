@@ -11,13 +11,12 @@ handshakes on several processes never exceed the limit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
 import socket
 import time
-from typing import AsyncIterator, Callable
+from typing import Awaitable, Callable
 
 import asyncpg
 
@@ -28,38 +27,104 @@ from . import sql
 log = logging.getLogger(__name__)
 
 
-class Turns:
-    """One holder at a time per key, the others queued in memory for a bounded time; a key's
-    entry lives only while someone holds or waits for it (keys: workspace ids)."""
+#: What one queued handshake asks for: its session id and its workspace's limit at handshake time.
+Ask = tuple[str, int]
 
-    def __init__(self) -> None:
-        self._keys: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # key -> (its lock, [holders and waiters])
 
-    def waiting(self, key: str) -> int:
-        """Holders and waiters of ``key`` (0: no entry)."""
-        entry = self._keys.get(key)
-        return entry[1][0] if entry else 0
+class Grants:
+    """Slot grants settled in groups, one workspace at a time: while one grant statement of a
+    workspace is in flight, that workspace's other handshakes queue in memory, and the next
+    statement settles all of them at once. A queued handshake waits at most ``timeout_s``
+    before its statement starts (then :class:`StorageUnavailable`); once taken, its statement
+    is bounded by the pool's acquire and statement bounds. A workspace's entry lives only while
+    a handshake of it is queued or being settled.
 
-    @contextlib.asynccontextmanager
-    async def turn(self, key: str, timeout_s: float | None) -> AsyncIterator[None]:
-        """``key``'s turn; :class:`StorageUnavailable` when it does not come within ``timeout_s``."""
-        lock, count = self._keys.setdefault(key, (asyncio.Lock(), [0]))
-        count[0] += 1
+    ``settle(workspace_id, asks)`` returns, per ask, whether it got a slot; ``undo(session_ids)``
+    gives back the slots granted to handshakes that gave up (cancelled) while being settled."""
+
+    def __init__(
+        self,
+        settle: Callable[[str, list[Ask]], Awaitable[list[bool]]],
+        undo: Callable[[list[str]], Awaitable[None]],
+    ) -> None:
+        self._settle = settle
+        self._undo = undo
+        self._queued: dict[str, list[tuple[Ask, asyncio.Future[bool]]]] = {}
+        self._settling: dict[str, asyncio.Task[None]] = {}
+
+    def pending(self, workspace_id: str) -> int:
+        """Handshakes of ``workspace_id`` queued, not yet taken into a statement."""
+        return len(self._queued.get(workspace_id, ()))
+
+    def active(self) -> int:
+        """Workspaces with a handshake queued or being settled."""
+        return len(self._settling)
+
+    async def grant(self, workspace_id: str, ask: Ask, timeout_s: float | None) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        queue = self._queued.setdefault(workspace_id, [])
+        entry = (ask, future)
+        queue.append(entry)
+        if workspace_id not in self._settling:
+            self._settling[workspace_id] = asyncio.create_task(self._drain(workspace_id), name=f"stream-grants-{workspace_id}")
         try:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await lock.acquire()
-            except TimeoutError:
-                raise StorageUnavailable(f"acquire stream lease: the workspace's turn did not come within {timeout_s:g} s "
-                                         f"({count[0]} of its handshakes holding or waiting for it)") from None
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
-            count[0] -= 1
-            if count[0] == 0:
-                del self._keys[key]
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            if self._take_back(workspace_id, queue, entry):
+                raise StorageUnavailable(
+                    f"acquire stream lease: the workspace's grant did not start within {timeout_s:g} s "
+                    f"({len(queue) + 1} of its handshakes queued)") from None
+            return await future  # taken: bounded by its statement's own bounds
+        except asyncio.CancelledError:
+            if not self._take_back(workspace_id, queue, entry):
+                future.cancel()  # taken: the statement's outcome for it is undone if it was a slot
+            raise
+
+    def _take_back(self, workspace_id: str, queue: list, entry: tuple) -> bool:
+        """Remove a handshake still queued (not yet taken into a statement); False if it was taken."""
+        if self._queued.get(workspace_id) is queue and entry in queue:
+            queue.remove(entry)
+            return True
+        return False
+
+    async def _drain(self, workspace_id: str) -> None:
+        """Settle the workspace's queue until it stays empty; every outcome, a failure included,
+        goes to the handshakes it was for (this task never outlives its queue)."""
+        queue: list[tuple[Ask, asyncio.Future[bool]]] | None = None
+        try:
+            while queue := self._queued.pop(workspace_id, None):
+                try:
+                    granted = await self._settle(workspace_id, [ask for ask, _ in queue])
+                except Exception as exc:  # noqa: BLE001 - each handshake of this group answers with it
+                    _fail(queue, exc)
+                    continue
+                gave_up = []
+                for ((session_id, _), future), ok in zip(queue, granted, strict=True):
+                    if not future.done():
+                        future.set_result(ok)
+                    elif ok:  # its handshake was cancelled while this statement ran
+                        gave_up.append(session_id)
+                if gave_up:
+                    await self._undo(gave_up)
+        finally:  # cancelled (the stream stopping): nobody is left waiting
+            stopping = StorageUnavailable("acquire stream lease: the stream is stopping")
+            _fail(queue or [], stopping)
+            _fail(self._queued.pop(workspace_id, []), stopping)
+            del self._settling[workspace_id]
+
+    async def stop(self) -> None:
+        """Cancel the statements in flight (their handshakes get 503) and wait for them."""
+        tasks = list(self._settling.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _fail(queue: list[tuple[Ask, asyncio.Future[bool]]], exc: BaseException) -> None:
+    for _, future in queue:
+        if not future.done():
+            future.set_exception(exc)
 
 
 class Leases:
@@ -72,27 +137,36 @@ class Leases:
         self.renew_every_s = renew_every_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.held: set[str] = set()
-        self._turns = Turns()
+        self._grants = Grants(self._grant, self._release)
 
     async def acquire(self, workspace_id: str, session_id: str, limit: int) -> bool:
         """Take a slot of ``workspace_id`` for ``session_id``; False when all ``limit`` are taken.
 
-        One grant per workspace at a time in this process: the grants of one workspace are
-        serialized by its lock in PostgreSQL anyway, so its other handshakes wait here, in
-        memory, for at most ``acquire_timeout_s`` (then 503), instead of each holding a pooled
-        connection blocked on that lock. A burst of one workspace's handshakes (a reconnect
-        storm, a hostile client) so takes one pooled connection, never the pool that every
-        other workspace's handshakes need."""
-        async with self._turns.turn(workspace_id, self.acquire_timeout_s):
-            with storage_errors("acquire stream lease"):
-                async with self.pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
-                    await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
-                    await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
-                    granted = await conn.fetchval(sql.INSERT_LEASE_IF_FREE, workspace_id, session_id, self.holder, self.ttl_s, limit)
-        if granted is None:
-            return False
-        self.held.add(session_id)
-        return True
+        The grants of one workspace are serialized by its lock in PostgreSQL anyway, so this
+        process settles them in groups (:class:`Grants`): a burst of one workspace's handshakes
+        (a reconnect storm after a restart, a hostile client) costs a few statements on one
+        pooled connection, never the pool that every other workspace's handshakes need."""
+        granted = await self._grants.grant(workspace_id, (session_id, limit), self.acquire_timeout_s)
+        if granted:
+            self.held.add(session_id)
+        return granted
+
+    async def _grant(self, workspace_id: str, asks: list[Ask]) -> list[bool]:
+        """One statement for a group of one workspace's handshakes, in their order: each is granted
+        while the workspace's live leases plus the asks before it stay below its limit."""
+        with storage_errors("acquire stream lease"):
+            async with self.pool.acquire(timeout=self.acquire_timeout_s) as conn, conn.transaction():
+                await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
+                await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
+                rows = await conn.fetch(
+                    sql.INSERT_LEASES_IF_FREE, workspace_id, [s for s, _ in asks], [n for _, n in asks], self.holder, self.ttl_s
+                )
+        granted = {r["session_id"] for r in rows}
+        return [s in granted for s, _ in asks]
+
+    async def close(self) -> None:
+        """Stop granting: the grant statements in flight are cancelled (their handshakes get 503)."""
+        await self._grants.stop()
 
     async def release(self, session_id: str) -> None:
         if session_id not in self.held:

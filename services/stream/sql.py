@@ -3,16 +3,19 @@
 
 # --------------------------------------------------------------------------- connection slots
 
-# Run in one transaction after LOCK_WORKSPACE_SLOTS: counts the workspace's live leases and
-# takes one only when it is below the limit. Returns a row when the slot was granted.
 LOCK_WORKSPACE_SLOTS = "SELECT pg_advisory_xact_lock(hashtext('tickerwire.stream:' || $1))"
 
 DELETE_EXPIRED_OF_WORKSPACE = "DELETE FROM public.stream_leases WHERE workspace_id = $1 AND expires_at <= now()"
 
-INSERT_LEASE_IF_FREE = """
+# Run in one transaction after LOCK_WORKSPACE_SLOTS, for a group of one workspace's handshakes
+# (session ids $2, each with its limit $3, in order): the n-th is granted when the workspace's live
+# leases plus n stay within its limit, so the group never takes more than the limit. Returns the
+# granted session ids.
+INSERT_LEASES_IF_FREE = """
 INSERT INTO public.stream_leases (session_id, workspace_id, holder, expires_at)
-SELECT $2, $1, $3, now() + make_interval(secs => $4)
-WHERE (SELECT count(*) FROM public.stream_leases WHERE workspace_id = $1 AND expires_at > now()) < $5
+SELECT a.session_id, $1, $4, now() + make_interval(secs => $5)
+FROM unnest($2::text[], $3::int[]) WITH ORDINALITY AS a(session_id, slot_limit, n)
+WHERE a.n <= a.slot_limit - (SELECT count(*) FROM public.stream_leases WHERE workspace_id = $1 AND expires_at > now())
 RETURNING session_id
 """
 

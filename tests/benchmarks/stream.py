@@ -217,8 +217,8 @@ async def run(ctx: Context) -> Result:
                             metric.baseline.append(value)
                     ctx.memory.setdefault("stream RSS growth per 1,000 connections", []).extend(per_k)
                     result.notes.append(f"{size} clients: {retried.get(size, 0):,} handshakes refused (503/429) and retried over "
-                                        f"{s.runs} run(s); every connection of one workspace takes its slot in one locked, "
-                                        "committed statement (services/stream/leases.py), so a burst of handshakes queues")
+                                        f"{s.runs} run(s); one workspace's slots are granted under its lock in PostgreSQL, a process's "
+                                        "queued handshakes of that workspace together in one statement (services/stream/leases.py)")
             ctx.record_rss(rss, "stream load: ")
     return result
 
