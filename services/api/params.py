@@ -29,9 +29,15 @@ MAX_QUERY = 500
 QUERY_BLANKS = " \t\r\n"
 
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-# RFC 3339 date-time (the JSON Schema ``date-time`` format): an offset is required.
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})",
+# An ISO 8601 date and time with a UTC offset, in the extended (2024-05-01T12:00:00Z) or the
+# basic (20240501T120000Z) format; minutes and seconds may be left out (reduced precision), the
+# seconds may have a fraction (a dot or a comma), and the offset is Z, +hh, +hhmm or +hh:mm.
+# RFC 3339 (the JSON Schema ``date-time`` format) is the extended form with seconds. A
+# timestamp without an offset is ambiguous and refused.
+_ISO8601 = re.compile(
+    r"(?P<y>\d{4})(?P<ds>-?)(?P<mo>\d{2})(?P=ds)(?P<d>\d{2})[Tt]"
+    r"(?P<h>\d{2})(?:(?P<ts>:?)(?P<mi>\d{2})(?:(?P=ts)(?P<s>\d{2})(?P<f>[.,]\d+)?)?)?"
+    r"(?P<tz>[Zz]|[+-]\d{2}(?::?\d{2})?)",
     re.ASCII,
 )
 _MIN_UTC = datetime.min.replace(tzinfo=timezone.utc)
@@ -79,27 +85,31 @@ def parse_page(query: Mapping[str, str]) -> Page:
 
 
 def parse_since(raw: str | None) -> datetime | None:
-    """An RFC 3339 timestamp with ``Z`` or an offset; a naive timestamp is rejected.
+    """An ISO 8601 timestamp with ``Z`` or a UTC offset (see ``_ISO8601``); a timestamp without
+    an offset is rejected.
 
     A leap second (``:60``) counts as the last instant of its minute; instants outside
     years 1-9999 after conversion to UTC are clamped to that range.
     """
     if raw is None:
         return None
-    m = _RFC3339.fullmatch(raw)
+    m = _ISO8601.fullmatch(raw)
     if not m:
+        hint = " (a '+' in a query string is sent as %2B; unencoded it reads as a space)" if " " in raw else ""
         raise validation_failed(
-            "since", f"since must be an RFC 3339 timestamp with a UTC offset, e.g. 2024-05-01T12:00:00Z; got {raw[:60]!r}."
+            "since", f"since must be an ISO 8601 timestamp with a UTC offset, e.g. 2024-05-01T12:00:00Z; got {raw[:60]!r}{hint}."
         )
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    frac, offset = m.group(7), m.group(8)
+    year, month, day, hour = (int(m[g]) for g in ("y", "mo", "d", "h"))
+    minute, second = int(m["mi"] or 0), int(m["s"] or 0)
+    frac, offset = m["f"], m["tz"]
     micro = int((frac[1:] + "000000")[:6]) if frac else 0
     if second == 60:
         second, micro = 59, 999_999
     if offset in ("Z", "z"):
         tz = timezone.utc
     else:
-        oh, om = int(offset[1:3]), int(offset[4:6])
+        digits = offset[1:].replace(":", "")
+        oh, om = int(digits[:2]), int(digits[2:] or 0)
         if oh > 23 or om > 59:
             raise validation_failed("since", f"since has an invalid UTC offset {offset!r}.")
         delta = timedelta(hours=oh, minutes=om)

@@ -1,11 +1,14 @@
 """Query-string grammar shared by the read API and the stream (pure, no I/O).
 
-A CSV parameter takes comma-separated values: empty items are skipped, a parameter with no
-value left is "not given", at most 20 values of at most 100 characters each. ``/posts`` and
+A CSV parameter takes comma-separated values: empty items are skipped, repeated ones count
+once, a parameter with no value left is "not given", and at most 20 distinct values are
+taken. A value longer than 100 characters names nothing stored (no slug, ticker, hashtag or
+locale is that long), so it is kept as a value that matches nothing: an unknown value
+silently matches nothing, as the specification says of slugs and tickers. ``/posts`` and
 ``/search`` use it for ``category``, ``ticker``, ``hashtag`` and ``sentiment``; the stream
-for its opt-in filters ``lang``, ``tickers`` and ``categories``. A value that breaks the
-grammar raises :class:`InvalidParameter`, which each service turns into its 422
-``VALIDATION_FAILED`` envelope with ``field`` naming the parameter.
+for its opt-in filters ``lang``, ``tickers`` and ``categories``. More than 20 distinct values
+raise :class:`InvalidParameter`, which each service turns into its 422 ``VALIDATION_FAILED``
+envelope with ``field`` naming the parameter.
 """
 
 from __future__ import annotations
@@ -20,19 +23,17 @@ def csv_values(raw: str | None, name: str) -> tuple[str, ...] | None:
     """The values of one CSV parameter, or None when it is absent or holds no value."""
     if raw is None:
         return None
-    values = tuple(v for v in raw.split(",") if v)
+    values = tuple(dict.fromkeys(v for v in raw.split(",") if v))
     if not values:
         return None
     if len(values) > MAX_CSV_VALUES:
-        raise InvalidParameter(name, f"{name} takes at most {MAX_CSV_VALUES} comma-separated values; got {len(values)}.")
-    for v in values:
-        if len(v) > MAX_CSV_VALUE_LENGTH:
-            raise InvalidParameter(name, f"each {name} value is at most {MAX_CSV_VALUE_LENGTH} characters long.")
-    # A value with a NUL can match nothing stored; "" never matches either and is safe to send to PostgreSQL.
-    return tuple("" if "\x00" in v else v for v in values)
+        raise InvalidParameter(name, f"{name} takes at most {MAX_CSV_VALUES} distinct comma-separated values; got {len(values)}.")
+    # A value with a NUL or over the length bound can match nothing stored; "" never matches
+    # either, is safe to send to PostgreSQL, and keeps what is compared (and cached) small.
+    return tuple(dict.fromkeys("" if len(v) > MAX_CSV_VALUE_LENGTH or "\x00" in v else v for v in values))
 
 
 def tickers(raw: str | None, name: str) -> tuple[str, ...] | None:
     """A CSV of ticker symbols, compared upper-case."""
     values = csv_values(raw, name)
-    return tuple(t.upper() for t in values) if values is not None else None
+    return tuple(dict.fromkeys(t.upper() for t in values)) if values is not None else None

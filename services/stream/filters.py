@@ -2,8 +2,8 @@
 
 Without any of them a connection receives everything, exactly as spec section 6 says. Each
 takes the CSV grammar of the ``/posts`` filters (``services/common/query.py``: empty items
-skipped, at most 20 values of at most 100 characters); a value breaking it refuses the
-handshake with 422 VALIDATION_FAILED before the upgrade. Semantics are those of ``/posts``:
+skipped, repeats counted once, at most 20 distinct values; a value over 100 characters matches
+nothing); more values refuse the handshake with 422 VALIDATION_FAILED before the upgrade. Semantics are those of ``/posts``:
 OR within a parameter, AND between parameters; ``tickers`` compare upper-case; a group
 category slug matches posts in any of its leaves; unknown values match nothing. ``lang``
 is a list of locale codes matched exactly (no fallback to the default locale, unlike the

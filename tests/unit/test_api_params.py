@@ -15,15 +15,28 @@ from tickerwire.services.api.params import MAX_KEPT_QUERY, Filters, Listing, Lis
 from tickerwire.services.api.lru import BoundedLRU
 
 
-def test_since_accepts_rfc3339_with_offset_and_clamps_extremes():
-    assert parse_since("2024-05-01T12:00:00Z") == datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
-    assert parse_since("2024-05-01t14:00:00.5+02:00") == datetime(2024, 5, 1, 12, 0, 0, 500000, tzinfo=timezone.utc)
+def test_since_accepts_iso8601_with_an_offset_and_clamps_extremes():
+    noon = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
+    assert parse_since("2024-05-01T12:00:00Z") == noon
+    assert parse_since("2024-05-01t14:00:00.5+02:00") == noon.replace(microsecond=500000)
+    # ISO 8601 beyond RFC 3339: basic format, reduced precision, +hh and +hhmm offsets, a decimal comma.
+    for same in ["20240501T120000Z", "2024-05-01T12:00Z", "2024-05-01T12Z", "2024-05-01T13:00:00+01", "20240501T1330+0130",
+                 "2024-05-01T08:00:00-04:00"]:
+        assert parse_since(same) == noon, same
+    assert parse_since("2024-05-01T12:00:00,25Z") == noon.replace(microsecond=250000)
     assert parse_since("2016-12-31T23:59:60Z").second == 59
     assert parse_since("0001-01-01T00:00:00+01:00").year == 1
-    for bad in ["2024-05-01T12:00:00", "2024-05-01", "2024-02-30T00:00:00Z", "2024-05-01T25:00:00Z", "", "now"]:
+    for bad in ["2024-05-01T12:00:00", "2024-05-01", "2024-02-30T00:00:00Z", "2024-05-01T25:00:00Z", "", "now",
+                "2024-05-01T12:00:00+1", "2024-05-01T12:00:00+24:00", "2024-0501T12Z"]:
         with pytest.raises(ApiError) as exc:
             parse_since(bad)
         assert exc.value.field == "since"
+
+
+def test_since_with_an_unencoded_plus_says_how_to_send_it():
+    with pytest.raises(ApiError) as exc:
+        parse_since("2024-05-01T13:00:00 01:00")
+    assert "%2B" in exc.value.message
 
 
 def test_page_limits_and_cursors():
@@ -42,6 +55,15 @@ def test_filters_normalize_case_and_skip_empty_items():
     with pytest.raises(ApiError) as exc:
         parse_filters({"sentiment": "bullish"})
     assert "bullish" in exc.value.message and "BULLISH, NEUTRAL, BEARISH" in exc.value.message
+
+
+def test_repeated_values_count_once_and_overlong_values_match_nothing_instead_of_failing():
+    f = parse_filters({"ticker": ",".join(["btc", "BTC"] * 15), "category": "defi," + "x" * 101, "hashtag": "y" * 500})
+    assert f.ticker == ("BTC",)  # 30 items, one distinct value: within the 20-value bound
+    assert f.category == ("defi", "") and f.hashtag == ("",)  # "" is stored nowhere: it matches nothing
+    with pytest.raises(ApiError) as exc:
+        parse_filters({"ticker": ",".join(f"T{i}" for i in range(21))})
+    assert exc.value.field == "ticker" and "at most 20 distinct" in exc.value.message
 
 
 def test_q_trimmed_length():

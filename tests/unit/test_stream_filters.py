@@ -31,8 +31,7 @@ def test_values_are_normalized_like_posts():
 
 @pytest.mark.parametrize(
     ("stream_name", "posts_name", "raw"),
-    [("tickers", "ticker", ",".join(f"T{i}" for i in range(21))), ("categories", "category", "x" * 101),
-     ("tickers", "ticker", "y" * 101), ("categories", "category", ",".join("abc" for _ in range(21)))],
+    [("tickers", "ticker", ",".join(f"T{i}" for i in range(21))), ("categories", "category", ",".join(f"c{i}" for i in range(21)))],
 )
 def test_the_grammar_is_the_one_of_posts(stream_name, posts_name, raw):
     with pytest.raises(InvalidParameter) as stream_err:
