@@ -19,6 +19,7 @@ from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import FALLBACK_LOCALE, default_locale
 
 from ..common.db import storage_errors
+from ..common.query import bcp47_case
 from ..readmodel.taxonomy import categories, listed_locales
 from . import queries
 
@@ -31,8 +32,13 @@ class Languages:
     etag: str = ""
 
     def resolve(self, lang: str | None) -> str:
-        """Spec 4: a ``lang`` outside the supported list, or none, falls back to the default."""
-        return lang if lang in self.codes else self.default
+        """Spec 4: a ``lang`` outside the supported list, or none, falls back to the default.
+        Tags compare case-insensitively, as BCP 47 says (``de-de`` is ``de-DE``)."""
+        if lang in self.codes:
+            return lang
+        if lang and (cased := bcp47_case(lang)) in self.codes:
+            return cased
+        return self.default
 
 
 def _languages(rows: list[asyncpg.Record]) -> Languages:

@@ -37,3 +37,19 @@ def tickers(raw: str | None, name: str) -> tuple[str, ...] | None:
     """A CSV of ticker symbols, compared upper-case."""
     values = csv_values(raw, name)
     return tuple(dict.fromkeys(t.upper() for t in values)) if values is not None else None
+
+
+def bcp47_case(tag: str) -> str:
+    """A language tag in the case BCP 47 recommends (RFC 5646 2.1.1: tags are case-insensitive):
+    the language lower-case, a four-letter script title-case, a two-letter region upper-case;
+    ``de-de`` and ``DE-DE`` are ``de-DE``. The supported locales are stored so."""
+    parts = tag.split("-")
+    out = [parts[0].lower()]
+    for part in parts[1:]:
+        if len(part) == 2:
+            out.append(part.upper())
+        elif len(part) == 4 and part.isalpha():
+            out.append(part.title())
+        else:
+            out.append(part.lower())
+    return "-".join(out)

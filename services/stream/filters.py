@@ -6,8 +6,9 @@ skipped, repeats counted once, at most 20 distinct values; a value over 100 char
 nothing); more values refuse the handshake with 422 VALIDATION_FAILED before the upgrade. Semantics are those of ``/posts``:
 OR within a parameter, AND between parameters; ``tickers`` compare upper-case; a group
 category slug matches posts in any of its leaves; unknown values match nothing. ``lang``
-is a list of locale codes matched exactly (no fallback to the default locale, unlike the
-``lang`` of HTTP reads, which picks one locale to render).
+is a list of locale codes matched case-insensitively, as BCP 47 says, but otherwise exactly (no
+fallback to the default locale, unlike the ``lang`` of HTTP reads, which picks one locale to
+render).
 
 Connections with equal filters share one :class:`StreamFilter` value, so the hub decides
 once per message and distinct filter set, not once per connection.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..common.query import csv_values, tickers
+from ..common.query import bcp47_case, csv_values, tickers
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +54,14 @@ def _set(values: tuple[str, ...] | None) -> frozenset[str] | None:
     return frozenset(values) if values is not None else None
 
 
+def _cased(values: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    return tuple(bcp47_case(v) for v in values) if values is not None else None
+
+
 def parse_filter(query: Mapping[str, str]) -> StreamFilter:
     """The filter of a stream URL; raises ``InvalidParameter`` for a value breaking the grammar."""
     return StreamFilter(
-        langs=_set(csv_values(query.get("lang"), "lang")),
+        langs=_set(_cased(csv_values(query.get("lang"), "lang"))),
         tickers=_set(tickers(query.get("tickers"), "tickers")),
         categories=_set(csv_values(query.get("categories"), "categories")),
     )

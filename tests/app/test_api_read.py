@@ -120,6 +120,8 @@ async def test_lang_optional_and_unsupported_falls_back(world):
     de_ids, doc = await client.ids(limit=50, lang="de-DE")
     assert de_ids == [p.id for p in visible_feed(posts, "de-DE")[:50]]
     assert {p["lang"] for p in doc["posts"]} == {"de-DE"}
+    for cased in ("de-de", "DE-DE", "De-dE"):  # BCP 47 tags are case-insensitive
+        assert (await client.ids(limit=50, lang=cased))[0] == de_ids
     _, cats = await client.get("/categories", {"lang": "zz"})
     _, cats_default = await client.get("/categories")
     assert cats == cats_default

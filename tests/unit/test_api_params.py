@@ -9,6 +9,7 @@ import pytest
 
 from tickerwire.services.api.conditional import matches
 from tickerwire.services.common.envelope import ApiError
+from tickerwire.services.common.query import bcp47_case
 from tickerwire.services.api.params import Page, parse_filters, parse_page, parse_q, parse_since
 from tickerwire.services.api.queries import page_query
 from tickerwire.services.api.params import MAX_KEPT_QUERY, Filters, Listing, Listings
@@ -64,6 +65,11 @@ def test_repeated_values_count_once_and_overlong_values_match_nothing_instead_of
     with pytest.raises(ApiError) as exc:
         parse_filters({"ticker": ",".join(f"T{i}" for i in range(21))})
     assert exc.value.field == "ticker" and "at most 20 distinct" in exc.value.message
+
+
+def test_language_tags_take_the_case_bcp47_recommends():
+    for tag, cased in [("de-de", "de-DE"), ("EN-us", "en-US"), ("zh-hans-cn", "zh-Hans-CN"), ("pt-BR", "pt-BR"), ("x", "x")]:
+        assert bcp47_case(tag) == cased
 
 
 def test_q_trimmed_length():

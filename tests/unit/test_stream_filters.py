@@ -25,7 +25,7 @@ def test_no_parameter_means_everything():
 
 
 def test_values_are_normalized_like_posts():
-    f = parse_filter({"lang": "de-DE,fr-FR", "tickers": "btc,Eth", "categories": "markets,,defi"})
+    f = parse_filter({"lang": "de-de,FR-fr", "tickers": "btc,Eth", "categories": "markets,,defi"})
     assert f == StreamFilter(frozenset({"de-DE", "fr-FR"}), frozenset({"BTC", "ETH"}), frozenset({"markets", "defi"}))
 
 
