@@ -53,7 +53,7 @@ class Denial:
     message: str
 
 
-NOT_AUTHENTICATED = Denial(401, "NOT_AUTHENTICATED", "Missing or invalid API key. Send the header 'Authorization: Bearer <API_KEY>'.")
+NOT_AUTHENTICATED = Denial(401, "NOT_AUTHENTICATED", "Missing or invalid API key. Send the header 'Authorization: Bearer <API_KEY>' (on the stream, the query parameter key=<API_KEY> works too).")
 WORKSPACE_SUSPENDED = Denial(403, "WORKSPACE_SUSPENDED", "This workspace has been suspended by an administrator. Contact support to reinstate it.")
 BADGE_MISSING = Denial(403, "BADGE_MISSING", BADGE_RECOVERY)
 
