@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -206,6 +207,8 @@ class GuardedHandler(RequestHandler):
         if status >= 500:
             code, text = "INTERNAL", INTERNAL_MESSAGE
         else:
+            if status == 400:
+                status = refused_status(exc, self.max_line_size, self.max_field_size)
             code, text = REFUSED_REQUESTS.get(status, REFUSED_REQUESTS[400])
         response = web.Response(
             status=status, body=error_body(code, text), content_type=JSON,
@@ -213,6 +216,21 @@ class GuardedHandler(RequestHandler):
         )
         response.force_close()
         return response
+
+
+def refused_status(exc: BaseException | None, max_line_size: int, max_field_size: int) -> int:
+    """The status of a request the parser refused: 414 for a request line over its bound, 431
+    for a header over its bound or too many headers, else 400. aiohttp raises the same
+    ``LineTooLong`` for both bounds and names only the bound, so where the two bounds are equal
+    the answer stays 400."""
+    if isinstance(exc, LineTooLong) and len(exc.args) >= 2 and max_line_size != max_field_size:
+        if exc.args[1] == max_line_size:
+            return 414
+        if exc.args[1] == max_field_size:
+            return 431
+    if isinstance(exc, BadHttpMessage) and "Too many headers" in str(exc):
+        return 431
+    return 400
 
 
 class _GuardedServer(web.Server):
