@@ -24,6 +24,22 @@ from tests.support.exclusive import held
 from tests.support import timeouts
 
 
+def pytest_configure(config) -> None:
+    """One folder per test process for the service stacks' logs (tests/support/stack.py), so a
+    session leaves nothing in the temporary folder when it passes; a failing one keeps them."""
+    if "TICKERWIRE_TEST_LOG_ROOT" not in os.environ:
+        os.environ["TICKERWIRE_TEST_LOG_ROOT"] = _LOG_ROOT[0] = tempfile.mkdtemp(prefix="tickerwire-test-logs-")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _LOG_ROOT[0] is not None and exitstatus == 0:
+        shutil.rmtree(_LOG_ROOT[0], ignore_errors=True)
+
+
+#: The log folder this process made (None: given by the environment, left alone).
+_LOG_ROOT: list[str | None] = [None]
+
+
 def pytest_report_header(config) -> str:
     return f"tickerwire engines: {containers.engines()}"
 

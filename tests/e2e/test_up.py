@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import shutil
 import subprocess
 import tempfile
 import time
@@ -114,6 +115,7 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
                             int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1])] if not port_is_free(p)]
         assert not held, f"run {attempt}: ports still held: {held}"
         assert not (state_dir / "up.json").exists()
+    shutil.rmtree(state_dir)  # passed: its data and logs are not needed (a failure keeps them)
 
 
 def test_up_refuses_a_configured_database_with_the_memory_only_broker():
@@ -126,3 +128,4 @@ def test_up_refuses_a_configured_database_with_the_memory_only_broker():
     assert "a configured database needs a configured broker too" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (state_dir / "pgdata").exists() and not (state_dir / "broker.log").exists()  # nothing was started
+    shutil.rmtree(state_dir)

@@ -92,7 +92,11 @@ class ServiceStack:
     services: list[Service] = field(default_factory=list)
     #: Per (topic, partition), the offset after the last record this stack published.
     marks: dict[tuple[str, int], int] = field(default_factory=dict)
-    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tickerwire-stack-")))
+    #: Under ``TICKERWIRE_TEST_LOG_ROOT`` when set (the test session's own folder, removed after a
+    #: passing session: tests/conftest.py), else in the system's temporary folder.
+    log_dir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="tickerwire-stack-", dir=os.environ.get("TICKERWIRE_TEST_LOG_ROOT")))
+    )
 
     # ------------------------------------------------------------------ configuration
 
