@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping
 import orjson
 
 from .models import VISIBLE_STATUSES, Category, Post, PostTranslation
+from .searchtext import index_text
 
 #: PostgreSQL text-search configurations by primary language subtag; `simple` elsewhere.
 _TS_CONFIGS = {
@@ -112,6 +113,8 @@ class TranslationRow:
     category_slugs: tuple[str, ...]
     tickers: tuple[str, ...]
     hashtags: tuple[str, ...]
+    #: What the row's search vector is computed from: the locale's text-search configuration
+    #: and the translation's title, lede and body as :func:`~.searchtext.index_text` gives them.
     ts_config: str
     title: str
     lede: str
@@ -175,9 +178,9 @@ def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:
             tickers=post.tickers,
             hashtags=tuple(h.lower() for h in post.hashtags),
             ts_config=text_search_config(tr.lang),
-            title=tr.title,
-            lede=tr.lede,
-            body=tr.body,
+            title=index_text(tr.title),
+            lede=index_text(tr.lede),
+            body=index_text(tr.body),
             lean=orjson.dumps(lean_post(post, tr, taxonomy)).decode(),
             detail=orjson.dumps(detail_post(post, tr, taxonomy)).decode(),
         )

@@ -14,6 +14,7 @@ from multidict import CIMultiDict
 
 from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import text_search_config
+from tickerwire.schemas.searchtext import query_text
 from ..common.db import storage_errors
 from ..common.envelope import ApiError
 from . import queries
@@ -120,7 +121,7 @@ async def search(request: web.Request) -> web.Response:
     text = parse_q(query)
     page, filters = parse_page(query), parse_filters(query)
     lang = _lang(request)
-    return await _page(request, "search", lang, filters, page, queries.Search(text_search_config(lang), text))
+    return await _page(request, "search", lang, filters, page, queries.Search(text_search_config(lang), query_text(text)))
 
 
 async def post_detail(request: web.Request) -> web.Response:
