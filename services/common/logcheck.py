@@ -10,11 +10,12 @@ or wait forever for offsets that will never come; both are refused loudly instea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import OffsetOutOfRangeError
+from aiokafka.errors import KafkaTimeoutError, OffsetOutOfRangeError
 
 #: A discontinuity counts once seen continuously for this long: some brokers report a stale
 #: end offset for a few seconds after writes (a real reset does not go away).
@@ -63,10 +64,14 @@ async def find_discontinuities(
     tps = list(positions)
     # asyncio.timeout, not wait_for: the feed's and the projector's loops call this, and on
     # 3.11 wait_for can swallow a cancellation racing the answer (a loop that never stops).
-    async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
-        starts = await consumer.beginning_offsets(tps)
-    async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
-        ends = await consumer.end_offsets(tps)
+    # A broker that does not answer in time is a broker error to the callers' retry loops.
+    try:
+        async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+            starts = await consumer.beginning_offsets(tps)
+        async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+            ends = await consumer.end_offsets(tps)
+    except TimeoutError:
+        raise KafkaTimeoutError(f"the broker did not answer for the log offsets within {LIST_OFFSETS_TIMEOUT_S:g}s") from None
     gaps = {tp: d for tp in tps if (d := discontinuity(tp, positions[tp], starts[tp], ends[tp])) is not None}
     past_end = {tp: gap.position - 1 for tp, gap in gaps.items() if gap.position > gap.log_end}
     held = await probe.held(past_end) if past_end else set()
@@ -91,8 +96,14 @@ class LogProbe:
             return set()
         if self._consumer is None:
             consumer = kafka.consumer(self.config, group_id=None, client_id=self.client_id, auto_offset_reset="none")
-            async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
-                await consumer.start()
+            try:
+                async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+                    await consumer.start()
+            except TimeoutError:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+                        await consumer.stop()
+                raise KafkaTimeoutError(f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s") from None
             self._consumer = consumer
         consumer = self._consumer
         consumer.assign(list(offsets))

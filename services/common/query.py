@@ -1,13 +1,12 @@
 """Query-string grammar shared by the read API and the stream (pure, no I/O).
 
-A CSV parameter takes comma-separated values: empty items are skipped, repeated ones count
-once, a parameter with no value left is "not given", and at most 20 distinct values are
-taken. A value longer than 100 characters names nothing stored (no slug, ticker, hashtag or
+A CSV parameter takes at most 20 comma-separated items (the OpenAPI ``maxItems``; empty and
+repeated items count, as they do there): empty items are skipped, a repeated value is taken
+once, and a parameter with no value left is "not given". A value longer than 100 characters names nothing stored (no slug, ticker, hashtag or
 locale is that long), so it is kept as a value that matches nothing: an unknown value
 silently matches nothing, as the specification says of slugs and tickers. ``/posts`` and
 ``/search`` use it for ``category``, ``ticker``, ``hashtag`` and ``sentiment``; the stream
-for its opt-in filters ``lang``, ``tickers`` and ``categories``. More than 20 distinct values
-raise :class:`InvalidParameter`, which each service turns into its 422 ``VALIDATION_FAILED``
+for its opt-in filters ``lang``, ``tickers`` and ``categories``. More than 20 items raise :class:`InvalidParameter`, which each service turns into its 422 ``VALIDATION_FAILED``
 envelope with ``field`` naming the parameter.
 """
 
@@ -15,6 +14,7 @@ from __future__ import annotations
 
 from .errors import InvalidParameter
 
+#: The OpenAPI document's ``maxItems`` of every CSV parameter.
 MAX_CSV_VALUES = 20
 MAX_CSV_VALUE_LENGTH = 100
 
@@ -23,11 +23,12 @@ def csv_values(raw: str | None, name: str) -> tuple[str, ...] | None:
     """The values of one CSV parameter, or None when it is absent or holds no value."""
     if raw is None:
         return None
-    values = tuple(dict.fromkeys(v for v in raw.split(",") if v))
+    items = raw.split(",")
+    if len(items) > MAX_CSV_VALUES:
+        raise InvalidParameter(name, f"{name} takes at most {MAX_CSV_VALUES} comma-separated items; got {len(items)}.")
+    values = tuple(dict.fromkeys(v for v in items if v))
     if not values:
         return None
-    if len(values) > MAX_CSV_VALUES:
-        raise InvalidParameter(name, f"{name} takes at most {MAX_CSV_VALUES} distinct comma-separated values; got {len(values)}.")
     # A value with a NUL or over the length bound can match nothing stored; "" never matches
     # either, is safe to send to PostgreSQL, and keeps what is compared (and cached) small.
     return tuple(dict.fromkeys("" if len(v) > MAX_CSV_VALUE_LENGTH or "\x00" in v else v for v in values))

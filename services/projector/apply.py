@@ -121,8 +121,13 @@ def of_type(events: Iterable[Decoded[AnyEvent]], model: type[E]) -> list[Decoded
     return out
 
 
-def decode_records(records: Iterable[Record]) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
-    """Decode at the edge: typed events, and poison records set aside with their reason."""
+def decode_records(records: Iterable[Record], topic: str | None) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
+    """Decode at the edge: typed events, and poison records set aside with their reason.
+
+    ``topic``: the records' topic; an event whose type travels on another topic (the registry
+    in ``schemas/models.py``) is set aside as ``wrong_topic``: applied, a post there would be
+    listed but never pushed (the stream reads only the posts topic), and a rebuild could not
+    bulk-load it. None skips that check (the bulk load refuses such records itself)."""
     events: list[Decoded[AnyEvent]] = []
     dead: list[DeadLetter] = []
     for rec in records:
@@ -130,9 +135,16 @@ def decode_records(records: Iterable[Record]) -> tuple[list[Decoded[AnyEvent]], 
             dead.append(DeadLetter(rec.offset, rec.key, rec.value, "undecodable", "record has no value (tombstone)"))
             continue
         try:
-            events.append(Decoded(rec.offset, decode_event(rec.value)))
+            event = decode_event(rec.value)
         except InvalidEvent as exc:
             dead.append(DeadLetter(rec.offset, rec.key, rec.value, exc.kind, exc.reason))
+            continue
+        home = type(event).topic.suffix
+        if topic is not None and not topic.endswith("." + home):
+            dead.append(DeadLetter(rec.offset, rec.key, rec.value, "wrong_topic",
+                                   f"a {event.type} event belongs on the {home} topic, not on {topic}"))
+            continue
+        events.append(Decoded(rec.offset, event))
     return events, dead
 
 
@@ -237,7 +249,7 @@ async def apply_batch(
         result.position = stored
         if not fresh:
             return result
-        events, dead = decode_records(fresh)
+        events, dead = decode_records(fresh, topic)
         result.dead = dead
         if dead:
             await conn.executemany(

@@ -375,7 +375,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
     started = time.perf_counter()
     plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
     async for tp, records in _read(config, tps, ends):
-        events, poison = decode_records(records)
+        events, poison = decode_records(records, None)  # other types: NotBulkable below
         result.letters.setdefault(tp, []).extend(poison)
         for decoded in events:
             if decoded.event.type != "post":
@@ -403,7 +403,7 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
                 async for _, records in _read(config, [tp], ends):
                     counts[READ] += len(records)
                     wanted = [r for r in records if r.offset in by_offset]
-                    events, _ = decode_records(wanted)
+                    events, _ = decode_records(wanted, None)
                     for d in of_type(events, PostEvent):
                         post_id = by_offset[d.offset]
                         plan = plans[tp][post_id]

@@ -206,9 +206,14 @@ class Feed:
                     self._pause()
 
     async def _check_log(self, consumer, tps: list[TopicPartition]) -> None:
-        """When the post log no longer holds the feed's positions (log reset), restart from the
-        projector's stored positions once the log holds those (after ``accept-log``); until
-        then the feed is stopped, loudly (ERROR log, readiness)."""
+        """When the post log no longer holds the feed's positions (log reset, or records deleted
+        before the feed read them), the feed is stopped, loudly (ERROR log, readiness, metric),
+        until the log holds the projector's stored positions (after ``accept-log``). Then it
+        reads the partition again from the log's start: every record of the new log that the
+        projector projects is announced, those it projected before the feed got here included
+        (late, not lost). Announcements are tied to the record that first made a translation
+        visible, so a record never announces twice, and one the projector skipped
+        (``accept-log --from latest``) announces nothing."""
         self._checked_at = time.monotonic()
         suspected = await find_discontinuities(consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps})
         found = self._confirmer.observe(tps, suspected)
@@ -218,6 +223,7 @@ class Feed:
                 for tp in tps:
                     consumer.resume(tp)
             self.stopped = ""
+            self.metrics.feed_stopped.set(0)
             return
         if not found:
             return  # suspected only, not confirmed yet
@@ -226,15 +232,18 @@ class Feed:
         for tp in found:
             if tp in again:
                 continue
-            log.warning("stream feed %s; continuing from the projector's position %d",
-                        found[tp].reason, projector.get(tp.partition, 0))
-            self._next[tp.partition] = projector.get(tp.partition, 0)
-            consumer.seek(tp, self._next[tp.partition])
+            start = found[tp].log_start
+            log.warning("stream feed %s; reading it again from the log's start %d (the projector is at %d)",
+                        found[tp].reason, start, projector.get(tp.partition, 0))
+            self.metrics.feed_log_restarts.labels(str(tp.partition)).inc()
+            self._next[tp.partition] = start
+            consumer.seek(tp, start)
             # Records of the old log still waiting would never match the new one.
             self._pending = collections.deque(p for p in self._pending if p.partition != tp.partition)
         stopped = "; ".join(gap.reason for gap in again.values())
         if stopped and stopped != self.stopped:
             log.error("stream feed stopped: %s; waiting for `tickerwire projector accept-log`", stopped)
+        self.metrics.feed_stopped.set(1 if stopped else 0)
         for tp in again:
             consumer.pause(tp)
         for tp in found:

@@ -24,6 +24,17 @@ class StreamMetrics:
             "1 while the feed has stopped reading the log because TICKERWIRE_STREAM_MAX_PENDING records wait for the projector",
             registry=r,
         )
+        self.feed_stopped = Gauge(
+            "tickerwire_stream_feed_log_discontinuity",
+            "1 while the feed is stopped because neither its positions nor the projector's are in the post log "
+            "(log reset; way out: tickerwire projector accept-log)",
+            registry=r,
+        )
+        self.feed_log_restarts = Counter(
+            "tickerwire_stream_feed_log_restarts_total",
+            "Post-log partitions the feed read again from the log's start after a log reset or deleted records",
+            ["partition"], registry=r,
+        )
         self.messages_sent = Counter(
             "tickerwire_stream_messages_sent_total", "Messages written to clients", ["type"], registry=r
         )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 import orjson
 from tickerwire.services.api.catalog import Catalog
 from tickerwire.services.common.db import create_pool
 from tickerwire.services.readmodel.migrate import migrate
-from tickerwire.services.projector.apply import apply_batch
+from tickerwire.schemas.topics import topic_name
+from tickerwire.services.projector.apply import BatchResult, apply_batch
 
 from tests.support.events import (
     T0,
@@ -25,6 +27,16 @@ from tests.support.events import (
 from tests.support.readmodel import announcements, read_model
 
 TOPIC = "t.posts.v1"
+
+
+async def on_home_topics(conn, events, partition: int = 0) -> list[BatchResult]:
+    """Apply ``events`` in order, each run of events of one topic (the registry's) as one batch
+    at that topic's next offset."""
+    results = []
+    for topic, run in itertools.groupby(events, key=lambda e: topic_name("t", type(e).topic)):
+        start = await conn.fetchval("SELECT next_offset FROM positions WHERE topic = $1 AND partition = $2", topic, partition)
+        results.append(await apply_batch(conn, topic, partition, records(list(run), start=start or 0)))
+    return results
 
 
 async def counts(conn) -> dict[str, int]:
@@ -54,12 +66,14 @@ async def test_poison_records_are_dead_lettered_and_the_events_after_them_projec
     dead = await conn.fetch('SELECT topic, partition, "offset", value, reason_kind, reason FROM dead_letters ORDER BY "offset"')
     assert [(r["topic"], r["partition"], r["offset"], r["reason_kind"]) for r in dead] == [
         (TOPIC, 3, 101, "undecodable"), (TOPIC, 3, 102, "unknown_type"), (TOPIC, 3, 103, "schema"), (TOPIC, 3, 104, "undecodable"),
+        (TOPIC, 3, 106, "wrong_topic"),  # a token event belongs on the catalog topic
     ]
-    assert [r["value"] for r in dead] == [b"\xff{not json", batch[2].value, schema_violation, None]
+    assert [r["value"] for r in dead] == [b"\xff{not json", batch[2].value, schema_violation, None, batch[6].value]
     assert "wallet" in dead[1]["reason"] and "data.id" in dead[2]["reason"] and "tombstone" in dead[3]["reason"]
-    assert sorted(d.kind for d in result.dead) == ["schema", "undecodable", "undecodable", "unknown_type"]
+    assert dead[4]["reason"] == f"a token event belongs on the catalog.v1 topic, not on {TOPIC}"
+    assert sorted(d.kind for d in result.dead) == ["schema", "undecodable", "undecodable", "unknown_type", "wrong_topic"]
     assert [r["id"] for r in await conn.fetch("SELECT id FROM posts ORDER BY id")] == [1, 2]
-    assert await conn.fetchval("SELECT count(*) FROM tokens") == 1
+    assert await conn.fetchval("SELECT count(*) FROM tokens") == 0
     assert await conn.fetchval("SELECT next_offset FROM positions WHERE topic = $1 AND partition = 3", TOPIC) == 107
 
 
@@ -93,11 +107,11 @@ async def test_an_older_version_after_a_newer_one_changes_nothing(conn):
              workspace_ev("ws1", 4, status="suspended"), api_key_ev("k1", "ws1", 4, revoked=True), embed_ev("bdg_0001", "ws2", 4),
              heartbeat_ev("bdg_0001", "ws1", T0 - timedelta(hours=5)),
              post_ev(1, 5, tickers=("XRP",))]  # an equal version does not replace either
-    await apply_batch(conn, TOPIC, 0, records(newer))
+    await on_home_topics(conn, newer)
     before = (await read_model(conn), await announcements(conn))
-    result = await apply_batch(conn, TOPIC, 0, records(older, start=len(newer)))
-    assert not result.applied
-    assert result.stale >= 4  # posts, categories and locales report what they ignored
+    results = await on_home_topics(conn, older)
+    assert not any(r.applied for r in results) and not any(r.dead for r in results)
+    assert sum(r.stale for r in results) >= 4  # posts, categories and locales report what they ignored
     assert (await read_model(conn), await announcements(conn)) == before
     assert await counts(conn) == {"ETH": 1}
 
@@ -150,33 +164,33 @@ async def test_announcements_do_not_depend_on_how_the_log_is_batched(conn):
 
 
 async def test_category_and_default_locale_changes_rerender_stored_posts(conn):
-    await apply_batch(conn, TOPIC, 0, records([
+    await on_home_topics(conn, [
         locale_ev("en-US", default=True), locale_ev("de-DE"),
         post_ev(1, categories=("btc",), langs=("en-US", "de-DE")),  # its category arrives later
-    ]))
+    ])
     lean = lambda rows: {r["lang"]: orjson.loads(r["lean"])["categories"] for r in rows}  # noqa: E731
     rows = await conn.fetch("SELECT lang, lean, category_slugs FROM post_translations ORDER BY lang")
     assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "btc"}], "en-US": [{"slug": "btc", "name": "btc"}]}
 
-    await apply_batch(conn, TOPIC, 0, records([category_ev("markets"), category_ev("btc", group="markets", names={"en-US": "Bitcoin", "fr-FR": "Le Bitcoin"})], start=3))
+    await on_home_topics(conn, [category_ev("markets"), category_ev("btc", group="markets", names={"en-US": "Bitcoin", "fr-FR": "Le Bitcoin"})])
     rows = await conn.fetch("SELECT lang, lean, category_slugs FROM post_translations ORDER BY lang")
     assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "Bitcoin"}], "en-US": [{"slug": "btc", "name": "Bitcoin"}]}
     assert all(r["category_slugs"] == ["btc", "markets"] for r in rows)
 
     # French becomes the default: German falls back to the French name now.
-    await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", 2), locale_ev("fr-FR", 1, default=True)], start=5))
+    await on_home_topics(conn, [locale_ev("en-US", 2), locale_ev("fr-FR", 1, default=True)])
     rows = await conn.fetch("SELECT lang, lean FROM post_translations ORDER BY lang")
     assert lean(rows) == {"de-DE": [{"slug": "btc", "name": "Le Bitcoin"}], "en-US": [{"slug": "btc", "name": "Bitcoin"}]}
 
 
 async def test_the_text_vector_is_computed_only_when_the_searchable_text_changes(conn):
-    await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", default=True), post_ev(1, categories=("btc",))]))
+    await on_home_topics(conn, [locale_ev("en-US", default=True), post_ev(1, categories=("btc",))])
     # Mark the stored vector: a statement that recomputed it would overwrite the mark.
     await conn.execute("UPDATE post_translations SET tsv = 'marked'::tsvector")
-    await apply_batch(conn, TOPIC, 0, records([category_ev("btc", names={"en-US": "Bitcoin"})], start=2))  # re-renders the post
+    await on_home_topics(conn, [category_ev("btc", names={"en-US": "Bitcoin"})])  # re-renders the post
     row = await conn.fetchrow("SELECT tsv::text AS tsv, lean FROM post_translations")
     assert orjson.loads(row["lean"])["categories"] == [{"slug": "btc", "name": "Bitcoin"}] and row["tsv"] == "'marked'"
-    await apply_batch(conn, TOPIC, 0, records([post_ev(1, 2, categories=("btc",))], start=3))  # the title changes
+    await on_home_topics(conn, [post_ev(1, 2, categories=("btc",))])  # the title changes
     row = await conn.fetchrow("SELECT tsv::text AS tsv, tsv_title::text AS title FROM post_translations")
     assert "marked" not in row["tsv"] and "'v2':4A" in row["title"]
     # A locale's partial text indexes exist as soon as the locale is stored.
@@ -187,12 +201,12 @@ async def test_the_text_vector_is_computed_only_when_the_searchable_text_changes
 async def test_post_and_catalog_agree_on_category_names_without_a_flagged_default(conn, fresh_db):
     """No locale flagged default and en-US not listed: the default is the first listed locale for
     the projector (names inside posts) and the API's catalog (/categories) alike."""
-    await apply_batch(conn, TOPIC, 0, records([
+    await on_home_topics(conn, [
         locale_ev("fr-FR", position=0), locale_ev("de-DE", position=1), locale_ev("en-US", active=False, position=2),
         category_ev("markets", names={"en-US": "Markets", "fr-FR": "Marchés"}),
         category_ev("btc", group="markets", names={"en-US": "Bitcoin", "fr-FR": "Le Bitcoin"}),
         post_ev(1, categories=("btc",), langs=("de-DE",)),
-    ]))
+    ])
     lean = orjson.loads(await conn.fetchval("SELECT lean FROM post_translations WHERE lang = 'de-DE'"))
     catalog = Catalog(log_topic=TOPIC)
     pool = await create_pool(fresh_db, "rm", min_size=1, max_size=1)
@@ -206,6 +220,6 @@ async def test_post_and_catalog_agree_on_category_names_without_a_flagged_defaul
     assert listed["name"] == "Le Bitcoin" and listed["group"] == {"slug": "markets", "name": "Marchés"}
 
     # en-US listed again: it is the default now, and the stored post is re-rendered to match.
-    await apply_batch(conn, TOPIC, 0, records([locale_ev("en-US", 2, position=2)], start=6))
+    await on_home_topics(conn, [locale_ev("en-US", 2, position=2)])
     lean = orjson.loads(await conn.fetchval("SELECT lean FROM post_translations WHERE lang = 'de-DE'"))
     assert lean["categories"] == [{"slug": "btc", "name": "Bitcoin"}]

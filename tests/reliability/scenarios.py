@@ -18,6 +18,7 @@ held. Nothing here asserts; the pytest module and the runner judge the outcomes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -352,10 +353,67 @@ class UpScenarios:
 
     # ------------------------------------------------------------------ the broker
 
+    async def freeze_broker(self, seconds: float) -> Outcome:
+        """A broker that still accepts connections (the kernel does) but answers nothing."""
+        await self._settle()
+        out = Outcome(f"up: SIGSTOP broker {seconds:.0f}s", f"SIGSTOP of the embedded broker for {seconds:.0f} s, then SIGCONT")
+        readies = {n: Prober(readyz_url(self.metrics[n]), every_s=0.25) for n in ("stream", "projector")}
+        async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws:
+            for p in readies.values():
+                await p.__aenter__()
+            try:
+                await asyncio.wait_for(ws.connected.wait(), 30)
+                before = await self.posts.publish(3)
+                await self.posts.wait_visible(before, 30)
+                await asyncio.sleep(1.0)
+                t = http.now()
+                t_ready = {n: p.now() for n, p in readies.items()}
+                pid = self.run.broker_pid()
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(seconds)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                t_cont = {n: p.now() for n, p in readies.items()}
+                after = await self.posts.publish(3, retry_for_s=30)
+                visible_in = await self.posts.wait_visible(after, 60)
+                pushed = await wait_for(lambda: _true({i for i, _ in ws.delivered} >= set(after)), 30)
+                await wait_for(lambda: _true(all(p.samples and p.samples[-1].status == 200 for p in readies.values())), 30)
+                await asyncio.sleep(1.0)
+            finally:
+                for p in readies.values():
+                    await p.__aexit__()
+            out.http = fmt_statuses(http.statuses(t))
+            frozen_503 = {n: p.first_of(t_ready[n], 503) for n, p in readies.items()}
+            ready_again = {n: p.first_ok_after(t_cont[n]) for n, p in readies.items()}
+            ready_slowest = max(p.slowest(t_ready[n]) for n, p in readies.items())
+            out.recover_s = max((v for v in ready_again.values() if v is not None), default=None)
+            out.stream = f"posts published after SIGCONT pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(ws)
+            ids = set(before + after)
+            out.lost = len(ids - await self.posts.visible(ids))
+            out.doubled = ws.doubled(ids)
+        out.notes.append("/readyz 503 after " + ", ".join(f"{n} {_s(v)}" for n, v in frozen_503.items()) +
+                         f"; slowest /readyz {_s(ready_slowest)}; ready again after SIGCONT " +
+                         ", ".join(f"{n} {_s(v)}" for n, v in ready_again.items()) +
+                         f"; posts published after SIGCONT visible in {_s(visible_in)}")
+        out.criteria = {
+            "up still running": self.up_alive(),
+            "reads 200 throughout (reads need no broker)": set(http.statuses(t)) == {"200"},
+            "stream and projector not ready within 3 s of the freeze": all(v is not None and v <= 3.0 for v in frozen_503.values()),
+            "/readyz always answered within 1 s": ready_slowest <= 1.0 + 0.25,
+            "ready again within 30 s of SIGCONT": all(v is not None and v <= 30 for v in ready_again.values()),
+            "posts published after SIGCONT visible and pushed": visible_in is not None and pushed is not None,
+            "0 lost": out.lost == 0,
+            "0 doubled": out.doubled == 0,
+        }
+        self.outcomes.append(out)
+        return out
+
     async def kill_broker(self) -> Outcome:
         await self._settle()
         out = Outcome("up: SIGKILL broker", "SIGKILL of the embedded broker (its in-memory log is gone)")
-        async with Prober(self.posts_url(), auth(self.key)) as http:
+        async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws:
+            await asyncio.wait_for(ws.connected.wait(), 30)
             await asyncio.sleep(1.0)
             t = http.now()
             started = time.monotonic()
@@ -364,6 +422,10 @@ class UpScenarios:
             new = await self.posts.publish(1, retry_for_s=30)
             visible_in = await self.posts.wait_visible(new, 60)
             out.recover_s = (time.monotonic() - started) if visible_in is not None else None
+            # The stream's feed confirms the reset over several seconds, then reads the new log again.
+            pushed = await wait_for(lambda: _true({i for i, _ in ws.delivered} >= set(new)), 30)
+            out.stream = f"posts published after the restart pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(ws)
+            out.doubled = ws.doubled()
             await asyncio.sleep(1.0)
             out.http = fmt_statuses(http.statuses(t))
             samples = list(http.since(t))
@@ -377,6 +439,8 @@ class UpScenarios:
             "up still running": self.up_alive(),
             "reads 200 throughout": reads_ok,
             "new post visible within 30 s": out.recover_s is not None and out.recover_s <= 30,
+            "a connected stream client got the post published after the restart": pushed is not None,
+            "nothing pushed twice": out.doubled == 0,
             "demo key still works": key_ok,
         }
         self.outcomes.append(out)
@@ -388,6 +452,7 @@ class UpScenarios:
         await self.kill_postgres()
         await self.freeze_postgres(10)
         await self.freeze_postgres(15)
+        await self.freeze_broker(10)
         await self.kill_broker()
         return self.outcomes
 
@@ -402,6 +467,7 @@ async def log_reset() -> Outcome:
     port = free_port()
     pg = EmbeddedPostgres(root / "pg")
     broker = EmbeddedBroker(port=port)
+    background = contextlib.AsyncExitStack()
     try:
         dsn = pg.start()
         bootstrap = broker.start()
@@ -412,6 +478,9 @@ async def log_reset() -> Outcome:
         stream = await stack.start("stream")
         key = await stack.provision("ws_reset", rate_limit_per_minute=100_000, daily_quota=1_000_000)
         posts = Posts(stack, 8_000_000)
+        # A partner connected to the stream throughout (reconnecting if closed).
+        watcher = await background.enter_async_context(StreamWatcher(f"{stream.url}{BASE}/stream?key={key}"))
+        await asyncio.wait_for(watcher.connected.wait(), 30)
         await posts.publish(30)
         await stack.wait_projected()
         ready_url = readyz_url(f"{projector.admin_url}/metrics")
@@ -450,6 +519,11 @@ async def log_reset() -> Outcome:
         ready_after = (await get_json(ready_url))[0]
         stream_ready = await wait_for(lambda: _ok_status(readyz_url(f"{stream.admin_url}/metrics"), {}), 30)
         out.notes.append(f"stream /readyz 200 again {_s(stream_ready)} after the projector recovered")
+        pushed = await wait_for(lambda: _true({i for i, _ in watcher.delivered} >= set(new)), 30)
+        await background.aclose()
+        unpushed = len(set(new) - {i for i, _ in watcher.delivered})
+        out.stream = f"{len(new) - unpushed}/{len(new)} posts published after the reset pushed ({_s(pushed)} after the stream was ready); " + _closes(watcher)
+        out.doubled = watcher.doubled()
         out.criteria = {
             "never silent: visible, or 503 + reason + ERROR log + metric": silent_visible or (
                 status == 503 and "log discontinuity" in str(body) and error_logged and metric == 1.0),
@@ -458,10 +532,13 @@ async def log_reset() -> Outcome:
             "a key issued after the reset works": key_status == 200,
             "projector ready again": ready_after == 200,
             "stream ready again": stream_ready is not None,
+            "a connected stream client got every post published after the reset": unpushed == 0,
+            "nothing pushed twice": out.doubled == 0,
         }
         del key
         stack.stop_all()
     finally:
+        await background.aclose()
         broker.stop()
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -30,4 +30,4 @@ async def test_up_survives_every_injected_fault():
             await up.all()
         finally:
             outcomes = up.outcomes
-    assert len(outcomes) == 7 and not failures(outcomes)
+    assert len(outcomes) == 8 and not failures(outcomes)
