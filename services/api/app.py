@@ -77,7 +77,7 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     compressed = Compressed()
     metrics = metrics or ApiMetrics()
     app = web.Application(
-        middlewares=[request_middleware(routes(config.base_path), compressed, metrics.requests)],
+        middlewares=[request_middleware(routes(config.base_path), compressed, metrics.requests, config.max_body_bytes)],
         client_max_size=config.max_body_bytes,
         # Long (percent-encoded) query strings reach the app and get a JSON 422, not the
         # protocol layer's plain-text 400; see params.py for the per-parameter limits.

@@ -1,7 +1,7 @@
 """The read API's request path: ONE middleware for every request of the partner application.
 
 In order, for each request: its id and access-log line (:mod:`..common.requestlog`), the 400 of
-an undecodable header, then either the partner path (:func:`.access.gated`: the gates, the
+an undecodable header, the 413 of a body over the bound or of unknown length, then either the partner path (:func:`.access.gated`: the gates, the
 admission, the handler, its representation, the pacing headers) or, for every other route
 (the OpenAPI document, the docs, an unknown path, a wrong method), the handler with its errors
 as the envelope; finally the request's metrics and its ``X-Request-Id`` header.
@@ -21,14 +21,14 @@ import time
 from aiohttp import web
 
 from ..common import requestlog
-from ..common.envelope import Handler, Routes, answer, from_failure, header_error
+from ..common.envelope import Handler, Routes, answer, body_error, from_failure, header_error, refuse_body
 from .access import PARTNER, gated
 from .compression import Compressed, negotiate
 from .conditional import evaluate
 from .metrics import RequestStats
 
 
-def request_middleware(routes: Routes, compressed: Compressed, stats: RequestStats):
+def request_middleware(routes: Routes, compressed: Compressed, stats: RequestStats, max_body: int):
     async def represent(request: web.Request, response: web.Response) -> web.StreamResponse:
         return evaluate(request, await negotiate(request, response, compressed))
 
@@ -43,6 +43,8 @@ def request_middleware(routes: Routes, compressed: Compressed, stats: RequestSta
                 response: web.StreamResponse
                 if (error := header_error(request)) is not None:
                     response = error.response()
+                elif (error := body_error(request, max_body)) is not None:
+                    response = refuse_body(error)
                 elif route is not None and route.startswith(PARTNER):
                     response = await gated(request, handler, routes, represent)
                 else:

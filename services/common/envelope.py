@@ -138,14 +138,37 @@ def header_error(request: web.Request) -> ApiError | None:
     return None if bad is None else ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
 
 
-def error_middleware(routes: Routes, *, check_headers: bool = False):
+def body_error(request: web.Request, limit: int) -> ApiError | None:
+    """The 413 of a request that comes with a body over ``limit`` bytes (by its Content-Length)
+    or of unknown length (chunked): no route of these services reads a body, and an unread one
+    would otherwise be read and thrown away before the connection's next request. The
+    connection is closed after the answer (:func:`refuse_body`)."""
+    length = request.content_length
+    if length is not None and length > limit:
+        return ApiError(413, "PAYLOAD_TOO_LARGE", f"The request body is {length} bytes; at most {limit} are accepted, and no route reads one.")
+    if length is None and request.body_exists:
+        return ApiError(413, "PAYLOAD_TOO_LARGE", f"A request body of unknown length (chunked) is not accepted; send at most {limit} bytes with a Content-Length, or none.")
+    return None
+
+
+def refuse_body(error: ApiError) -> web.Response:
+    """The envelope of :func:`body_error`, closing the connection instead of reading the body."""
+    response = error.response()
+    response.force_close()
+    return response
+
+
+def error_middleware(routes: Routes, *, check_headers: bool = False, max_body: int | None = None):
     """Every error leaving the application as the envelope. ``check_headers``: refuse a request
-    with a header that is not UTF-8 with 400 before any handler sees it."""
+    with a header that is not UTF-8 with 400 before any handler sees it. ``max_body``: refuse a
+    larger request body (or one of unknown length) with 413 (:func:`body_error`)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if check_headers and (error := header_error(request)) is not None:
             return error.response()
+        if max_body is not None and (error := body_error(request, max_body)) is not None:
+            return refuse_body(error)
         return await answer(routes, request, handler)
 
     return middleware

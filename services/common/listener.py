@@ -13,7 +13,9 @@ aiohttp parses HTTP; this module adds what a port facing the internet needs:
 - **low-level errors** (requests aiohttp cannot parse) answered with the JSON error envelope
   and logged as one line without a traceback, at most ``LOG_BURST`` lines and then one per
   second (the suppressed count goes in the next line and in a metric);
-- a ``Server`` header naming no versions on every response, these included.
+- a ``Server`` header naming no versions on every response, these included;
+- a request body that was not read (no route reads one) is not read and thrown away after the
+  answer: the connection is closed.
 """
 
 from __future__ import annotations
@@ -245,6 +247,9 @@ class GuardedRunner(web.AppRunner):
         super().__init__(
             app, handle_signals=False, access_log=None, guard=guard,
             keepalive_timeout=guard.limits.keepalive_timeout_s,
+            # No route reads a request body. aiohttp would read an unread one to its end (for up
+            # to 10 s) to reuse the connection; the connection is closed after the answer instead.
+            lingering_time=0,
         )
 
     async def _make_server(self) -> web.Server:

@@ -153,7 +153,7 @@ async def _close_connections(app: web.Application) -> None:
 
 
 def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Application:
-    app = web.Application(middlewares=[error_middleware(config.base_path)], client_max_size=config.max_body_bytes)
+    app = web.Application(middlewares=[error_middleware(config.base_path, max_body=config.max_body_bytes)], client_max_size=config.max_body_bytes)
     add_request_log(app)
     app[CONFIG] = config
     app[METRICS] = metrics or StreamMetrics()

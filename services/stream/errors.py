@@ -6,9 +6,9 @@ from __future__ import annotations
 from ..common.envelope import Routes, error_middleware as envelope_middleware
 
 
-def error_middleware(base_path: str):
+def error_middleware(base_path: str, max_body: int):
     return envelope_middleware(Routes(
         not_found=f"No such endpoint. The stream is served at {base_path}/stream?key=<API_KEY>.",
         method_not_allowed="The stream accepts only GET (a WebSocket upgrade).",
         allow="GET",
-    ))
+    ), max_body=max_body)

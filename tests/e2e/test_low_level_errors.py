@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 
@@ -55,3 +57,31 @@ async def test_the_api_says_which_part_of_a_request_was_too_large(stack, request
     got, headers, body = await raw(stack.of("api")[0].port, request_bytes)
     assert (got, orjson.loads(body)["error"]["code"]) == (status, code)
     assert headers["content-type"].startswith("application/json")
+
+
+BODIES = [
+    b"Content-Length: 200000000\r\n\r\n" + b"x" * 1000,  # announced far over the bound, mostly unsent
+    b"Transfer-Encoding: chunked\r\n\r\n400\r\n" + b"x" * 1024 + b"\r\n",  # a body of unknown length
+]
+
+
+@pytest.mark.parametrize("service", ["api", "stream"])
+@pytest.mark.parametrize("body", BODIES, ids=["content-length-200-mb", "chunked"])
+async def test_a_request_body_over_the_bound_gets_413_and_the_connection_is_closed(stack, service, body):
+    """No route reads a body: one over TICKERWIRE_MAX_BODY_BYTES (16 KiB), or of unknown length,
+    is refused before the access gates, and the connection closed instead of read to its end."""
+    path = b"/posts" if service == "api" else b"/stream"
+    reader, writer = await asyncio.open_connection("127.0.0.1", stack.of(service)[0].port)
+    try:
+        writer.write(b"GET " + BASE.encode() + path + b" HTTP/1.1\r\nHost: x\r\n" + body)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        payload = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), timeout=10)
+        closed = await asyncio.wait_for(reader.read(), timeout=5)  # b"": the server closed it
+    finally:
+        writer.close()
+    assert lines[0].split()[1] == "413" and headers["connection"].lower() == "close"
+    assert orjson.loads(payload)["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert closed == b""
