@@ -77,6 +77,16 @@ async def test_poison_records_are_dead_lettered_and_the_events_after_them_projec
     assert await conn.fetchval("SELECT next_offset FROM positions WHERE topic = $1 AND partition = 3", TOPIC) == 107
 
 
+async def test_a_post_on_the_catalog_topic_is_set_aside_not_applied(conn):
+    """Applied, it would be listed but never pushed: the stream reads only the posts topic."""
+    result = await apply_batch(conn, "t.catalog.v1", 0, records([post_ev(9), token_ev("BTC")]))
+    assert [(d.offset, d.kind) for d in result.dead] == [(0, "wrong_topic")]
+    assert "a post event belongs on the posts.v1 topic, not on t.catalog.v1" == result.dead[0].reason
+    assert await conn.fetchval("SELECT count(*) FROM posts") == 0
+    assert await conn.fetchval("SELECT count(*) FROM tokens") == 1
+    assert await conn.fetchval("SELECT reason_kind FROM dead_letters WHERE topic = 't.catalog.v1'") == "wrong_topic"
+
+
 async def test_redelivered_and_overlapping_batches_change_nothing(conn):
     history = [locale_ev("en-US", default=True), category_ev("markets"), category_ev("btc", group="markets"),
                post_ev(1, tickers=("BTC", "ETH"), categories=("btc",)), post_ev(2, sentiment="BEARISH"), token_ev("ETH"),
