@@ -43,6 +43,24 @@ class Discontinuity:
                 f"{self.log_start} (records deleted before they were projected)")
 
 
+def reread_from(gap: Discontinuity, newer_than_seen: int | None, looked_up: bool) -> int:
+    """Where a reader that announces each record once (the stream's feed) reads a partition
+    again after ``gap``, so it neither skips a record it never read nor reads again one it had.
+
+    A position before the log start (records deleted unread): from the log start. A position
+    past the log end is either a new log (broker replaced, topic re-created: every record is
+    new) or the old one cut back (an unclean leader election: the records left are ones already
+    read, at their old offsets). Records are told apart by time: ``newer_than_seen`` is the
+    first offset holding a record stamped after the newest one the reader had read (None: no
+    such record yet), from the broker's offset-for-timestamp lookup; when the broker could not
+    be asked (``looked_up`` false) every record counts as new."""
+    if gap.position < gap.log_start or not looked_up:
+        return gap.log_start
+    if newer_than_seen is None:
+        return gap.log_end
+    return max(gap.log_start, min(newer_than_seen, gap.log_end))
+
+
 def discontinuity(tp: TopicPartition, position: int, log_start: int, log_end: int) -> Discontinuity | None:
     """The discontinuity of ``position`` in a log holding offsets [log_start, log_end), if any.
 

@@ -30,7 +30,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import storage_errors
-from ..common.logcheck import Confirmer, LogProbe, find_discontinuities
+from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
 from ..common.retry import Backoff, retry_transient
 from ..common.supervise import honour_cancellation
 from ..readmodel import positions
@@ -76,6 +76,8 @@ class Feed:
         self.paused_since: float | None = None
         metrics.feed_pending.set_function(lambda: len(self._pending))
         self._next: dict[int, int] = {}  # next offset to consume per partition, kept across broker reconnects
+        #: The newest record timestamp (ms) read per partition: after a log reset, what was already read.
+        self._seen_ts: dict[int, int] = {}
         #: Since when the posts topic is missing on the broker (None: it was there), and whether that was logged.
         self._topic_missing_since: float | None = None
         self._topic_missing_logged = False
@@ -200,6 +202,8 @@ class Feed:
                         self._pending.append(Pending(tp.partition, m.offset, post_id, arrived))
                 if msgs:
                     self._next[tp.partition] = msgs[-1].offset + 1
+                    if msgs[-1].timestamp > self._seen_ts.get(tp.partition, -1):
+                        self._seen_ts[tp.partition] = msgs[-1].timestamp
             if self._pending:
                 self._has_pending.set()
                 if len(self._pending) >= self.max_pending:
@@ -209,11 +213,13 @@ class Feed:
         """When the post log no longer holds the feed's positions (log reset, or records deleted
         before the feed read them), the feed is stopped, loudly (ERROR log, readiness, metric),
         until the log holds the projector's stored positions (after ``accept-log``). Then it
-        reads the partition again from the log's start: every record of the new log that the
-        projector projects is announced, those it projected before the feed got here included
-        (late, not lost). Announcements are tied to the record that first made a translation
-        visible, so a record never announces twice, and one the projector skipped
-        (``accept-log --from latest``) announces nothing."""
+        reads the partition again from the first record it has not read
+        (:func:`~..common.logcheck.reread_from`): the log start for a new log or for deleted
+        records, past the records already read for a log cut back. Every record of a new log
+        that the projector projects is announced, those it projected before the feed got here
+        included (late, not lost). Announcements are tied to the record that first made a
+        translation visible, so a new log's record never announces one already pushed, and one
+        the projector skipped (``accept-log --from latest``) announces nothing."""
         self._checked_at = time.monotonic()
         suspected = await find_discontinuities(consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps})
         found = self._confirmer.observe(tps, suspected)
@@ -232,9 +238,9 @@ class Feed:
         for tp in found:
             if tp in again:
                 continue
-            start = found[tp].log_start
-            log.warning("stream feed %s; reading it again from the log's start %d (the projector is at %d)",
-                        found[tp].reason, start, projector.get(tp.partition, 0))
+            start = await self._reread_from(consumer, tp, found[tp])
+            log.warning("stream feed %s; reading it again from offset %d (log start %d, the projector at %d)",
+                        found[tp].reason, start, found[tp].log_start, projector.get(tp.partition, 0))
             self.metrics.feed_log_restarts.labels(str(tp.partition)).inc()
             self._next[tp.partition] = start
             consumer.seek(tp, start)
@@ -250,6 +256,26 @@ class Feed:
             if tp not in again:
                 consumer.resume(tp)
         self.stopped = stopped
+
+    async def _reread_from(self, consumer, tp: TopicPartition, gap) -> int:
+        """:func:`~..common.logcheck.reread_from` for this partition, asking the broker for the
+        first record stamped after the newest one this feed had read."""
+        seen = self._seen_ts.get(tp.partition)
+        if gap.position < gap.log_start or seen is None:
+            return reread_from(gap, None, looked_up=False)
+        try:
+            async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
+                found = (await consumer.offsets_for_times({tp: seen + 1})).get(tp)
+        except (KafkaError, TimeoutError, ValueError) as exc:
+            log.warning("stream feed: the broker could not say which records of %s[%d] are newer than the last one "
+                        "read (%s); reading the whole log again", tp.topic, tp.partition, exc)
+            return reread_from(gap, None, looked_up=False)
+        # A record stamped before the target is no answer (one broker says "offset 0, timestamp -1"
+        # where Apache Kafka says "none").
+        newer = found.offset if found is not None and found.timestamp > seen else None
+        start = reread_from(gap, newer, looked_up=True)
+        self._seen_ts.pop(tp.partition, None)
+        return start
 
     # ------------------------------------------------------------------ announcing
 

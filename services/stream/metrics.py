@@ -32,7 +32,7 @@ class StreamMetrics:
         )
         self.feed_log_restarts = Counter(
             "tickerwire_stream_feed_log_restarts_total",
-            "Post-log partitions the feed read again from the log's start after a log reset or deleted records",
+            "Post-log partitions the feed read again (from the first record not read yet) after a log reset or deleted records",
             ["partition"], registry=r,
         )
         self.messages_sent = Counter(
