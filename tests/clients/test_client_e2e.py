@@ -32,6 +32,7 @@ from tickerwire_client import (
     RateLimited,
     RetryPolicy,
     Sentiment,
+    TransportError,
     ValidationFailed,
     WorkspaceSuspended,
 )
@@ -192,7 +193,7 @@ async def test_a_429_is_retried_after_retry_after_and_limits_are_exposed(stack: 
     retry_after = exc.value.retry_after
     assert 1 <= retry_after <= 60 and exc.value.meta.limits.rate_remaining == 0 and exc.value.meta.limits.rate_limit == 3
     # A retrying client gets the 429 too, waits its Retry-After once and succeeds in the next minute.
-    async with AsyncClient(api_url(stack), key, retry=RetryPolicy(max_attempts=3, max_total_wait=65)) as client:
+    async with AsyncClient(api_url(stack), key, retry=RetryPolicy(max_attempts=3, max_total_wait=65, max_call_time=70)) as client:
         started = time.monotonic()
         result = await client.languages()
         elapsed = time.monotonic() - started
@@ -370,6 +371,79 @@ async def test_a_restarted_application_resumes_from_its_cursors_without_a_gap(st
             await app.until_seen(missed)
             await asyncio.sleep(1.0)
             assert app.seen == {lang: missed for lang in CONSUMED} and app.sources == {"gap_fill": 6}
+
+
+async def test_cursors_say_what_the_application_took_not_what_was_queued(stack: ServiceStack, key: str):
+    """Resuming from ``cursors()`` must not skip posts that were queued but never taken."""
+    port = stack.of("stream")[0].port
+    async with AsyncClient(api_url(stack), key, stream_url=stream_base(port)) as client:
+        async with client.stream(**stream_options()) as stream:
+            await asyncio.wait_for(_until(lambda: stream.stats.connects >= 1), WAIT)
+            start = stream.cursors()
+            await stack.publish([flow_post(i) for i in (600_001, 600_002, 600_003)])
+            # Every post delivered to the queue (3 per consumed locale), none taken yet.
+            await asyncio.wait_for(_until(lambda: all(line.counters.delivered >= 3 for line in stream.lines.values())), WAIT)
+            first = await asyncio.wait_for(anext(stream), WAIT)
+            assert first.post.id == 600_001
+            assert stream.cursors() == {**start, first.post.lang: 600_001}
+
+
+async def test_an_exhausted_daily_quota_does_not_stop_the_stream(stack: ServiceStack):
+    """Spec 6: stream messages do not count against the quota. The gap-fill (an API call) is
+    refused; the pushes still reach the application, and the gap-fill waits its Retry-After."""
+    quota_key = await stack.provision("ws_client_stream_quota", daily_quota=1)
+    port = stack.of("stream")[0].port
+    newest = (await raw(stack, quota_key, "/posts", limit="1"))["posts"][0]["id"]  # the whole quota
+    async with AsyncClient(api_url(stack), quota_key, stream_url=stream_base(port)) as client:
+        with pytest.raises(QuotaExhausted):
+            await client.languages()
+        # Locale codes in any case (BCP 47): the posts say de-DE and en-US.
+        options = stream_options() | {"langs": ["en-us", "DE-de"], "start_after": newest}
+        async with client.stream(**options) as stream:
+            app = App(stream)
+            await app.until(lambda: stream.stats.connects >= 1 and stream.stats.gap_fills_deferred >= 1)
+            await stack.publish([flow_post(700_001), flow_post(700_002)])
+            await app.until_seen([700_001, 700_002])
+            assert app.sources.get("stream", 0) >= 4 and stream.stats.connects == 1  # the connection was kept
+
+
+async def test_a_sixth_connection_waits_its_retry_after(stack: ServiceStack):
+    """A 429 at the handshake is the workspace's connection limit (5): the client waits the
+    server's Retry-After (10 s) instead of its own short back-off, and connects once a slot frees."""
+    limit_key = await stack.provision("ws_client_stream_limit")
+    port = stack.of("stream")[0].port
+    async with aiohttp.ClientSession() as http:
+        held = [await http.ws_connect(f"{stream_base(port)}/stream?key={limit_key}") for _ in range(5)]
+        async with AsyncClient(api_url(stack), limit_key, stream_url=stream_base(port)) as client:
+            async with client.stream(**stream_options(), start_after=1) as stream:
+                await asyncio.wait_for(_until(lambda: stream.stats.connect_failures >= 1), WAIT)
+                await asyncio.sleep(4.0)
+                assert stream.stats.connect_failures == 1 and stream.stats.connects == 0  # back-off alone: 1 s at most
+                await held.pop().close()
+                await asyncio.wait_for(_until(lambda: stream.stats.connects == 1), 30)
+        for ws in held:
+            await ws.close()
+
+
+async def test_a_call_to_a_server_that_never_answers_ends_within_max_call_time():
+    async def silent(reader, writer):
+        await asyncio.sleep(60)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}{BASE}"
+    try:
+        async with AsyncClient(url, "tw_live_" + "x" * 43, timeout=15.0, retry=RetryPolicy(max_call_time=2.0)) as client:
+            started = time.monotonic()
+            with pytest.raises(TransportError):
+                await client.languages()
+            assert time.monotonic() - started < 3.0
+    finally:
+        server.close()
+
+
+async def _until(condition, every: float = 0.05) -> None:
+    while not condition():
+        await asyncio.sleep(every)
 
 
 async def test_a_refused_key_or_a_suspension_ends_the_stream_with_its_error(stack: ServiceStack, key: str):

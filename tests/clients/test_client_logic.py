@@ -237,3 +237,9 @@ def test_every_post_once_and_in_order_for_any_interleaving_of_pushes_and_fills()
             seen += ids(line.release(now))
         assert seen == published, seed
         assert line.counters.late == 0
+
+
+def test_stream_locales_take_the_case_the_api_answers_with():
+    from tickerwire_client.stream import bcp47_case
+
+    assert [bcp47_case(t) for t in ("de-de", "EN-us", "zh-hans-cn", "pt-BR", "fr")] == ["de-DE", "en-US", "zh-Hans-CN", "pt-BR", "fr"]

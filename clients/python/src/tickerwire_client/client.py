@@ -127,11 +127,14 @@ class AsyncClient:
         """GET ``path`` with bounded retries; the decoded body and its meta, or an ``ApiError``."""
         url = self.base_url + path
         headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry.max_call_time
         attempt, waited = 0, 0.0
         while True:
             attempt += 1
+            timeout = aiohttp.ClientTimeout(total=max(min(self.timeout, deadline - loop.time()), 0.001))
             try:
-                async with self.session.get(url, params=params or None, headers=headers) as resp:
+                async with self.session.get(url, params=params or None, headers=headers, timeout=timeout) as resp:
                     raw = await resp.read()
                     meta = ResponseMeta.from_headers(resp.status, resp.headers)
                     self.last_meta = meta
@@ -140,13 +143,14 @@ class AsyncClient:
                         return body, meta
                     error = error_from_response(resp.status, body, resp.headers, meta)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                failure: Exception = TransportError(f"GET {path}: {type(exc).__name__}: {exc}")
+                failure.__cause__ = exc
                 delay = self.retry.delay(attempt, None, waited) if self.retry.retry_connection_errors else None
-                if delay is None:
-                    raise TransportError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
             else:
+                failure = error
                 delay = self.retry.delay(attempt, error.retry_after, waited) if error.status in self.retry.retry_statuses else None
-                if delay is None:
-                    raise error
+            if delay is None or loop.time() + delay >= deadline:  # no retry, or no time left for one
+                raise failure
             self.retries += 1
             waited += delay
             await asyncio.sleep(delay)

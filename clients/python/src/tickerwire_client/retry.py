@@ -11,14 +11,18 @@ class RetryPolicy:
     """When an HTTP call is tried again.
 
     429 and 503 are retried after the server's ``Retry-After`` (else a jittered back-off);
-    connection errors after a jittered back-off. A call gives up (raising the last error)
-    after ``max_attempts`` tries, or as soon as the next wait would push the total waited
-    beyond ``max_total_wait`` seconds: a daily ``QUOTA_EXHAUSTED`` with hours to wait is
-    raised at once rather than slept on. ``RetryPolicy(max_attempts=1)`` never retries.
+    connection errors and timeouts after a jittered back-off. A call gives up (raising the
+    last error) after ``max_attempts`` tries, as soon as the next wait would push the total
+    waited beyond ``max_total_wait`` seconds (a daily ``QUOTA_EXHAUSTED`` with hours to wait
+    is raised at once rather than slept on), or when ``max_call_time`` seconds have passed
+    since the call began: every attempt's own timeout (the client's ``timeout``) is cut to
+    what is left of it, so no call takes longer, whatever the server does.
+    ``RetryPolicy(max_attempts=1)`` never retries.
     """
 
     max_attempts: int = 4
     max_total_wait: float = 30.0
+    max_call_time: float = 30.0
     retry_statuses: frozenset[int] = frozenset({429, 503})
     retry_connection_errors: bool = True
     backoff_base: float = 0.25

@@ -33,6 +33,7 @@ from .errors import (
     Forbidden,
     NotAuthenticated,
     StreamLimitReached,
+    Throttled,
     TickerwireError,
     TransportError,
     WorkspaceSuspended,
@@ -57,11 +58,24 @@ class StreamStats:
     reconnects_after_silence: int = 0
     connect_failures: int = 0
     gap_fill_requests: int = 0
+    #: Gap-fills put off because the API refused them for the workspace's rate limit or daily
+    #: quota (the stream itself counts against neither): pushes flow meanwhile.
+    gap_fills_deferred: int = 0
     messages: int = 0
 
 
 class _Reconnect(Exception):
     """The current connection is done; connect again after a back-off."""
+
+
+def bcp47_case(tag: str) -> str:
+    """A locale code in the case BCP 47 recommends (codes are case-insensitive; the API
+    answers with this case): ``de-de`` is ``de-DE``, ``zh-hans-cn`` is ``zh-Hans-CN``."""
+    parts = tag.split("-")
+    out = [parts[0].lower()]
+    for part in parts[1:]:
+        out.append(part.upper() if len(part) == 2 else part.title() if len(part) == 4 and part.isalpha() else part.lower())
+    return "-".join(out)
 
 
 def stream_endpoint(url: str, key: str, params: dict[str, str]) -> str:
@@ -101,7 +115,9 @@ class PostStream:
                  backoff_cap: float = 30.0, connect_timeout: float = 10.0, queue_size: int = 1000,
                  server_filters: bool = True) -> None:
         self.client = client
-        self.langs = [langs] if isinstance(langs, str) else (list(langs) if langs is not None else None)
+        langs = [langs] if isinstance(langs, str) else (list(langs) if langs is not None else None)
+        # Locale codes are case-insensitive (BCP 47); posts carry them in the recommended case.
+        self.langs = list(dict.fromkeys(bcp47_case(lang) for lang in langs)) if langs is not None else None
         self.tickers = csv_value(tickers)
         self.categories = csv_value(categories)
         self.start_after = start_after
@@ -117,6 +133,8 @@ class PostStream:
         self._emit = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
+        #: Per locale, the newest post the application has taken in order (what ``cursors()`` says).
+        self._taken: dict[str, int | None] = {}
 
     # ------------------------------------------------------------------ the application's side
 
@@ -143,6 +161,8 @@ class PostStream:
         if isinstance(item, BaseException):
             self._queue.put_nowait(_END)
             raise item
+        if not item.late:
+            self._taken[item.post.lang] = item.post.id
         return item
 
     async def close(self) -> None:
@@ -160,8 +180,10 @@ class PostStream:
                 self._queue.get_nowait()
 
     def cursors(self) -> dict[str, int | None]:
-        """Per locale, the id to resume after (persist it to resume with ``start_after``)."""
-        return {lang: line.cursor for lang, line in self.lines.items()}
+        """Per locale, the id to resume after: the newest post the application has taken (not
+        merely queued) in order, else the starting cursor. Persist it after handling the items
+        taken and resume with ``start_after``: no post the application had not taken is skipped."""
+        return dict(self._taken)
 
     # ------------------------------------------------------------------ the supervisor
 
@@ -214,6 +236,7 @@ class PostStream:
         for lang in self.langs:
             cursor = start.get(lang) if isinstance(start, Mapping) else start
             lines[lang] = LocaleLine(lang, cursor=cursor, window=self.reorder_window)
+            self._taken.setdefault(lang, cursor)
         self.lines = lines
 
     def _url(self) -> str:
@@ -240,7 +263,17 @@ class PostStream:
             raise
 
     async def _refusal(self, url: str, exc: aiohttp.WSServerHandshakeError) -> ApiError:
-        """The refusal's JSON envelope (the server refuses without upgrading)."""
+        """The refusal's JSON envelope (the server refuses without upgrading; aiohttp keeps only
+        the status and headers, so the body is asked for again with a plain GET). A 429 at the
+        handshake is always the workspace's connection limit: a plain GET cannot show it (the
+        slot is only asked for by an upgrade), so it is told by its status and ``Retry-After``."""
+        if exc.status == 429:
+            headers = exc.headers or {}
+            retry_after = headers.get("Retry-After")
+            envelope = {"code": "STREAM_LIMIT_REACHED", "message": "the workspace holds its maximum of stream connections"}
+            if retry_after is not None and retry_after.isdigit():
+                envelope["retry_after_sec"] = int(retry_after)
+            return error_from_response(429, {"error": envelope}, headers)
         body = None
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             async with self.client.session.get(url.replace("ws", "http", 1), timeout=aiohttp.ClientTimeout(total=self.connect_timeout)) as resp:
@@ -360,23 +393,46 @@ class PostStream:
                     await self._queue.put(item)
 
     async def _gap_fill(self) -> None:
-        """One gap-fill per locale: ``after=<cursor>`` until the page is empty."""
+        """One gap-fill per locale: ``after=<cursor>`` until the page is empty.
+
+        The gap-fill is an API call and counts against the workspace's rate limit and daily
+        quota; the stream does not. When the API refuses it for those (429), the locales not
+        filled yet stop holding their pushes (the application keeps getting new posts) and the
+        gap-fill is tried again, from the same cursors, after ``Retry-After``: the posts of the
+        gap then arrive ``late``, never lost. The connection is kept meanwhile."""
         filters = {k: v for k, v in {"ticker": self.tickers, "category": self.categories}.items() if v}
-        for lang, line in self.lines.items():
-            cursor: int | str | None = line.cursor
-            if cursor is None:
-                await self._fill_from_start(line, filters)
-                continue
-            while True:
-                self.stats.gap_fill_requests += 1
-                page = await self.client.posts(lang=lang, after=cursor, limit=50, **filters)
-                async with self._emit:
-                    for item in line.fill_page([p for p in page.posts if self._wanted(p) is line]):
-                        await self._queue.put(item)
-                if not page.posts or page.prev_cursor is None:
-                    await self._end_fill(line, page.meta.log_position if page.meta else None)
+        pending = {lang: line.cursor for lang, line in self.lines.items()}
+        while pending:
+            for lang in list(pending):
+                try:
+                    await self._fill_line(self.lines[lang], pending[lang], filters)
+                except Throttled as exc:
+                    self.stats.gap_fills_deferred += 1
+                    wait = exc.retry_after if exc.retry_after is not None else 60.0
+                    log.warning("stream gap-fill refused (%s); the stream goes on, the gap is filled in %.0f s", exc, wait)
+                    for line in (self.lines[lang_] for lang_ in pending):
+                        line.abort_fill()  # pushes flow meanwhile
+                    await asyncio.sleep(wait)
+                    for line in (self.lines[lang_] for lang_ in pending):
+                        line.begin_fill()
                     break
-                cursor = page.prev_cursor
+                del pending[lang]
+
+    async def _fill_line(self, line: LocaleLine, cursor: int | None, filters: dict[str, str]) -> None:
+        if cursor is None:
+            await self._fill_from_start(line, filters)
+            return
+        after: int | str = cursor
+        while True:
+            self.stats.gap_fill_requests += 1
+            page = await self.client.posts(lang=line.lang, after=after, limit=50, **filters)
+            async with self._emit:
+                for item in line.fill_page([p for p in page.posts if self._wanted(p) is line]):
+                    await self._queue.put(item)
+            if not page.posts or page.prev_cursor is None:
+                await self._end_fill(line, page.meta.log_position if page.meta else None)
+                return
+            after = page.prev_cursor
 
     async def _fill_from_start(self, line: LocaleLine, filters: dict[str, str]) -> None:
         """No cursor yet (there were no posts when the stream started): every post is new."""

@@ -148,6 +148,10 @@ class SyncPostStream:
     def stats(self):
         return self.stream.stats
 
+    def cursors(self) -> dict[str, int | None]:
+        """Per locale, the id to resume after (see :meth:`PostStream.cursors`)."""
+        return self.stream.cursors()
+
     def __enter__(self) -> SyncPostStream:
         self._thread.run(self._start())
         return self
@@ -162,6 +166,8 @@ class SyncPostStream:
         return self
 
     def __next__(self) -> StreamPost:
+        if not self._thread.thread.is_alive():
+            raise StopIteration  # the client was closed, and its streams with it (as with AsyncClient)
         try:
             return self._thread.run(self.stream.__anext__())
         except StopAsyncIteration:
