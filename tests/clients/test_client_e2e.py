@@ -499,3 +499,22 @@ async def test_the_readme_example_lists_posts_then_streams_new_ones(stack: Servi
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_closing_a_sync_client_closes_its_streams_and_leaves_no_task_behind(tmp_path: Path):
+    """Run as its own process, so what Python says at exit about pending tasks is seen."""
+    script = tmp_path / "close.py"
+    script.write_text(
+        "import time\n"
+        "from tickerwire_client import Client\n"
+        "client = Client('http://127.0.0.1:9/api/v1/developer', 'tw_live_' + 'x' * 43)\n"  # nothing listens on port 9
+        "stream = client.stream(langs=['en-US'], start_after=1, backoff_base=0.1, backoff_cap=0.2)\n"
+        "stream.__enter__()\n"
+        "time.sleep(1.0)\n"
+        "client.close()\n"
+        "print('ended' if next(stream, None) is None else 'an item')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(README.parent / "src"))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ended", done.stderr[-2000:]
+    assert "Task was destroyed but it is pending" not in done.stderr

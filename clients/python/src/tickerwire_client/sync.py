@@ -126,7 +126,7 @@ class Client:
         return SyncPostStream(self._thread, self._thread.run(self._make_stream(options)))
 
     async def _make_stream(self, options: dict[str, Any]) -> PostStream:
-        return PostStream(self._async, **options)
+        return self._async.stream(**options)  # registered, so closing the client closes it
 
     def close(self) -> None:
         self._thread.run(self._async.close())
