@@ -1,8 +1,9 @@
 """The read API's request path: ONE middleware for every request of the partner application.
 
 In order, for each request: its id and access-log line (:mod:`..common.requestlog`), the 400 of
-an undecodable header, the 413 of a body over the bound or of unknown length, then either the partner path (:func:`.access.gated`: the gates, the
-admission, the handler, its representation, the pacing headers) or, for every other route
+an undecodable header, the 413 of a body over the bound or of unknown length, then either the
+partner path (:func:`.access.gated`: the gates, the admission, the handler, its
+representation, the pacing headers) or, for every other route
 (the OpenAPI document, the docs, an unknown path, a wrong method), the handler with its errors
 as the envelope; finally the request's metrics and its ``X-Request-Id`` header.
 

@@ -84,6 +84,7 @@ class Feed:
         self.announcer: asyncio.Task | None = None
         #: Why the feed cannot read on (its positions are not in the log), or "".
         self.stopped = ""
+        metrics.feed_stopped.set_function(lambda: 1 if self.stopped else 0)
         self._checked_at = 0.0
         self._confirmer = Confirmer()
         self._probe = LogProbe(config, "tickerwire-stream-probe")
@@ -229,7 +230,6 @@ class Feed:
                 for tp in tps:
                     consumer.resume(tp)
             self.stopped = ""
-            self.metrics.feed_stopped.set(0)
             return
         if not found:
             return  # suspected only, not confirmed yet
@@ -249,7 +249,6 @@ class Feed:
         stopped = "; ".join(gap.reason for gap in again.values())
         if stopped and stopped != self.stopped:
             log.error("stream feed stopped: %s; waiting for `tickerwire projector accept-log`", stopped)
-        self.metrics.feed_stopped.set(1 if stopped else 0)
         for tp in again:
             consumer.pause(tp)
         for tp in found:

@@ -295,32 +295,35 @@ class UpScenarios:
         self.outcomes.append(out)
         return out
 
+    @contextlib.asynccontextmanager
+    async def _watching(self, ready_names: tuple[str, ...]):
+        """A partner reading (``http``) and streaming (``ws``) while the named services' /readyz
+        are probed every 0.25 s, once three posts published first are visible; yields
+        (http, ws, readies, those posts, t, t_ready), the times the fault starts from."""
+        readies = {n: Prober(readyz_url(self.metrics[n]), every_s=0.25) for n in ready_names}
+        async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws, \
+                contextlib.AsyncExitStack() as probing:
+            for p in readies.values():
+                await probing.enter_async_context(p)
+            await asyncio.wait_for(ws.connected.wait(), 30)
+            before = await self.posts.publish(3)
+            await self.posts.wait_visible(before, 30)
+            await asyncio.sleep(1.0)
+            yield http, ws, readies, before, http.now(), {n: p.now() for n, p in readies.items()}
+
     async def freeze_postgres(self, seconds: float) -> Outcome:
         await self._settle()
         out = Outcome(f"up: SIGSTOP PostgreSQL {seconds:.0f}s", f"SIGSTOP of every PostgreSQL process for {seconds:.0f} s, then SIGCONT")
-        readies = {n: Prober(readyz_url(self.metrics[n]), every_s=0.25) for n in ("api", "stream", "projector")}
-        async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws:
-            for p in readies.values():
-                await p.__aenter__()
-            try:
-                await asyncio.wait_for(ws.connected.wait(), 30)
-                before = await self.posts.publish(3)
-                await self.posts.wait_visible(before, 30)
-                await asyncio.sleep(1.0)
-                t = http.now()
-                t_ready = {n: p.now() for n, p in readies.items()}
-                pids = postgres_pids(self.run.postmaster_pid())
-                signal_all(pids, signal.SIGSTOP)
-                during = await self.posts.publish(3)
-                await asyncio.sleep(seconds)
-                signal_all(pids, signal.SIGCONT)
-                t_cont = http.now()
-                visible_in = await self.posts.wait_visible(during, 60)
-                await wait_for(lambda: _ok_status(self.posts_url(), auth(self.key)), 30)
-                await asyncio.sleep(2.0)
-            finally:
-                for p in readies.values():
-                    await p.__aexit__()
+        async with self._watching(("api", "stream", "projector")) as (http, ws, readies, before, t, t_ready):
+            pids = postgres_pids(self.run.postmaster_pid())
+            signal_all(pids, signal.SIGSTOP)
+            during = await self.posts.publish(3)
+            await asyncio.sleep(seconds)
+            signal_all(pids, signal.SIGCONT)
+            t_cont = http.now()
+            visible_in = await self.posts.wait_visible(during, 60)
+            await wait_for(lambda: _ok_status(self.posts_url(), auth(self.key)), 30)
+            await asyncio.sleep(2.0)
             frozen = [s for s in http.since(t) if s.t < t_cont]
             out.http = fmt_statuses(http.statuses(t))
             first_503 = http.first_of(t, 503)
@@ -357,32 +360,19 @@ class UpScenarios:
         """A broker that still accepts connections (the kernel does) but answers nothing."""
         await self._settle()
         out = Outcome(f"up: SIGSTOP broker {seconds:.0f}s", f"SIGSTOP of the embedded broker for {seconds:.0f} s, then SIGCONT")
-        readies = {n: Prober(readyz_url(self.metrics[n]), every_s=0.25) for n in ("stream", "projector")}
-        async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws:
-            for p in readies.values():
-                await p.__aenter__()
+        async with self._watching(("stream", "projector")) as (http, ws, readies, before, t, t_ready):
+            pid = self.run.broker_pid()
+            os.kill(pid, signal.SIGSTOP)
             try:
-                await asyncio.wait_for(ws.connected.wait(), 30)
-                before = await self.posts.publish(3)
-                await self.posts.wait_visible(before, 30)
-                await asyncio.sleep(1.0)
-                t = http.now()
-                t_ready = {n: p.now() for n, p in readies.items()}
-                pid = self.run.broker_pid()
-                os.kill(pid, signal.SIGSTOP)
-                try:
-                    await asyncio.sleep(seconds)
-                finally:
-                    os.kill(pid, signal.SIGCONT)
-                t_cont = {n: p.now() for n, p in readies.items()}
-                after = await self.posts.publish(3, retry_for_s=30)
-                visible_in = await self.posts.wait_visible(after, 60)
-                pushed = await wait_for(lambda: _true({i for i, _ in ws.delivered} >= set(after)), 30)
-                await wait_for(lambda: _true(all(p.samples and p.samples[-1].status == 200 for p in readies.values())), 30)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(seconds)
             finally:
-                for p in readies.values():
-                    await p.__aexit__()
+                os.kill(pid, signal.SIGCONT)
+            t_cont = {n: p.now() for n, p in readies.items()}
+            after = await self.posts.publish(3, retry_for_s=30)
+            visible_in = await self.posts.wait_visible(after, 60)
+            pushed = await wait_for(lambda: _true({i for i, _ in ws.delivered} >= set(after)), 30)
+            await wait_for(lambda: _true(all(p.samples and p.samples[-1].status == 200 for p in readies.values())), 30)
+            await asyncio.sleep(1.0)
             out.http = fmt_statuses(http.statuses(t))
             frozen_503 = {n: p.first_of(t_ready[n], 503) for n, p in readies.items()}
             ready_again = {n: p.first_ok_after(t_cont[n]) for n, p in readies.items()}
