@@ -148,7 +148,7 @@ async def post_detail(request: web.Request) -> web.Response:
 
 async def languages(request: web.Request) -> web.Response:
     languages = request.app[CATALOG].languages
-    return json_bytes(languages.body, cache="public, max-age=30", etag=languages.etag or None)
+    return json_bytes(languages.body, cache="private, max-age=30", etag=languages.etag or None)
 
 
 async def categories(request: web.Request) -> web.Response:

@@ -28,7 +28,10 @@ MAX_QUERY = 500
 #: What ``q`` is trimmed of before its length is checked (the document's pattern uses the same set).
 QUERY_BLANKS = " \t\r\n"
 
-_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+#: An integer of at most 30 significant digits after any leading zeros: every bound here is far
+#: smaller, and Python refuses to convert a string of over 4,300 digits (a 500, not a 422). The
+#: quantifiers are possessive, so a long run of zeros is scanned once (no backtracking).
+_INT = re.compile(r"([+-]?)(?=[0-9])0*+([1-9][0-9]{0,29})?", re.ASCII)
 # An ISO 8601 date and time with a UTC offset, in the extended (2024-05-01T12:00:00Z) or the
 # basic (20240501T120000Z) format; minutes and seconds may be left out (reduced precision), the
 # seconds may have a fraction (a dot or a comma), and the offset is Z, +hh, +hhmm or +hh:mm.
@@ -67,9 +70,9 @@ def _integer(query: Mapping[str, str], name: str, low: int, high: int, default: 
     raw = query.get(name)
     if raw is None:
         return default
-    if not _INT.fullmatch(raw):
+    if not (m := _INT.fullmatch(raw)):
         raise validation_failed(name, f"{name} must be an integer from {low} to {high}; got {raw[:40]!r}.")
-    value = int(raw)
+    value = int(m[1] + m[2]) if m[2] else 0
     if not low <= value <= high:
         raise validation_failed(name, f"{name} must be an integer from {low} to {high}; got {value if abs(value) < 10**12 else raw[:40]}.")
     return value

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, describe, setting
-from ..common.errors import TickerwireError
 from ..common.logs import setup_logging
 
 log = logging.getLogger("tickerwire.cli")
@@ -73,9 +72,8 @@ def _run(command: str, coro) -> int:
     """Run an admin command; every failure is one line on stderr and a status: 2 for a bad
     argument or setting, 1 for a refusal or an unreachable dependency. Never a traceback."""
     import pydantic
-    from aiokafka.errors import KafkaError
 
-    from ..common.errors import BrokerUnavailable, StorageUnavailable
+    from ..common.process import failure_line
     from .admin import AdminError, BadArgument
 
     try:
@@ -87,8 +85,6 @@ def _run(command: str, coro) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         result = asyncio.run(coro)
-    except ConfigError as exc:
-        return _fail(command, str(exc), 2)
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"]) or "value"
@@ -97,15 +93,9 @@ def _run(command: str, coro) -> int:
         return _fail(command, str(exc), 2)
     except AdminError as exc:
         return _fail(command, str(exc), 1)
-    except StorageUnavailable as exc:
-        return _fail(command, f"PostgreSQL is unreachable ({exc}); start it, or check TICKERWIRE_DATABASE_URL", 1)
-    except (BrokerUnavailable, KafkaError) as exc:
-        return _fail(command, f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1)
-    except TickerwireError as exc:
-        return _fail(command, str(exc), 1)
-    except Exception as exc:  # the last resort: still one line
+    except Exception as exc:  # a setting, a dependency, or the last resort: still one line
         log.debug("command failed", exc_info=True)
-        return _fail(command, f"failed: {type(exc).__name__}: {exc}", 1)
+        return _fail(command, *failure_line(exc))
     return result if isinstance(result, int) else 0
 
 
@@ -301,7 +291,11 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_schemas(args: argparse.Namespace) -> int:
     from tickerwire.schemas.export import export_all
 
-    for path in export_all(Path(args.out) if args.out else None):
+    try:
+        paths = export_all(Path(args.out) if args.out else None)
+    except OSError as exc:  # an unwritable --out, or the package's own folder on a read-only install
+        return _fail("schemas export", f"cannot write {exc.filename or args.out}: {exc.strerror} (pass --out DIR)", 1)
+    for path in paths:
         print(path)
     return 0
 

@@ -304,10 +304,10 @@ async def wait_healthy(urls: list[str], children: list[subprocess.Popen], timeou
 PORTS = ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")
 
 
-def settings_check(env: dict[str, str]) -> Config:
+def settings_check(env: dict[str, str], database_url: str | None) -> Config:
     """The environment's settings, checked before anything starts (the database and broker
-    may not exist yet, so placeholders stand in for them)."""
-    return Config.from_env(env, database_url="-", kafka_bootstrap_servers="-")
+    may not exist yet: a configured database's URL is checked, placeholders stand in for the rest)."""
+    return Config.from_env(env, database_url=database_url or "postgresql:///embedded", kafka_bootstrap_servers="-")
 
 
 async def run(args, stack: Stack, base: Config) -> None:
@@ -382,8 +382,11 @@ async def run(args, stack: Stack, base: Config) -> None:
 def write_state(state_file: Path, info: dict, stack: Stack) -> None:
     info["pids"] = {"up": os.getpid(), "children": [c.proc.pid for c in stack.children if c.proc is not None]}
     tmp = state_file.with_suffix(".tmp")
-    tmp.write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
-    os.chmod(tmp, 0o600)
+    # It holds the demo key and the database URL: readable by this user only from its first byte.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        os.fchmod(out.fileno(), 0o600)  # a left-over .tmp keeps its old mode through O_CREAT
+        out.write(orjson.dumps(info, option=orjson.OPT_INDENT_2))
     tmp.replace(state_file)
 
 
@@ -511,10 +514,10 @@ def _lock_holder(state_dir: Path) -> str:
 
 def up_main(args) -> int:
     try:
-        checked = settings_check(dict(os.environ))
         args.state_dir = args.state_dir or setting("STATE_DIR", STATE_DIR_DEFAULT)
         args.database_url = args.database_url or setting("DATABASE_URL")
         args.kafka_bootstrap_servers = args.kafka_bootstrap_servers or setting("KAFKA_BOOTSTRAP_SERVERS")
+        checked = settings_check(dict(os.environ), args.database_url)
     except ConfigError as exc:
         print(f"tickerwire up: {exc}", file=sys.stderr)
         return 2

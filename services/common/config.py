@@ -11,6 +11,7 @@ import math
 import os
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 from .errors import ConfigError
 
@@ -154,6 +155,7 @@ class Config:
             if f.name.endswith("_s") and not 0 < getattr(self, f.name) < math.inf:
                 raise ConfigError(f"TICKERWIRE_{f.name.upper()} must be a positive, finite number of seconds")
 
+        self._validate_database_url()
         if self.kafka_security_protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(
                 f"TICKERWIRE_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol!r} is invalid: "
@@ -171,6 +173,17 @@ class Config:
     @property
     def kafka_uses_sasl(self) -> bool:
         return self.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def _validate_database_url(self) -> None:
+        """What asyncpg would refuse only at the first connection, refused at start-up instead
+        (one line, no retry loop); the URL itself is never echoed (it may hold a password)."""
+        parts = urlsplit(self.database_url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ConfigError(f"TICKERWIRE_DATABASE_URL must be a postgresql:// URL, not {parts.scheme or 'a bare string'!r}")
+        for host in filter(None, parts.netloc.rpartition("@")[2].split(",")):
+            _, colon, port = (host.rpartition("]")[2] if host.startswith("[") else host).rpartition(":")
+            if colon and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+                raise ConfigError(f"TICKERWIRE_DATABASE_URL has an invalid port {port[:20]!r} (1 to 65535)")
 
     def _validate_tls(self) -> None:
         files = {"CAFILE": self.kafka_ssl_cafile, "CERTFILE": self.kafka_ssl_certfile, "KEYFILE": self.kafka_ssl_keyfile}

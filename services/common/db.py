@@ -12,7 +12,7 @@ from typing import AsyncIterator, Protocol
 import asyncpg
 
 from .config import Config
-from .errors import StorageUnavailable, TickerwireError
+from .errors import ConfigError, StorageUnavailable, TickerwireError
 from .retry import retry_transient
 
 #: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
@@ -50,6 +50,8 @@ def storage_errors(what: str):
     """Translate connection-level database failures into :class:`StorageUnavailable`."""
     try:
         yield
+    except asyncpg.exceptions.ClientConfigurationError as exc:  # an InterfaceError, but no retry fixes it
+        raise ConfigError(f"{what}: the database URL (TICKERWIRE_DATABASE_URL) is invalid: {exc}") from exc
     except TimeoutError as exc:  # an OSError too: a bound on the client gave up waiting
         raise StorageUnavailable(f"{what}: gave up waiting (TimeoutError: no free pooled connection, or no answer "
                                  "from PostgreSQL, within the bound)") from exc

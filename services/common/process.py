@@ -8,7 +8,10 @@ import logging
 import signal
 from typing import Awaitable, Callable
 
+import asyncpg
+
 from .config import Config
+from .errors import BrokerUnavailable, ConfigError, StorageUnavailable, TickerwireError
 from .logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -21,6 +24,27 @@ def cancel_on_signals() -> None:
     assert task is not None
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, task.cancel)
+
+
+def failure_line(exc: BaseException) -> tuple[str, int]:
+    """One line saying why a command or a service could not do its job, and its exit status:
+    2 for a bad setting, 1 for a dependency that is unreachable or refuses. The one rule for
+    every command that is not an admin command (those add their own refusals, ``cli.main``)."""
+    from aiokafka.errors import KafkaError
+
+    if isinstance(exc, ConfigError):
+        return str(exc), 2
+    if isinstance(exc, StorageUnavailable):
+        return f"PostgreSQL is unreachable ({exc}); start it, or check TICKERWIRE_DATABASE_URL", 1
+    if isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError)):
+        return f"PostgreSQL refused: {type(exc).__name__}: {exc} (check TICKERWIRE_DATABASE_URL and the migrations)", 1
+    if isinstance(exc, (BrokerUnavailable, KafkaError)):
+        return f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1
+    if isinstance(exc, TickerwireError):
+        return str(exc), 1
+    if isinstance(exc, OSError):
+        return f"{type(exc).__name__}: {exc}", 1
+    return f"failed: {type(exc).__name__}: {exc}", 1
 
 
 def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Config | None = None) -> int:
@@ -49,4 +73,14 @@ def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Co
         asyncio.run(runner())
     except KeyboardInterrupt:
         pass
+    except ConfigError:  # a setting: the command line's one line and status 2 (``cli.main``)
+        raise
+    except Exception as exc:
+        # Refused for good (an unknown database or role, a wrong password, a bad setting): the
+        # supervisor's restart, with its backoff, is the retry (transient failures are retried
+        # inside). One log record; a bug's traceback goes into it as a field, not onto stderr.
+        message, status = failure_line(exc)
+        known = isinstance(exc, (TickerwireError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError))
+        log.error("%s cannot run: %s", name, message, exc_info=None if known else exc)
+        return status
     return 0

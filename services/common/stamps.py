@@ -159,7 +159,8 @@ class StampWatcher:
                 conn = await open_connection(self._dsn, timeout=5, settings={"application_name": LISTENER_NAME})
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c: lost.set())
-                await conn.add_listener(CHANNEL, self._notified)
+                async with asyncio.timeout(self._ping_s):  # LISTEN is a statement too: bounded
+                    await conn.add_listener(CHANNEL, self._notified)
                 self._set_listening(True)
                 delays = backoff_delays(0.1, 2.0)
                 self._wake.set()  # changes made while nobody listened: read them now

@@ -12,6 +12,7 @@ holds are left alone. A running projector notices within its log check interval
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -20,11 +21,14 @@ from aiokafka import TopicPartition
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import command_connection
-from ..common.errors import BrokerUnavailable, TickerwireError
+from ..common.errors import BrokerUnavailable
 from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
+from ..common.process import failure_line
 from ..common.topics import declared_topics
 from ..readmodel import positions
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Accepted:
@@ -79,11 +83,15 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
 
 def accept_log_main(config: Config, start_from: str) -> int:
     setup_logging("accept-log", config.log_level)
+    # The client library logs each failed connection attempt; the command's own line says it once.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         accepted = asyncio.run(accept_log(config, start_from))
-    except TickerwireError as exc:
-        print(f"tickerwire projector accept-log: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:  # one line, never a traceback (failure_line: 2 a setting, 1 the rest)
+        log.debug("accept-log failed", exc_info=True)
+        message, status = failure_line(exc)
+        print(f"tickerwire projector accept-log: {message}", file=sys.stderr)
+        return status
     if accepted.moved or not accepted.left:
         print("\n".join(accepted.moved) or "every stored position is in the log; nothing to accept")
     for line in accepted.left:

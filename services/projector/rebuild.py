@@ -47,8 +47,8 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import connect, create_pool, storage_errors
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
-from ..common.errors import ConfigError, TickerwireError
 from ..common.logs import setup_logging
+from ..common.process import failure_line
 from ..common.retry import retry_transient
 from ..common.topics import declared_topics
 from ..readmodel import positions
@@ -274,12 +274,11 @@ def rebuild_main(config: Config) -> int:
     setup_logging("rebuild", config.log_level)
     try:
         report = asyncio.run(rebuild(config))
-    except ConfigError as exc:
-        print(f"tickerwire projector rebuild: {exc}", file=sys.stderr)
-        return 2
-    except TickerwireError as exc:  # a dependency failed: a runtime error, not a usage error
-        print(f"tickerwire projector rebuild: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:  # one line, never a traceback (failure_line: 2 a setting, 1 the rest)
+        log.debug("rebuild failed", exc_info=True)
+        message, status = failure_line(exc)
+        print(f"tickerwire projector rebuild: {message}", file=sys.stderr)
+        return status
     loaded = f", {report.bulk.rows} translation rows bulk-loaded" if report.bulk else ""
     print(f"rebuilt {report.schema} from {report.records} records{loaded} ({report.seconds:.1f}s); switched")
     return 0

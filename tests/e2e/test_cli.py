@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import asyncpg
+import orjson
 import pytest
 from aiokafka import TopicPartition
 
@@ -173,6 +174,7 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
         ({**ok, "TICKERWIRE_MAX_CONNECTIONS": "0"}, ["stream"], 2, "TICKERWIRE_MAX_CONNECTIONS"),
         ({**ok, "TICKERWIRE_LOG_LEVEL": "loud"}, ["sweep"], 2, "TICKERWIRE_LOG_LEVEL"),
         (ok, ["up", "--api-port", "http"], 2, "--api-port"),
+        (ok, ["schemas", "export", "--out", "/proc/tickerwire-nowhere"], 1, "cannot write"),
     ]
     for args in (["workspace", "create", "ws_x"], ["workspace", "update", "ws_known"], ["key", "issue", "ws_known"],
                  ["key", "revoke", "key_x"], ["embed", "bdg_x0001", "ws_known"], ["heartbeat", "bdg_x0001", "ws_known"],
@@ -181,6 +183,15 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
     for args in (["workspace", "create", "ws_y"], ["key", "issue", "ws_known"], ["embed", "bdg_y0001", "ws_known"]):
         cases.append((no_broker, args, 1, "broker"))
     cases.append((no_broker, ["publish", "-"], 1, "broker"))
+    # A server that answers but refuses for good, and URLs no connection could use (before: a
+    # traceback, or retries forever for a URL no retry can fix).
+    no_db = {**ok, "TICKERWIRE_DATABASE_URL": _with_database(ok["TICKERWIRE_DATABASE_URL"], "nosuchdb")}
+    for args in (["migrate"], ["sweep"], ["projector", "rebuild"], ["projector", "accept-log"]):
+        cases.append((no_db, args, 1, '"nosuchdb" does not exist'))
+    for url, word in (("mysql://x@127.0.0.1/t", "postgresql://"), ("postgresql://x@127.0.0.1:http/t", "invalid port"),
+                      (ok["TICKERWIRE_DATABASE_URL"] + "?sslmode=bogus", "sslmode")):
+        for args in (["migrate"], ["projector", "rebuild"], ["projector", "accept-log"]):
+            cases.append(({**ok, "TICKERWIRE_DATABASE_URL": url}, args, 2, word))
     before = await log_size(stack)
     slots = asyncio.Semaphore(4)
 
@@ -194,6 +205,33 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
         assert (result.returncode, len(lines)) == (status, 1), (args, result.returncode, result.stderr)
         assert word in lines[0] and "Traceback" not in result.stderr and not result.stdout, (args, result.stderr)
     assert await log_size(stack) == before  # nothing was published by any of them
+
+
+def _with_database(dsn: str, name: str) -> str:
+    """``dsn`` naming another database (the path of the URL)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
+
+
+@pytest.mark.parametrize("service", ["api", "stream", "projector"])
+async def test_a_service_refused_for_good_exits_with_one_error_record(stack, service):
+    """A database that refuses for good (unknown database): the service exits 1 with one ERROR
+    record saying why, no traceback, so its supervisor restarts it with backoff; a URL no
+    connection could use: the settings' one line and status 2. Before: a traceback, or retries
+    forever."""
+    ok = stack.env()
+    no_db = {**ok, "TICKERWIRE_DATABASE_URL": _with_database(ok["TICKERWIRE_DATABASE_URL"], "nosuchdb"),
+             "TICKERWIRE_API_ADMIN_PORT": "0", "TICKERWIRE_STREAM_ADMIN_PORT": "0", "TICKERWIRE_PROJECTOR_ADMIN_PORT": "0",
+             "TICKERWIRE_API_PORT": "0", "TICKERWIRE_STREAM_PORT": "0"}
+    result = await asyncio.to_thread(run_cli, no_db, service)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = orjson.loads(result.stderr.splitlines()[-1])
+    assert last["level"] == "error" and '"nosuchdb" does not exist' in last["msg"], last
+    bad_url = {**no_db, "TICKERWIRE_DATABASE_URL": ok["TICKERWIRE_DATABASE_URL"] + "?sslmode=bogus"}
+    result = await asyncio.to_thread(run_cli, bad_url, service)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("tickerwire: ") and "sslmode" in line], result.stderr
 
 
 def test_version():

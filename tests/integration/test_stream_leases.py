@@ -17,7 +17,7 @@ from tickerwire.services.stream import sql
 from tickerwire.services.stream.leases import Leases
 
 #: The configured defaults (TICKERWIRE_STREAM_LEASE_TTL_S, _LEASE_RENEW_S).
-_DEFAULTS = Config.from_env({}, database_url="-", kafka_bootstrap_servers="-")
+_DEFAULTS = Config.from_env({}, database_url="postgresql:///unused", kafka_bootstrap_servers="-")
 TTL_S, RENEW_S = _DEFAULTS.stream_lease_ttl_s, _DEFAULTS.stream_lease_renew_s
 
 @pytest.fixture

@@ -85,3 +85,21 @@ def test_command_line_settings_are_read_like_every_text_setting(tmp_path):
     assert setting("STATE_DIR", ".tickerwire", env={"TICKERWIRE_STATE_DIR": "/srv/tw"}) == "/srv/tw"
     with pytest.raises(ConfigError):
         setting("DATABASE_URL", env={"TICKERWIRE_DATABASE_URL": "x", "TICKERWIRE_DATABASE_URL_FILE": str(secret)})
+
+
+@pytest.mark.parametrize(
+    ("url", "word"),
+    [("mysql://u:pw@h/db", "postgresql://"), ("localhost:5432/db", "postgresql://"), ("postgresql://u:pw@h:http/db", "invalid port"),
+     ("postgresql://u@h:0/db", "invalid port"), ("postgresql://u@h:70000/db", "invalid port"), ("postgresql://u@a:5432,b:x/db", "invalid port")],
+)
+def test_a_database_url_no_connection_could_use_is_refused_at_start_up_without_echoing_it(url, word):
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url})
+    assert word in str(caught.value) and "pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u:pw@h/db", "postgres://h:5432/db", "postgresql:///db?host=/run/postgresql", "postgresql://u@[::1]:5432,b:6432/db"]
+)
+def test_database_urls_asyncpg_accepts_pass(url):
+    assert Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url}).database_url == url
