@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from ..common.access import PRINCIPAL_KEY, AccessDenied, bearer_key
+from ..common.access import PRINCIPAL_KEY, AccessDenied, authorization, bearer_key
 from ..common.envelope import ApiError, Handler, Routes, from_failure
 from .limits import Usage, refusal
 from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
@@ -60,7 +60,7 @@ async def gated(request: web.Request, handler: Handler, routes: Routes, represen
     handler's (errors as the envelope), with the pacing headers and the mark once counted."""
     app = request.app
     try:
-        principal = await app[PRINCIPALS].authorize(app[POOL], bearer_key(request.headers.get("Authorization")))
+        principal = await app[PRINCIPALS].authorize(app[POOL], bearer_key(authorization(request.headers)))
         usage = await app[ADMISSIONS].admit(principal)
     except AccessDenied as exc:
         app[METRICS].rejected.labels(exc.denial.code).inc()

@@ -169,7 +169,8 @@ async def tokens(request: web.Request) -> web.Response:
 
 async def token(request: web.Request) -> web.Response:
     ticker = text_key(request.match_info["ticker"])
-    body = request.app[CATALOG].tokens.by_ticker.get(ticker.upper()) if ticker else None
+    # Tickers are ASCII: Unicode upper-casing would make aliases of them ("ınj" -> INJ, "ﬁl" -> FIL).
+    body = request.app[CATALOG].tokens.by_ticker.get(ticker.upper()) if ticker and ticker.isascii() else None
     if body is None:
         raise not_found("No token has this ticker.")
     return cached(body)

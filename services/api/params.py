@@ -143,13 +143,11 @@ def _csv(query: Mapping[str, str], name: str) -> tuple[str, ...] | None:
 
 def parse_filters(query: Mapping[str, str]) -> Filters:
     sentiment = _csv(query, "sentiment")
-    if sentiment is not None:
-        for value in sentiment:
-            if value not in SENTIMENTS:
-                raise validation_failed(
-                    "sentiment",
-                    f"Unknown sentiment value {value[:40]!r}; allowed values are {', '.join(SENTIMENTS)}.",
-                )
+    if sentiment is not None and any(v not in SENTIMENTS for v in sentiment):
+        # Named as sent (the CSV grammar keeps an over-long value only as "matches nothing").
+        value = next(v for v in query["sentiment"].split(",") if v and v not in SENTIMENTS)
+        shown = repr(value[:40]) + (f" (cut; {len(value)} characters)" if len(value) > 40 else "")
+        raise validation_failed("sentiment", f"Unknown sentiment value {shown}; allowed values are {', '.join(SENTIMENTS)}.")
     ticker = _shared(tickers, query, "ticker")
     hashtag = _csv(query, "hashtag")
     return Filters(

@@ -44,7 +44,7 @@ def request_middleware(routes: Routes, compressed: Compressed, stats: RequestSta
                 response: web.StreamResponse
                 if (error := header_error(request)) is not None:
                     response = error.response()
-                elif (error := body_error(request, max_body)) is not None:
+                elif (error := body_error(request, max_body, routes)) is not None:
                     response = refuse_body(error)
                 elif route is not None and route.startswith(PARTNER):
                     response = await gated(request, handler, routes, represent)

@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 
 import asyncpg
 from aiohttp import web
+from multidict import MultiMapping
 
 from .db import storage_errors
 from .keys import hash_key, hashes_match, looks_like_key
@@ -97,6 +98,14 @@ class AccessDenied(Exception):
     def __init__(self, denial: Denial) -> None:
         super().__init__(denial.code)
         self.denial = denial
+
+
+def authorization(headers: MultiMapping[str]) -> str | None:
+    """The request's one ``Authorization`` header; None when absent or repeated. Two of them
+    are ambiguous (a proxy reading the last and this server the first would disagree on who
+    calls), so they authenticate nobody: 401, as for a malformed one."""
+    values = headers.getall("Authorization", ())
+    return values[0] if len(values) == 1 else None
 
 
 def bearer_key(header: str | None) -> str | None:

@@ -31,6 +31,7 @@ INTERNAL_MESSAGE = "An internal error occurred; it has been logged."
 REFUSED_REQUESTS: Mapping[int, tuple[str, str]] = {
     400: ("VALIDATION_FAILED", "The request could not be parsed."),
     413: ("PAYLOAD_TOO_LARGE", "The request is too large."),
+    417: ("VALIDATION_FAILED", "Unknown Expect header: only 100-continue is supported (or send no Expect header)."),
     414: ("URI_TOO_LONG", "The request URI is too long."),
     431: ("HEADERS_TOO_LARGE", "The request headers are too large."),
 }
@@ -138,11 +139,14 @@ def header_error(request: web.Request) -> ApiError | None:
     return None if bad is None else ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
 
 
-def body_error(request: web.Request, limit: int) -> ApiError | None:
+def body_error(request: web.Request, limit: int, routes: Routes) -> ApiError | None:
     """The 413 of a request that comes with a body over ``limit`` bytes (by its Content-Length)
     or of unknown length (chunked): no route of these services reads a body, and an unread one
-    would otherwise be read and thrown away before the connection's next request. The
+    would otherwise be read and thrown away before the connection's next request. A CONNECT,
+    whose "body" is the tunnel it asks for, gets the 405 of every method but GET and HEAD. The
     connection is closed after the answer (:func:`refuse_body`)."""
+    if request.method == "CONNECT":
+        return ApiError(405, "METHOD_NOT_ALLOWED", routes.method_not_allowed, headers={"Allow": routes.allow})
     length = request.content_length
     if length is not None and length > limit:
         return ApiError(413, "PAYLOAD_TOO_LARGE", f"The request body is {length} bytes; at most {limit} are accepted, and no route reads one.")
@@ -167,7 +171,7 @@ def error_middleware(routes: Routes, *, check_headers: bool = False, max_body: i
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if check_headers and (error := header_error(request)) is not None:
             return error.response()
-        if max_body is not None and (error := body_error(request, max_body)) is not None:
+        if max_body is not None and (error := body_error(request, max_body, routes)) is not None:
             return refuse_body(error)
         return await answer(routes, request, handler)
 

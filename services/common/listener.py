@@ -25,6 +25,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
@@ -255,7 +256,25 @@ class GuardedRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _GuardedServer  # same object, guarded connections
+        server.request_handler = _unknown_expectations_as_envelope(server.request_handler)
         return server
+
+
+def _unknown_expectations_as_envelope(handle: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]):
+    """aiohttp answers an ``Expect`` other than 100-continue before any middleware, in plain
+    text (417); here it is the envelope, like every other refusal."""
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            return await handle(request)
+        except web.HTTPExpectationFailed:
+            code, text = REFUSED_REQUESTS[417]
+            return web.Response(
+                status=417, body=error_body(code, text), content_type=JSON,
+                headers={"Server": SERVER, "Cache-Control": "no-store"},
+            )
+
+    return handler
 
 
 async def server_header(_: web.Request, response: web.StreamResponse) -> None:

@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from .config import Config
+from .envelope import Routes, error_middleware
 from .listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
 from .supervise import SUPERVISOR
 
@@ -61,6 +62,13 @@ ADMIN_MAX_CONNECTIONS = 64
 FD_RESERVE = 64
 
 
+ADMIN_ROUTES = Routes(
+    not_found="No such operator endpoint; this listener serves /healthz, /readyz and /metrics.",
+    method_not_allowed="The operator endpoints accept only GET and HEAD.",
+    allow="GET, HEAD",
+)
+
+
 def add_ops_routes(app: web.Application, registry: CollectorRegistry, ready: ReadyCheck) -> None:
     """Build the admin application serving the operator endpoints of ``app``'s process and
     attach it as ``app[ADMIN_APP]``; :func:`run_app` serves it on the admin listener."""
@@ -75,7 +83,8 @@ def add_ops_routes(app: web.Application, registry: CollectorRegistry, ready: Rea
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    admin = web.Application()
+    # The one envelope here too: an unknown path, a wrong method, a body (none is read).
+    admin = web.Application(middlewares=[error_middleware(ADMIN_ROUTES, max_body=0)])
     admin[REGISTRY] = registry
     admin.router.add_get("/healthz", healthz)
     admin.router.add_get("/readyz", readyz)
@@ -123,7 +132,8 @@ async def _start(app: web.Application, guard: Guard, host: str, port: int, name:
     except OSError as exc:
         await runner.cleanup()
         raise SystemExit(f"{name}: cannot listen on {host}:{port}: {exc.strerror}") from None
-    log.info("%s listening on http://%s:%d", name, host, port)
+    bound = next((address[1] for address in runner.addresses if isinstance(address, tuple)), port)
+    log.info("%s listening on http://%s:%d", name, host, bound)  # the port taken, when 0 asked for any
     return runner
 
 

@@ -36,9 +36,10 @@ def csv_values(raw: str | None, name: str) -> tuple[str, ...] | None:
 
 
 def tickers(raw: str | None, name: str) -> tuple[str, ...] | None:
-    """A CSV of ticker symbols, compared upper-case."""
+    """A CSV of ticker symbols, compared upper-case. Tickers are ASCII: a value that is not
+    matches nothing (Unicode upper-casing would alias ``ınj`` to ``INJ``)."""
     values = csv_values(raw, name)
-    return tuple(dict.fromkeys(t.upper() for t in values)) if values is not None else None
+    return tuple(dict.fromkeys(t.upper() if t.isascii() else "" for t in values)) if values is not None else None
 
 
 def bcp47_case(tag: str) -> str:

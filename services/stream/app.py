@@ -17,7 +17,7 @@ import asyncpg
 from aiohttp import WSMsgType, web
 
 from ..common import kafka
-from ..common.access import PRINCIPAL_KEY, AccessDenied, Principals, bearer_key
+from ..common.access import PRINCIPAL_KEY, AccessDenied, Principals, authorization, bearer_key
 from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.envelope import envelope
@@ -62,7 +62,7 @@ def limit_reached(limit: int, retry_after_s: float) -> web.Response:
 def presented_key(request: web.Request) -> str | None:
     """The key of the handshake: the ``key`` query parameter (spec 5.2) when it is non-empty, else
     an ``Authorization: Bearer <key>`` header, as on HTTP. Either way the same gates apply."""
-    return request.query.get("key") or bearer_key(request.headers.get("Authorization"))
+    return request.query.get("key") or bearer_key(authorization(request.headers))
 
 
 def requested_filter(request: web.Request) -> StreamFilter | web.Response:

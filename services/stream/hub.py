@@ -137,16 +137,35 @@ class Hub:
                 self.close(conn, code, reason)
 
     async def _close(self, conn: Connection, code: int, reason: str) -> None:
-        # The writer may be stuck on a full socket: stop it, then send the close frame after
-        # whatever is already buffered, and give the client a grace period to read it.
+        """Stop the writer (it may be stuck on a full socket), send the close frame after
+        whatever is already buffered, and give the client ``CLOSE_GRACE_S`` to take it; a
+        client that has not taken it by then (it stopped reading) has its socket aborted, so
+        its connection, and its workspace's slot, are freed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_GRACE_S
         await _cancel(conn.writer)
+        # Its own task, awaited through asyncio.wait: the writer's cancellation also cancels
+        # aiohttp's shared drain waiter, so ws.close() can end at once with a CancelledError
+        # that is not this task's (wait_for would re-raise it here and skip the abort).
+        closing = asyncio.ensure_future(conn.ws.close(code=code, message=reason.encode()))
         try:
-            await asyncio.wait_for(conn.ws.close(code=code, message=reason.encode()), timeout=CLOSE_GRACE_S)
+            await asyncio.wait({closing}, timeout=CLOSE_GRACE_S)
+        except asyncio.CancelledError:
+            closing.cancel()
+            raise
+        if not closing.done():
+            closing.cancel()
+        elif not closing.cancelled():
+            closing.exception()  # retrieved: a client gone meanwhile is no error here
+        transport = conn.transport
+        if transport is None:
             return
-        except (asyncio.TimeoutError, ConnectionError, RuntimeError):
-            pass
-        if conn.transport is not None:
-            conn.transport.abort()  # the client did not take the close frame in time
+        # The frame is out once aiohttp's buffer is empty (the kernel then owns the rest and
+        # the transport's own close completes); until the deadline, the client may still read.
+        while transport.get_write_buffer_size() > 0 and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        if transport.get_write_buffer_size() > 0:
+            transport.abort()  # the client did not take the close frame in time
 
     async def _write(self, conn: Connection) -> None:
         """The connection's writer. A failure that is not the client's going away is a defect:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 import aiohttp
 import orjson
 import pytest
+from multidict import CIMultiDict
 from yarl import URL
 
 from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, TokenEvent
@@ -421,6 +422,33 @@ async def test_errors_are_envelopes(world):
                 if status >= 400:
                     err = orjson.loads(body)["error"]
                     assert set(err) <= {"code", "message", "field", "retry_after_sec"} and err["code"] and err["message"]
+        # CONNECT (before: a 413 about a chunked body it does not have), a ticker aliased by
+        # Unicode case mapping (before: 200), two Authorization headers (before: the first
+        # counted), an over-long enum value (before: named as ''). An unknown Expect is answered
+        # before the application: tests/e2e/test_low_level_errors.py.
+        odd = [
+            ("CONNECT", f"{BASE}/posts", {}, 405, "METHOD_NOT_ALLOWED"),
+            ("GET", f"{BASE}/tokens/%C4%B1nj", {}, 404, "NOT_FOUND"),
+            ("GET", f"{BASE}/tokens/%EF%AC%81l", {}, 404, "NOT_FOUND"),
+            ("GET", f"{BASE}/posts?sentiment=" + "Y" * 101, {}, 422, "VALIDATION_FAILED"),
+        ]
+        for method, path, headers, status, code in odd:
+            async with http.request(method, api.url + path, headers={**auth(client.key), **headers}) as resp:
+                body = await resp.read()
+                assert (resp.status, resp.content_type) == (status, "application/json"), (path, resp.status, body[:300])
+                assert orjson.loads(body)["error"]["code"] == code, body
+                if method == "CONNECT":
+                    assert resp.headers["Allow"] == "GET, HEAD"
+                if "sentiment" in path:
+                    assert "'YYYY" in orjson.loads(body)["error"]["message"] and "101 characters" in orjson.loads(body)["error"]["message"]
+        bad = "tw_live_" + "x" * 43
+        for first, second in ((client.key, bad), (bad, client.key)):
+            twice = CIMultiDict([("Authorization", f"Bearer {first}"), ("Authorization", f"Bearer {second}")])
+            async with http.get(f"{api.url}{BASE}/languages", headers=twice) as resp:
+                assert resp.status == 401 and (await resp.json())["error"]["code"] == "NOT_AUTHENTICATED"
+    async with aiohttp.ClientSession() as http:  # a ticker filter aliased the same way matches nothing
+        async with http.get(f"{api.url}{BASE}/posts", params={"ticker": "ınj,ﬁl"}, headers=auth(client.key)) as resp:
+            assert resp.status == 200 and (await resp.json())["posts"] == []
 
 
 class TcpProxy:

@@ -10,6 +10,7 @@ import os
 
 import aiohttp
 import pytest
+from multidict import CIMultiDict
 
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.cli.publish import publish
@@ -68,6 +69,12 @@ async def test_the_stream_accepts_a_bearer_header_with_the_same_gates_and_errors
     assert by_query == by_header and by_query[0] == 401 and by_query[1]["error"]["code"] == "NOT_AUTHENTICATED"
     for header in ({}, {"Authorization": f"Basic {key}"}, {"Authorization": "Bearer"}):
         assert (await refusal(http, stream_url(world), headers=header))[0] == 401
+    # Two Authorization headers authenticate nobody, whichever comes first.
+    for pair in ((key, bad_key), (bad_key, key)):
+        twice = CIMultiDict([("Authorization", f"Bearer {pair[0]}"), ("Authorization", f"Bearer {pair[1]}")])
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(stream_url(world), headers=twice)
+        assert refused.value.status == 401
 
 
 async def test_filter_values_breaking_the_posts_grammar_refuse_the_handshake_with_422(world, http):

@@ -23,6 +23,9 @@ BAD_REQUESTS = [
     b"GET " + BASE.encode() + b"/posts HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n",
     b"GET /" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
     b"NOT A REQUEST\r\n\r\n",
+    # aiohttp answers these itself, before any middleware: 417 in plain text, CONNECT as a body.
+    b"GET " + BASE.encode() + b"/languages HTTP/1.1\r\nHost: x\r\nExpect: something\r\n\r\n",
+    b"CONNECT 127.0.0.1:80 HTTP/1.1\r\nHost: 127.0.0.1:80\r\n\r\n",
 ]
 
 
@@ -30,7 +33,7 @@ LISTENERS = [("api", "partner"), ("api", "admin"), ("stream", "partner"), ("stre
 
 
 @pytest.mark.parametrize("service,listener", LISTENERS, ids=[f"{s}-{l}" for s, l in LISTENERS])
-@pytest.mark.parametrize("request_bytes", BAD_REQUESTS, ids=["nul-in-header", "huge-request-line", "garbage"])
+@pytest.mark.parametrize("request_bytes", BAD_REQUESTS, ids=["nul-in-header", "huge-request-line", "garbage", "unknown-expect", "connect"])
 async def test_unparseable_requests_get_the_json_envelope(stack, service, listener, request_bytes):
     process = stack.of(service)[0]
     status, headers, body = await raw(process.port if listener == "partner" else process.admin_port, request_bytes)

@@ -23,6 +23,7 @@ import pytest
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import hash_key
+from tickerwire.services.stream.hub import CLOSE_GRACE_S
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import accepted, upgrade_headers
 
@@ -260,12 +261,17 @@ class RawClient:
         self.sock.close()
 
 
-async def slow_clients_closed(service) -> int:
+async def metric(service, name: str) -> int:
+    """One unlabelled metric of the service, from its /metrics (0 while it is not there)."""
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{service.admin_url}/metrics") as resp:
             text = await resp.text()
-    m = re.search(r"^tickerwire_stream_slow_clients_closed_total ([0-9.e+]+)$", text, re.M)
+    m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
     return int(float(m.group(1))) if m else 0
+
+
+async def slow_clients_closed(service) -> int:
+    return await metric(service, "tickerwire_stream_slow_clients_closed_total")
 
 
 async def test_a_client_that_stops_reading_is_closed_with_4008_and_the_others_keep_receiving(stack: ServiceStack, http):
@@ -305,6 +311,40 @@ async def test_a_client_that_stops_reading_is_closed_with_4008_and_the_others_ke
         dropped.cancel()
         slow.close()
         await good.close()
+
+
+async def open_connections(service) -> int:
+    return await metric(service, "tickerwire_stream_connections")
+
+
+async def test_a_client_closed_as_slow_that_never_reads_again_frees_its_slot(stack: ServiceStack, http):
+    """The close frame of a client that stopped reading cannot be delivered; within the close
+    grace period (10 s) its socket is dropped, and its slot and connection are freed, so the
+    workspace's reconnect is admitted. Before: held until the client read again (minutes)."""
+    key = await stack.provision("ws_stuck")
+    service = stack.of("stream")[0]
+    closed_before = await slow_clients_closed(service)
+    before = await open_connections(service)
+    stuck = await asyncio.to_thread(RawClient, service.port, key)  # never reads again
+    try:
+        ids = list(range(3301, 3461))
+        big = "Long lede. " * 180
+        for chunk in range(0, len(ids), 40):
+            await stack.publish([post_event(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 40]])
+        deadline = time.monotonic() + WAIT
+        while await slow_clients_closed(service) == closed_before:
+            assert time.monotonic() < deadline, "the stuck client was never closed as slow"
+            await asyncio.sleep(0.1)
+        closed_at = time.monotonic()
+        while await open_connections(service) > before:
+            assert time.monotonic() - closed_at < CLOSE_GRACE_S + 10, "the stuck client's connection outlived the close grace period"
+            await asyncio.sleep(0.2)
+        # Its slot is free: the workspace's five connections are all admitted at once.
+        reconnected = [(await connect(http, service, key))[0] for _ in range(5)]
+        for ws in reconnected:
+            await ws.close()
+    finally:
+        stuck.close()
 
 
 # ---------------------------------------------------------------------------------------------- access changes

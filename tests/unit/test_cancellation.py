@@ -23,7 +23,6 @@ ROOT = Path(__file__).parents[2]
 ONE_SHOT_WAIT_FOR = {
     "services/projector/accept.py": 2,  # the accept-log command reads the log offsets once
     "services/common/ops.py": 1,  # one /readyz answer
-    "services/stream/hub.py": 1,  # one close handshake of one connection
 }
 
 
