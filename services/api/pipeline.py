@@ -42,11 +42,12 @@ def request_middleware(routes: Routes, compressed: Compressed, stats: RequestSta
         try:
             try:
                 response: web.StreamResponse
-                if (error := header_error(request)) is not None:
+                partner = route is not None and route.startswith(PARTNER)
+                if (error := header_error(request, authenticated=partner)) is not None:
                     response = error.response()
                 elif (error := body_error(request, max_body, routes)) is not None:
                     response = refuse_body(error)
-                elif route is not None and route.startswith(PARTNER):
+                elif partner:
                     response = await gated(request, handler, routes, represent)
                 else:
                     response = await answer(routes, request, handler)

@@ -133,10 +133,17 @@ async def answer(routes: Routes, request: web.Request, handler: Handler) -> web.
         return from_failure(exc, request).response()
 
 
-def header_error(request: web.Request) -> ApiError | None:
-    """The 400 of a request with a header that is not UTF-8, refused before any handler sees it."""
+def header_error(request: web.Request, *, authenticated: bool = False) -> ApiError | None:
+    """The 400 of a request with a header that is not UTF-8, refused before any handler sees it;
+    on a route that needs a key (``authenticated``), an undecodable ``Authorization`` is the 401
+    of every invalid one (spec 5.1)."""
     bad = undecodable_header(request.headers.items())
-    return None if bad is None else ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
+    if bad is None:
+        return None
+    if authenticated and bad.lower() == "authorization":
+        return ApiError(401, "NOT_AUTHENTICATED", "The Authorization header is not valid UTF-8; send Authorization: Bearer <API_KEY>.",
+                        headers={"WWW-Authenticate": 'Bearer realm="tickerwire"'})
+    return ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
 
 
 def body_error(request: web.Request, limit: int, routes: Routes) -> ApiError | None:
