@@ -28,7 +28,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from ..common.access import PRINCIPAL_KEY, AccessDenied, authorization, bearer_key
-from ..common.envelope import ApiError, Handler, Routes, from_failure
+from ..common.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
 from .limits import Usage, refusal
 from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
 
@@ -51,7 +51,7 @@ def _admitted_headers(request: web.Request, usage: Usage) -> dict[str, str]:
 
 def denial_error(exc: AccessDenied) -> ApiError:
     d = exc.denial
-    headers = {"WWW-Authenticate": 'Bearer realm="tickerwire"'} if d.status == 401 else None
+    headers = dict(WWW_AUTHENTICATE) if d.status == 401 else None
     return ApiError(d.status, d.code, d.message, headers=headers)
 
 

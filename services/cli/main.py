@@ -95,7 +95,8 @@ def _run(command: str, coro) -> int:
         return _fail(command, str(exc), 1)
     except Exception as exc:  # a setting, a dependency, or the last resort: still one line
         log.debug("command failed", exc_info=True)
-        return _fail(command, *failure_line(exc))
+        failure = failure_line(exc)
+        return _fail(command, failure.message, failure.status)
     return result if isinstance(result, int) else 0
 
 

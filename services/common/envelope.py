@@ -28,6 +28,9 @@ JSON = "application/json"
 INTERNAL_MESSAGE = "An internal error occurred; it has been logged."
 
 #: What a request aiohttp refuses before any handler runs is called, wherever it is refused.
+#: What every 401 carries (RFC 9110 11.6.1): the scheme the partner API takes.
+WWW_AUTHENTICATE = {"WWW-Authenticate": 'Bearer realm="tickerwire"'}
+
 REFUSED_REQUESTS: Mapping[int, tuple[str, str]] = {
     400: ("VALIDATION_FAILED", "The request could not be parsed."),
     413: ("PAYLOAD_TOO_LARGE", "The request is too large."),
@@ -104,13 +107,17 @@ class Routes:
     #: The 405 message for a CORS preflight (``OPTIONS``), when it has one of its own.
     preflight: str | None = None
 
+    def method_error(self, method: str) -> ApiError:
+        """The 405 of a method no route takes, with ``Allow``."""
+        message = self.preflight if method == "OPTIONS" and self.preflight else self.method_not_allowed
+        return ApiError(405, "METHOD_NOT_ALLOWED", message, headers={"Allow": self.allow})
+
     def from_http_exception(self, exc: web.HTTPException, method: str = "GET") -> ApiError:
         """The envelope of an aiohttp HTTP error (an unknown route, a wrong method, ...)."""
         if exc.status == 404:
             return ApiError(404, "NOT_FOUND", self.not_found)
         if exc.status == 405:
-            message = self.preflight if method == "OPTIONS" and self.preflight else self.method_not_allowed
-            return ApiError(405, "METHOD_NOT_ALLOWED", message, headers={"Allow": self.allow})
+            return self.method_error(method)
         code, message = REFUSED_REQUESTS.get(exc.status, ("INTERNAL" if exc.status >= 500 else "VALIDATION_FAILED", exc.reason))
         return ApiError(exc.status, code, message)
 
@@ -142,7 +149,7 @@ def header_error(request: web.Request, *, authenticated: bool = False) -> ApiErr
         return None
     if authenticated and bad.lower() == "authorization":
         return ApiError(401, "NOT_AUTHENTICATED", "The Authorization header is not valid UTF-8; send Authorization: Bearer <API_KEY>.",
-                        headers={"WWW-Authenticate": 'Bearer realm="tickerwire"'})
+                        headers=dict(WWW_AUTHENTICATE))
     return ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
 
 
@@ -153,7 +160,7 @@ def body_error(request: web.Request, limit: int, routes: Routes) -> ApiError | N
     whose "body" is the tunnel it asks for, gets the 405 of every method but GET and HEAD. The
     connection is closed after the answer (:func:`refuse_body`)."""
     if request.method == "CONNECT":
-        return ApiError(405, "METHOD_NOT_ALLOWED", routes.method_not_allowed, headers={"Allow": routes.allow})
+        return routes.method_error("CONNECT")
     length = request.content_length
     if length is not None and length > limit:
         return ApiError(413, "PAYLOAD_TOO_LARGE", f"The request body is {length} bytes; at most {limit} are accepted, and no route reads one.")

@@ -213,12 +213,17 @@ class GuardedHandler(RequestHandler):
             if status == 400:
                 status = refused_status(exc, self.max_line_size, self.max_field_size)
             code, text = REFUSED_REQUESTS.get(status, REFUSED_REQUESTS[400])
-        response = web.Response(
-            status=status, body=error_body(code, text), content_type=JSON,
-            headers={"Server": SERVER, "Cache-Control": "no-store"},
-        )
+        response = _refused_response(status, code, text)
         response.force_close()
         return response
+
+
+def _refused_response(status: int, code: str, text: str) -> web.Response:
+    """The envelope of a request refused before the application saw it."""
+    return web.Response(
+        status=status, body=error_body(code, text), content_type=JSON,
+        headers={"Server": SERVER, "Cache-Control": "no-store"},
+    )
 
 
 def refused_status(exc: BaseException | None, max_line_size: int, max_field_size: int) -> int:
@@ -268,11 +273,7 @@ def _unknown_expectations_as_envelope(handle: Callable[[web.BaseRequest], Awaita
         try:
             return await handle(request)
         except web.HTTPExpectationFailed:
-            code, text = REFUSED_REQUESTS[417]
-            return web.Response(
-                status=417, body=error_body(code, text), content_type=JSON,
-                headers={"Server": SERVER, "Cache-Control": "no-store"},
-            )
+            return _refused_response(417, *REFUSED_REQUESTS[417])
 
     return handler
 

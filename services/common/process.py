@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 
 import asyncpg
 
@@ -26,25 +26,34 @@ def cancel_on_signals() -> None:
         loop.add_signal_handler(sig, task.cancel)
 
 
-def failure_line(exc: BaseException) -> tuple[str, int]:
-    """One line saying why a command or a service could not do its job, and its exit status:
-    2 for a bad setting, 1 for a dependency that is unreachable or refuses. The one rule for
-    every command that is not an admin command (those add their own refusals, ``cli.main``)."""
+class Failure(NamedTuple):
+    """Why a command or a service could not do its job: one line, its exit status (2 a bad
+    setting, 1 a dependency that is unreachable or refuses), and whether it is a bug (none of
+    those: its traceback is worth keeping)."""
+
+    message: str
+    status: int
+    bug: bool = False
+
+
+def failure_line(exc: BaseException) -> Failure:
+    """The one rule for every command that is not an admin command (those add their own
+    refusals, ``cli.main``) and for a service that cannot run."""
     from aiokafka.errors import KafkaError
 
     if isinstance(exc, ConfigError):
-        return str(exc), 2
+        return Failure(str(exc), 2)
     if isinstance(exc, StorageUnavailable):
-        return f"PostgreSQL is unreachable ({exc}); start it, or check TICKERWIRE_DATABASE_URL", 1
+        return Failure(f"PostgreSQL is unreachable ({exc}); start it, or check TICKERWIRE_DATABASE_URL", 1)
     if isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError)):
-        return f"PostgreSQL refused: {type(exc).__name__}: {exc} (check TICKERWIRE_DATABASE_URL and the migrations)", 1
+        return Failure(f"PostgreSQL refused: {type(exc).__name__}: {exc} (check TICKERWIRE_DATABASE_URL and the migrations)", 1)
     if isinstance(exc, (BrokerUnavailable, KafkaError)):
-        return f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1
+        return Failure(f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1)
     if isinstance(exc, TickerwireError):
-        return str(exc), 1
+        return Failure(str(exc), 1)
     if isinstance(exc, OSError):
-        return f"{type(exc).__name__}: {exc}", 1
-    return f"failed: {type(exc).__name__}: {exc}", 1
+        return Failure(f"{type(exc).__name__}: {exc}", 1)
+    return Failure(f"failed: {type(exc).__name__}: {exc}", 1, bug=True)
 
 
 def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Config | None = None) -> int:
@@ -79,8 +88,7 @@ def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Co
         # Refused for good (an unknown database or role, a wrong password, a bad setting): the
         # supervisor's restart, with its backoff, is the retry (transient failures are retried
         # inside). One log record; a bug's traceback goes into it as a field, not onto stderr.
-        message, status = failure_line(exc)
-        known = isinstance(exc, (TickerwireError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError))
-        log.error("%s cannot run: %s", name, message, exc_info=None if known else exc)
-        return status
+        failure = failure_line(exc)
+        log.error("%s cannot run: %s", name, failure.message, exc_info=exc if failure.bug else None)
+        return failure.status
     return 0

@@ -89,9 +89,9 @@ def accept_log_main(config: Config, start_from: str) -> int:
         accepted = asyncio.run(accept_log(config, start_from))
     except Exception as exc:  # one line, never a traceback (failure_line: 2 a setting, 1 the rest)
         log.debug("accept-log failed", exc_info=True)
-        message, status = failure_line(exc)
-        print(f"tickerwire projector accept-log: {message}", file=sys.stderr)
-        return status
+        failure = failure_line(exc)
+        print(f"tickerwire projector accept-log: {failure.message}", file=sys.stderr)
+        return failure.status
     if accepted.moved or not accepted.left:
         print("\n".join(accepted.moved) or "every stored position is in the log; nothing to accept")
     for line in accepted.left:

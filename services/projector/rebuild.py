@@ -276,9 +276,9 @@ def rebuild_main(config: Config) -> int:
         report = asyncio.run(rebuild(config))
     except Exception as exc:  # one line, never a traceback (failure_line: 2 a setting, 1 the rest)
         log.debug("rebuild failed", exc_info=True)
-        message, status = failure_line(exc)
-        print(f"tickerwire projector rebuild: {message}", file=sys.stderr)
-        return status
+        failure = failure_line(exc)
+        print(f"tickerwire projector rebuild: {failure.message}", file=sys.stderr)
+        return failure.status
     loaded = f", {report.bulk.rows} translation rows bulk-loaded" if report.bulk else ""
     print(f"rebuilt {report.schema} from {report.records} records{loaded} ({report.seconds:.1f}s); switched")
     return 0
