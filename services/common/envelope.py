@@ -37,6 +37,7 @@ REFUSED_REQUESTS: Mapping[int, tuple[str, str]] = {
     417: ("VALIDATION_FAILED", "Unknown Expect header: only 100-continue is supported (or send no Expect header)."),
     414: ("URI_TOO_LONG", "The request URI is too long."),
     431: ("HEADERS_TOO_LARGE", "The request headers are too large."),
+    505: ("HTTP_VERSION_NOT_SUPPORTED", "Only HTTP/1.1 (and HTTP/1.0) is supported."),
 }
 
 

@@ -13,6 +13,8 @@ aiohttp parses HTTP; this module adds what a port facing the internet needs:
 - **low-level errors** (requests aiohttp cannot parse) answered with the JSON error envelope
   and logged as one line without a traceback, at most ``LOG_BURST`` lines and then one per
   second (the suppressed count goes in the next line and in a metric);
+- a request line of an HTTP version other than 1.0 and 1.1 (aiohttp's parser lets ``HTTP/2.0``
+  and ``HTTP/0.9`` through) gets 505 ``HTTP_VERSION_NOT_SUPPORTED`` and the connection closed;
 - a ``Server`` header naming no versions on every response, these included;
 - a request body that was not read (no route reads one) is not read and thrown away after the
   answer: the connection is closed.
@@ -27,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion10, HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -261,15 +263,27 @@ class GuardedRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _GuardedServer  # same object, guarded connections
-        server.request_handler = _unknown_expectations_as_envelope(server.request_handler)
+        server.request_handler = _refusals_before_the_application(server.request_handler)
         return server
 
 
-def _unknown_expectations_as_envelope(handle: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]):
-    """aiohttp answers an ``Expect`` other than 100-continue before any middleware, in plain
-    text (417); here it is the envelope, like every other refusal."""
+#: The HTTP versions every listener speaks. aiohttp's parser also accepts ``HTTP/2.0`` and
+#: ``HTTP/0.9`` request lines and would answer them as if they were HTTP/1.x.
+SPOKEN_VERSIONS = frozenset({HttpVersion10, HttpVersion11})
+
+
+def _refusals_before_the_application(handle: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]):
+    """What aiohttp would otherwise answer or let through before any middleware: a request line
+    of another HTTP version than 1.0 and 1.1 gets 505 (the envelope, connection closed); an
+    ``Expect`` other than 100-continue, which aiohttp answers in plain text (417), gets the
+    envelope like every other refusal."""
 
     async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        if request.version not in SPOKEN_VERSIONS:
+            response = _refused_response(505, *REFUSED_REQUESTS[505])
+            response.force_close()
+            response.headers["Connection"] = "close"  # aiohttp writes it for HTTP/1.1 only
+            return response
         try:
             return await handle(request)
         except web.HTTPExpectationFailed:

@@ -44,6 +44,24 @@ async def test_unparseable_requests_get_the_json_envelope(stack, service, listen
     assert error["code"] and error["message"]
 
 
+PATHS = {("api", "partner"): BASE + "/languages", ("stream", "partner"): BASE + "/stream"}
+
+
+@pytest.mark.parametrize("service,listener", LISTENERS, ids=[f"{s}-{l}" for s, l in LISTENERS])
+@pytest.mark.parametrize("version", ["HTTP/2.0", "HTTP/0.9"])
+async def test_a_request_line_of_another_http_version_gets_505_and_the_connection_is_closed(stack, service, listener, version):
+    # aiohttp's parser accepts these request lines; without the refusal the API answered
+    # "HTTP/2.0 200 OK" with the partner's data.
+    process = stack.of(service)[0]
+    path = PATHS.get((service, listener), "/readyz")
+    request = f"GET {path} {version}\r\nHost: x\r\nAuthorization: Bearer tw_live_unknownunknown\r\n\r\n".encode()
+    status, headers, body = await raw(process.port if listener == "partner" else process.admin_port, request)
+    assert status == 505
+    assert headers["content-type"].startswith("application/json")
+    assert headers["connection"] == "close"
+    assert orjson.loads(body)["error"]["code"] == "HTTP_VERSION_NOT_SUPPORTED"
+
+
 @pytest.mark.parametrize(
     "request_bytes,status,code",
     [
