@@ -40,7 +40,7 @@ NOT_NEGATIVE = ("db_pool_min", "kafka_fetch_max_wait_ms", "default_rate_limit_pe
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    database_url: str
+    database_url: str = field(repr=False)  # may carry a password
     kafka_bootstrap_servers: str
     topic_prefix: str = "tickerwire"
     host: str = "127.0.0.1"
@@ -112,7 +112,7 @@ class Config:
                 values[f.name] = overrides[f.name]
                 continue
             var = PREFIX + f.name.upper()
-            raw = _value_or_file(env, var) if f.type in ("str", str) else env.get(var)
+            raw = _value_or_file(env, var)
             if raw is None or raw == "":
                 if f.default is MISSING:
                     raise ConfigError(f"{var} is required but not set")

@@ -44,7 +44,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         # "Durability of the read model"). A commit's latency no longer follows the disk's
         # flush tail under a checkpoint.
         pool = await create_pool(
-            config.database_url, config.read_model_schema, min_size=2, max_size=config.db_pool_max,
+            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max,
             connect_timeout_s=config.db_connect_timeout_s, stateless=True, asynchronous_commit=True,
         )
         with storage_errors("migrate"):

@@ -103,3 +103,21 @@ def test_a_database_url_no_connection_could_use_is_refused_at_start_up_without_e
 )
 def test_database_urls_asyncpg_accepts_pass(url):
     assert Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url}).database_url == url
+
+
+def test_the_configuration_repr_shows_no_password():
+    config = Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": "postgresql://svc:s3cret-pw@db:5432/tw",
+                              "TICKERWIRE_KAFKA_SASL_PASSWORD": "kafka-pw", "TICKERWIRE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                              "TICKERWIRE_KAFKA_SASL_MECHANISM": "PLAIN", "TICKERWIRE_KAFKA_SASL_USERNAME": "svc"})
+    assert "s3cret-pw" not in repr(config) and "kafka-pw" not in repr(config)
+    assert config.database_url == "postgresql://svc:s3cret-pw@db:5432/tw"
+
+
+def test_every_setting_can_come_from_a_file(tmp_path):
+    (tmp_path / "pool").write_text("7\n")
+    (tmp_path / "hostname").write_text("false\n")
+    config = Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool"),
+                              "TICKERWIRE_KAFKA_SSL_CHECK_HOSTNAME_FILE": str(tmp_path / "hostname")})
+    assert (config.db_pool_max, config.kafka_ssl_check_hostname) == (7, False)
+    with pytest.raises(ConfigError, match="not both"):
+        Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MAX": "7", "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool")})
