@@ -37,7 +37,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 class Queryable(Protocol):
     """A pool or a connection: what reads that work on either need."""
 
-    async def fetch(self, query: str, *args: object) -> list: ...
+    async def fetch(self, query: str, *args: object, timeout: float | None = None) -> list: ...
 
 
 def quote_ident(name: str) -> str:
@@ -122,12 +122,20 @@ async def reader_pool(config: Config) -> asyncpg.Pool:
     )
 
 
+async def is_migrated(db: Queryable, schema: str, timeout_s: float | None = None) -> bool:
+    """Whether the read-model schema ``schema`` exists and is migrated (its ``positions`` table,
+    the first migration's, exists). The one statement of that rule: the readiness checks, the
+    stored positions and the rebuild's switch ask it."""
+    rows = await db.fetch("SELECT to_regclass($1) IS NOT NULL AS migrated", quote_ident(schema) + ".positions", timeout=timeout_s)
+    return bool(rows[0]["migrated"])
+
+
 async def postgres_check(pool: asyncpg.Pool, schema: str, timeout_s: float = 0.8) -> tuple[bool, str]:
     """Readiness: PostgreSQL answers a query within ``timeout_s`` and the read model is migrated."""
     try:
         with storage_errors("readiness"):
             async with pool.acquire(timeout=timeout_s) as conn:
-                migrated = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{schema}.positions", timeout=timeout_s)
+                migrated = await is_migrated(conn, schema, timeout_s)
     except StorageUnavailable as exc:
         return False, f"PostgreSQL unreachable ({exc})"
     except asyncpg.PostgresError as exc:

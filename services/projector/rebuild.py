@@ -45,7 +45,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import connect, create_pool, storage_errors
+from ..common.db import connect, create_pool, is_migrated, storage_errors
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from ..common.logs import setup_logging
 from ..common.process import failure_line
@@ -156,7 +156,7 @@ async def _switch(conn: asyncpg.Connection, live: str, target: str) -> None:
     async with conn.transaction():
         await conn.execute("SET LOCAL lock_timeout = '30s'")
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)  # no migrate() meanwhile
-        live_exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{live}.positions")
+        live_exists = await is_migrated(conn, live)
         if live_exists:
             await conn.execute(f"""
                 UPDATE "{target}".workspaces n SET badge_status = o.badge_status, badge_swept_at = o.badge_swept_at

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 import asyncpg
 
-from ..common.db import Queryable, quote_ident
+from ..common.db import Queryable, is_migrated, quote_ident
 
 #: (topic, partition)
 Key = tuple[str, int]
@@ -65,8 +65,7 @@ async def load(
     ``schema``: of that read-model schema instead of the search_path's (nothing while it does
     not exist); ``for_update``: row-locked until the caller's transaction ends."""
     if schema is not None:
-        rows = await db.fetch("SELECT to_regclass($1) IS NOT NULL AS migrated", _table(schema))
-        if not rows[0]["migrated"]:
+        if not await is_migrated(db, schema):
             return {}
     statement = _SELECT.format(table=_table(schema))
     args: tuple[object, ...] = ()

@@ -8,6 +8,7 @@ import asyncio
 import asyncpg
 import pytest
 
+from tickerwire.services.common.db import is_migrated, postgres_check
 from tickerwire.services.readmodel import positions
 
 
@@ -34,6 +35,19 @@ async def test_load_of_another_schema_and_of_one_not_there(conn):
     await positions.save_many(conn, {("a", 0): 1})
     assert await positions.load(conn, schema="other") == {("a", 0): 12}
     assert await positions.load(conn, schema="missing") == {}
+
+
+async def test_a_read_model_schema_with_capitals_is_seen_as_migrated(conn, fresh_db):
+    # TICKERWIRE_READ_MODEL_SCHEMA=Live is a valid identifier and migrate creates it quoted;
+    # readiness, the stored positions and the rebuild's switch must find it, not "live".
+    await conn.execute('CREATE SCHEMA "Live"; CREATE TABLE "Live".positions (LIKE rm.positions INCLUDING DEFAULTS)')
+    await conn.execute("INSERT INTO \"Live\".positions (topic, partition, next_offset) VALUES ('a', 0, 7)")
+    assert await is_migrated(conn, "Live")
+    assert not await is_migrated(conn, "Other")
+    assert await positions.load(conn, schema="Live") == {("a", 0): 7}
+    async with asyncpg.create_pool(fresh_db, min_size=1, max_size=1) as pool:
+        assert await postgres_check(pool, "Live") == (True, "ok")
+        assert await postgres_check(pool, "Other") == (False, "read model not migrated")
 
 
 async def test_wait_until_returns_once_projected_and_times_out_saying_how_far(conn, fresh_db):
