@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import asyncpg
 import orjson
@@ -30,21 +30,27 @@ class Languages:
     default: str = FALLBACK_LOCALE
     body: bytes = b'{"languages":[]}'
     etag: str = ""
+    #: Each supported code by its BCP 47 casing: a code published as ``pt-br`` is found by
+    #: ``pt-BR`` and ``PT-BR`` too.
+    by_case: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self, lang: str | None) -> str:
         """Spec 4: a ``lang`` outside the supported list, or none, falls back to the default.
         Tags compare case-insensitively, as BCP 47 says (``de-de`` is ``de-DE``)."""
         if lang in self.codes:
             return lang
-        if lang and (cased := bcp47_case(lang)) in self.codes:
-            return cased
+        if lang:
+            return self.by_case.get(bcp47_case(lang), self.default)
         return self.default
 
 
-def _languages(rows: list[asyncpg.Record]) -> Languages:
+
+def languages_of(rows: list[asyncpg.Record]) -> Languages:
+    """The supported languages from the listed locales' rows (:func:`..readmodel.taxonomy.listed_locales`)."""
     default = default_locale((r["code"], r["is_default"]) for r in rows)
     body = orjson.dumps(partner.languages(rows, default))
-    return Languages(frozenset(r["code"] for r in rows), default, body, etag_of(body))
+    codes = frozenset(r["code"] for r in rows)
+    return Languages(codes, default, body, etag_of(body), {bcp47_case(code): code for code in codes})
 
 
 def etag_of(body: bytes) -> str:
@@ -125,7 +131,7 @@ class Catalog:
             rows = await pool.fetch(queries.SELECT_STAMPS, self.log_topic)
             stamps = {r["name"]: r["stamp"] for r in rows}
             if self._changed(stamps, "locales"):
-                self.languages = _languages(await listed_locales(pool))
+                self.languages = languages_of(await listed_locales(pool))
             if self._changed(stamps, "locales", "categories"):
                 self.categories = _categories(await categories(pool), self.languages)
             if self._changed(stamps, "tokens"):

@@ -319,7 +319,7 @@ class Feed:
         found = await retry_transient(load, what="announced posts", cap=2.0)
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
         for n, a in enumerate(found, start=1):
-            facts = PostFacts(a.lang, frozenset(a.tickers), frozenset(a.category_slugs))
+            facts = PostFacts.of(a.lang, a.tickers, a.category_slugs)
             self.hub.publish(protocol.post_created(a.lean, a.partition, a.offset), facts)
             self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(a.partition, a.offset)])
             if n % self.yield_every == 0:

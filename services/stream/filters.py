@@ -17,7 +17,7 @@ once per message and distinct filter set, not once per connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from ..common.query import bcp47_case, csv_values, tickers
 
@@ -26,9 +26,15 @@ from ..common.query import bcp47_case, csv_values, tickers
 class PostFacts:
     """What the filters look at, from the announced translation's row."""
 
-    lang: str
+    lang: str  # in BCP 47 case, like a filter's langs: tags compare case-insensitively
     tickers: frozenset[str]
     categories: frozenset[str]  # leaf and group slugs, as the /posts category filter sees them
+
+    @classmethod
+    def of(cls, lang: str, tickers: Iterable[str], categories: Iterable[str]) -> "PostFacts":
+        """The facts of an announced translation; its ``lang`` as published (``pt-br`` is
+        matched by a filter's ``pt-BR``, as /posts matches it)."""
+        return cls(bcp47_case(lang), frozenset(tickers), frozenset(categories))
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,3 +90,12 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
     for conn in conns:
         await hub.forget(conn)
     assert hub.groups == {} and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 0
+
+
+def test_a_locale_published_in_another_case_is_matched_like_posts_matches_it():
+    # The event contract accepts "pt-br"; a filter's "pt-BR" (or "PT-br") must match it, as
+    # GET /posts?lang=pt-BR serves it.
+    published = PostFacts.of("pt-br", ["BTC"], ["markets"])
+    assert parse_filter({"lang": "pt-BR"}).admits(published)
+    assert parse_filter({"lang": "PT-br"}).admits(published)
+    assert not parse_filter({"lang": "pt-PT"}).admits(published)
