@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from .models import VISIBLE_STATUSES, Category, Post, PostTranslation
+from .models import VISIBLE_STATUSES, Category, Post, PostStatus, PostTranslation
 from .searchtext import index_text
 
 #: PostgreSQL text-search configurations by primary language subtag; `simple` elsewhere.
@@ -156,9 +156,15 @@ def detail_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str
     return doc
 
 
+def visible_state(status: PostStatus, published_at: datetime | None) -> bool:
+    """The visibility rule: partners see a post's translations while it is published (or
+    partially published) and has a publication time."""
+    return status in VISIBLE_STATUSES and published_at is not None
+
+
 def is_visible(post: Post) -> bool:
-    """Partners see a post's translations while it is published (or partially published)."""
-    return post.status in VISIBLE_STATUSES and post.published_at is not None
+    """Whether partners see ``post`` (:func:`visible_state`)."""
+    return visible_state(post.status, post.published_at)
 
 
 def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:

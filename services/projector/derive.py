@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, PostStatus
+from tickerwire.schemas.models import LIVE_STATUSES, PostStatus
+from tickerwire.schemas.readmodel import visible_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class PostFacts:
 
     @property
     def visible(self) -> bool:
-        return PostStatus(self.status) in VISIBLE_STATUSES and self.published_at is not None
+        return visible_state(PostStatus(self.status), self.published_at)
 
 
 def minute_bucket(ts: datetime) -> datetime:
