@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 CHANNEL = "tw_stamps"
 #: application_name of the listening connection (pg_stat_activity shows who listens)
 LISTENER_NAME = "tickerwire-stamps"
+#: The bound of one refresh (reading the stamps and reloading what moved: principals, the
+#: catalog). Its statements are bounded by the pool's statement timeout; this also bounds the
+#: waits for a pooled connection, so a pool held by stuck work cannot stall the refreshes.
+REFRESH_TIMEOUT_S = 10.0
 
 
 class StampWatcher:
@@ -126,7 +130,10 @@ class StampWatcher:
             self._wake.clear()
             started, seen = time.monotonic(), dict(self._seen)
             try:
-                await self._refresh()
+                async with asyncio.timeout(REFRESH_TIMEOUT_S):
+                    await self._refresh()
+            except TimeoutError:
+                log.warning("refreshing from the change stamps took over %g s; retrying", REFRESH_TIMEOUT_S)
             except TransientError as exc:
                 log.warning("refreshing from the change stamps failed: %s", exc)
             except asyncpg.UndefinedTableError:

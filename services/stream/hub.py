@@ -129,7 +129,12 @@ class Hub:
         self.metrics.closed.labels(str(code)).inc()
         task = asyncio.create_task(self._close(conn, code, reason), name=f"ws-close-{conn.session_id}")
         self._closers.add(task)
-        task.add_done_callback(self._closers.discard)
+        task.add_done_callback(self._closed)
+
+    def _closed(self, task: asyncio.Task) -> None:
+        self._closers.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:  # a defect: never silent
+            log.error("closing a stream connection failed", exc_info=exc)
 
     def close_sessions(self, session_ids, code: int, reason: str) -> None:
         for session_id in session_ids:

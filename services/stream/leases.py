@@ -106,7 +106,11 @@ class Grants:
                     elif ok:  # its handshake was cancelled while this statement ran
                         gave_up.append(session_id)
                 if gave_up:
-                    await self._undo(gave_up)
+                    try:
+                        await self._undo(gave_up)
+                    except Exception:  # noqa: BLE001 - a defect (transient errors are handled there); the next handshakes still get served
+                        log.exception("could not release %d slot(s) granted to handshakes that gave up; "
+                                      "they are freed when their leases expire", len(gave_up))
         finally:  # cancelled (the stream stopping): nobody is left waiting
             stopping = StorageUnavailable("acquire stream lease: the stream is stopping")
             _fail(queue or [], stopping)
