@@ -81,8 +81,12 @@ def _run(command: str, coro) -> int:
     except ConfigError as exc:
         coro.close()
         return _fail(command, str(exc), 2)
-    # The client library logs each failed connection attempt; the command's own line says it once.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # The client library logs each failed connection attempt; the command's own line says it
+    # once, with the cause of the last attempt (kept by kafka.BOOTSTRAP_CAUSE, which needs the
+    # library's ERROR records to be made), so no line of the library is written.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    for handler in logging.root.handlers:
+        handler.addFilter(lambda record: not record.name.startswith("aiokafka"))
     try:
         result = asyncio.run(coro)
     except pydantic.ValidationError as exc:

@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka import errors
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
 from aiokafka.helpers import create_ssl_context
 
@@ -28,6 +29,48 @@ from .retry import retry_transient
 from .topics import Difference, TopicState, compare, declared_topics
 
 log = logging.getLogger(__name__)
+
+
+class _BootstrapCause(logging.Filter):
+    """aiokafka logs why each bootstrap attempt failed ('Unable connect to "host:port": <error>',
+    at ERROR on its ``aiokafka`` logger) and then raises a ``KafkaConnectionError`` that does not
+    say. This filter, on that logger, keeps the latest such error, so the error raised here can
+    name it and a refusal that no retry fixes (credentials, certificates) is not retried as an
+    outage. It drops nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: BaseException | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Unable connect to") and isinstance(record.args, tuple) and record.args:
+            if isinstance(cause := record.args[-1], BaseException):
+                self.last = cause
+        return True
+
+    def take(self) -> BaseException | None:
+        cause, self.last = self.last, None
+        return cause
+
+
+BOOTSTRAP_CAUSE = _BootstrapCause()
+logging.getLogger("aiokafka").addFilter(BOOTSTRAP_CAUSE)
+
+#: What a broker answers when it refuses this client for good: retrying changes nothing.
+_REFUSED = (errors.SaslAuthenticationFailed, errors.UnsupportedSaslMechanismError, errors.IllegalSaslStateError, ssl.SSLError)
+
+
+def unreachable(config: Config, exc: BaseException, what: str = "cannot reach the broker at") -> Exception:
+    """The error for a client that could not bootstrap: a ConfigError naming the cause when the
+    broker refused our credentials or TLS (not retried), else BrokerUnavailable (retried)."""
+    cause = BOOTSTRAP_CAUSE.take()
+    if isinstance(cause, _REFUSED):
+        return ConfigError(
+            f"the broker at {config.kafka_bootstrap_servers} refused this client: {type(cause).__name__}: {cause} "
+            "(check TICKERWIRE_KAFKA_SECURITY_PROTOCOL and the TICKERWIRE_KAFKA_SSL_* / TICKERWIRE_KAFKA_SASL_* settings)"
+        )
+    because = f" (last attempt: {type(cause).__name__}: {cause})" if cause is not None else ""
+    return BrokerUnavailable(f"{what} {config.kafka_bootstrap_servers}: {exc}{because}")
 
 
 @functools.lru_cache(maxsize=8)
@@ -107,7 +150,7 @@ async def started_producer(config: Config, **kw) -> AsyncIterator[AIOKafkaProduc
         await prod.start()
     except KafkaConnectionError as exc:
         await prod.stop()
-        raise BrokerUnavailable(f"cannot reach the broker at {config.kafka_bootstrap_servers}: {exc}") from exc
+        raise unreachable(config, exc) from exc
     try:
         yield prod
     finally:
@@ -134,7 +177,7 @@ async def started_admin(config: Config) -> AsyncIterator[AIOKafkaAdminClient]:
         await client.start()
     except KafkaError as exc:
         await client.close()
-        raise BrokerUnavailable(f"cannot reach the broker at {config.kafka_bootstrap_servers}: {exc}") from exc
+        raise unreachable(config, exc) from exc
     try:
         yield client
     finally:

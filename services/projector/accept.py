@@ -21,7 +21,6 @@ from aiokafka import TopicPartition
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import command_connection
-from ..common.errors import BrokerUnavailable
 from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
 from ..common.process import failure_line
@@ -51,7 +50,7 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
         ends = await asyncio.wait_for(consumer.end_offsets(tps), 30)
     except (Exception, asyncio.TimeoutError) as exc:
         await consumer.stop()
-        raise BrokerUnavailable(f"cannot read the log offsets from {config.kafka_bootstrap_servers}: {exc}") from exc
+        raise kafka.unreachable(config, exc, "cannot read the log offsets from") from exc
     probe = LogProbe(config, "tickerwire-accept-log-probe")
     try:
         async with command_connection(config.database_url, schema=config.read_model_schema) as conn:

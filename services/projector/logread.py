@@ -75,7 +75,7 @@ async def discontinuities(config: Config, stored: dict[TopicPartition, int]) -> 
             await consumer.start()
         return await find_discontinuities(consumer, probe, stored)
     except (KafkaError, OSError, asyncio.TimeoutError) as exc:
-        raise BrokerUnavailable(f"cannot read the log offsets from {config.kafka_bootstrap_servers}: {exc}") from exc
+        raise kafka.unreachable(config, exc, "cannot read the log offsets from") from exc
     finally:
         await probe.close()
         await consumer.stop()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -100,3 +101,32 @@ async def test_clients_speak_kafka_over_the_configured_tls_with_a_client_certifi
     # ... and inside it aiokafka asked for API versions, then a SASL handshake with our mechanism.
     assert front.received[4:6] == (18).to_bytes(2, "big")  # ApiVersions
     assert b"SCRAM-SHA-512" in bytes(front.received)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is needed to make test certificates")
+async def test_a_broker_certificate_the_client_does_not_trust_is_a_refusal_named_once_not_an_outage(kafka_bootstrap, tmp_path):
+    broker_side, client_side = tmp_path / "broker", tmp_path / "client"
+    broker_side.mkdir()
+    client_side.mkdir()
+    pki, other = make_pki(broker_side), make_pki(client_side)  # the client trusts another CA
+    async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
+        env = env_for(
+            f"127.0.0.1:{front.port}", "tls-refused",
+            TICKERWIRE_KAFKA_SECURITY_PROTOCOL="SSL",
+            TICKERWIRE_KAFKA_SSL_CAFILE=str(other.ca),
+            TICKERWIRE_KAFKA_SSL_CERTFILE=str(other.client_cert),
+            TICKERWIRE_KAFKA_SSL_KEYFILE=str(other.client_key),
+        )
+        with pytest.raises(ConfigError, match="refused this client: SSLCertVerificationError"):  # not retried
+            await kafka.check_topics(Config.from_env(env))
+        # The command line: one line naming the cause, status 2 (the front runs on this loop,
+        # so the command runs without blocking it).
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tickerwire.services.cli.main", "topics", "check", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 2, lines
+    assert len(lines) == 1, lines
+    assert "refused this client" in lines[0] and "SSLCertVerificationError" in lines[0]
+    assert "TICKERWIRE_KAFKA_SSL_" in lines[0]
