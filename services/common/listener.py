@@ -243,6 +243,12 @@ def refused_status(exc: BaseException | None, max_line_size: int, max_field_size
     return 400
 
 
+#: On stop, requests in progress get this long to finish before they are cancelled (aiohttp's
+#: default is 60 s). The stream closes its WebSockets before (CLOSE_GRACE_S); the Kubernetes
+#: grace periods in deploy/ are sized with this figure (docs/operations.md).
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
 class _GuardedServer(web.Server):
     def __call__(self) -> RequestHandler:
         return GuardedHandler(self, loop=self._loop, **self._kwargs)
@@ -258,6 +264,7 @@ class GuardedRunner(web.AppRunner):
             # No route reads a request body. aiohttp would read an unread one to its end (for up
             # to 10 s) to reuse the connection; the connection is closed after the answer instead.
             lingering_time=0,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         )
 
     async def _make_server(self) -> web.Server:

@@ -27,7 +27,7 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 OBS = DEPLOY / "observability"
 KUBERNETES_VERSION = "1.30.0"  # the oldest minor the manifests promise to work on
-ADMIN_PORTS = {"api": 9080, "stream": 9081, "projector": 9082}  # as in compose.yaml and base/configmap.yaml
+ADMIN_PORTS = {"api": 9080, "stream": 9081, "projector": 9082}  # as in compose.yaml and base/config.env
 #: Metrics the dashboard and alerts use that another issue adds (issue 10: log discontinuity),
 #: and Kubernetes' own (kube-state-metrics), so not defined in services/.
 EXTERNAL_METRICS = {"tickerwire_projector_log_discontinuity", "kube_pod_container_status_ready", "up"}
@@ -116,6 +116,18 @@ def render(folder: Path) -> list[dict]:
     docs: list[dict] = []
     for entry in spec.get("resources", []):
         docs += render(folder / entry) if (folder / entry).is_dir() else load_all(folder / entry)
+    for gen in spec.get("configMapGenerator", []):  # kustomize's env files: KEY=value lines, # comments
+        data = {}
+        for env in gen.get("envs", []):
+            for line in (folder / env).read_text().splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    key, value = line.split("=", 1)
+                    data[key] = value
+        if gen.get("behavior") == "merge":
+            (target,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == ("ConfigMap", gen["name"])]
+            target["data"].update(data)
+        else:
+            docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data})
     for patch_ref in spec.get("patches", []):
         patch = yaml.safe_load((folder / patch_ref["path"]).read_text())
         assert not has_list({k: v for k, v in patch.items() if k not in ("apiVersion", "kind", "metadata")}), patch_ref
