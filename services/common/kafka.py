@@ -25,7 +25,6 @@ from aiokafka.helpers import create_ssl_context
 
 from .config import Config
 from .errors import BrokerUnavailable, ConfigError
-from .retry import retry_transient
 from .topics import Difference, TopicState, compare, declared_topics
 
 log = logging.getLogger(__name__)
@@ -252,34 +251,6 @@ async def cluster_topics(config: Config) -> dict[str, TopicState]:
 async def check_topics(config: Config) -> list[Difference]:
     """How the cluster's topics differ from the declaration (empty when they match)."""
     return compare(declared_topics(config), await cluster_topics(config))
-
-
-async def require_safe_topics(config: Config, *, create: bool) -> None:
-    """The start-up check of every process that reads the log.
-
-    Creates missing topics first when ``create``; logs each difference; refuses (ConfigError)
-    a configuration that would make a rebuild lose history, unless
-    TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set. Waits, with capped backoff, for the broker."""
-
-    async def run() -> list[Difference]:
-        if create:
-            await ensure_topics(config)
-        return await check_topics(config)
-
-    diffs = await retry_transient(run, what="check topics", cap=5.0)
-    unsafe = [d for d in diffs if d.loses_history]
-    for d in diffs:
-        log.warning("topic differs from its declaration: %s", d)
-    if not unsafe:
-        return
-    if config.kafka_allow_unsafe_topics:
-        log.error("TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set: starting although %d topic setting(s) lose history", len(unsafe))
-        return
-    raise ConfigError(
-        "topics would lose rebuild history: "
-        + "; ".join(str(d) for d in unsafe)
-        + ". Fix them (see docs/operations.md, 'Topics') or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"
-    )
 
 
 #: ApiVersions v0 (API key 18, no body), which every Kafka broker answers before any

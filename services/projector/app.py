@@ -14,7 +14,6 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import web
 
-from ..common import kafka
 from ..common.config import Config
 from ..common.db import create_pool, storage_errors
 from ..readmodel.migrate import migrate
@@ -22,6 +21,7 @@ from ..common.ops import add_ops_routes, run_app
 from ..common.readiness import Readiness, service_readiness
 from ..common.retry import retry_transient
 from ..common.supervise import Supervisor, supervisor_of
+from ..common.topicgate import TOPIC_GATE, TopicGate, install
 from .metrics import ProjectorMetrics
 from .runner import Projector, ensure_topics_with_retry
 from .sweeper import run_sweeper
@@ -67,6 +67,7 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
     app[CONFIG] = config
     app[METRICS] = metrics or ProjectorMetrics()
     app.cleanup_ctx.append(_pool_ctx)
+    install(app, TopicGate(config, app[METRICS].registry, create=True))
 
     async def projector_ctx(app: web.Application) -> AsyncIterator[None]:
         app[PROJECTOR] = Projector(config, app[POOL], app[METRICS])
@@ -106,11 +107,11 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
             return True, "ok"
         return False, "; ".join(gap.reason for gap in app[PROJECTOR].stopped.values())
 
+    ready.add("topics", app[TOPIC_GATE].check)
     ready.add("consuming", consuming)
     ready.add("log", log_intact)
     return ready
 
 
 async def serve(config: Config) -> None:
-    await kafka.require_safe_topics(config, create=True)
     await run_app(create_app(config), config, name="projector", port=None, admin_port=config.projector_admin_port)

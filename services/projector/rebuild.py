@@ -50,6 +50,7 @@ from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from ..common.logs import setup_logging
 from ..common.process import failure_line
 from ..common.retry import retry_transient
+from ..common.topicgate import require_safe_topics
 from ..common.topics import declared_topics
 from ..readmodel import positions
 from . import bulk as bulk_mod
@@ -90,7 +91,7 @@ class Replayer:
 
     async def start(self, positions: dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Assign every partition from the beginning (or from ``positions``); the end offsets."""
-        await kafka.require_safe_topics(self.config, create=True)  # a rebuild is what lost history would break
+        await require_safe_topics(self.config, create=True)  # a rebuild is what lost history would break
         self.consumer = kafka.consumer(
             self.config, group_id=None, client_id="tickerwire-rebuild", max_poll_records=self.config.projector_batch_max
         )

@@ -16,7 +16,6 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import WSMsgType, web
 
-from ..common import kafka
 from ..common.access import PRINCIPAL_KEY, AccessDenied, Principals, authorization, bearer_key
 from ..common.config import Config
 from ..common.db import reader_pool
@@ -27,6 +26,7 @@ from ..common.requestlog import add_request_log
 from ..common.readiness import Readiness, service_readiness
 from ..common.supervise import Supervisor, supervisor_of
 from ..common.stamps import StampWatcher
+from ..common.topicgate import TOPIC_GATE, TopicGate, install
 from . import protocol
 from .errors import error_middleware
 from .feed import Feed
@@ -162,6 +162,7 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app[WATCHER] = principals.watcher = StampWatcher(config.database_url, lambda: _refresh(app))
     app[METRICS].access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
     app.cleanup_ctx.append(_pool_ctx)
+    install(app, TopicGate(config, app[METRICS].registry, create=False))
     supervisor = supervisor_of(app)
     app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
     app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
@@ -187,6 +188,7 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
             return False, "principals not loaded yet"
         return app[WATCHER].status()
 
+    ready.add("topics", app[TOPIC_GATE].check)
     ready.add("feed", feed)
     ready.add("access", access)
     return ready
@@ -200,5 +202,4 @@ def _on_lease_lost(hub: Hub):
 
 
 async def serve(config: Config) -> None:
-    await kafka.require_safe_topics(config, create=False)
     await run_app(create_app(config), config, name="stream", port=config.stream_port, admin_port=config.stream_admin_port)

@@ -4,17 +4,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 
+import aiohttp
+import orjson
 import pytest
 from aiokafka.admin import NewTopic
+from prometheus_client import CollectorRegistry
 
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
+from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.services.common.errors import ConfigError
+from tickerwire.services.common.topicgate import TopicGate, require_safe_topics
 from tests.support.tls import TlsFront, make_pki
 
 
@@ -66,13 +72,69 @@ async def test_check_reports_a_topic_without_compaction_and_services_refuse_it(k
     assert "1 difference(s)" in result.stderr
 
     with pytest.raises(ConfigError, match="TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"):
-        await kafka.require_safe_topics(config, create=True)
-    await kafka.require_safe_topics(Config.from_env({**env, "TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS": "1"}), create=False)
+        await require_safe_topics(config, create=True)
+    await require_safe_topics(Config.from_env({**env, "TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS": "1"}), create=False)
 
-    stream = cli(env, "stream")  # the start-up check runs before anything else
-    assert stream.returncode == 2
-    assert stream.stderr.strip().splitlines()[-1].startswith("tickerwire: topics would lose rebuild history: ")
-    assert "Traceback" not in stream.stderr
+    # A service refuses it loudly and waits, instead of exiting: an ERROR line, the gauge and
+    # readiness on its admin listener, and its partner port not bound.
+    port, admin_port = free_port(), free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tickerwire.services.cli.main", "stream",
+        env={**env, "TICKERWIRE_STREAM_PORT": str(port), "TICKERWIRE_STREAM_ADMIN_PORT": str(admin_port)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with aiohttp.ClientSession() as http:
+            readiness = None
+            for _ in range(100):
+                await asyncio.sleep(0.2)
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with http.get(f"http://127.0.0.1:{admin_port}/readyz") as resp:
+                        readiness = (resp.status, await resp.json())
+                        if "lose rebuild history" in readiness[1]["checks"]["topics"]["detail"]:
+                            break
+            assert readiness is not None and readiness[0] == 503, readiness
+            assert readiness[1]["checks"]["topics"]["ok"] is False
+            assert f"{topic_prefix}.posts.v1: cleanup.policy=delete" in readiness[1]["checks"]["topics"]["detail"]
+            async with http.get(f"http://127.0.0.1:{admin_port}/metrics") as resp:
+                assert 'tickerwire_topic_differences{kind="loses_history"} 1.0' in await resp.text()
+            with pytest.raises(aiohttp.ClientConnectionError):
+                async with http.get(f"http://127.0.0.1:{port}/api/v1/developer/stream"):
+                    pass
+        assert proc.returncode is None  # still running, waiting for the topics
+    finally:
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    errors = [orjson.loads(line) for line in err.decode().splitlines() if line.startswith("{") and '"level":"error"' in line]
+    assert any("topics would lose rebuild history" in e["msg"] and "cleanup.policy=delete" in e["msg"] for e in errors), err
+    assert "Traceback" not in err.decode()
+    assert proc.returncode == 0
+
+
+async def test_a_refused_topic_setting_lets_the_process_start_once_fixed(kafka_bootstrap, topic_prefix):
+    env = env_for(kafka_bootstrap, topic_prefix)
+    config = Config.from_env(env)
+    async with kafka.started_admin(config) as admin:
+        await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])  # not compacted
+    await kafka.ensure_topics(config)
+    registry = CollectorRegistry()
+    gate = TopicGate(config, registry, create=False, recheck_s=0.2)
+    waiting = asyncio.create_task(gate.wait_until_safe())
+    try:
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if "lose rebuild history" in (await gate.check())[1]:
+                break
+        assert not (await gate.check())[0] and not waiting.done()
+        assert registry.get_sample_value("tickerwire_topic_differences", {"kind": "loses_history"}) == 1
+        # The operator's way out: the topic, still empty, is deleted and created as declared.
+        async with kafka.started_admin(config) as admin:
+            await admin.delete_topics([f"{topic_prefix}.posts.v1"])
+        await kafka.ensure_topics(config)
+        await asyncio.wait_for(waiting, 10)
+    finally:
+        waiting.cancel()
+    assert await gate.check() == (True, "ok")
+    assert registry.get_sample_value("tickerwire_topic_differences", {"kind": "loses_history"}) == 0
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is needed to make test certificates")

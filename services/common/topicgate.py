@@ -1,0 +1,140 @@
+"""The topic check of a long-running process that reads the log (projector, stream), as a gate.
+
+Before the process starts its work it checks the cluster's topics against the declaration
+(:func:`.kafka.check_topics`; the projector creates missing ones first). A configuration that
+would make a rebuild lose history (a topic not compacted, another partition count) is refused
+loudly and the process waits, instead of exiting:
+
+- an ERROR line naming every such difference (again whenever the differences change);
+- the gauge ``tickerwire_topic_differences{kind}`` (``loses_history``: the refused ones;
+  ``other``: missing topics, a lower replication factor, ``min.insync.replicas``), always set,
+  so an alert sees a setting allowed with ``TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS`` too;
+- readiness check ``topics`` not ready, with the differences as its detail, while the admin
+  listener answers (the partner listener is not bound, nothing is consumed);
+- the way out (docs/operations.md, "Topics"): fix the topics, which the gate sees at its next
+  check (every :data:`RECHECK_S`) and then lets the process start; or set
+  ``TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1`` and restart.
+
+The command line (``tickerwire projector rebuild``) refuses the same configuration with one
+line and status 2 (:func:`require_safe_topics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import AsyncIterator
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+
+from . import kafka
+from .config import Config
+from .errors import ConfigError
+from .retry import retry_transient
+from .topics import Difference
+
+log = logging.getLogger(__name__)
+
+#: How often a refused topic configuration is checked again.
+RECHECK_S = 30.0
+
+
+async def differences(config: Config, *, create: bool) -> list[Difference]:
+    """How the topics differ from the declaration, after creating missing ones when ``create``;
+    waits, with capped backoff, for the broker."""
+
+    async def run() -> list[Difference]:
+        if create:
+            await kafka.ensure_topics(config)
+        return await kafka.check_topics(config)
+
+    return await retry_transient(run, what="check topics", cap=5.0)
+
+
+def _allowed(config: Config, unsafe: list[Difference]) -> bool:
+    """Whether the operator allowed ``unsafe`` settings; said at ERROR either way it is used."""
+    if config.kafka_allow_unsafe_topics:
+        log.error("TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set: starting although topic settings lose rebuild history: %s",
+                  "; ".join(str(d) for d in unsafe))
+        return True
+    return False
+
+
+async def require_safe_topics(config: Config, *, create: bool) -> None:
+    """The command line's check (a rebuild, which lost history would break): logs each
+    difference and refuses (ConfigError: one line, status 2) a setting that loses history,
+    unless TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set."""
+    diffs = await differences(config, create=create)
+    for d in diffs:
+        log.warning("topic differs from its declaration: %s", d)
+    unsafe = [d for d in diffs if d.loses_history]
+    if unsafe and not _allowed(config, unsafe):
+        raise ConfigError(
+            "topics would lose rebuild history: " + "; ".join(str(d) for d in unsafe)
+            + ". Fix them (see docs/operations.md, 'Topics') or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"
+        )
+
+
+class TopicGate:
+    def __init__(self, config: Config, registry: CollectorRegistry, *, create: bool, recheck_s: float = RECHECK_S) -> None:
+        self.config = config
+        self.create = create
+        self.recheck_s = recheck_s
+        self.differences = Gauge(
+            "tickerwire_topic_differences",
+            "Ways the cluster's topics differ from the declaration at the last check; kind=loses_history "
+            "are refused (the process waits, not ready) unless TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set",
+            ["kind"], registry=registry,
+        )
+        self.state: tuple[bool, str] = (False, "checking the topics")
+        self._reported: tuple[str, ...] = ()
+
+    async def check(self) -> tuple[bool, str]:
+        """Readiness: whether the topics let this process work."""
+        return self.state
+
+    async def wait_until_safe(self) -> None:
+        """Return once no topic setting loses history (or that is allowed); until then, report
+        the refusal and check again every ``recheck_s``."""
+        while True:
+            diffs = await differences(self.config, create=self.create)
+            unsafe = [d for d in diffs if d.loses_history]
+            self.differences.labels("loses_history").set(len(unsafe))
+            self.differences.labels("other").set(len(diffs) - len(unsafe))
+            described = tuple(str(d) for d in diffs)
+            if described != self._reported:
+                self._reported = described
+                for d in diffs:
+                    if not d.loses_history:
+                        log.warning("topic differs from its declaration: %s", d)
+            if not unsafe:
+                self.state = (True, "ok")
+                return
+            listed = "; ".join(str(d) for d in unsafe)
+            if _allowed(self.config, unsafe):
+                self.state = (True, f"allowed by TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS: {listed}")
+                return
+            reason = f"topics would lose rebuild history: {listed}"
+            if self.state[1] != reason:
+                log.error(
+                    "%s. Not starting: fix them (docs/operations.md, 'Topics'; checked again every %g s) "
+                    "or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1 and restart", reason, self.recheck_s,
+                )
+            self.state = (False, reason)
+            await asyncio.sleep(self.recheck_s)
+
+
+TOPIC_GATE = web.AppKey("topic_gate", TopicGate)
+
+
+def install(app: web.Application, gate: TopicGate) -> None:
+    """Make ``gate`` the first step of ``app``'s start-up: nothing after it (pools, consumers,
+    the partner listener) starts until the topics let the process work."""
+
+    async def gate_ctx(app: web.Application) -> AsyncIterator[None]:
+        await app[TOPIC_GATE].wait_until_safe()
+        yield
+
+    app[TOPIC_GATE] = gate
+    app.cleanup_ctx.insert(0, gate_ctx)
