@@ -4,7 +4,7 @@ Order of gates: authentication (401 NOT_AUTHENTICATED), workspace suspended (403
 WORKSPACE_SUSPENDED), badge missing or unknown (403 BADGE_MISSING), the per-minute rate limit
 (429 RATE_LIMITED), the daily quota (429 QUOTA_EXHAUSTED), then the request itself. All five
 are decided without a database round trip of their own: the three gates from the process's
-in-memory principals (:class:`..common.access.Principals`), the two limits by the admission
+in-memory principals (:class:`..readmodel.access.Principals`), the two limits by the admission
 batcher (:mod:`.admission`), which settles all concurrent requests in one statement.
 
 What counts: every request that passes the three gates and is admitted by both limits
@@ -27,7 +27,9 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from ..common.access import PRINCIPAL_KEY, AccessDenied, authorization, bearer_key
+from ..common.keys import authorization, bearer_key
+from ..common.requestlog import WORKSPACE_KEY
+from ..readmodel.access import AccessDenied
 from ..common.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
 from .limits import Usage, refusal
 from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
@@ -70,7 +72,7 @@ async def gated(request: web.Request, handler: Handler, routes: Routes, represen
     if not usage.admitted:
         app[METRICS].rejected.labels(usage.outcome).inc()
         return refusal(usage).response()
-    request[PRINCIPAL_KEY] = principal
+    request[WORKSPACE_KEY] = principal.workspace_id
     try:
         response = await handler(request)
     except ApiError as exc:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 import asyncpg
 
-from ..common.access import Principal
+from ..readmodel.access import Principal
 from ..common.db import CONNECTION_ERRORS, open_connection
 from ..common.errors import StorageUnavailable
 from ..common.retry import backoff_delays

@@ -14,12 +14,13 @@ from aiohttp import web
 
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..common.access import Principals
+from ..readmodel.access import Principals
 from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.ops import add_ops_routes, run_app
 from ..common.readiness import Readiness, service_readiness
-from ..common.stamps import StampWatcher
+from ..readmodel import stamps as stamp
+from ..readmodel.stamps import StampWatcher
 from ..common.supervise import Supervisor, supervisor_of
 from . import handlers, openapi
 from .docs import add_docs_routes
@@ -69,7 +70,7 @@ async def _refresh(app: web.Application) -> None:
     await catalog.refresh(pool)
     app[PAGES].observe(catalog.stamps)
     await app[COMPRESSED].warm(catalog.tokens.listing.etag, catalog.tokens.listing.data)  # once per tokens stamp
-    if await app[PRINCIPALS].refresh(pool, catalog.stamps.get("access")):
+    if await app[PRINCIPALS].refresh(pool, catalog.stamps.get(stamp.ACCESS)):
         app[ADMISSIONS].forget_exhaustion()  # a workspace's limits may have changed
 
 

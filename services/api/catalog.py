@@ -1,6 +1,6 @@
 """Small, rarely changing read-model data cached in each API process.
 
-The process's :class:`..common.stamps.StampWatcher` calls :meth:`Catalog.refresh` on every pushed
+The process's :class:`..readmodel.stamps.StampWatcher` calls :meth:`Catalog.refresh` on every pushed
 stamp change and every 0.5 s: one tiny query of ``change_stamps``, then a reload of only what
 the projector changed.
 """
@@ -20,6 +20,7 @@ from tickerwire.schemas.readmodel import FALLBACK_LOCALE, default_locale
 
 from ..common.db import storage_errors
 from ..common.query import bcp47_case
+from ..readmodel import stamps as stamp
 from ..readmodel.taxonomy import categories, listed_locales
 from . import queries
 
@@ -130,11 +131,11 @@ class Catalog:
         with storage_errors("catalog refresh"):
             rows = await pool.fetch(queries.SELECT_STAMPS, self.log_topic)
             stamps = {r["name"]: r["stamp"] for r in rows}
-            if self._changed(stamps, "locales"):
+            if self._changed(stamps, stamp.LOCALES):
                 self.languages = languages_of(await listed_locales(pool))
-            if self._changed(stamps, "locales", "categories"):
+            if self._changed(stamps, stamp.LOCALES, stamp.CATEGORIES):
                 self.categories = _categories(await categories(pool), self.languages)
-            if self._changed(stamps, "tokens"):
+            if self._changed(stamps, stamp.TOKENS):
                 self.tokens = _tokens(await pool.fetch(queries.SELECT_TOKENS))
         self.stamps = stamps
         if rows:

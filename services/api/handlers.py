@@ -17,6 +17,7 @@ from tickerwire.schemas.readmodel import text_search_config
 from tickerwire.schemas.searchtext import query_text
 from ..common.db import storage_errors
 from ..common.envelope import ApiError
+from ..readmodel import stamps as stamp
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
@@ -68,8 +69,8 @@ async def _cached(request: web.Request, key: Hashable, build: Callable[[], Await
     (X-Log-Position) travels with the body: the one read in the same statement as its data."""
     cache, watcher = request.app[PAGES], request.app[WATCHER]
     usable = watcher.fresh()  # never serve from memory what is not confirmed current
-    if usable and watcher.behind("posts"):
-        await watcher.caught_up("posts")  # a change already pushed to this process is served
+    if usable and watcher.behind(stamp.POSTS):
+        await watcher.caught_up(stamp.POSTS)  # a change already pushed to this process is served
     if not usable:
         cache.bypass()
     elif (hit := cache.get(key)) is not None:

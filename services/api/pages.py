@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Mapping
 
+from ..readmodel import stamps as stamp
 from .lru import BoundedLRU
 
-DEPENDS_ON = ("posts", "categories", "locales")
+DEPENDS_ON = (stamp.POSTS, stamp.CATEGORIES, stamp.LOCALES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
-from ..common.access import Principals
+from ..readmodel.access import Principals
 from ..common.config import Config
-from ..common.stamps import StampWatcher
+from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed

@@ -22,7 +22,6 @@ import time
 
 from aiohttp import web
 
-from .access import PRINCIPAL_KEY
 from .logs import REQUEST_ID, RequestIdFilter, info_line
 
 __all__ = ["HEADER", "REQUEST_ID", "RequestIdFilter", "add_request_log", "closed", "opened", "request_id"]
@@ -34,6 +33,8 @@ _VALID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 #: Where the request id is kept on the request, for the response hook (which runs after the
 #: middleware has returned, outside the request's context).
 REQUEST_ID_KEY = web.RequestKey("request_id", str)
+#: The workspace of an authorized request, for its access-log line (set by the access gates).
+WORKSPACE_KEY = web.RequestKey("workspace_id", str)
 _PREFIX = "req_" + secrets.token_hex(6)
 _COUNTER = itertools.count(1)
 
@@ -65,7 +66,7 @@ def closed(request: web.Request, token: contextvars.Token, status: int, started:
             "route": route,
             "status": status,
             "duration_ms": int((time.perf_counter() - started) * 100_000 + 0.5) / 100,  # round(..., 2), faster
-            "workspace_id": getattr(request.get(PRINCIPAL_KEY), "workspace_id", None),
+            "workspace_id": request.get(WORKSPACE_KEY),
         })
     finally:
         REQUEST_ID.reset(token)

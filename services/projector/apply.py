@@ -50,6 +50,7 @@ from tickerwire.schemas.models import (
 from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
 
 from ..readmodel import positions
+from ..readmodel import stamps as stamp
 from ..readmodel.rows import (
     ApiKeyRow,
     EmbedRow,
@@ -342,9 +343,9 @@ async def _apply_posts(
     await conn.executemany(sql.UPSERT_POST, [post_record(d) for d in newer])
     await write_translations(conn, renderings, partition, await load_taxonomy(conn))
     if counters.tickers:
-        stamps.add("tokens")
+        stamps.add(stamp.TOKENS)
     result.applied["post"] += len(newer)
-    stamps.add("posts")  # the API's page cache drops what it holds
+    stamps.add(stamp.POSTS)  # the API's page cache drops what it holds
 
 
 def post_record(d: Decoded[PostEvent]) -> tuple:
@@ -416,7 +417,7 @@ async def _apply_locales(conn: asyncpg.Connection, items: list[Decoded[LocaleEve
     _count(result, "locale", len(items), len(codes))
     if not codes:
         return
-    stamps.add("locales")
+    stamps.add(stamp.LOCALES)
     await conn.execute(sql.ENSURE_SEARCH_INDEXES, sorted(r["code"] for r in codes))
     # Category names fall back to the default locale's name: a new default re-renders them.
     if await load_default_locale(conn) != default_before:
@@ -436,7 +437,7 @@ async def _apply_categories(conn: asyncpg.Connection, items: list[Decoded[Catego
             changed.append(slug)
     _count(result, "category", len(items), len(changed))
     if changed:
-        stamps.add("categories")
+        stamps.add(stamp.CATEGORIES)
         await rerender_posts_for_categories(conn, changed)
 
 
@@ -460,7 +461,7 @@ async def _apply_tokens(conn: asyncpg.Connection, items: list[Decoded[TokenEvent
     changed = await conn.fetch(sql.UPSERT_TOKEN, *TokenRow.arrays([token_row(d.event) for d in items]))
     _count(result, "token", len(items), len(changed))
     if changed:
-        stamps.add("tokens")
+        stamps.add(stamp.TOKENS)
 
 
 def locale_row(e: LocaleEvent) -> LocaleRow:
@@ -532,4 +533,4 @@ async def _apply_access(conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]
             changed = await conn.fetch(statement, *cols)
             _count(result, kind, offered, len(changed))
             if changed and kind in ("workspace", "api_key"):
-                stamps.add("access")  # what the API and stream hold per key (embeds and heartbeats act via the sweeper)
+                stamps.add(stamp.ACCESS)  # what the API and stream hold per key (embeds and heartbeats act via the sweeper)

@@ -59,6 +59,7 @@ from ..common.db import create_pool, quote_ident
 from ..common.errors import TickerwireError
 from ..common.logs import setup_logging
 from ..readmodel import positions
+from ..readmodel import stamps as stamp
 from ..readmodel.rows import TranslationRow
 from .apply import (
     DeadLetter,
@@ -273,7 +274,7 @@ async def bulk_load_posts(
             if rows:
                 await conn.executemany(sql.INSERT_DEAD_LETTER, rows)
             report.dead_letters = len(rows)
-            await conn.execute(sql.BUMP_STAMPS, ["tokens"])
+            await conn.execute(sql.BUMP_STAMPS, [stamp.TOKENS])
     await build_indexes(pool, [r["definition"] for r in indexes])
     await _analyze(pool, ["posts", "post_translations"])
     async with pool.acquire() as conn:

@@ -12,6 +12,7 @@ import asyncpg
 
 from ..common.db import storage_errors
 from ..common.errors import TransientError
+from ..readmodel import stamps as stamp
 from . import sql
 from .apply import SWITCH_LOCK
 from .metrics import ProjectorMetrics
@@ -24,7 +25,7 @@ async def sweep_once(conn: asyncpg.Connection) -> dict[str, str]:
     async with conn.transaction():
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)  # never across a rebuild's switch
         rows = await conn.fetch(sql.SWEEP_BADGES)
-        await conn.execute(sql.BUMP_STAMPS, ["access"])
+        await conn.execute(sql.BUMP_STAMPS, [stamp.ACCESS])
     return {r["id"]: r["badge_status"] for r in rows}
 
 

@@ -16,16 +16,17 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import WSMsgType, web
 
-from ..common.access import PRINCIPAL_KEY, AccessDenied, Principals, authorization, bearer_key
+from ..common.keys import authorization, bearer_key
+from ..readmodel.access import AccessDenied, Principals
 from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.envelope import envelope
 from ..common.errors import InvalidParameter
 from ..common.ops import add_ops_routes, run_app
-from ..common.requestlog import add_request_log
+from ..common.requestlog import WORKSPACE_KEY, add_request_log
 from ..common.readiness import Readiness, service_readiness
 from ..common.supervise import Supervisor, supervisor_of
-from ..common.stamps import StampWatcher
+from ..readmodel.stamps import StampWatcher
 from ..common.topicgate import TOPIC_GATE, TopicGate, install
 from . import protocol
 from .errors import error_middleware
@@ -86,7 +87,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     except AccessDenied as exc:
         metrics.refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)
-    request[PRINCIPAL_KEY] = principal  # for the access log
+    request[WORKSPACE_KEY] = principal.workspace_id  # for the access log
     stream_filter = requested_filter(request)
     if isinstance(stream_filter, web.Response):
         return stream_filter

@@ -1,7 +1,7 @@
 """Re-checks the access of open connections: a key revoked, a workspace suspended or a
 badge gone missing closes the affected connections within about a second.
 
-The rule is :func:`..common.access.gate` over the process's in-memory principals; the check runs
+The rule is :func:`..readmodel.access.gate` over the process's in-memory principals; the check runs
 right after every reload of the principals (pushed by the ``access`` change stamp) and every
 ``every_s`` seconds anyway (``TICKERWIRE_STREAM_ACCESS_RECHECK_S``; then reading the database
 when the in-memory copy is not confirmed current).
@@ -14,7 +14,7 @@ import logging
 
 import asyncpg
 
-from ..common.access import Principals, gate
+from ..readmodel.access import Principals, gate
 from ..common.errors import TransientError
 from . import protocol
 from .hub import Hub

@@ -11,12 +11,12 @@ import asyncpg
 import pytest
 
 from tickerwire.services.api.admission import Admissions
-from tickerwire.services.common.access import AccessDenied, Principals
+from tickerwire.services.readmodel.access import AccessDenied, Principals
 import contextlib
 
 from tickerwire.services.common.db import create_pool
 from tickerwire.services.readmodel.migrate import migrate
-from tickerwire.services.common.stamps import StampWatcher
+from tickerwire.services.readmodel.stamps import StampWatcher
 from tickerwire.services.common.keys import generate_key, hash_key
 
 

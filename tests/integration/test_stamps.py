@@ -13,7 +13,7 @@ import pytest
 
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.common.errors import StorageUnavailable
-from tickerwire.services.common.stamps import LISTENER_NAME, StampWatcher
+from tickerwire.services.readmodel.stamps import LISTENER_NAME, StampWatcher
 
 
 @pytest.fixture

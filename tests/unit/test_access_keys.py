@@ -9,7 +9,7 @@ import logging
 import orjson
 
 from tickerwire.services.api.limits import Usage, refusal
-from tickerwire.services.common.access import bearer_key
+from tickerwire.services.common.keys import bearer_key
 from tickerwire.services.common.keys import KEY_PREFIX, display_prefix, generate_key, hash_key, hashes_match, looks_like_key
 from tickerwire.services.common.logs import JsonFormatter, redact
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tickerwire.services.api.admission import hand_out
-from tickerwire.services.common.access import Principal, gate
+from tickerwire.services.readmodel.access import Principal, gate
 
 
 def principal(revoked=False, status="active", badge="ok") -> Principal:

@@ -28,11 +28,20 @@ from typing import Awaitable, Callable
 
 import asyncpg
 
-from .db import CONNECTION_ERRORS, open_connection
-from .errors import TransientError
-from .retry import backoff_delays
+from ..common.db import CONNECTION_ERRORS, open_connection
+from ..common.errors import TransientError
+from ..common.retry import backoff_delays
 
 log = logging.getLogger(__name__)
+
+#: The change stamps, rows of ``change_stamps`` (created by the migrations), and what a bump
+#: of each says: the projector bumps them in the transaction of the change, the API and the
+#: stream reload what depends on them.
+ACCESS = "access"  # keys, workspaces and badges: each process's principals
+POSTS = "posts"  # any post: the API's page cache
+TOKENS = "tokens"  # tokens and their post counts
+CATEGORIES = "categories"
+LOCALES = "locales"
 
 CHANNEL = "tw_stamps"
 #: application_name of the listening connection (pg_stat_activity shows who listens)

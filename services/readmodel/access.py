@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import asyncpg
-from aiohttp import web
-from multidict import MultiMapping
 
-from .db import storage_errors
-from .keys import hash_key, hashes_match, looks_like_key
+from ..common.db import storage_errors
+from ..common.keys import hash_key, hashes_match, looks_like_key
+from . import stamps as stamp
 from .stamps import StampWatcher
 
 #: Every key with its workspace's access state and limits (the read model's tables).
@@ -36,7 +35,7 @@ SELECT k.key_hash, k.revoked_at IS NOT NULL AS revoked, w.id AS workspace_id, w.
        w.rate_limit_per_minute, w.daily_quota, w.stream_connection_limit
 FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id"""
 SELECT_PRINCIPALS_BY_HASH = SELECT_PRINCIPALS + "\nWHERE k.key_hash = ANY($1::text[])"
-SELECT_ACCESS_STAMP = "SELECT stamp FROM change_stamps WHERE name = 'access'"
+SELECT_ACCESS_STAMP = f"SELECT stamp FROM change_stamps WHERE name = '{stamp.ACCESS}'"
 
 BADGE_RECOVERY = (
     "No badge heartbeat has been received from this workspace's embed for over 72 hours, or never. "
@@ -79,10 +78,6 @@ class Principal:
         )
 
 
-#: The authorized principal, kept on the request for the access log.
-PRINCIPAL_KEY = web.RequestKey("principal", Principal)
-
-
 def gate(principal: Principal | None) -> Denial | None:
     """THE access rule (spec 5, in order): None when the key's requests may be served."""
     if principal is None or principal.revoked:
@@ -98,25 +93,6 @@ class AccessDenied(Exception):
     def __init__(self, denial: Denial) -> None:
         super().__init__(denial.code)
         self.denial = denial
-
-
-def authorization(headers: MultiMapping[str]) -> str | None:
-    """The request's one ``Authorization`` header; None when absent or repeated. Two of them
-    are ambiguous (a proxy reading the last and this server the first would disagree on who
-    calls), so they authenticate nobody: 401, as for a malformed one."""
-    values = headers.getall("Authorization", ())
-    return values[0] if len(values) == 1 else None
-
-
-def bearer_key(header: str | None) -> str | None:
-    """The key of an ``Authorization: Bearer <key>`` header, or None when malformed."""
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    value = value.strip()
-    return value if looks_like_key(value) else None
 
 
 class Principals:
@@ -158,7 +134,7 @@ class Principals:
         digests = list(digests)
         if self._current():
             if wait and self.watcher is not None:
-                await self.watcher.caught_up("access")
+                await self.watcher.caught_up(stamp.ACCESS)
             return {d: p for d in digests if (p := self.by_hash.get(d)) is not None}
         self.fallback_lookups += 1
         if self._on_fallback is not None:
@@ -174,7 +150,7 @@ class Principals:
             raise AccessDenied(NOT_AUTHENTICATED)
         digest = hash_key(key)
         watcher = self.watcher
-        if self.loaded and (watcher is None or (watcher.fresh() and not watcher.behind("access"))):
+        if self.loaded and (watcher is None or (watcher.fresh() and not watcher.behind(stamp.ACCESS))):
             principal = self.by_hash.get(digest)  # the common case: memory, no await
         else:
             principal = (await self.find_many(pool, [digest])).get(digest)
