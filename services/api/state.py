@@ -7,6 +7,7 @@ from aiohttp import web
 
 from ..readmodel.access import Principals
 from ..common.config import Config
+from ..common.db import BoundedReader
 from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
 from .catalog import Catalog
@@ -27,27 +28,11 @@ PAGES = web.AppKey("pages", PageCache)
 LISTINGS = web.AppKey("listings", Listings)
 
 
-class _Reader:
-    """A handler's one statement on a pooled connection, the wait for that connection bounded by
-    ``db_acquire_timeout_s`` (an exhausted pool is a prompt 503, not a stall)."""
-
-    __slots__ = ("_pool", "_timeout")
-
-    def __init__(self, pool: asyncpg.Pool, timeout: float) -> None:
-        self._pool, self._timeout = pool, timeout
-
-    async def fetch(self, query: str, *args) -> list[asyncpg.Record]:
-        async with self._pool.acquire(timeout=self._timeout) as conn:
-            return await conn.fetch(query, *args)
-
-    async def fetchrow(self, query: str, *args) -> asyncpg.Record | None:
-        async with self._pool.acquire(timeout=self._timeout) as conn:
-            return await conn.fetchrow(query, *args)
-
-
-def db(request: web.Request) -> _Reader:
-    """Where a handler runs its one statement (the gates and limits need no connection of their own)."""
-    return _Reader(request.app[POOL], request.app[CONFIG].db_acquire_timeout_s)
+def db(request: web.Request) -> BoundedReader:
+    """Where a handler runs its one statement (the gates and limits need no connection of their
+    own), the wait for a connection bounded by ``db_acquire_timeout_s``: an exhausted pool is a
+    prompt 503, not a stall."""
+    return BoundedReader(request.app[POOL], request.app[CONFIG].db_acquire_timeout_s)
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
 #: handler read it in the same statement as that data; otherwise the catalog's mark applies.

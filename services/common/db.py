@@ -122,6 +122,45 @@ async def reader_pool(config: Config) -> asyncpg.Pool:
     )
 
 
+#: How long the projector's tasks wait for one of its pooled connections. Each is held for one
+#: batch (or one sweep), whose statements are bounded by the statement timeout; past this the
+#: wait is a StorageUnavailable, retried with backoff like an outage.
+WRITER_ACQUIRE_TIMEOUT_S = 30.0
+
+
+#: How long a reading service's background work (the stream's feed and lease renewals) waits
+#: for a pooled connection: longer than a partner request (``db_acquire_timeout_s``), so a
+#: burst of handshakes delays it rather than failing it, and well inside a lease's lifetime.
+BACKGROUND_ACQUIRE_TIMEOUT_S = 3.0
+
+
+class BoundedReader:
+    """Statements on pooled connections, each wait for a connection bounded by ``timeout_s``
+    (asyncpg's own ``Pool.fetch``/``execute`` wait without a bound): an exhausted pool is a
+    prompt StorageUnavailable (through :func:`storage_errors`), not a stall."""
+
+    __slots__ = ("pool", "timeout_s")
+
+    def __init__(self, pool: asyncpg.Pool, timeout_s: float | None) -> None:
+        self.pool, self.timeout_s = pool, timeout_s
+
+    async def fetch(self, query: str, *args: object, timeout: float | None = None) -> list:
+        async with self.pool.acquire(timeout=self.timeout_s) as conn:
+            return await conn.fetch(query, *args, timeout=timeout)
+
+    async def fetchrow(self, query: str, *args: object, timeout: float | None = None) -> asyncpg.Record | None:
+        async with self.pool.acquire(timeout=self.timeout_s) as conn:
+            return await conn.fetchrow(query, *args, timeout=timeout)
+
+    async def fetchval(self, query: str, *args: object, timeout: float | None = None) -> object:
+        async with self.pool.acquire(timeout=self.timeout_s) as conn:
+            return await conn.fetchval(query, *args, timeout=timeout)
+
+    async def execute(self, query: str, *args: object, timeout: float | None = None) -> str:
+        async with self.pool.acquire(timeout=self.timeout_s) as conn:
+            return await conn.execute(query, *args, timeout=timeout)
+
+
 async def is_migrated(db: Queryable, schema: str, timeout_s: float | None = None) -> bool:
     """Whether the read-model schema ``schema`` exists and is migrated (its ``positions`` table,
     the first migration's, exists). The one statement of that rule: the readiness checks, the

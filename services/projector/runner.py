@@ -19,7 +19,7 @@ from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import storage_errors
+from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
 from ..common.retry import Backoff, retry_transient
 from ..common.supervise import honour_cancellation
@@ -173,7 +173,7 @@ class Projector:
 
             async def reject():
                 with storage_errors("reject record"):
-                    async with self.pool.acquire() as conn:
+                    async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
                         return await reject_record(conn, tp.topic, tp.partition, record, reason)
 
             if await retry_transient(reject, what="reject record"):
@@ -186,7 +186,7 @@ class Projector:
         async def attempt():
             started = time.perf_counter()
             with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
-                async with self.pool.acquire() as conn:
+                async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
                     result = await apply_batch(conn, tp.topic, tp.partition, records)
             self.metrics.batch_seconds.observe(time.perf_counter() - started)
             return result

@@ -10,7 +10,7 @@ import logging
 
 import asyncpg
 
-from ..common.db import storage_errors
+from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.errors import TransientError
 from ..readmodel import stamps as stamp
 from . import sql
@@ -34,7 +34,7 @@ async def run_sweeper(pool: asyncpg.Pool, interval_s: float, metrics: ProjectorM
     while True:
         try:
             with storage_errors("badge sweep"):
-                async with pool.acquire() as conn:
+                async with pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
                     statuses = await sweep_once(conn)
             metrics.sweeps.inc()
             log.info("badge sweep: %d workspaces", len(statuses))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-import asyncpg
+from ..common.db import Queryable
 
 # The translations that the given log records first made visible, as stored by the projector.
 _SELECT_ANNOUNCED = """
@@ -37,7 +37,7 @@ class Announcement:
     category_slugs: tuple[str, ...]
 
 
-async def announced(pool: asyncpg.Pool, records: Iterable[tuple[int, int, int]]) -> list[Announcement]:
+async def announced(pool: Queryable, records: Iterable[tuple[int, int, int]]) -> list[Announcement]:
     """The announcements of these projected records, given as (post id, partition, offset), in
     log order (partition, offset, then locale)."""
     records = list(records)

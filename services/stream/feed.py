@@ -29,7 +29,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
 from ..common.config import Config
-from ..common.db import storage_errors
+from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
 from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
 from ..common.retry import Backoff, retry_transient
 from ..common.supervise import honour_cancellation
@@ -61,6 +61,8 @@ class Feed:
     def __init__(self, config: Config, pool: asyncpg.Pool, hub: Hub, metrics: StreamMetrics, poll_s: float = 0.02) -> None:
         self.config = config
         self.pool = pool
+        #: Its statements, each wait for a pooled connection bounded (the handshakes share the pool).
+        self.db = BoundedReader(pool, BACKGROUND_ACQUIRE_TIMEOUT_S)
         self.hub = hub
         self.metrics = metrics
         self.poll_s = poll_s
@@ -282,7 +284,7 @@ class Feed:
         """The projector's stored positions of the posts topic."""
         async def load():
             with storage_errors("projector positions"):
-                return await positions.load(self.pool, [self.topic])
+                return await positions.load(self.db, [self.topic])
 
         return await retry_transient(load, what="projector positions", cap=2.0)
 
@@ -314,7 +316,7 @@ class Feed:
     async def _announce(self, ready: list[Pending]) -> None:
         async def load():
             with storage_errors("announced posts"):
-                return await announced(self.pool, [(p.post_id, p.partition, p.offset) for p in ready])
+                return await announced(self.db, [(p.post_id, p.partition, p.offset) for p in ready])
 
         found = await retry_transient(load, what="announced posts", cap=2.0)
         arrived = {(p.partition, p.offset): p.arrived for p in ready}

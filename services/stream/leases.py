@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 
 import asyncpg
 
-from ..common.db import storage_errors
+from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
 from ..common.errors import StorageUnavailable, TransientError
 from . import sql
 
@@ -187,7 +187,7 @@ class Leases:
     async def _release(self, ids: list[str]) -> None:
         try:
             with storage_errors("release stream leases"):
-                await self.pool.execute(sql.RELEASE_LEASES, ids)
+                await BoundedReader(self.pool, BACKGROUND_ACQUIRE_TIMEOUT_S).execute(sql.RELEASE_LEASES, ids)
         except TransientError as exc:  # the leases expire on their own
             log.warning("could not release %d stream lease(s), they will expire: %s", len(ids), exc)
 
@@ -197,7 +197,7 @@ class Leases:
         if not ids:
             return set()
         with storage_errors("renew stream leases"):
-            rows = await self.pool.fetch(sql.RENEW_LEASES, ids, self.ttl_s)
+            rows = await BoundedReader(self.pool, BACKGROUND_ACQUIRE_TIMEOUT_S).fetch(sql.RENEW_LEASES, ids, self.ttl_s)
         renewed = {r["session_id"] for r in rows}
         return {s for s in ids if s not in renewed and s in self.held}
 
@@ -214,7 +214,7 @@ class Leases:
                 lost = await self.renew()
                 renewed_at = time.monotonic()
                 with storage_errors("purge expired stream leases"):
-                    await self.pool.execute(sql.DELETE_EXPIRED_LEASES)
+                    await BoundedReader(self.pool, BACKGROUND_ACQUIRE_TIMEOUT_S).execute(sql.DELETE_EXPIRED_LEASES)
             except TransientError as exc:
                 lost = set(self.held) if time.monotonic() - renewed_at >= self.ttl_s else set()
                 log.warning("stream lease renewal failed%s: %s",
