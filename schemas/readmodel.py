@@ -167,6 +167,12 @@ def is_visible(post: Post) -> bool:
     return visible_state(post.status, post.published_at)
 
 
+def hashtag_key(tag: str) -> str:
+    """How a hashtag is indexed and matched: case-insensitively (the stored rows and the
+    ``hashtag`` filter both use this)."""
+    return tag.lower()
+
+
 def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:
     """Every per-locale row one post snapshot projects to."""
     visible = is_visible(post)
@@ -182,7 +188,7 @@ def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:
             visible=visible,
             category_slugs=filter_slugs,
             tickers=post.tickers,
-            hashtags=tuple(h.lower() for h in post.hashtags),
+            hashtags=tuple(hashtag_key(h) for h in post.hashtags),
             ts_config=text_search_config(tr.lang),
             title=index_text(tr.title),
             lede=index_text(tr.lede),

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
 from tickerwire.schemas.partner import SENTIMENTS
+from tickerwire.schemas.readmodel import hashtag_key
 
 from ..common.errors import InvalidParameter
 from ..common.query import csv_values, tickers
@@ -154,7 +155,7 @@ def parse_filters(query: Mapping[str, str]) -> Filters:
         since=parse_since(query.get("since")),
         category=_csv(query, "category"),
         ticker=ticker,
-        hashtag=tuple(h.lower() for h in hashtag) if hashtag is not None else None,
+        hashtag=tuple(hashtag_key(h) for h in hashtag) if hashtag is not None else None,
         sentiment=tuple(dict.fromkeys(sentiment)) if sentiment is not None else None,
         importance_min=_integer(query, "importance_min", 0, 100, None),
     )
