@@ -407,6 +407,42 @@ async def test_an_exhausted_daily_quota_does_not_stop_the_stream(stack: ServiceS
             assert app.sources.get("stream", 0) >= 4 and stream.stats.connects == 1  # the connection was kept
 
 
+async def test_a_gap_longer_than_a_minutes_allowance_is_filled_over_minutes_even_across_a_reconnect(stack: ServiceStack, key: str):
+    """The gap-fill counts against the rate limit (3 a minute here); a gap of 160 posts needs
+    more pages than a minute allows (the client does not retry: each 429 defers the fill). Each deferral resumes where the fill had read to (it
+    used to start over from its first cursor, so such a gap was never filled), and so does the
+    fill of a connection made while it is deferred (it used to start after the newest push,
+    dropping the gap). Every post arrives once; the gap's posts may be late, never lost."""
+    limited = await stack.provision("ws_client_gap_limited", rate_limit_per_minute=3)
+    service = stack.of("stream")[0]
+    newest = (await raw(stack, key, "/posts", limit="1", lang="en-US"))["posts"][0]["id"]
+    async with AsyncClient(api_url(stack), limited, stream_url=stream_base(service.port), retry=RetryPolicy(max_attempts=1)) as client:
+        async with client.stream(**(stream_options() | {"langs": ["en-US"], "start_after": newest})) as stream:
+            app = App(stream)
+            await app.until(lambda: stream.stats.connects >= 1 and stream.stats.gap_fill_requests >= 1)
+            await asyncio.sleep(0.5)  # its first gap-fill (one empty page) is over
+            stack.stop(service, signal.SIGKILL)
+            gap = list(range(800_001, 800_161))
+            await stack.publish([flow_post(i) for i in gap])
+            await stack.wait_projected()
+            service = await stack.start("stream", port=service.port)
+            await app.until(lambda: stream.stats.gap_fills_deferred >= 1, timeout=2 * WAIT)
+            # While the fill is deferred, a new post is pushed and delivered (it is newer than
+            # the whole gap); then the connection is lost and made again, still deferred.
+            await stack.publish([flow_post(800_200)])
+            await app.until(lambda: 800_200 in app.seen.get("en-US", []))
+            stack.stop(service, signal.SIGKILL)
+            await stack.start("stream", port=service.port)
+            deadline = time.monotonic() + 4 * WAIT  # a few rate-limit minutes
+            while set(gap + [800_200]) - set(app.seen.get("en-US", [])):
+                assert time.monotonic() < deadline and not app.task.done(), sorted(set(gap) - set(app.seen.get("en-US", [])))[:5]
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)
+            ours = [i for i in app.seen["en-US"] if i >= 800_001]
+            assert sorted(ours) == gap + [800_200] and len(ours) == len(set(ours))  # each once
+            assert stream.stats.gap_fills_deferred >= 1
+
+
 async def test_a_sixth_connection_waits_its_retry_after(stack: ServiceStack):
     """A 429 at the handshake is the workspace's connection limit (5): the client waits the
     server's Retry-After (10 s) instead of its own short back-off, and connects once a slot frees."""

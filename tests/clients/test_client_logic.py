@@ -243,3 +243,30 @@ def test_stream_locales_take_the_case_the_api_answers_with():
     from tickerwire_client.stream import bcp47_case
 
     assert [bcp47_case(t) for t in ("de-de", "EN-us", "zh-hans-cn", "pt-BR", "fr")] == ["de-DE", "en-US", "zh-Hans-CN", "pt-BR", "fr"]
+
+
+def test_an_interrupted_gap_fill_resumes_where_it_had_read_to_not_after_newer_pushes():
+    line = LocaleLine("en-US", cursor=10, window=0.0)
+    assert line.begin_fill() == 10
+    assert ids(line.fill_page([post(i) for i in (14, 13, 12, 11)])) == [11, 12, 13, 14]
+    line.fill_progress(14)
+    line.abort_fill()  # refused for the rate limit: pushes flow meanwhile
+    assert ids(line.push(post(30), None, now=1.0)) == [30] and line.cursor == 30
+    assert line.begin_fill() == 14  # the rest of the gap, not after 30
+    rest = line.fill_page([post(i) for i in (16, 15)])
+    assert ids(rest) == [15, 16] and all(i.late for i in rest)  # late, never lost
+    line.fill_progress(16)
+    line.abort_fill()  # the connection is lost: the next connection's fill resumes it too
+    assert line.begin_fill() == 16
+    assert line.fill_page([post(30)]) == [] and ids(line.end_fill(None, now=2.0)) == []
+    assert line.begin_fill() == 30  # a completed fill: the next starts after the newest delivered
+
+
+def test_time_the_reader_could_not_read_does_not_count_against_a_push_window():
+    line = LocaleLine("en-US", cursor=100, window=0.5)
+    assert line.push(post(103), None, now=0.0) == []
+    line.postpone(2.0)  # the application's queue was full for 2 s: frames waited in the socket
+    assert line.release(now=1.0) == []
+    assert line.push(post(102), None, now=1.0) == []  # read once the queue had room
+    out = line.release(now=2.5)
+    assert ids(out) == [102, 103] and not any(i.late for i in out)

@@ -13,6 +13,9 @@ Pure logic, no I/O: the stream session feeds it pushes (``push``) and gap-fill p
   translation added to an older post) is still delivered, marked ``late``.
 - The **cursor** for the next gap-fill is the id of the newest post delivered in order
   (or the starting cursor), so a gap-fill ``after=<cursor>`` covers every post not yet seen.
+  A gap-fill that is interrupted (refused for the rate limit, or its connection lost) is
+  *owed*: the next one resumes from where it had read to (``fill_cursor``), not from the
+  newest post delivered meanwhile by pushes, so the rest of the gap is still read.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class LocaleLine:
     counters: Counters = field(default_factory=Counters)
     last_key: tuple[datetime, int] | None = None
     filling: bool = False
+    #: Where the owed gap-fill has read to (the ``after`` of its next page), while one is owed.
+    fill_cursor: int | str | None = None
+    fill_owed: bool = False
     _held: dict[int, _Held] = field(default_factory=dict)
     _seen: collections.OrderedDict[int, None] = field(default_factory=collections.OrderedDict)
 
@@ -107,10 +113,23 @@ class LocaleLine:
 
     # ------------------------------------------------------------------ gap-fill
 
-    def begin_fill(self) -> int | None:
-        """A gap-fill starts: pushes wait for it. Returns the cursor to fill after."""
+    def begin_fill(self) -> int | str | None:
+        """A gap-fill starts (or resumes): pushes wait for it. Returns the cursor to fill after:
+        where an interrupted gap-fill had read to, else the newest post delivered in order."""
         self.filling = True
-        return self.cursor
+        if not self.fill_owed:
+            self.fill_owed, self.fill_cursor = True, self.cursor
+        return self.fill_cursor
+
+    def fill_progress(self, after: int | str) -> None:
+        """The gap-fill has delivered every post up to ``after`` (its next page starts there)."""
+        self.fill_cursor = after
+
+    def postpone(self, seconds: float) -> None:
+        """The stream was not read for ``seconds`` (the application's queue was full): frames
+        may be waiting in the socket, so no waiting push is due earlier for it."""
+        for held in self._held.values():
+            held.arrived += seconds
 
     def fill_page(self, posts_newest_first: list[PostLean]) -> list[StreamPost]:
         """One page of ``GET /posts?after=<cursor>``; delivered oldest first, duplicates dropped."""
@@ -133,6 +152,7 @@ class LocaleLine:
         it is released at once instead of waiting out its window.
         """
         self.filling = False
+        self.fill_owed, self.fill_cursor = False, None
         out: list[StreamPost] = []
         if position is not None:
             covered = [h.post.order_key for h in self._held.values() if h.mark is not None and position.covers(h.mark)]
@@ -141,7 +161,8 @@ class LocaleLine:
         return out + self.release(now)
 
     def abort_fill(self) -> None:
-        """The gap-fill failed (it will be retried after the next connect)."""
+        """The gap-fill stopped before its end (refused, or its connection lost): pushes flow
+        again, and the fill stays owed from where it had read to."""
         self.filling = False
 
     # ------------------------------------------------------------------ delivery

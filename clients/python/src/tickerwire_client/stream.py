@@ -135,6 +135,9 @@ class PostStream:
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         #: Per locale, the newest post the application has taken in order (what ``cursors()`` says).
         self._taken: dict[str, int | None] = {}
+        #: Seconds the reader spent waiting for room in the application's queue, not yet
+        #: added to the waiting pushes' windows (it did not read the socket meanwhile).
+        self._stalled = 0.0
 
     # ------------------------------------------------------------------ the application's side
 
@@ -383,14 +386,30 @@ class PostStream:
             return
         async with self._emit:
             for item in line.push(post, LogMark.parse(message.get("log_position")), asyncio.get_running_loop().time()):
-                await self._queue.put(item)
+                await self._hand(item)
+
+    async def _hand(self, item: StreamPost) -> None:
+        """The reader hands ``item`` to the application; time spent waiting for room in a full
+        queue is time the socket was not read, so it does not count against a push's window
+        (a post waiting in the socket is not late because the application was slow)."""
+        if not self._queue.full():
+            self._queue.put_nowait(item)
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await self._queue.put(item)
+        self._stalled += loop.time() - started
 
     async def _release_due(self) -> None:
-        now = asyncio.get_running_loop().time()
         async with self._emit:
+            if self._stalled:
+                for line in self.lines.values():
+                    line.postpone(self._stalled)
+                self._stalled = 0.0
+            now = asyncio.get_running_loop().time()
             for line in self.lines.values():
                 for item in line.release(now):
-                    await self._queue.put(item)
+                    await self._hand(item)
 
     async def _gap_fill(self) -> None:
         """One gap-fill per locale: ``after=<cursor>`` until the page is empty.
@@ -399,26 +418,29 @@ class PostStream:
         quota; the stream does not. When the API refuses it for those (429), the locales not
         filled yet stop holding their pushes (the application keeps getting new posts) and the
         gap-fill is tried again, from the same cursors, after ``Retry-After``: the posts of the
-        gap then arrive ``late``, never lost. The connection is kept meanwhile."""
+        gap then arrive ``late``, never lost. The fill resumes from where it had read to (each
+        line's ``fill_cursor``), so a gap longer than one minute's allowance is read over several
+        minutes, and a reconnect meanwhile resumes it too. The connection is kept meanwhile."""
         filters = {k: v for k, v in {"ticker": self.tickers, "category": self.categories}.items() if v}
-        pending = {lang: line.cursor for lang, line in self.lines.items()}
+        pending = list(self.lines)
         while pending:
             for lang in list(pending):
+                line = self.lines[lang]
                 try:
-                    await self._fill_line(self.lines[lang], pending[lang], filters)
+                    await self._fill_line(line, line.fill_cursor, filters)
                 except Throttled as exc:
                     self.stats.gap_fills_deferred += 1
                     wait = exc.retry_after if exc.retry_after is not None else 60.0
                     log.warning("stream gap-fill refused (%s); the stream goes on, the gap is filled in %.0f s", exc, wait)
-                    for line in (self.lines[lang_] for lang_ in pending):
-                        line.abort_fill()  # pushes flow meanwhile
+                    for line_ in (self.lines[lang_] for lang_ in pending):
+                        line_.abort_fill()  # pushes flow meanwhile; the fill stays owed
                     await asyncio.sleep(wait)
-                    for line in (self.lines[lang_] for lang_ in pending):
-                        line.begin_fill()
+                    for line_ in (self.lines[lang_] for lang_ in pending):
+                        line_.begin_fill()  # resumes from where it had read to
                     break
-                del pending[lang]
+                pending.remove(lang)
 
-    async def _fill_line(self, line: LocaleLine, cursor: int | None, filters: dict[str, str]) -> None:
+    async def _fill_line(self, line: LocaleLine, cursor: int | str | None, filters: dict[str, str]) -> None:
         if cursor is None:
             await self._fill_from_start(line, filters)
             return
@@ -433,6 +455,7 @@ class PostStream:
                 await self._end_fill(line, page.meta.log_position if page.meta else None)
                 return
             after = page.prev_cursor
+            line.fill_progress(after)  # delivered up to here: a resumed fill starts after it
 
     async def _fill_from_start(self, line: LocaleLine, filters: dict[str, str]) -> None:
         """No cursor yet (there were no posts when the stream started): every post is new."""
