@@ -88,6 +88,17 @@ def _utc(value: datetime) -> datetime:
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
+
+def _utc_ms(value: datetime) -> datetime:
+    value = _utc(value)
+    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+
+
+#: A post's publication time, to the millisecond: partners see milliseconds (spec timestamps),
+#: and posts are ordered and paged by (published_at, id), so the order must be the one they
+#: can see. Two posts published within one millisecond are tied, and ties go by id.
+PublishedAt = Annotated[datetime, AfterValidator(_utc_ms)]
+
 _LOCALE_RE = r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$"
 _SLUG_RE = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 _TICKER_RE = r"^[A-Z0-9][A-Z0-9.\-]{0,19}$"
@@ -140,7 +151,7 @@ class Post(Contract):
 
     id: Annotated[int, Field(ge=1, le=2**53)]
     status: PostStatus
-    published_at: UtcDatetime | None = None
+    published_at: PublishedAt | None = None
     importance: Annotated[int, Field(ge=0, le=100)]
     sentiment: Sentiment
     tickers: tuple[Ticker, ...] = ()

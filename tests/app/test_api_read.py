@@ -608,3 +608,25 @@ async def test_large_bodies_are_gzipped_when_accepted_and_revalidate_by_their_ow
             assert len(await resp.read()) < MIN_BYTES
         async with raw.get(small, headers={**auth(client.key), "Accept-Encoding": "gzip"}) as resp:
             assert "Content-Encoding" not in resp.headers  # small bodies go as they are
+
+
+async def test_two_posts_of_one_millisecond_are_ordered_by_id_and_each_is_after_the_other(pg_dsn):
+    """Partners see published_at to the millisecond, and the order (and the after= cursor)
+    follows what they see: ties by id. With the microseconds kept, 2 (published 100 µs into
+    the millisecond) sorted before 1 (900 µs), so a client resuming after 1 never got 2."""
+    from tests.support.events import locale_ev, post_ev
+
+    at = NOW + timedelta(minutes=5)
+    events = [locale_ev("en-US", default=True), post_ev(1, at=at + timedelta(microseconds=900)),
+              post_ev(2, at=at + timedelta(microseconds=100)), post_ev(3, at=at + timedelta(milliseconds=1))]
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn)
+        await model.project(events)
+        key = await model.provision("ws_apiread_tie", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+        async with api_served(dsn) as api, aiohttp.ClientSession() as http:
+            client = Client(http, api.url, key)
+            newest_first, doc = await client.ids(limit=10)
+            assert newest_first == [3, 2, 1]
+            assert doc["posts"][1]["published_at"] == doc["posts"][2]["published_at"]
+            assert (await client.ids(after=1))[0] == [3, 2]  # right after 1, newest first
+            assert (await client.ids(before=2))[0] == [1]
