@@ -109,12 +109,15 @@ async def test_real_responses_validate_against_the_document(live):
 
 async def test_schemathesis_finds_no_failure(live, tmp_path):
     # Async, so the app (served on this test's event loop) answers while schemathesis runs.
+    # One worker: with two, its threads build ASTs at once, and CPython 3.11 can then fail one
+    # with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905,
+    # fixed in later releases), seen here once in a loaded run: a crash of the tool, not a finding.
     url, key, posts = live
     report = tmp_path / "schemathesis.txt"
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("st")), "run", f"{url}{BASE}/openapi.json",
         "--url", f"{url}{BASE}", "-H", f"Authorization: Bearer {key}",
-        "--max-examples", "30", "--seed", "4", "--workers", "2", "--request-timeout", "10",
+        "--max-examples", "30", "--seed", "4", "--workers", "1", "--request-timeout", "10",
         "--suppress-health-check", "all",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"},
     )
