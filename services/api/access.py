@@ -27,10 +27,10 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
+from ..common.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
 from ..common.keys import authorization, bearer_key
 from ..common.requestlog import WORKSPACE_KEY
 from ..readmodel.access import AccessDenied
-from ..common.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
 from .limits import Usage, refusal
 from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import re
 import sys
@@ -15,8 +14,6 @@ from typing import NoReturn
 
 from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, describe, setting
 from ..common.logs import setup_logging
-
-log = logging.getLogger("tickerwire.cli")
 
 
 def _config() -> Config:
@@ -73,7 +70,8 @@ def _run(command: str, coro) -> int:
     argument or setting, 1 for a refusal or an unreachable dependency. Never a traceback."""
     import pydantic
 
-    from ..common.process import failure_line
+    from ..common import kafka
+    from ..common.process import command_failed
     from .admin import AdminError, BadArgument
 
     try:
@@ -81,12 +79,7 @@ def _run(command: str, coro) -> int:
     except ConfigError as exc:
         coro.close()
         return _fail(command, str(exc), 2)
-    # The client library logs each failed connection attempt; the command's own line says it
-    # once, with the cause of the last attempt (kept by kafka.BOOTSTRAP_CAUSE, which needs the
-    # library's ERROR records to be made), so no line of the library is written.
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    for handler in logging.root.handlers:
-        handler.addFilter(lambda record: not record.name.startswith("aiokafka"))
+    kafka.quiet_client_logs()
     try:
         result = asyncio.run(coro)
     except pydantic.ValidationError as exc:
@@ -98,9 +91,7 @@ def _run(command: str, coro) -> int:
     except AdminError as exc:
         return _fail(command, str(exc), 1)
     except Exception as exc:  # a setting, a dependency, or the last resort: still one line
-        log.debug("command failed", exc_info=True)
-        failure = failure_line(exc)
-        return _fail(command, failure.message, failure.status)
+        return command_failed(command, exc)
     return result if isinstance(result, int) else 0
 
 

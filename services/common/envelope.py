@@ -27,15 +27,15 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 INTERNAL_MESSAGE = "An internal error occurred; it has been logged."
 
-#: What a request aiohttp refuses before any handler runs is called, wherever it is refused.
 #: What every 401 carries (RFC 9110 11.6.1): the scheme the partner API takes.
 WWW_AUTHENTICATE = {"WWW-Authenticate": 'Bearer realm="tickerwire"'}
 
+#: What a request aiohttp refuses before any handler runs is called, wherever it is refused.
 REFUSED_REQUESTS: Mapping[int, tuple[str, str]] = {
     400: ("VALIDATION_FAILED", "The request could not be parsed."),
     413: ("PAYLOAD_TOO_LARGE", "The request is too large."),
-    417: ("VALIDATION_FAILED", "Unknown Expect header: only 100-continue is supported (or send no Expect header)."),
     414: ("URI_TOO_LONG", "The request URI is too long."),
+    417: ("VALIDATION_FAILED", "Unknown Expect header: only 100-continue is supported (or send no Expect header)."),
     431: ("HEADERS_TOO_LARGE", "The request headers are too large."),
     505: ("HTTP_VERSION_NOT_SUPPORTED", "Only HTTP/1.1 (and HTTP/1.0) is supported."),
 }

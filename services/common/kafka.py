@@ -19,8 +19,16 @@ from typing import Any, AsyncIterator
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka import errors
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError, for_code
+from aiokafka.errors import (
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    SaslAuthenticationFailed,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+    for_code,
+)
 from aiokafka.helpers import create_ssl_context
 
 from .config import Config
@@ -55,8 +63,17 @@ class _BootstrapCause(logging.Filter):
 BOOTSTRAP_CAUSE = _BootstrapCause()
 logging.getLogger("aiokafka").addFilter(BOOTSTRAP_CAUSE)
 
+
+def quiet_client_logs() -> None:
+    """For a command: aiokafka logs each failed connection attempt, and the command's own line
+    says it once, with the cause of the last attempt. So aiokafka's ERROR records are still
+    made (:data:`BOOTSTRAP_CAUSE` reads them) but no handler writes them."""
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    for handler in logging.root.handlers:
+        handler.addFilter(lambda record: not record.name.startswith("aiokafka"))
+
 #: What a broker answers when it refuses this client for good: retrying changes nothing.
-_REFUSED = (errors.SaslAuthenticationFailed, errors.UnsupportedSaslMechanismError, errors.IllegalSaslStateError, ssl.SSLError)
+_REFUSED = (SaslAuthenticationFailed, UnsupportedSaslMechanismError, IllegalSaslStateError, ssl.SSLError)
 
 
 def unreachable(config: Config, exc: BaseException, what: str = "cannot reach the broker at") -> Exception:

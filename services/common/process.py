@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 from typing import Awaitable, Callable, NamedTuple
 
 import asyncpg
@@ -54,6 +55,15 @@ def failure_line(exc: BaseException) -> Failure:
     if isinstance(exc, OSError):
         return Failure(f"{type(exc).__name__}: {exc}", 1)
     return Failure(f"failed: {type(exc).__name__}: {exc}", 1, bug=True)
+
+
+def command_failed(command: str, exc: BaseException) -> int:
+    """What a command does when it fails with ``exc``: one line on stderr (its traceback only
+    in the DEBUG log), and the exit status of :func:`failure_line`."""
+    log.debug("%s failed", command, exc_info=exc)
+    failure = failure_line(exc)
+    print(f"tickerwire {command}: {failure.message}", file=sys.stderr)
+    return failure.status
 
 
 def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Config | None = None) -> int:

@@ -12,7 +12,6 @@ holds are left alone. A running projector notices within its log check interval
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from dataclasses import dataclass
 
@@ -23,11 +22,10 @@ from ..common.config import Config
 from ..common.db import command_connection
 from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
-from ..common.process import failure_line
+from ..common.process import command_failed
 from ..common.topics import declared_topics
 from ..readmodel import positions
 
-log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Accepted:
@@ -82,15 +80,11 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
 
 def accept_log_main(config: Config, start_from: str) -> int:
     setup_logging("accept-log", config.log_level)
-    # The client library logs each failed connection attempt; the command's own line says it once.
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    kafka.quiet_client_logs()
     try:
         accepted = asyncio.run(accept_log(config, start_from))
-    except Exception as exc:  # one line, never a traceback (failure_line: 2 a setting, 1 the rest)
-        log.debug("accept-log failed", exc_info=True)
-        failure = failure_line(exc)
-        print(f"tickerwire projector accept-log: {failure.message}", file=sys.stderr)
-        return failure.status
+    except Exception as exc:  # one line, never a traceback: 2 a setting, 1 the rest
+        return command_failed("projector accept-log", exc)
     if accepted.moved or not accepted.left:
         print("\n".join(accepted.moved) or "every stored position is in the log; nothing to accept")
     for line in accepted.left:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Collection
@@ -48,7 +47,7 @@ from ..common.config import Config
 from ..common.db import connect, create_pool, is_migrated, storage_errors
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from ..common.logs import setup_logging
-from ..common.process import failure_line
+from ..common.process import command_failed
 from ..common.retry import retry_transient
 from ..common.topicgate import require_safe_topics
 from ..common.topics import declared_topics
@@ -275,11 +274,8 @@ def rebuild_main(config: Config) -> int:
     setup_logging("rebuild", config.log_level)
     try:
         report = asyncio.run(rebuild(config))
-    except Exception as exc:  # one line, never a traceback (failure_line: 2 a setting, 1 the rest)
-        log.debug("rebuild failed", exc_info=True)
-        failure = failure_line(exc)
-        print(f"tickerwire projector rebuild: {failure.message}", file=sys.stderr)
-        return failure.status
+    except Exception as exc:  # one line, never a traceback: 2 a setting, 1 the rest
+        return command_failed("projector rebuild", exc)
     loaded = f", {report.bulk.rows} translation rows bulk-loaded" if report.bulk else ""
     print(f"rebuilt {report.schema} from {report.records} records{loaded} ({report.seconds:.1f}s); switched")
     return 0

@@ -58,7 +58,6 @@ WORKSPACE_SUSPENDED = Denial(403, "WORKSPACE_SUSPENDED", "This workspace has bee
 BADGE_MISSING = Denial(403, "BADGE_MISSING", BADGE_RECOVERY)
 
 
-
 @dataclass(frozen=True, slots=True)
 class Principal:
     key_hash: str

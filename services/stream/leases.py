@@ -137,6 +137,9 @@ class Leases:
     ) -> None:
         self.pool = pool
         self.acquire_timeout_s = acquire_timeout_s
+        #: The renewals, releases and expiry sweeps: background work that a burst of handshakes
+        #: on the shared pool delays, within a bound, rather than fails.
+        self.db = BoundedReader(pool, BACKGROUND_ACQUIRE_TIMEOUT_S)
         self.ttl_s = ttl_s
         self.renew_every_s = renew_every_s
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -187,7 +190,7 @@ class Leases:
     async def _release(self, ids: list[str]) -> None:
         try:
             with storage_errors("release stream leases"):
-                await BoundedReader(self.pool, BACKGROUND_ACQUIRE_TIMEOUT_S).execute(sql.RELEASE_LEASES, ids)
+                await self.db.execute(sql.RELEASE_LEASES, ids)
         except TransientError as exc:  # the leases expire on their own
             log.warning("could not release %d stream lease(s), they will expire: %s", len(ids), exc)
 
@@ -197,7 +200,7 @@ class Leases:
         if not ids:
             return set()
         with storage_errors("renew stream leases"):
-            rows = await BoundedReader(self.pool, BACKGROUND_ACQUIRE_TIMEOUT_S).fetch(sql.RENEW_LEASES, ids, self.ttl_s)
+            rows = await self.db.fetch(sql.RENEW_LEASES, ids, self.ttl_s)
         renewed = {r["session_id"] for r in rows}
         return {s for s in ids if s not in renewed and s in self.held}
 
@@ -214,7 +217,7 @@ class Leases:
                 lost = await self.renew()
                 renewed_at = time.monotonic()
                 with storage_errors("purge expired stream leases"):
-                    await BoundedReader(self.pool, BACKGROUND_ACQUIRE_TIMEOUT_S).execute(sql.DELETE_EXPIRED_LEASES)
+                    await self.db.execute(sql.DELETE_EXPIRED_LEASES)
             except TransientError as exc:
                 lost = set(self.held) if time.monotonic() - renewed_at >= self.ttl_s else set()
                 log.warning("stream lease renewal failed%s: %s",

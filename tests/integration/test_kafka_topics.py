@@ -21,7 +21,7 @@ from tickerwire.services.common.config import Config
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.services.common.errors import ConfigError
 from tickerwire.services.common.topicgate import TopicGate, require_safe_topics
-from tests.support.tls import TlsFront, make_pki
+from tests.support.tls import Pki, TlsFront, make_pki
 
 
 def env_for(kafka_bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
@@ -35,6 +35,15 @@ def env_for(kafka_bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
+
+
+def tls_env(port: int, prefix: str, pki: Pki, protocol: str, **extra: str) -> dict[str, str]:
+    """The settings of a client that speaks ``protocol`` to the TLS front on ``port``, trusting
+    ``pki``'s CA and presenting its client certificate."""
+    return env_for(
+        f"127.0.0.1:{port}", prefix, TICKERWIRE_KAFKA_SECURITY_PROTOCOL=protocol, TICKERWIRE_KAFKA_SSL_CAFILE=str(pki.ca),
+        TICKERWIRE_KAFKA_SSL_CERTFILE=str(pki.client_cert), TICKERWIRE_KAFKA_SSL_KEYFILE=str(pki.client_key), **extra,
+    )
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -141,12 +150,8 @@ async def test_a_refused_topic_setting_lets_the_process_start_once_fixed(kafka_b
 async def test_clients_speak_kafka_over_the_configured_tls_with_a_client_certificate(kafka_bootstrap, tmp_path):
     pki = make_pki(tmp_path)
     async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
-        env = env_for(
-            f"127.0.0.1:{front.port}", "tls",
-            TICKERWIRE_KAFKA_SECURITY_PROTOCOL="SASL_SSL",
-            TICKERWIRE_KAFKA_SSL_CAFILE=str(pki.ca),
-            TICKERWIRE_KAFKA_SSL_CERTFILE=str(pki.client_cert),
-            TICKERWIRE_KAFKA_SSL_KEYFILE=str(pki.client_key),
+        env = tls_env(
+            front.port, "tls", pki, "SASL_SSL",
             TICKERWIRE_KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
             TICKERWIRE_KAFKA_SASL_USERNAME="svc",
             TICKERWIRE_KAFKA_SASL_PASSWORD="pw",
@@ -172,13 +177,7 @@ async def test_a_broker_certificate_the_client_does_not_trust_is_a_refusal_named
     client_side.mkdir()
     pki, other = make_pki(broker_side), make_pki(client_side)  # the client trusts another CA
     async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
-        env = env_for(
-            f"127.0.0.1:{front.port}", "tls-refused",
-            TICKERWIRE_KAFKA_SECURITY_PROTOCOL="SSL",
-            TICKERWIRE_KAFKA_SSL_CAFILE=str(other.ca),
-            TICKERWIRE_KAFKA_SSL_CERTFILE=str(other.client_cert),
-            TICKERWIRE_KAFKA_SSL_KEYFILE=str(other.client_key),
-        )
+        env = tls_env(front.port, "tls-refused", other, "SSL")
         with pytest.raises(ConfigError, match="refused this client: SSLCertVerificationError"):  # not retried
             await kafka.check_topics(Config.from_env(env))
         # The command line: one line naming the cause, status 2 (the front runs on this loop,
