@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -260,14 +261,22 @@ class Context:
 
     @contextlib.asynccontextmanager
     async def stack(self, **extra_env: str) -> AsyncIterator[ServiceStack]:
-        """A migrated database, fresh topics and a ServiceStack (no process started yet)."""
+        """A migrated database, fresh topics and a ServiceStack (no process started yet). Its
+        processes' logs are removed once the benchmark is done with it, kept (and named) when it
+        failed; under the test suite they live in the session's own folder, which it removes."""
         async with self.database() as dsn:
             stack = ServiceStack(dsn, self.kafka_bootstrap, f"b{uuid.uuid4().hex[:8]}", extra_env=dict(extra_env))
-            await stack.prepare()
+            done = False
             try:
+                await stack.prepare()
                 yield stack
+                done = True
             finally:
                 stack.stop_all()
+                if not done:
+                    log.warning("the services' logs of the failed benchmark are kept in %s", stack.log_dir)
+                elif "TICKERWIRE_TEST_LOG_ROOT" not in os.environ:
+                    shutil.rmtree(stack.log_dir, ignore_errors=True)
 
 
 #: PostgreSQL's own defaults: every commit flushed. The embedded server turns them off for speed.
@@ -278,7 +287,6 @@ DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 def infrastructure(durable: bool = False):
     """(pg_dsn, kafka_bootstrap): from TICKERWIRE_TEST_* variables, else embedded servers
     (``durable``: the embedded PostgreSQL with fsync, synchronous_commit and full_page_writes on)."""
-    import shutil
     import tempfile
 
     with contextlib.ExitStack() as stack:
@@ -304,9 +312,10 @@ async def provision_wide_open(stack: ServiceStack, workspace_id: str = "ws_bench
 # --------------------------------------------------------------------------- HTTP
 
 
-async def probe(url: str, headers: dict[str, str]) -> tuple[int, bytes, str | None]:
-    """(status, body, reason-if-missing). A 404 that is not the spec's JSON envelope means the route does not exist."""
-    async with aiohttp.ClientSession() as session:
+async def probe(url: str, headers: dict[str, str]) -> tuple[int, bytes, str | None, list[tuple[str, str]]]:
+    """(status, body, reason-if-missing, response headers), asked for like ``wrk`` asks (no
+    Accept-Encoding). A 404 that is not the spec's JSON envelope means the route does not exist."""
+    async with aiohttp.ClientSession(skip_auto_headers=("Accept-Encoding",)) as session:
         async with session.get(url, headers=headers) as resp:
             body = await resp.read()
             missing = None
@@ -314,7 +323,7 @@ async def probe(url: str, headers: dict[str, str]) -> tuple[int, bytes, str | No
                 missing = "n/a (endpoint missing: 404)"
             elif resp.status != 200:
                 missing = f"n/a (status {resp.status}: {body[:120].decode(errors='replace')})"
-            return resp.status, body, missing
+            return resp.status, body, missing, list(resp.headers.items())
 
 
 @dataclass
@@ -364,8 +373,6 @@ async def closed_loop(url: str, headers: dict[str, str], seconds: float, connect
 def require_wrk() -> str:
     """The path of ``wrk``, the closed-loop generator of the full run; missing is an error, never a
     silent switch to a slower generator that would inflate every ratio."""
-    import shutil
-
     path = shutil.which("wrk")
     if path is None:
         raise RuntimeError("wrk is required for a full benchmark run and is not installed: apt-get install -y wrk")

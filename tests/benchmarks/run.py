@@ -46,6 +46,16 @@ def commit() -> str:
         return "unknown"
 
 
+def uncommitted() -> list[str]:
+    """The tracked files that differ from the commit (a run of a dirty tree says so)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return sorted(line[3:] for line in out.splitlines() if line[3:] != "docs/benchmarks.md")
+
+
 async def run_all(names: list[str], settings: Settings, dsn: str, bootstrap: str) -> list[Result]:
     ctx = Context(settings, dsn, bootstrap)
     results = []
@@ -104,7 +114,7 @@ def markdown(doc: dict, rows: list[list[str]], results: list[Result], previous: 
         f"baseline runs ({doc['runs']} of each); figures are the median (min..max) over runs.",
         "",
         f"- Date: {doc['date']}",
-        f"- Commit: `{doc['commit']}`",
+        f"- Commit: `{doc['commit']}`" + (f" with uncommitted changes to {', '.join(doc['uncommitted'])}" if doc.get("uncommitted") else ""),
         f"- Machine: {m['nproc']} CPUs, {m['cpu']}, {m['memory_gb']} GB RAM, Python {m['python']}, Linux {m['kernel']}",
         f"- Load average at start: {m['loadavg_at_start']}" + (" (other work was running on the machine during this run)" if doc.get("shared_machine") else ""),
         f"- Mode: {'smoke (numbers are meaningless)' if doc['smoke'] else 'full'}",
@@ -174,7 +184,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     raise_nofile()
     settings = Settings.create(args.smoke, args.runs)
     names = [n for n in BENCHMARKS if not args.only or n in args.only]
-    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(), "machine": machine(),
+    doc = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(), "uncommitted": uncommitted(), "machine": machine(),
            "smoke": settings.smoke, "runs": settings.runs, "shared_machine": args.shared_machine}
     durable = (args.durability or ("off" if settings.smoke else "on")) == "on"
     with infrastructure(durable) as (dsn, bootstrap):
