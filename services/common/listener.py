@@ -15,7 +15,9 @@ aiohttp parses HTTP; this module adds what a port facing the internet needs:
   second (the suppressed count goes in the next line and in a metric);
 - a request line of an HTTP version other than 1.0 and 1.1 (aiohttp's parser lets ``HTTP/2.0``
   and ``HTTP/0.9`` through) gets 505 ``HTTP_VERSION_NOT_SUPPORTED`` and the connection closed;
-- a ``Server`` header naming no versions on every response, these included;
+- a ``Server`` header naming no versions on every response, these included, and an
+  ``X-Request-Id`` on these refusals too (the client's when the request was parsed far enough
+  to read a well-formed one, else generated; it is also in the refusal's log line);
 - a request body that was not read (no route reads one) is not read and thrown away after the
   answer: the connection is closed.
 """
@@ -35,6 +37,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .envelope import INTERNAL_MESSAGE, JSON, REFUSED_REQUESTS, error_body
+from .requestlog import HEADER as REQUEST_ID_HEADER, request_id
 
 log = logging.getLogger("tickerwire.listener")
 
@@ -199,10 +202,11 @@ class GuardedHandler(RequestHandler):
         logs one rate-limited line (a traceback only for our own 5xx) and answers JSON."""
         if status < 500:
             self.guard.metrics.unparseable.labels(self.guard.name).inc()
+        rid = request_id(None)  # the request's headers were not parsed
         suppressed = self.guard.limiter.allow()
         if suppressed is not None:
             reason = str(message or exc or "")[:200]
-            fields = {"status": status, "remote": request.remote, "suppressed": suppressed}
+            fields = {"status": status, "remote": request.remote, "suppressed": suppressed, "request_id": rid}
             if status >= 500:
                 log.error("request failed: %s", reason, exc_info=exc, extra={"fields": fields})
             else:
@@ -215,16 +219,16 @@ class GuardedHandler(RequestHandler):
             if status == 400:
                 status = refused_status(exc, self.max_line_size, self.max_field_size)
             code, text = REFUSED_REQUESTS.get(status, REFUSED_REQUESTS[400])
-        response = _refused_response(status, code, text)
+        response = _refused_response(status, code, text, rid)
         response.force_close()
         return response
 
 
-def _refused_response(status: int, code: str, text: str) -> web.Response:
+def _refused_response(status: int, code: str, text: str, rid: str) -> web.Response:
     """The envelope of a request refused before the application saw it."""
     return web.Response(
         status=status, body=error_body(code, text), content_type=JSON,
-        headers={"Server": SERVER, "Cache-Control": "no-store"},
+        headers={"Server": SERVER, "Cache-Control": "no-store", REQUEST_ID_HEADER: rid},
     )
 
 
@@ -287,14 +291,14 @@ def _refusals_before_the_application(handle: Callable[[web.BaseRequest], Awaitab
 
     async def handler(request: web.BaseRequest) -> web.StreamResponse:
         if request.version not in SPOKEN_VERSIONS:
-            response = _refused_response(505, *REFUSED_REQUESTS[505])
+            response = _refused_response(505, *REFUSED_REQUESTS[505], request_id(request.headers.get(REQUEST_ID_HEADER)))
             response.force_close()
             response.headers["Connection"] = "close"  # aiohttp writes it for HTTP/1.1 only
             return response
         try:
             return await handle(request)
         except web.HTTPExpectationFailed:
-            return _refused_response(417, *REFUSED_REQUESTS[417])
+            return _refused_response(417, *REFUSED_REQUESTS[417], request_id(request.headers.get(REQUEST_ID_HEADER)))
 
     return handler
 

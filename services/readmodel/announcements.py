@@ -4,6 +4,11 @@ The projector remembers, per translation, the record (partition, offset) of the 
 that made it visible (``post_translations.announced_partition/offset``, kept forever by
 ``COALESCE`` in its upsert). A translation is announced once, for exactly that record, after the
 record is projected (:func:`.positions.projected`); the stream reads the announcements here.
+
+Only translations in a locale the API answers in (:func:`.taxonomy.served_locales`, read when
+the announcements are) are announced: ``data`` must be the item of ``GET /posts?lang=<its
+lang>``, and the API renders a locale that is not listed (inactive, off the web channel, or
+unknown) as the default. Such a translation is never announced, even if its locale is listed later.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..common.db import Queryable
+from .taxonomy import served_locales
 
 # The translations that the given log records first made visible, as stored by the projector.
 _SELECT_ANNOUNCED = """
@@ -41,13 +47,17 @@ async def announced(pool: Queryable, records: Iterable[tuple[int, int, int]]) ->
     """The announcements of these projected records, given as (post id, partition, offset), in
     log order (partition, offset, then locale)."""
     records = list(records)
+    if not records:
+        return []
     rows = await pool.fetch(
         _SELECT_ANNOUNCED, [r[0] for r in records], [r[1] for r in records], [r[2] for r in records]
     )
+    served = await served_locales(pool) if rows else frozenset()
     return [
         Announcement(
             r["announced_partition"], r["announced_offset"], r["lang"], r["lean"], tuple(r["tickers"]),
             tuple(r["category_slugs"]),
         )
         for r in rows
+        if r["lang"].lower() in served
     ]

@@ -32,6 +32,15 @@ async def listed_locales(db: Queryable) -> list:
     return await db.fetch(_SELECT_LISTED_LOCALES)
 
 
+async def served_locales(db: Queryable) -> frozenset[str]:
+    """The locales the API answers in, lower-cased (tags compare case-insensitively): the listed
+    ones and the default (en-US when none is listed). A ``lang`` outside them falls back to the
+    default, so a translation in another locale is never served as itself."""
+    rows = await listed_locales(db)
+    default = default_locale((r["code"], r["is_default"]) for r in rows)
+    return frozenset({r["code"].lower() for r in rows} | {default.lower()})
+
+
 async def load_default_locale(db: Queryable) -> str:
     """The read model's default locale now."""
     return default_locale((r["code"], r["is_default"]) for r in await listed_locales(db))

@@ -42,6 +42,8 @@ async def test_unparseable_requests_get_the_json_envelope(stack, service, listen
     assert headers["server"] == "tickerwire"
     error = orjson.loads(body)["error"]
     assert error["code"] and error["message"]
+    if listener == "partner":  # "every response carries X-Request-Id" (OpenAPI), refusals included
+        assert headers.get("x-request-id", "").startswith("req_"), headers
 
 
 PATHS = {("api", "partner"): BASE + "/languages", ("stream", "partner"): BASE + "/stream"}
@@ -54,10 +56,11 @@ async def test_a_request_line_of_another_http_version_gets_505_and_the_connectio
     # "HTTP/2.0 200 OK" with the partner's data.
     process = stack.of(service)[0]
     path = PATHS.get((service, listener), "/readyz")
-    request = f"GET {path} {version}\r\nHost: x\r\nAuthorization: Bearer tw_live_unknownunknown\r\n\r\n".encode()
+    request = f"GET {path} {version}\r\nHost: x\r\nAuthorization: Bearer tw_live_unknownunknown\r\nX-Request-Id: mine-505\r\n\r\n".encode()
     status, headers, body = await raw(process.port if listener == "partner" else process.admin_port, request)
     assert status == 505
     assert headers["content-type"].startswith("application/json")
+    assert headers["x-request-id"] == "mine-505"
     assert headers["connection"] == "close"
     assert orjson.loads(body)["error"]["code"] == "HTTP_VERSION_NOT_SUPPORTED"
 
@@ -78,6 +81,7 @@ async def test_the_api_says_which_part_of_a_request_was_too_large(stack, request
     got, headers, body = await raw(stack.of("api")[0].port, request_bytes)
     assert (got, orjson.loads(body)["error"]["code"]) == (status, code)
     assert headers["content-type"].startswith("application/json")
+    assert headers["x-request-id"].startswith("req_")
 
 
 BODIES = [
