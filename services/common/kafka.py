@@ -33,6 +33,7 @@ from aiokafka.helpers import create_ssl_context
 
 from .config import Config
 from .errors import BrokerUnavailable, ConfigError
+from .supervise import stray
 from .topics import Difference, TopicState, compare, declared_topics
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,20 @@ def translate_broker_error(error: BaseException | type[BaseException], detail: s
         or getattr(kind, "retriable", False)
     )
     return BrokerUnavailable(detail) if transient else ConfigError(detail)
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()`` for a loop that goes on with a new consumer. aiokafka's stop cancels
+    the fetch requests in flight and awaits them without suppressing their ``CancelledError``
+    (aio-libs/aiokafka#647), so after a broker outage of some seconds the caller, which nobody
+    asked to stop, got a ``CancelledError``: the projector's and the stream's loops ended there
+    for good. That one is absorbed (logged at WARNING); a stop asked of the caller still raises."""
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError as exc:
+        if not stray(exc):
+            raise
+        log.warning("the Kafka consumer's stop raised its own CancelledError (aiokafka#647); going on")
 
 
 @contextlib.asynccontextmanager

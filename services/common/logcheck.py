@@ -120,7 +120,7 @@ class LogProbe:
             except TimeoutError:
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
-                        await consumer.stop()
+                        await kafka.stop_consumer(consumer)
                 raise KafkaTimeoutError(f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s") from None
             self._consumer = consumer
         consumer = self._consumer
@@ -143,9 +143,11 @@ class LogProbe:
         return held
 
     async def close(self) -> None:
+        from . import kafka
+
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            await consumer.stop()
+            await kafka.stop_consumer(consumer)
 
 
 class Confirmer:

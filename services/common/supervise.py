@@ -37,6 +37,16 @@ def honour_cancellation() -> None:
         raise asyncio.CancelledError
 
 
+def stray(exc: asyncio.CancelledError) -> bool:
+    """True when ``exc`` reached the current task although nobody asked it to stop: a library
+    cancelled one of its own tasks and the ``CancelledError`` leaked into ours (aiokafka's
+    consumer does, after a broker outage of some seconds). Treated as a crash, never as a stop:
+    a supervised task that took it for a stop ended for good, unlogged, while readiness said
+    its tasks were fine."""
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
+
+
 class Supervisor:
     def __init__(self, *, base_s: float = 0.5, cap_s: float = 10.0, max_failures: int = 8, healthy_after_s: float = 60.0) -> None:
         self.base_s = base_s
@@ -60,8 +70,10 @@ class Supervisor:
                 await factory()
                 reason = "returned"
                 exc: BaseException | None = None
-            except asyncio.CancelledError:
-                raise
+            except asyncio.CancelledError as err:
+                if not stray(err):
+                    raise
+                reason, exc = "CancelledError without a stop being asked (a library's own cancellation leaked out)", err
             except Exception as err:
                 reason, exc = f"{type(err).__name__}: {err}", err
             honour_cancellation()  # stopping, whatever the task said on its way out: no restart

@@ -260,7 +260,7 @@ class Projector:
                     with contextlib.suppress(asyncio.CancelledError):
                         await committer
                 await self._probe.close()
-                await self.consumer.stop()
+                await kafka.stop_consumer(self.consumer)
 
     async def _loop(self) -> None:
         assert self.consumer is not None

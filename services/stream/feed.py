@@ -156,7 +156,7 @@ class Feed:
                 try:
                     await self._probe.close()
                 finally:
-                    await consumer.stop()  # even when closing the probe failed
+                    await kafka.stop_consumer(consumer)  # even when closing the probe failed
 
     # ------------------------------------------------------------------ consuming
 

@@ -450,9 +450,11 @@ class UpScenarios:
 # --------------------------------------------------------------------------- log reset, services one by one
 
 
-async def log_reset() -> Outcome:
-    """The broker replaced by an empty one under services run one by one."""
-    out = Outcome("services: log reset", "broker replaced by an empty one (same address) under projector, api, stream")
+async def log_reset(outage_s: float = 0.0) -> Outcome:
+    """The broker replaced by an empty one under services run one by one, ``outage_s`` after
+    the old one stopped (long enough, and the consumers' own stop used to end their loops)."""
+    after = f" after a {outage_s:g} s outage" if outage_s else ""
+    out = Outcome(f"services: log reset{after}", f"broker replaced by an empty one (same address){after} under projector, api, stream")
     root = Path(tempfile.mkdtemp(prefix="tickerwire-logreset-"))
     port = free_port()
     pg = EmbeddedPostgres(root / "pg")
@@ -476,6 +478,7 @@ async def log_reset() -> Outcome:
         ready_url = readyz_url(f"{projector.admin_url}/metrics")
         # The broker is replaced by an empty one, as after losing its storage.
         broker.stop()
+        await asyncio.sleep(outage_s)
         broker = EmbeddedBroker(port=port)
         broker.start()
         started = time.monotonic()

@@ -21,6 +21,14 @@ async def test_a_log_reset_is_refused_loudly_and_accept_log_recovers():
     assert outcome.criteria and not failures([outcome])
 
 
+async def test_after_a_broker_outage_of_20_s_the_consumers_go_on_and_refuse_the_reset_loudly():
+    # After some 15 s without the broker, aiokafka's consumer stop raised its own CancelledError
+    # into the projector's and the stream's loops, which ended for good without a line: no
+    # reconnect, no reset detection, readiness "no fetch" / "announcer not running" for ever.
+    outcome = await log_reset(outage_s=20)
+    assert outcome.criteria and not failures([outcome])
+
+
 @pytest.mark.faults
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # every fault in a row: 107 s in the last recorded run (docs/reliability.md)

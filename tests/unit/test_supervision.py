@@ -68,6 +68,32 @@ async def test_a_returning_task_counts_as_a_crash():
     assert supervisor.fatal.is_set() and "returned" in supervisor.fatal_reason
 
 
+async def test_a_cancellation_leaking_out_of_a_library_is_a_crash_not_a_stop(caplog):
+    # aiokafka after a broker outage: one of its own tasks is cancelled and the CancelledError
+    # reaches the caller, which nobody asked to stop. The supervised task used to end there for
+    # good, unlogged, with readiness still "ok".
+    supervisor = Supervisor(base_s=0.01, cap_s=0.01)
+    runs = []
+
+    async def task():
+        runs.append(1)
+        if len(runs) == 1:
+            inner = asyncio.ensure_future(asyncio.sleep(3600))
+            asyncio.get_running_loop().call_soon(inner.cancel)
+            await inner  # raises CancelledError into this task
+        await asyncio.sleep(3600)
+
+    with caplog.at_level(logging.ERROR):
+        running = asyncio.create_task(supervisor.run("consume", task))
+        while len(runs) < 2:
+            await asyncio.sleep(0.005)
+    assert supervisor.restarts == {"consume": 1} and not running.done()
+    assert any("consume crashed (CancelledError without a stop" in r.getMessage() for r in caplog.records)
+    running.cancel()  # a real stop still ends it
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+
 async def close_like_aiokafka() -> None:
     """What aiokafka's close()/stop() do: await one of its own tasks with CancelledError
     suppressed, so a cancellation of the caller arriving meanwhile is swallowed."""
