@@ -134,7 +134,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return _fail("publish", f"{len(errors)} invalid event(s); nothing was published", 1)
 
     async def go() -> int:
-        await publish(_config(), events)
+        from ..common import kafka
+
+        config = _config()
+        await kafka.ensure_declared_before(config, "publishing")
+        await publish(config, events)
         print(f"published {len(events)} event(s)")
         return 0
 
@@ -142,8 +146,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 async def _publish_one(config: Config, event) -> None:
+    from ..common import kafka
     from .publish import publish
 
+    await kafka.ensure_declared_before(config, "publishing")
     await publish(config, [event])
 
 

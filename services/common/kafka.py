@@ -215,6 +215,15 @@ async def started_admin(config: Config) -> AsyncIterator[AIOKafkaAdminClient]:
         await client.close()
 
 
+async def ensure_declared_before(config: Config, what: str) -> None:
+    """Create the missing declared topics before a command reads or writes them: otherwise its
+    first request would have the broker create them on demand (Apache Kafka's default
+    ``auto.create.topics.enable``, and Tansu) with the broker's settings, a delete policy and
+    its default partitions, which a rebuild cannot use and a partition count cannot undo."""
+    for name in await ensure_topics(config):
+        log.warning("created topic %s as declared before %s: it did not exist (a new or emptied broker?)", name, what)
+
+
 async def ensure_topics(config: Config) -> list[str]:
     """Create the missing declared topics with their partitions, replication factor and
     configuration; returns those created. Existing topics are left as they are (see check_topics)."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -37,37 +36,12 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .envelope import INTERNAL_MESSAGE, JSON, REFUSED_REQUESTS, error_body
+from .logs import LogLimiter
 from .requestlog import HEADER as REQUEST_ID_HEADER, request_id
 
 log = logging.getLogger("tickerwire.listener")
 
 SERVER = "tickerwire"
-LOG_BURST = 10
-LOG_PER_SECOND = 1.0
-
-
-class LogLimiter:
-    """A token bucket for log lines: ``allow()`` returns how many lines were suppressed since
-    the last allowed one, or None when this line must be suppressed too."""
-
-    def __init__(self, burst: int = LOG_BURST, per_second: float = LOG_PER_SECOND, clock=time.monotonic) -> None:
-        self.burst = burst
-        self.per_second = per_second
-        self.clock = clock
-        self.tokens = float(burst)
-        self.last = clock()
-        self.suppressed = 0
-
-    def allow(self) -> int | None:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.per_second)
-        self.last = now
-        if self.tokens < 1:
-            self.suppressed += 1
-            return None
-        self.tokens -= 1
-        suppressed, self.suppressed = self.suppressed, 0
-        return suppressed
 
 
 class ListenerMetrics:

@@ -171,11 +171,64 @@ def info_line(logger: logging.Logger, msg: str, fields: dict) -> None:
     handler.write_line(handler.json.line(time.time(), "info", logger.name, msg, REQUEST_ID.get(), fields))
 
 
+LOG_BURST = 10
+LOG_PER_SECOND = 1.0
+
+
+class LogLimiter:
+    """A token bucket for log lines: ``allow()`` returns how many lines were suppressed since
+    the last allowed one, or None when this line must be suppressed too."""
+
+    def __init__(self, burst: int = LOG_BURST, per_second: float = LOG_PER_SECOND, clock=time.monotonic) -> None:
+        self.burst = burst
+        self.per_second = per_second
+        self.clock = clock
+        self.tokens = float(burst)
+        self.last = clock()
+        self.suppressed = 0
+
+    def allow(self) -> int | None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.per_second)
+        self.last = now
+        if self.tokens < 1:
+            self.suppressed += 1
+            return None
+        self.tokens -= 1
+        suppressed, self.suppressed = self.suppressed, 0
+        return suppressed
+
+
+class LibraryFloodFilter(logging.Filter):
+    """At most :data:`LOG_BURST` lines, then one per second, from the loggers under ``prefix``
+    (aiokafka logs about a hundred ERROR lines a second per process while a broker refuses
+    connections); the line that passes after a pause says how many were suppressed. The
+    library's lines say nothing our own do not (the services log each outage, its cause and its
+    end once, and readiness and metrics carry the state)."""
+
+    def __init__(self, prefix: str, limiter: LogLimiter | None = None) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.limiter = limiter or LogLimiter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefix):
+            return True
+        suppressed = self.limiter.allow()
+        if suppressed is None:
+            return False
+        if suppressed:
+            fields = getattr(record, "fields", None)
+            record.fields = {**(fields if isinstance(fields, dict) else {}), "suppressed": suppressed}
+        return True
+
+
 def setup_logging(service: str, level: str = "INFO") -> None:
     if not isinstance(logging.getLevelName(level.upper()), int):
         raise ConfigError(f"TICKERWIRE_LOG_LEVEL={level!r} is invalid: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
     handler = LineHandler(sys.stderr, JsonFormatter(service))
     handler.addFilter(RequestIdFilter())
+    handler.addFilter(LibraryFloodFilter("aiokafka"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -15,6 +15,13 @@ loudly and the process waits, instead of exiting:
   check (every :data:`RECHECK_S`) and then lets the process start; or set
   ``TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1`` and restart.
 
+Once the process runs, the gate keeps watching (every :data:`WATCH_S`, a supervised task): a
+topic recreated behind the process's back (an emptied broker, on which a client's request had
+the broker create it with its own settings) sets the gauge and logs the differences at ERROR
+(and the projector creates a missing one as declared first). The process goes on working,
+ready: what it consumes is still right; what is at stake is the next rebuild, and the alert
+on the gauge says so. Before, the gauge kept its start-up value.
+
 The command line (``tickerwire projector rebuild``) refuses the same configuration with one
 line and status 2 (:func:`require_safe_topics`).
 """
@@ -26,18 +33,22 @@ import logging
 from typing import AsyncIterator
 
 from aiohttp import web
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Gauge
 
 from . import kafka
 from .config import Config
-from .errors import ConfigError
+from .errors import BrokerUnavailable, ConfigError
 from .retry import retry_transient
+from .supervise import supervisor_of
 from .topics import Difference
 
 log = logging.getLogger(__name__)
 
 #: How often a refused topic configuration is checked again.
 RECHECK_S = 30.0
+#: How often a running process checks its topics again.
+WATCH_S = 60.0
 
 
 async def differences(config: Config, *, create: bool) -> list[Difference]:
@@ -77,10 +88,12 @@ async def require_safe_topics(config: Config, *, create: bool) -> None:
 
 
 class TopicGate:
-    def __init__(self, config: Config, registry: CollectorRegistry, *, create: bool, recheck_s: float = RECHECK_S) -> None:
+    def __init__(self, config: Config, registry: CollectorRegistry, *, create: bool, recheck_s: float = RECHECK_S,
+                 watch_s: float = WATCH_S) -> None:
         self.config = config
         self.create = create
         self.recheck_s = recheck_s
+        self.watch_s = watch_s
         self.differences = Gauge(
             "tickerwire_topic_differences",
             "Ways the cluster's topics differ from the declaration at the last check; kind=loses_history "
@@ -124,13 +137,43 @@ class TopicGate:
             self.state = (False, reason)
             await asyncio.sleep(self.recheck_s)
 
+    async def watch(self) -> None:
+        """While the process runs: check the topics every ``watch_s``; set the gauge, and log
+        differences that lose history at ERROR when they change. A round the broker does not
+        answer is skipped (the outage is reported where it hurts: readiness, the consumers)."""
+        while True:
+            await asyncio.sleep(self.watch_s)
+            try:
+                if self.create:
+                    await kafka.ensure_topics(self.config)
+                diffs = await kafka.check_topics(self.config)
+            except (BrokerUnavailable, KafkaError, OSError, asyncio.TimeoutError) as exc:
+                log.debug("topic watch skipped a round: %s", exc)
+                continue
+            unsafe = [d for d in diffs if d.loses_history]
+            self.differences.labels("loses_history").set(len(unsafe))
+            self.differences.labels("other").set(len(diffs) - len(unsafe))
+            described = tuple(str(d) for d in diffs)
+            if described == self._reported:
+                continue
+            self._reported = described
+            for d in diffs:
+                if d.loses_history:
+                    log.error("topic now differs from its declaration and would lose rebuild history: %s. "
+                              "Consuming goes on; fix it before the next rebuild (docs/operations.md, 'Topics')", d)
+                else:
+                    log.warning("topic differs from its declaration: %s", d)
+            listed = "; ".join(str(d) for d in unsafe)
+            self.state = (True, f"running; topics would lose rebuild history: {listed}" if unsafe else "ok")
+
 
 TOPIC_GATE = web.AppKey("topic_gate", TopicGate)
 
 
 def install(app: web.Application, gate: TopicGate) -> None:
     """Make ``gate`` the first step of ``app``'s start-up: nothing after it (pools, consumers,
-    the partner listener) starts until the topics let the process work."""
+    the partner listener) starts until the topics let the process work; then it keeps watching
+    them (supervised) while the process runs."""
 
     async def gate_ctx(app: web.Application) -> AsyncIterator[None]:
         await app[TOPIC_GATE].wait_until_safe()
@@ -138,3 +181,4 @@ def install(app: web.Application, gate: TopicGate) -> None:
 
     app[TOPIC_GATE] = gate
     app.cleanup_ctx.insert(0, gate_ctx)
+    app.cleanup_ctx.insert(1, supervisor_of(app).task("topic-watch", lambda a: a[TOPIC_GATE].watch()))

@@ -40,6 +40,7 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
     """Move every stored position the log does not hold."""
     if start_from not in ("earliest", "latest"):
         raise ValueError(f"--from must be earliest or latest, not {start_from!r}")
+    await kafka.ensure_declared_before(config, "reading the log offsets")
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-accept-log")
     try:
         await consumer.start()

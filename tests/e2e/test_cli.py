@@ -4,6 +4,7 @@ real `tickerwire` processes against the real broker and a real projector."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -75,6 +76,22 @@ async def test_valid_file_from_stdin_is_published_and_projected(stack):
         assert await conn.fetchval("SELECT name FROM tokens WHERE ticker = 'BTC'") == "Bitcoin"
     finally:
         await conn.close()
+
+
+async def test_publishing_to_a_broker_without_the_topics_creates_them_as_declared_first(stack):
+    # Else the broker creates the topic on demand with its own settings (a delete policy, its
+    # default partitions), which a rebuild cannot use and a partition count cannot undo.
+    prefix = f"fresh{time.monotonic_ns() % 10**9}"
+    config = dataclasses.replace(stack.config, topic_prefix=prefix)
+    assert len(await kafka.check_topics(config)) == len(ALL_TOPICS)  # none of them exists yet
+    result = subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", "publish", str(EXAMPLES)],
+        env={**stack.env(), "TICKERWIRE_STATE_DIR": "/nonexistent", "TICKERWIRE_TOPIC_PREFIX": prefix},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert await kafka.check_topics(config) == []
+    assert f"created topic {prefix}." in result.stderr
 
 
 async def test_admin_commands_publish_snapshots_and_never_print_hashes(stack):

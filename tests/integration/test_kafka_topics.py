@@ -146,6 +146,32 @@ async def test_a_refused_topic_setting_lets_the_process_start_once_fixed(kafka_b
     assert registry.get_sample_value("tickerwire_topic_differences", {"kind": "loses_history"}) == 0
 
 
+async def test_a_topic_recreated_while_the_process_runs_is_reported_not_ignored(kafka_bootstrap, topic_prefix, caplog):
+    # An emptied broker on which a client's request had the topic created with the broker's
+    # own settings: the gauge kept its start-up 0, so no alert could fire.
+    config = Config.from_env(env_for(kafka_bootstrap, topic_prefix))
+    await kafka.ensure_topics(config)
+    registry = CollectorRegistry()
+    gate = TopicGate(config, registry, create=False, watch_s=0.2)
+    await gate.wait_until_safe()
+    watching = asyncio.create_task(gate.watch())
+    try:
+        async with kafka.started_admin(config) as admin:
+            await admin.delete_topics([f"{topic_prefix}.posts.v1"])
+            await asyncio.sleep(0.5)
+            await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])  # the broker's defaults: not compacted
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if registry.get_sample_value("tickerwire_topic_differences", {"kind": "loses_history"}):
+                break
+        assert registry.get_sample_value("tickerwire_topic_differences", {"kind": "loses_history"}) == 1
+        ready, detail = await gate.check()
+        assert ready and "would lose rebuild history" in detail  # still consuming, and saying why not ok
+        assert any(r.levelname == "ERROR" and "posts.v1" in r.getMessage() for r in caplog.records)
+    finally:
+        watching.cancel()
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is needed to make test certificates")
 async def test_clients_speak_kafka_over_the_configured_tls_with_a_client_certificate(kafka_bootstrap, tmp_path):
     pki = make_pki(tmp_path)

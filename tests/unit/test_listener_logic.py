@@ -5,8 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from tickerwire.services.common.listener import LogLimiter
-from tickerwire.services.common.logs import JsonFormatter
+from tickerwire.services.common.logs import JsonFormatter, LibraryFloodFilter, LogLimiter
 from tickerwire.services.common.ops import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
 from tickerwire.services.common.requestlog import REQUEST_ID, RequestIdFilter, request_id
 from tickerwire.services.stream.handshake import handshake_error
@@ -21,6 +20,23 @@ def test_log_limiter_allows_a_burst_then_one_per_second_and_counts_the_rest():
     now[0] += 1.0
     assert limiter.allow() == 2  # two lines were suppressed since the last one written
     assert limiter.allow() is None
+
+
+def test_a_library_flooding_the_log_gets_a_burst_then_one_line_a_second_that_counts_the_rest():
+    # aiokafka logs about a hundred ERROR lines a second while a broker refuses connections.
+    now = [0.0]
+    flood = LibraryFloodFilter("aiokafka", LogLimiter(burst=3, per_second=1.0, clock=lambda: now[0]))
+
+    def record(name: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, "Unable connect to node with id 111", None, None)
+
+    passed = [flood.filter(record("aiokafka.conn" if i % 2 else "aiokafka")) for i in range(50)]
+    assert passed.count(True) == 3
+    assert all(flood.filter(record("tickerwire.services.projector.runner")) for _ in range(20))  # ours: never
+    now[0] += 1.0
+    line = record("aiokafka")
+    assert flood.filter(line) and line.fields == {"suppressed": 47}
+    assert not flood.filter(record("aiokafka"))
 
 
 def test_request_id_is_the_clients_when_well_formed():
