@@ -202,6 +202,7 @@ class Admissions:
 
     async def _worker(self, number: int) -> None:
         delays = backoff_delays(0.1, 2.0)
+        failing_since: float | None = None  # reconnects failing since then: said once, not every 2 s
         while True:
             conn: asyncpg.Connection | None = None
             batch: list[_Pending] = []
@@ -212,7 +213,11 @@ class Admissions:
                 )
                 self._up.add(number)
                 delays = backoff_delays(0.1, 2.0)
-                log.info("admission connection %d up", number)
+                if failing_since is None:
+                    log.info("admission connection %d up", number)
+                else:
+                    log.warning("admission connection %d up again after %.1f s", number, time.monotonic() - failing_since)
+                    failing_since = None
                 while True:
                     await self._wake.wait()
                     self._wake.clear()
@@ -235,7 +240,13 @@ class Admissions:
                     batch = []
             except Exception as exc:  # connection lost (or a bug): fail what waits, reconnect with backoff
                 if isinstance(exc, CONNECTION_ERRORS):
-                    log.error("admission connection %d lost: %s: %s", number, type(exc).__name__, exc)
+                    cause = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (no answer in time)"
+                    if number in self._up:  # it was working: news
+                        log.error("admission connection %d lost: %s; reconnecting", number, cause)
+                        failing_since = time.monotonic()
+                    elif failing_since is None:  # at start, or the first reconnect after a loss that was not news
+                        log.error("admission connection %d cannot connect: %s; retrying (said again when it is up)", number, cause)
+                        failing_since = time.monotonic()
                 else:
                     log.exception("admission worker %d crashed; restarting", number)
                 for p in batch:

@@ -223,12 +223,46 @@ class LibraryFloodFilter(logging.Filter):
         return True
 
 
+class ExpectedFaultTracebacks(logging.Filter):
+    """One line, not a traceback, for what libraries log about faults we expect and handle: an
+    outage is an operator's business, a traceback says "a bug" (docs/operations.md).
+
+    - asyncpg's warnings with a traceback ("Failed to restore the pool connection floor;
+      retrying", every few seconds per process while PostgreSQL is down): the exception is
+      folded into the line.
+    - asyncio's "Task exception was never retrieved" for asyncpg's own task that hands a
+      connection back after a statement timed out (MagicStack/asyncpg#1326): a WARNING line
+      saying so; the pool replaces the connection.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None or record.exc_info[1] is None:
+            return True
+        if record.name.startswith("asyncpg") and record.levelno < logging.ERROR:
+            _fold(record, record.getMessage())
+        elif record.name == "asyncio" and "PoolConnectionHolder.release" in str(record.msg):
+            _fold(record, "asyncpg could not hand back a connection after a statement timed out "
+                          "(MagicStack/asyncpg#1326); the pool replaces it")
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _fold(record: logging.LogRecord, text: str) -> None:
+    exc = record.exc_info[1] if record.exc_info else None
+    record.msg = f"{text}: {type(exc).__name__}: {exc}" if str(exc) else f"{text}: {type(exc).__name__}"
+    record.args = None
+    record.exc_info = None
+    record.exc_text = None
+
+
 def setup_logging(service: str, level: str = "INFO") -> None:
     if not isinstance(logging.getLevelName(level.upper()), int):
         raise ConfigError(f"TICKERWIRE_LOG_LEVEL={level!r} is invalid: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
     handler = LineHandler(sys.stderr, JsonFormatter(service))
     handler.addFilter(RequestIdFilter())
     handler.addFilter(LibraryFloodFilter("aiokafka"))
+    handler.addFilter(LibraryFloodFilter("asyncpg"))
+    handler.addFilter(ExpectedFaultTracebacks())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -52,6 +52,7 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
     """The checks every service shares: PostgreSQL answers and the read model is migrated
     (``pool()`` is None while starting), the broker answers (``broker``), no supervised task
     is down. The service adds its own."""
+    from . import retry
     from .db import postgres_check
     from .kafka import broker_check
 
@@ -59,7 +60,10 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
 
     async def postgres() -> tuple[bool, str]:
         p = pool()
-        return await postgres_check(p, config.read_model_schema) if p is not None else (False, "starting")
+        if p is None:  # the pool is being created: say why it is not there yet, when it failed
+            why = retry.failing.get("connect to PostgreSQL")
+            return False, f"starting ({why})" if why else "starting"
+        return await postgres_check(p, config.read_model_schema)
 
     async def reachable_broker() -> tuple[bool, str]:
         return await broker_check(config)

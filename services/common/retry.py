@@ -5,12 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Awaitable, Callable, TypeVar
 
 from .errors import TransientError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+#: A retried operation still failing after this long is said at ERROR (once, then every
+#: :data:`ERROR_EVERY_S`): an outage of a dependency is an operator's business, the retries are not.
+ERROR_AFTER_S = 10.0
+ERROR_EVERY_S = 300.0
+
+#: what -> the last failure of an operation being retried now (readiness shows it while starting).
+failing: dict[str, str] = {}
 
 
 def backoff_delays(base: float = 0.1, cap: float = 5.0, rng: random.Random | None = None):
@@ -61,15 +70,26 @@ async def retry_transient(
     """
     delays = backoff_delays(base, cap)
     tried = 0
-    while True:
-        try:
-            return await op()
-        except TransientError as exc:
-            tried += 1
-            if attempts is not None and tried >= attempts:
-                raise
-            delay = next(delays)
-            log.warning("%s failed (%s); retry %d in %.2fs", what, exc, tried, delay)
-            if on_retry is not None:
-                on_retry(exc)
-            await asyncio.sleep(delay)
+    started = time.monotonic()
+    said_at: float | None = None  # when the ERROR was last written
+    try:
+        while True:
+            try:
+                return await op()
+            except TransientError as exc:
+                tried += 1
+                if attempts is not None and tried >= attempts:
+                    raise
+                failing[what] = f"{what} failed: {exc}"
+                delay = next(delays)
+                now = time.monotonic()
+                if now - started >= ERROR_AFTER_S and (said_at is None or now - said_at >= ERROR_EVERY_S):
+                    said_at = now
+                    log.error("%s still failing after %.0f s (%s); retrying", what, now - started, exc)
+                else:
+                    log.warning("%s failed (%s); retry %d in %.2fs", what, exc, tried, delay)
+                if on_retry is not None:
+                    on_retry(exc)
+                await asyncio.sleep(delay)
+    finally:
+        failing.pop(what, None)

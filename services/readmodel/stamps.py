@@ -160,17 +160,23 @@ class StampWatcher:
                 async with asyncio.timeout(self.poll_s):
                     await self._wake.wait()
 
-    def _set_listening(self, value: bool) -> None:
+    def _set_listening(self, value: bool, cause: str = "") -> None:
         if value != self.listening:
             self.listening = value
-            (log.info if value else log.error)("change-stamp listener %s", "up" if value else "down")
+            if value:
+                log.info("change-stamp listener up")
+            else:
+                log.error("change-stamp listener down%s; polling every %g s and reconnecting", f" ({cause})" if cause else "", self.poll_s)
             if self._on_listening is not None:
                 self._on_listening(value)
+        elif cause:
+            log.debug("change-stamp listener still down: %s", cause)
 
     async def _listen(self) -> None:
         delays = backoff_delays(0.1, 2.0)
         while True:
             conn: asyncpg.Connection | None = None
+            cause = ""
             try:
                 conn = await open_connection(self._dsn, timeout=5, settings={"application_name": LISTENER_NAME})
                 lost = asyncio.Event()
@@ -187,14 +193,15 @@ class StampWatcher:
                     except TimeoutError:
                         await conn.execute("SELECT 1", timeout=self._ping_s)  # a silent dead link
             except CONNECTION_ERRORS as exc:
-                log.warning("change-stamp listener: %s: %s", type(exc).__name__, exc)
+                cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             except asyncio.CancelledError:
                 self.listening = False  # stopping: not an outage
                 raise
-            except Exception:
+            except Exception as exc:
                 log.exception("change-stamp listener crashed; restarting")
+                cause = f"crashed: {type(exc).__name__}"
             finally:
                 if conn is not None and not conn.is_closed():
                     conn.terminate()
-            self._set_listening(False)
+            self._set_listening(False, cause or "connection closed")
             await asyncio.sleep(next(delays))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 
-from tickerwire.services.common.logs import JsonFormatter, LibraryFloodFilter, LogLimiter
+from tickerwire.services.common.logs import ExpectedFaultTracebacks, JsonFormatter, LibraryFloodFilter, LogLimiter
 from tickerwire.services.common.ops import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
 from tickerwire.services.common.requestlog import REQUEST_ID, RequestIdFilter, request_id
 from tickerwire.services.stream.handshake import handshake_error
@@ -37,6 +38,26 @@ def test_a_library_flooding_the_log_gets_a_burst_then_one_line_a_second_that_cou
     line = record("aiokafka")
     assert flood.filter(line) and line.fields == {"suppressed": 47}
     assert not flood.filter(record("aiokafka"))
+
+
+def test_expected_fault_lines_of_libraries_are_one_line_without_a_traceback():
+    def record(name, level, msg, exc):
+        try:
+            raise exc
+        except Exception:
+            return logging.LogRecord(name, level, __file__, 1, msg, None, sys.exc_info())
+
+    expected = ExpectedFaultTracebacks()
+    floor = record("asyncpg.pool", logging.WARNING, "Failed to restore the pool connection floor; retrying",
+                   ConnectionRefusedError(111, "Connection refused"))
+    assert expected.filter(floor) and floor.exc_info is None
+    assert floor.getMessage() == "Failed to restore the pool connection floor; retrying: ConnectionRefusedError: [Errno 111] Connection refused"
+    release = record("asyncio", logging.ERROR, "Task exception was never retrieved\nfuture: <Task finished name='Task-9' "
+                     "coro=<PoolConnectionHolder.release() done> exception=TimeoutError()>", TimeoutError())
+    assert expected.filter(release) and release.exc_info is None and release.levelname == "WARNING"
+    assert "asyncpg#1326" in release.getMessage()
+    ours = record("tickerwire.services.api", logging.ERROR, "a bug", RuntimeError("x"))
+    assert expected.filter(ours) and ours.exc_info is not None  # a traceback where it means a bug
 
 
 def test_request_id_is_the_clients_when_well_formed():

@@ -13,7 +13,9 @@ from aiokafka import TopicPartition
 from tickerwire.services.common.logcheck import discontinuity
 from tickerwire.services.common.ops import answer_ready
 from tickerwire.services.common.readiness import Readiness
-from tickerwire.services.common.retry import Backoff
+from tickerwire.services.common import retry
+from tickerwire.services.common.errors import StorageUnavailable
+from tickerwire.services.common.retry import Backoff, retry_transient
 from tickerwire.services.common import supervise
 from tickerwire.services.common.supervise import Supervisor, honour_cancellation
 
@@ -225,3 +227,25 @@ def test_a_backoff_grows_to_its_cap_and_is_short_again_after_a_reset():
     assert backoff.ceiling == 4.0  # capped
     backoff.reset()
     assert backoff.ceiling == 0.5 and backoff.delay() <= 0.5
+
+
+async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_and_its_cause_is_kept(monkeypatch, caplog):
+    # A database down for minutes gave only WARNING lines ("retry N"), and readiness said
+    # "starting" without the reason.
+    monkeypatch.setattr(retry, "ERROR_AFTER_S", 0.05)
+    calls = []
+    seen = []
+
+    async def op():
+        calls.append(1)
+        seen.append(retry.failing.get("connect to PostgreSQL"))
+        if len(calls) < 30:
+            raise StorageUnavailable("ConnectionRefusedError: [Errno 111] Connection refused")
+        return "pool"
+
+    with caplog.at_level(logging.WARNING):
+        assert await retry_transient(op, what="connect to PostgreSQL", base=0.01, cap=0.02) == "pool"
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "connect to PostgreSQL still failing after" in errors[0] and "Connection refused" in errors[0]
+    assert seen[0] is None and "Connection refused" in seen[-1]  # the cause, while it is retried
+    assert "connect to PostgreSQL" not in retry.failing  # forgotten once it worked
