@@ -52,6 +52,8 @@ def iso_utc(value: datetime) -> str:
 
 #: Spec 4: "the default locale (en-US)", when no listed locale is flagged default.
 FALLBACK_LOCALE = "en-US"
+#: Spec 2.6 and 8: the languages list has at most this many entries.
+MAX_LISTED_LOCALES = 14
 
 
 def default_locale(listed: Iterable[tuple[str, bool]]) -> str:

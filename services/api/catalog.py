@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -16,13 +17,15 @@ import asyncpg
 import orjson
 
 from tickerwire.schemas import partner
-from tickerwire.schemas.readmodel import FALLBACK_LOCALE, default_locale
+from tickerwire.schemas.readmodel import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
 
 from ..common.db import storage_errors
 from ..common.query import bcp47_case
 from ..readmodel import stamps as stamp
 from ..readmodel.taxonomy import categories, listed_locales
 from . import queries
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +50,14 @@ class Languages:
 
 
 def languages_of(rows: list[asyncpg.Record]) -> Languages:
-    """The supported languages from the listed locales' rows (:func:`..readmodel.taxonomy.listed_locales`)."""
+    """The supported languages from the listed locales' rows (:func:`..readmodel.taxonomy.listed_locales`).
+
+    More than the spec's 14 are listed all the same, with an ERROR: the platform's data breaks
+    the spec, and hiding a locale whose posts ``?lang=`` serves would make it worse."""
+    if len(rows) > MAX_LISTED_LOCALES:
+        log.error("%d locales are listed (active on the web channel); the spec allows at most %d, so /languages "
+                  "breaks its documented maxItems until the platform deactivates %d: %s", len(rows), MAX_LISTED_LOCALES,
+                  len(rows) - MAX_LISTED_LOCALES, ", ".join(r["code"] for r in rows))
     default = default_locale((r["code"], r["is_default"]) for r in rows)
     body = orjson.dumps(partner.languages(rows, default))
     codes = frozenset(r["code"] for r in rows)

@@ -3,6 +3,10 @@ BCP 47 says, else the default."""
 
 from __future__ import annotations
 
+import logging
+
+import orjson
+
 from tickerwire.services.api.catalog import languages_of
 
 
@@ -17,3 +21,14 @@ def test_a_tag_names_its_locale_in_any_case_and_an_unknown_one_falls_back():
     # A code published in another case than BCP 47's is found by either casing.
     assert [languages.resolve(t) for t in ("pt-br", "pt-BR", "PT-BR")] == ["pt-br"] * 3
     assert [languages.resolve(t) for t in (None, "", "xx-XX", "pt-PT")] == ["en-US"] * 4
+
+
+def test_more_locales_than_the_spec_allows_are_listed_and_said_at_error(caplog):
+    rows = [row("en-US", is_default=True)] + [row(f"x{i:01d}-X{i}") for i in range(14)]  # 15 listed
+    with caplog.at_level(logging.ERROR):
+        languages = languages_of(rows)
+    assert len(orjson.loads(languages.body)["languages"]) == 15  # the truth: ?lang= serves all 15
+    assert any("15 locales are listed" in r.getMessage() and "at most 14" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    languages_of(rows[:14])
+    assert not caplog.records
