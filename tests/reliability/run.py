@@ -34,6 +34,7 @@ async def run_all(only: list[str] | None) -> list[Outcome]:
                 outcomes += up.outcomes
     if not only or "log_reset" in only:
         outcomes.append(await log_reset())
+        outcomes.append(await log_reset(outage_s=20))  # the consumers' own stop used to end their loops
     return outcomes
 
 
