@@ -121,7 +121,7 @@ def _where(dsn: str) -> str:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from .publish import parse_lines, publish, read_source
+    from .publish import parse_lines, publish_declared, read_source
 
     try:
         lines = read_source(args.file, sys.stdin)
@@ -134,11 +134,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return _fail("publish", f"{len(errors)} invalid event(s); nothing was published", 1)
 
     async def go() -> int:
-        from ..common import kafka
-
-        config = _config()
-        await kafka.ensure_declared_before(config, "publishing")
-        await publish(config, events)
+        await publish_declared(_config(), events)
         print(f"published {len(events)} event(s)")
         return 0
 
@@ -146,11 +142,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 async def _publish_one(config: Config, event) -> None:
-    from ..common import kafka
-    from .publish import publish
+    from .publish import publish_declared
 
-    await kafka.ensure_declared_before(config, "publishing")
-    await publish(config, [event])
+    await publish_declared(config, [event])
 
 
 def cmd_workspace(args: argparse.Namespace) -> int:

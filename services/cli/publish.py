@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaProducer
 from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, entity_key, topic_for_event_type
 
 from ..common.config import Config
-from ..common.kafka import started_producer
+from ..common.kafka import ensure_declared_before, started_producer
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,13 @@ async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence)
 async def publish(config: Config, events: Sequence) -> Marks:
     async with started_producer(config) as producer:
         return await send_events(producer, config.topic_prefix, events)
+
+
+async def publish_declared(config: Config, events: Sequence) -> Marks:
+    """What a command publishes: the declared topics are created first where missing
+    (:func:`..common.kafka.ensure_declared_before`), so the broker never creates ours on demand."""
+    await ensure_declared_before(config, "publishing")
+    return await publish(config, events)
 
 
 def read_source(path: str, stdin: TextIO) -> list[str]:

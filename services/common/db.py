@@ -102,6 +102,11 @@ async def create_pool(
         )
 
 
+#: What a service retries while it has no pool yet (``retry_transient``'s ``what``); readiness
+#: names the last failure of it (``retry.failing``).
+CONNECT_POSTGRES = "connect to PostgreSQL"
+
+
 async def reader_pool(config: Config) -> asyncpg.Pool:
     """The pool of a reading service (API, stream), connecting with retries until PostgreSQL answers.
 
@@ -117,7 +122,7 @@ async def reader_pool(config: Config) -> asyncpg.Pool:
             statement_timeout_s=config.db_statement_timeout_s,
             connect_timeout_s=config.db_connect_timeout_s,
         ),
-        what="connect to PostgreSQL",
+        what=CONNECT_POSTGRES,
         cap=2.0,
     )
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError, OffsetOutOfRangeError
 
+from . import kafka
+
 #: A discontinuity counts once seen continuously for this long: some brokers report a stale
 #: end offset for a few seconds after writes (a real reset does not go away).
 CONFIRM_S = 6.0
@@ -108,8 +110,6 @@ class LogProbe:
     async def held(self, offsets: dict[TopicPartition, int], timeout_s: float = 3.0) -> set[TopicPartition]:
         """The partitions whose log still holds the record at the given offset (a fetch there
         returns it, or a later one), asked all at once within ``timeout_s``."""
-        from . import kafka  # the shared client settings
-
         if not offsets:
             return set()
         if self._consumer is None:
@@ -143,8 +143,6 @@ class LogProbe:
         return held
 
     async def close(self) -> None:
-        from . import kafka
-
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await kafka.stop_consumer(consumer)

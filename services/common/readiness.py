@@ -53,7 +53,7 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
     (``pool()`` is None while starting), the broker answers (``broker``), no supervised task
     is down. The service adds its own."""
     from . import retry
-    from .db import postgres_check
+    from .db import CONNECT_POSTGRES, postgres_check
     from .kafka import broker_check
 
     ready = Readiness()
@@ -61,7 +61,7 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
     async def postgres() -> tuple[bool, str]:
         p = pool()
         if p is None:  # the pool is being created: say why it is not there yet, when it failed
-            why = retry.failing.get("connect to PostgreSQL")
+            why = retry.failing.get(CONNECT_POSTGRES)
             return False, f"starting ({why})" if why else "starting"
         return await postgres_check(p, config.read_model_schema)
 

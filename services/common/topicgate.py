@@ -51,16 +51,16 @@ RECHECK_S = 30.0
 WATCH_S = 60.0
 
 
+async def _read(config: Config, create: bool) -> list[Difference]:
+    """How the topics differ from the declaration, after creating missing ones when ``create``."""
+    if create:
+        await kafka.ensure_topics(config)
+    return await kafka.check_topics(config)
+
+
 async def differences(config: Config, *, create: bool) -> list[Difference]:
-    """How the topics differ from the declaration, after creating missing ones when ``create``;
-    waits, with capped backoff, for the broker."""
-
-    async def run() -> list[Difference]:
-        if create:
-            await kafka.ensure_topics(config)
-        return await kafka.check_topics(config)
-
-    return await retry_transient(run, what="check topics", cap=5.0)
+    """:func:`_read`, waiting with capped backoff for the broker."""
+    return await retry_transient(lambda: _read(config, create), what="check topics", cap=5.0)
 
 
 def _allowed(config: Config, unsafe: list[Difference]) -> bool:
@@ -107,20 +107,25 @@ class TopicGate:
         """Readiness: whether the topics let this process work."""
         return self.state
 
+    def _record(self, diffs: list[Difference]) -> tuple[list[Difference], bool]:
+        """Set the gauge from ``diffs``; their unsafe part, and whether they changed since the
+        last check (what is logged is logged once per change)."""
+        unsafe = [d for d in diffs if d.loses_history]
+        self.differences.labels("loses_history").set(len(unsafe))
+        self.differences.labels("other").set(len(diffs) - len(unsafe))
+        described = tuple(str(d) for d in diffs)
+        changed, self._reported = described != self._reported, described
+        if changed:
+            for d in diffs:
+                if not d.loses_history:
+                    log.warning("topic differs from its declaration: %s", d)
+        return unsafe, changed
+
     async def wait_until_safe(self) -> None:
         """Return once no topic setting loses history (or that is allowed); until then, report
         the refusal and check again every ``recheck_s``."""
         while True:
-            diffs = await differences(self.config, create=self.create)
-            unsafe = [d for d in diffs if d.loses_history]
-            self.differences.labels("loses_history").set(len(unsafe))
-            self.differences.labels("other").set(len(diffs) - len(unsafe))
-            described = tuple(str(d) for d in diffs)
-            if described != self._reported:
-                self._reported = described
-                for d in diffs:
-                    if not d.loses_history:
-                        log.warning("topic differs from its declaration: %s", d)
+            unsafe, _ = self._record(await differences(self.config, create=self.create))
             if not unsafe:
                 self.state = (True, "ok")
                 return
@@ -144,25 +149,17 @@ class TopicGate:
         while True:
             await asyncio.sleep(self.watch_s)
             try:
-                if self.create:
-                    await kafka.ensure_topics(self.config)
-                diffs = await kafka.check_topics(self.config)
+                async with asyncio.timeout(self.watch_s):  # a round that hangs is skipped, not waited on
+                    diffs = await _read(self.config, self.create)
             except (BrokerUnavailable, KafkaError, OSError, asyncio.TimeoutError) as exc:
                 log.debug("topic watch skipped a round: %s", exc)
                 continue
-            unsafe = [d for d in diffs if d.loses_history]
-            self.differences.labels("loses_history").set(len(unsafe))
-            self.differences.labels("other").set(len(diffs) - len(unsafe))
-            described = tuple(str(d) for d in diffs)
-            if described == self._reported:
+            unsafe, changed = self._record(diffs)
+            if not changed:
                 continue
-            self._reported = described
-            for d in diffs:
-                if d.loses_history:
-                    log.error("topic now differs from its declaration and would lose rebuild history: %s. "
-                              "Consuming goes on; fix it before the next rebuild (docs/operations.md, 'Topics')", d)
-                else:
-                    log.warning("topic differs from its declaration: %s", d)
+            for d in unsafe:
+                log.error("topic now differs from its declaration and would lose rebuild history: %s. "
+                          "Consuming goes on; fix it before the next rebuild (docs/operations.md, 'Topics')", d)
             listed = "; ".join(str(d) for d in unsafe)
             self.state = (True, f"running; topics would lose rebuild history: {listed}" if unsafe else "ok")
 

@@ -15,7 +15,7 @@ import asyncpg
 from aiohttp import web
 
 from ..common.config import Config
-from ..common.db import create_pool, storage_errors
+from ..common.db import CONNECT_POSTGRES, create_pool, storage_errors
 from ..readmodel.migrate import migrate
 from ..common.ops import add_ops_routes, run_app
 from ..common.readiness import Readiness, service_readiness
@@ -52,7 +52,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
                 await migrate(conn, config.read_model_schema)
         return pool
 
-    app[POOL] = await retry_transient(connect_and_migrate, what="connect to PostgreSQL", cap=2.0)
+    app[POOL] = await retry_transient(connect_and_migrate, what=CONNECT_POSTGRES, cap=2.0)
     yield
     await app[POOL].close()
 
