@@ -99,7 +99,7 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
             return False, "catching up"
         silent = time.monotonic() - projector.fetched_at
         if silent > CONSUME_STALL_S:
-            return False, f"no fetch for {silent:.0f}s"
+            return False, f"no fetch for {silent:.0f}s" + (f" ({projector.fault})" if projector.fault else "")
         return True, "ok"
 
     async def log_intact() -> tuple[bool, str]:

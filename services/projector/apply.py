@@ -288,8 +288,11 @@ async def apply_batch(
 # --------------------------------------------------------------------------- posts
 
 
-async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str) -> bool:
-    """Set aside one record the read model refuses (a constraint violation) and move past it.
+async def reject_record(
+    conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str, kind: str = "rejected",
+) -> bool:
+    """Set aside one record the read model refuses (a constraint violation), or one that could
+    not be decoded (``kind``), and move past it.
 
     Returns False if the position had already passed it (nothing to do)."""
     async with conn.transaction():
@@ -298,7 +301,7 @@ async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, re
         if record.offset < stored:
             return False
         await conn.execute(
-            sql.INSERT_DEAD_LETTER, topic, partition, record.offset, record.key, record.value, "rejected", reason
+            sql.INSERT_DEAD_LETTER, topic, partition, record.offset, record.key, record.value, kind, reason
         )
         await positions.save(conn, topic, partition, record.offset + 1)
     return True

@@ -191,12 +191,22 @@ class Feed:
             await self._room.wait()
             if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
                 await self._check_log(consumer, tps)
+            async def rewind(tps: list[TopicPartition]) -> None:
+                for tp in tps:
+                    consumer.seek(tp, self._next.get(tp.partition, 0))
+
             try:
-                batches = await consumer.getmany(timeout_ms=500)
+                # A batch that cannot be decoded is found and skipped (the projector dead-letters
+                # it); the other partitions go on.
+                batches, bad = await kafka.fetch(consumer, rewind, timeout_ms=500)
             except OffsetOutOfRangeError as exc:
                 log.warning("stream feed position out of range (%s); checking the log", exc)
                 await self._check_log(consumer, tps)
                 continue
+            if bad is not None:
+                log.warning("stream feed skips %s[%d]@%d: %s", bad.tp.topic, bad.tp.partition, bad.offset, bad.reason)
+                self._next[bad.tp.partition] = bad.offset + 1
+                consumer.seek(bad.tp, bad.offset + 1)
             self.backoff.reset()
             arrived = time.perf_counter()
             for tp, msgs in batches.items():
