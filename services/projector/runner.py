@@ -92,6 +92,8 @@ class Projector:
         #: aborted records have offsets but nothing to apply), and the last known end of its log.
         self._settled: dict[TopicPartition, int] = {}
         self._ends: dict[TopicPartition, int] = {}
+        #: Partitions with a batch being applied (their stored position may move meanwhile).
+        self._applying: set[TopicPartition] = set()
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -144,9 +146,10 @@ class Projector:
                 log.warning("%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset)
             elif (fetching := await self._fetch_position(tp)) is None or fetching == offset:
                 continue
-            elif offset == self.stored_positions.get(tp, offset):
-                # Only the consumer is elsewhere (it read ahead of what was applied, e.g. the loop
-                # restarted after a failure): an ordinary re-seek, said at DEBUG.
+            elif offset == self.stored_positions.get(tp, offset) or tp in self._applying:
+                # The stored position is the one this process wrote (or is writing): only the
+                # consumer is elsewhere, e.g. a rebalance sought it to the stored position while
+                # a batch was being applied. An ordinary re-seek, said at DEBUG.
                 log.debug("%s[%d]: reading from the stored position %d (the consumer was at %d)",
                           tp.topic, tp.partition, offset, fetching)
             else:  # the stored position was moved under us (accept-log): it is the truth
@@ -173,6 +176,13 @@ class Projector:
     async def apply_records(self, tp: TopicPartition, records: list[Record]) -> None:
         """Apply one fetched batch of ``tp``: transient failures retried, a record the read
         model refuses isolated and dead-lettered, the outcome counted in the metrics."""
+        self._applying.add(tp)
+        try:
+            await self._apply_isolating(tp, records)
+        finally:
+            self._applying.discard(tp)
+
+    async def _apply_isolating(self, tp: TopicPartition, records: list[Record]) -> None:
         try:
             result = await self._apply_retrying(tp, records)
         except REFUSALS as exc:
