@@ -1,6 +1,6 @@
 """A record batch the projector cannot decode costs only itself (real broker, real PostgreSQL):
 it is dead-lettered with its cause and the partition reads on past it, the other partitions
-never wait. And the lag counts records that wait while the consume loop cannot apply them."""
+never wait; the stream's feed reads on past it too. And the lag counts records that wait while the consume loop cannot apply them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from tickerwire.services.cli.publish import publish
 from tickerwire.services.common import kafka
 from tickerwire.services.projector.apply import SWITCH_LOCK
 from tickerwire.services.projector.metrics import DEAD_LETTER_KINDS
+from tickerwire.services.stream.feed import Feed
+from tickerwire.services.stream.hub import Hub
+from tickerwire.services.stream.metrics import StreamMetrics
 from tests.support.events import post_ev
 from tests.support.producers import Raw, librdkafka
 from tests.support.projector import projector_on
@@ -91,3 +94,22 @@ async def test_the_lag_counts_records_waiting_while_the_loop_cannot_apply_them(f
             finally:
                 await blocker.close()
             await until(lambda: lag() == 0, 30, "lag 0 once the records are applied")
+
+
+async def test_the_stream_feed_reads_on_past_a_batch_it_cannot_decode(fresh_db, kafka_bootstrap, monkeypatch):
+    monkeypatch.setattr(aiokafka.codec, "cramjam", None)
+    prefix = f"feedcodec{os.getpid()}"
+    async with projector_on(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, topic_replication_factor=1) as (
+        projector, pool, _,
+    ):
+        await kafka.ensure_topics(projector.config)
+        topic = topic_name(prefix, POSTS)
+        metrics = StreamMetrics()
+        feed = Feed(projector.config, pool, Hub(metrics, projector.config.stream_queue_size), metrics)
+        async with background(feed.run()):
+            await until(lambda: feed.started.is_set(), 60, "the feed reading")
+            await librdkafka(kafka_bootstrap, topic, [raw_post(i, 0) for i in (1, 2, 3, 4)], **{"compression.type": "snappy"})
+            await librdkafka(kafka_bootstrap, topic, [raw_post(5, 0)])
+            await librdkafka(kafka_bootstrap, topic, [raw_post(6, 1)])
+            await until(lambda: feed._next.get(0) == 5 and feed._next.get(1) == 1, 30, "the feed past the batch on partition 0")
+            assert sorted(p.post_id for p in feed._pending) == [5, 6]  # waiting for the projector to commit them
