@@ -4,8 +4,10 @@ never wait; the stream's feed reads on past it too. And the lag counts records t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from typing import AsyncIterator
 
 import aiokafka.codec
 import asyncpg
@@ -15,7 +17,8 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.cli.publish import publish
 from tickerwire.services.common import kafka
 from tickerwire.services.projector.apply import SWITCH_LOCK
-from tickerwire.services.projector.metrics import DEAD_LETTER_KINDS
+from tickerwire.services.projector.metrics import DEAD_LETTER_KINDS, ProjectorMetrics
+from tickerwire.services.projector.runner import Projector
 from tickerwire.services.stream.feed import Feed
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
@@ -30,6 +33,16 @@ def raw_post(post_id: int, partition: int) -> Raw:
     return Raw(encode_event(event), entity_key(event).encode(), partition)
 
 
+@contextlib.asynccontextmanager
+async def projector_with_topics(dsn: str, bootstrap: str, prefix: str) -> AsyncIterator[tuple[Projector, asyncpg.Pool, ProjectorMetrics, str]]:
+    """An in-process projector on ``prefix``'s topics, created; yields it, its pool, its metrics and the posts topic."""
+    async with projector_on(dsn, kafka_bootstrap_servers=bootstrap, topic_prefix=prefix, topic_replication_factor=1) as (
+        projector, pool, metrics,
+    ):
+        await kafka.ensure_topics(projector.config)
+        yield projector, pool, metrics, topic_name(prefix, POSTS)
+
+
 async def post_ids(pool: asyncpg.Pool) -> set[int]:
     return {r["id"] for r in await pool.fetch("SELECT id FROM posts")}
 
@@ -38,11 +51,7 @@ async def test_a_batch_whose_codec_cannot_be_decoded_is_dead_lettered_and_the_pa
     # As in an image without the codec libraries: aiokafka decodes gzip only.
     monkeypatch.setattr(aiokafka.codec, "cramjam", None)
     prefix = f"codec{os.getpid()}"
-    async with projector_on(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, topic_replication_factor=1) as (
-        projector, pool, metrics,
-    ):
-        await kafka.ensure_topics(projector.config)
-        topic = topic_name(prefix, POSTS)
+    async with projector_with_topics(fresh_db, kafka_bootstrap, prefix) as (projector, pool, metrics, topic):
         for kind in DEAD_LETTER_KINDS:  # every reason's series exists from the start
             assert metrics.registry.get_sample_value("tickerwire_projector_dead_lettered_total", {"reason": kind}) == 0
         async with background(projector.run()):
@@ -71,11 +80,7 @@ async def test_a_batch_whose_codec_cannot_be_decoded_is_dead_lettered_and_the_pa
 
 async def test_the_lag_counts_records_waiting_while_the_loop_cannot_apply_them(fresh_db, kafka_bootstrap):
     prefix = f"lag{os.getpid()}"
-    async with projector_on(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, topic_replication_factor=1) as (
-        projector, pool, metrics,
-    ):
-        await kafka.ensure_topics(projector.config)
-        topic = topic_name(prefix, POSTS)
+    async with projector_with_topics(fresh_db, kafka_bootstrap, prefix) as (projector, pool, metrics, topic):
         async with background(projector.run()):
             marks = await publish(projector.config, [post_ev(1)])
             await until(lambda: projector.caught_up.is_set(), 60, "the projector caught up")
@@ -99,11 +104,7 @@ async def test_the_lag_counts_records_waiting_while_the_loop_cannot_apply_them(f
 async def test_the_stream_feed_reads_on_past_a_batch_it_cannot_decode(fresh_db, kafka_bootstrap, monkeypatch):
     monkeypatch.setattr(aiokafka.codec, "cramjam", None)
     prefix = f"feedcodec{os.getpid()}"
-    async with projector_on(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, topic_replication_factor=1) as (
-        projector, pool, _,
-    ):
-        await kafka.ensure_topics(projector.config)
-        topic = topic_name(prefix, POSTS)
+    async with projector_with_topics(fresh_db, kafka_bootstrap, prefix) as (projector, pool, _, topic):
         metrics = StreamMetrics()
         feed = Feed(projector.config, pool, Hub(metrics, projector.config.stream_queue_size), metrics)
         async with background(feed.run()):
