@@ -210,10 +210,10 @@ ISOLATE_S = 2.0
 
 
 async def fetch(
-    consumer: AIOKafkaConsumer, rewind: Callable[[list[TopicPartition]], Awaitable[object]], *,
+    consumer: AIOKafkaConsumer, rewind: Callable[[list[TopicPartition]], Awaitable[object]], *partitions: TopicPartition,
     timeout_ms: int, max_records: int | None = None,
 ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], Undecodable | None]:
-    """``consumer.getmany`` that a batch it cannot decode does not stop.
+    """``consumer.getmany(*partitions)`` that a batch it cannot decode does not stop.
 
     aiokafka raises a decode error out of ``getmany`` for all partitions at once, and drops
     what it had already taken from the others. Then ``rewind`` seeks the given partitions back
@@ -223,13 +223,13 @@ async def fetch(
     past it. A record of a bad batch fails alone: the next one of its batch is found by the
     next call."""
     try:
-        return await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records), None
+        return await consumer.getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records), None
     except Exception as exc:
         if decode_fault(exc) is None:
             raise
         log.warning("a fetched record batch cannot be decoded (%s: %s); finding its partition", type(exc).__name__, exc)
     paused = consumer.paused()
-    tps = sorted(tp for tp in consumer.assignment() if tp not in paused)
+    tps = sorted(tp for tp in (partitions or consumer.assignment()) if tp not in paused)
     await rewind(tps)  # a seek drops what aiokafka had fetched, taken or not
     got: dict[TopicPartition, list[ConsumerRecord]] = {}
     deadline = asyncio.get_running_loop().time() + ISOLATE_S

@@ -75,6 +75,9 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    #: (reason kind, reason) of a record the consumer could not decode (:func:`..common.kafka.fetch`):
+    #: it has no key nor value, and is dead-lettered as such.
+    fault: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,9 @@ def decode_records(records: Iterable[Record], topic: str | None) -> tuple[list[D
     events: list[Decoded[AnyEvent]] = []
     dead: list[DeadLetter] = []
     for rec in records:
+        if rec.fault is not None:
+            dead.append(DeadLetter(rec.offset, rec.key, rec.value, *rec.fault))
+            continue
         if rec.value is None:
             dead.append(DeadLetter(rec.offset, rec.key, rec.value, "undecodable", "record has no value (tombstone)"))
             continue
@@ -288,11 +294,8 @@ async def apply_batch(
 # --------------------------------------------------------------------------- posts
 
 
-async def reject_record(
-    conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str, kind: str = "rejected",
-) -> bool:
-    """Set aside one record the read model refuses (a constraint violation), or one that could
-    not be decoded (``kind``), and move past it.
+async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str) -> bool:
+    """Set aside one record the read model refuses (a constraint violation) and move past it.
 
     Returns False if the position had already passed it (nothing to do)."""
     async with conn.transaction():
@@ -301,7 +304,7 @@ async def reject_record(
         if record.offset < stored:
             return False
         await conn.execute(
-            sql.INSERT_DEAD_LETTER, topic, partition, record.offset, record.key, record.value, kind, reason
+            sql.INSERT_DEAD_LETTER, topic, partition, record.offset, record.key, record.value, "rejected", reason
         )
         await positions.save(conn, topic, partition, record.offset + 1)
     return True

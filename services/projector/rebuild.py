@@ -113,8 +113,8 @@ class Replayer:
         holds the switch lock (its own shared lock does not conflict with it)."""
         assert self.consumer is not None
         wanted = {tp: targets.get(tp, 0) for tp in self.tps}
-        async for tp, msgs in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
-            await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs], conn)
+        async for tp, records in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
+            await self._apply(tp, records, conn)
 
     async def _apply(self, tp: TopicPartition, records: list[Record], conn: asyncpg.Connection | None) -> None:
         async def attempt():

@@ -250,22 +250,12 @@ class Projector:
         """Dead-letter a record the consumer could not decode and read on past it: the partition
         moves on, the others never waited."""
         tp = bad.tp
-        record = Record(bad.offset, None, None)
-
-        async def reject():
-            with storage_errors("reject record"):
-                async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
-                    return await reject_record(conn, tp.topic, tp.partition, record, bad.reason, bad.kind)
-
-        if await retry_transient(reject, what="reject record"):
-            self.metrics.dead_lettered.labels(bad.kind).inc()
-            log.error("dead-lettered %s[%d]@%d: %s; the partition reads on past it (`tickerwire dead-letters show`)",
-                      tp.topic, tp.partition, bad.offset, bad.reason,
-                      extra={"fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}})
-        stored = max(bad.offset + 1, self.stored_positions.get(tp, 0))
-        self._stored(tp, stored)
+        log.error("%s[%d]@%d cannot be decoded: %s; it is dead-lettered and the partition reads on past it",
+                  tp.topic, tp.partition, bad.offset, bad.reason,
+                  extra={"fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}})
+        await self.apply_records(tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))])
         if self.consumer is not None:
-            self.consumer.seek(tp, stored)
+            self.consumer.seek(tp, max(bad.offset + 1, self.stored_positions.get(tp, 0)))
 
     async def _rewind(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Seek ``tps`` to their stored positions (the log start where none is stored); returns those."""
