@@ -22,7 +22,8 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
-from ..common.retry import ERROR_AFTER_S, ERROR_EVERY_S, Backoff, retry_transient
+from ..common import retry
+from ..common.retry import Backoff, retry_transient
 from ..common.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
@@ -357,6 +358,18 @@ class Projector:
             self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
             self._recovered()
 
+    def consuming(self, stall_s: float) -> tuple[bool, str]:
+        """Readiness: caught up once since start, and fetching within ``stall_s``; when not,
+        with the cause: the consume loop's last failure, or an operation being retried."""
+        cause = self.fault or "; ".join(retry.failing.values())
+        because = f" ({cause})" if cause else ""
+        if not self.caught_up.is_set():
+            return False, "catching up" + because
+        silent = time.monotonic() - self.fetched_at
+        if silent > stall_s:
+            return False, f"no fetch for {silent:.0f}s{because}"
+        return True, "ok"
+
     def _failed(self, fault: str, warning: str | None) -> None:
         """The consume loop failed: readiness names ``fault``; a WARNING line (``warning``), or an
         ERROR once the loop has been failing for ERROR_AFTER_S (then every ERROR_EVERY_S)."""
@@ -365,7 +378,7 @@ class Projector:
         if self._failing_since is None:
             self._failing_since = now
         failing_for = now - self._failing_since
-        if failing_for >= ERROR_AFTER_S and (self._fault_said_at is None or now - self._fault_said_at >= ERROR_EVERY_S):
+        if failing_for >= retry.ERROR_AFTER_S and (self._fault_said_at is None or now - self._fault_said_at >= retry.ERROR_EVERY_S):
             self._fault_said_at = now
             log.error("the projector has not applied a fetch for %.0f s: %s; retrying", failing_for, fault)
         elif warning is not None:
