@@ -6,6 +6,11 @@ from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+#: The label values the alerts read, created at 0 so that the first increase is seen (a series
+#: born at 1 has no increase) and a projector that applied nothing still has a series.
+APPLIED_TYPES = ("post", "locale", "category", "token", "workspace", "api_key", "embed", "heartbeat")
+DEAD_LETTER_REASONS = ("undecodable", "unknown_type", "schema", "wrong_topic", "rejected")
+
 
 class ProjectorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -23,6 +28,10 @@ class ProjectorMetrics:
         self.dead_lettered = Counter(
             "tickerwire_projector_dead_lettered_total", "Poison events set aside", ["reason"], registry=r
         )
+        for kind in APPLIED_TYPES:
+            self.events_applied.labels(kind)
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_lettered.labels(reason)
         self.batch_size = Histogram(
             "tickerwire_projector_batch_size", "Records per applied batch",
             buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000), registry=r,
