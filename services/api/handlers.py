@@ -181,7 +181,10 @@ async def token(request: web.Request) -> web.Response:
 
 
 async def sentiment_pulse(request: web.Request) -> web.Response:
-    as_of = datetime.now(timezone.utc)
+    # The counts are kept per minute of published_at, so the window is whole minutes: as_of is
+    # the current minute, whose posts are counted. It moves once a minute; in between the body,
+    # and so its ETag, changes only when a count does, and If-None-Match gets a 304.
+    as_of = datetime.now(timezone.utc).replace(second=0, microsecond=0)
     with storage_errors("sentiment pulse"):
         rows: list[asyncpg.Record] = await db(request).fetch(queries.SELECT_PULSE, as_of, _log_topic(request))
     request[REQUEST_LOG_POSITION] = next(r["log_position"] for r in rows if r["sentiment"] is None)

@@ -105,7 +105,7 @@ class Stack:
     def procs(self) -> list[subprocess.Popen]:
         return [c.proc for c in self.children if c.proc is not None]
 
-    def stop(self) -> None:
+    def stop_children(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -116,6 +116,10 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self.children.clear()
+
+    def stop(self) -> None:
+        self.stop_children()
         for part in reversed(self.embedded):
             with contextlib.suppress(Exception):
                 part.stop()
@@ -159,19 +163,43 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         )
     parts = Embedded()
     if not bootstrap:
-        broker = EmbeddedBroker(port=_port(19092), log_path=stack.state_dir / "broker.log")
-        bootstrap = broker.start()
+        broker, bootstrap = _start_server(lambda port: EmbeddedBroker(port=port, log_path=stack.state_dir / "broker.log"), 19092)
         stack.embedded.append(broker)
         parts.broker = broker
     if not dsn:
         data = stack.state_dir / "pgdata"
         # The embedded broker forgets everything on restart, so the read model starts empty too.
         shutil.rmtree(data, ignore_errors=True)
-        pg = EmbeddedPostgres(data, port=_port(5433), log_path=stack.state_dir / "postgres.log")
-        dsn = pg.start()
+        pg, dsn = _start_server(lambda port: EmbeddedPostgres(data, port=port, log_path=stack.state_dir / "postgres.log"), 5433)
         stack.embedded.append(pg)
         parts.postgres = pg
     return dsn, bootstrap, parts
+
+
+def _start_server(make, preferred: int):
+    """An embedded server started on ``preferred`` if free; if that fails (another process,
+    another ``up`` perhaps, took the port between the check and the server's bind), once more
+    on a port the kernel picks. The server binds its port itself and is checked to hold it."""
+    from tickerwire.devstack.embedded.errors import EmbeddedError
+    from tickerwire.devstack.embedded.ports import free_port
+
+    port = _port(preferred)
+    server = make(port)
+    try:
+        return server, server.start()
+    except EmbeddedError as exc:
+        if port != preferred:
+            raise UpError(_one_line(exc)) from None
+        say(f"{server.label} could not start on port {port} ({_one_line(exc)}); trying another port")
+    server = make(free_port())
+    try:
+        return server, server.start()
+    except EmbeddedError as exc:
+        raise UpError(_one_line(exc)) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 async def prepare(config: Config) -> None:
@@ -277,26 +305,70 @@ class Trickle:
 
 #: One readiness probe of `up` waits at most this long (/readyz answers within 1 s).
 PROBE_TIMEOUT_S = 2.0
+#: Sets of ports `up` tries for its listeners when another process takes one of them first.
+PORT_ATTEMPTS = 3
 
 
-async def wait_healthy(urls: list[str], children: list[subprocess.Popen], timeout: float = 60.0) -> None:
+class PortTaken(UpError):
+    """A listener's port was taken by another process between `up`'s choice and the child's bind."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A URL of ``child``'s own listener on ``port``: ready when it answers ``status`` (None:
+    any HTTP answer, for a partner listener that needs a key)."""
+
+    child: Child
+    url: str
+    port: int
+    status: int | None = 200
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log file ('' when there is none)."""
+    with contextlib.suppress(OSError), open(path, "rb") as log_file:
+        log_file.seek(max(0, log_file.seek(0, os.SEEK_END) - 8192))
+        lines = [line.strip() for line in log_file.read().decode("utf-8", "replace").splitlines()]
+        return next((line for line in reversed(lines) if line), "")
+    return ""
+
+
+def exited_at_start(child: Child) -> UpError:
+    """One line: which child exited, its status and the last line of its log."""
+    assert child.proc is not None
+    line = last_line(child.log_path)
+    kind = PortTaken if "cannot listen on" in line else UpError
+    return kind(f"the {child.name} exited at start-up with status {child.proc.returncode}: "
+                f"{line or '(its log is empty)'} (log: {child.log_path})")
+
+
+async def wait_healthy(probes: list[Probe], children: list[Child], timeout: float = 60.0) -> None:
+    """Until each probe's URL answers 200 from its own child: a child that exits meanwhile, or
+    an answer from another process holding the child's port, ends the wait at once."""
     import aiohttp
+    from tickerwire.devstack.embedded.ports import listens_on
 
     deadline = time.monotonic() + timeout
     # Each probe is bounded too: a listener that accepts and never answers must not hold up
     # the deadline (aiohttp's default is 5 minutes).
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)) as session:
-        for url in urls:
+        for probe in probes:
             while True:
-                for proc in children:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"a service exited early (status {proc.returncode}); see the logs")
+                for child in children:
+                    if child.proc is not None and child.proc.poll() is not None:
+                        raise exited_at_start(child)
                 with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                    async with session.get(url) as resp:
-                        if resp.status == 200:
+                    async with session.get(probe.url) as resp:
+                        if probe.status is None or resp.status == probe.status:
+                            proc = probe.child.proc
+                            if proc is not None and listens_on(proc.pid, probe.port) is False:
+                                raise PortTaken(
+                                    f"{probe.url} is answered by another process, not by this up's {probe.child.name} "
+                                    f"(pid {proc.pid}): port {probe.port} was taken after up chose it"
+                                )
                             break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{url} did not become ready")
+                    raise TimeoutError(f"{probe.url} did not become ready")
                 await asyncio.sleep(0.2)
 
 
@@ -317,9 +389,6 @@ async def run(args, stack: Stack, base: Config) -> None:
     demo = parts.broker is not None or args.demo
     env = dict(os.environ)
     env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
-    for name in PORTS:
-        flag = getattr(args, name, None)
-        env["TICKERWIRE_" + name.upper()] = str(_port(flag if flag is not None else getattr(base, name)))
     if not args.kafka_bootstrap_servers:
         # The embedded broker is one node: replication factor 1. It keeps its (memory-only)
         # log whole, and reports the compaction it was created with, so the topic check passes.
@@ -330,17 +399,41 @@ async def run(args, stack: Stack, base: Config) -> None:
     env.setdefault("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "2")
     config = Config.from_env(env)
     await prepare(config)
-    for name in ("projector", "api", "stream"):
-        stack.spawn(name, env)
+    for attempt in range(PORT_ATTEMPTS):
+        # Each child binds its own ports; the probes check that the answer comes from it. Two
+        # `up`s started at once may choose the same free ports: the one whose child loses the
+        # bind tries other ports the kernel picks, and says so.
+        if attempt == 0:
+            flags = {name: getattr(args, name, None) for name in PORTS}
+            ports = {name: _port(flag if flag is not None else getattr(base, name)) for name, flag in flags.items()}
+        else:
+            from tickerwire.devstack.embedded.ports import free_ports
+
+            ports = dict(zip(PORTS, free_ports(len(PORTS))))
+        env.update({"TICKERWIRE_" + name.upper(): str(port) for name, port in ports.items()})
+        config = Config.from_env(env)
+        children = {name: stack.spawn(name, env) for name in ("projector", "api", "stream")}
+        admin = {
+            "projector": f"http://{config.admin_host}:{config.projector_admin_port}",
+            "api": f"http://{config.admin_host}:{config.api_admin_port}",
+            "stream": f"http://{config.admin_host}:{config.stream_admin_port}",
+        }
+        probes = [
+            Probe(children["projector"], admin["projector"] + "/healthz", config.projector_admin_port),
+            Probe(children["api"], admin["api"] + "/readyz", config.api_admin_port),
+            Probe(children["api"], f"http://{config.host}:{config.api_port}{config.base_path}/openapi.json", config.api_port),
+            Probe(children["stream"], admin["stream"] + "/readyz", config.stream_admin_port),
+            Probe(children["stream"], f"http://{config.host}:{config.stream_port}{config.base_path}/stream", config.stream_port, None),
+        ]
+        try:
+            await wait_healthy(probes, list(children.values()))
+            break
+        except PortTaken as exc:
+            stack.stop_children()
+            if attempt + 1 == PORT_ATTEMPTS:
+                raise UpError(f"{exc}; gave up after {PORT_ATTEMPTS} sets of ports") from None
+            say(f"{exc}; trying other ports")
     host = config.host
-    admin = {
-        "projector": f"http://{config.admin_host}:{config.projector_admin_port}",
-        "api": f"http://{config.admin_host}:{config.api_admin_port}",
-        "stream": f"http://{config.admin_host}:{config.stream_admin_port}",
-    }
-    await wait_healthy(
-        [admin["projector"] + "/healthz", admin["api"] + "/readyz", admin["stream"] + "/readyz"], stack.procs
-    )
     key, last_id = None, 0
     if demo:
         key, last_id, marks = await publish_demo(config, args)

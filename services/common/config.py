@@ -87,6 +87,9 @@ class Config:
     kafka_ssl_keyfile: str = ""
     kafka_ssl_key_password: str = field(default="", repr=False)
     kafka_ssl_check_hostname: bool = True
+    #: Clear Python 3.13's strict X.509 checks (ssl.VERIFY_X509_STRICT, on by default there) for a
+    #: private CA whose certificates lack what RFC 5280 asks for (keyUsage on the CA, key identifiers).
+    kafka_ssl_relax_x509: bool = False
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str = ""
     kafka_sasl_password: str = field(default="", repr=False)

@@ -93,13 +93,28 @@ def unreachable(config: Config, exc: BaseException, what: str = "cannot reach th
         return ConfigError(
             f"the broker at {config.kafka_bootstrap_servers} refused this client: {type(cause).__name__}: {cause} "
             "(check TICKERWIRE_KAFKA_SECURITY_PROTOCOL and the TICKERWIRE_KAFKA_SSL_* / TICKERWIRE_KAFKA_SASL_* settings)"
+            + _strict_x509_hint(cause, config)
         )
     because = f" (last attempt: {type(cause).__name__}: {cause})" if cause is not None else ""
     return BrokerUnavailable(f"{what} {config.kafka_bootstrap_servers}: {exc}{because}")
 
 
+#: What OpenSSL says of a certificate that only strict X.509 checking refuses (Python 3.13+).
+_STRICT_X509_REFUSALS = ("key usage", "key identifier", "basic constraints")
+
+
+def _strict_x509_hint(cause: BaseException, config: Config) -> str:
+    """The way out for a certificate refused by Python 3.13's strict X.509 checks, else ''."""
+    message = str(getattr(cause, "verify_message", "") or "").lower()
+    if config.kafka_ssl_relax_x509 or not any(s in message for s in _STRICT_X509_REFUSALS):
+        return ""
+    return ("; this Python checks X.509 strictly (3.13+): reissue the CA with keyUsage and key identifiers, "
+            "or set TICKERWIRE_KAFKA_SSL_RELAX_X509=true")
+
+
 @functools.lru_cache(maxsize=8)
-def _ssl_context(cafile: str, certfile: str, keyfile: str, key_password: str, check_hostname: bool) -> ssl.SSLContext:
+def _ssl_context(cafile: str, certfile: str, keyfile: str, key_password: str, check_hostname: bool,
+                 relax_x509: bool = False) -> ssl.SSLContext:
     try:
         context = create_ssl_context(
             cafile=cafile or None, certfile=certfile or None, keyfile=keyfile or None, password=key_password or None
@@ -107,6 +122,8 @@ def _ssl_context(cafile: str, certfile: str, keyfile: str, key_password: str, ch
     except (ssl.SSLError, OSError, ValueError) as exc:
         raise ConfigError(f"cannot load the Kafka TLS files (TICKERWIRE_KAFKA_SSL_*): {exc}") from None
     context.check_hostname = check_hostname
+    if relax_x509:  # Python 3.13+ sets it in every default context; earlier ones never do
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
     return context
 
 
@@ -120,6 +137,7 @@ def security_options(config: Config) -> dict[str, Any]:
             config.kafka_ssl_keyfile,
             config.kafka_ssl_key_password,
             config.kafka_ssl_check_hostname,
+            config.kafka_ssl_relax_x509,
         )
     if config.kafka_uses_sasl:
         # aiokafka takes SCRAM credentials through the same two arguments as PLAIN.

@@ -100,6 +100,8 @@ class TopicGate:
             "are refused (the process waits, not ready) unless TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set",
             ["kind"], registry=registry,
         )
+        for kind in ("loses_history", "other"):  # at 0 before the first check: an alert reads them
+            self.differences.labels(kind)
         self.state: tuple[bool, str] = (False, "checking the topics")
         self._reported: tuple[str, ...] = ()
 

@@ -15,6 +15,9 @@ from ..common import kafka
 DEAD_LETTER_KINDS = (
     kafka.CODEC, kafka.CORRUPT_BATCH, "undecodable", "schema_registry", "unknown_type", "schema", "wrong_topic", "rejected",
 )
+#: The label values the alerts read, created at 0 so that the first increase is seen (a series
+#: born at 1 has no increase) and a projector that applied nothing still has a series.
+APPLIED_TYPES = ("post", "locale", "category", "token", "workspace", "api_key", "embed", "heartbeat")
 
 
 class ProjectorMetrics:
@@ -35,6 +38,8 @@ class ProjectorMetrics:
         )
         for kind in DEAD_LETTER_KINDS:  # every series exists from the start, at 0: alerts need it
             self.dead_lettered.labels(kind)
+        for kind in APPLIED_TYPES:
+            self.events_applied.labels(kind)
         self.batch_size = Histogram(
             "tickerwire_projector_batch_size", "Records per applied batch",
             buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000), registry=r,

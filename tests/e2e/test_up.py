@@ -9,6 +9,7 @@ import signal
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.devstack.embedded.ports import port_is_free
+from tickerwire.devstack.embedded.ports import listens_on, port_is_free
 from tests.support.faults import alive, start_up, stop_up, up_command, up_env, up_ports, wait_up
 from tests.support.ws import session
 
@@ -129,3 +130,70 @@ def test_up_refuses_a_configured_database_with_the_memory_only_broker():
     assert "Traceback" not in result.stderr
     assert not (state_dir / "pgdata").exists() and not (state_dir / "broker.log").exists()  # nothing was started
     shutil.rmtree(state_dir)
+
+
+def collect(stream, lines: list[str]) -> threading.Thread:
+    def read() -> None:
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def listener_port(url: str) -> int:
+    return int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+
+
+def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_one_line():
+    # The same preferred ports for both: what two `up`s choosing free ports at the same moment get.
+    ports = up_ports()
+    dirs = [Path(tempfile.mkdtemp(prefix="tickerwire-up-race-")) for _ in range(2)]
+    runs = [subprocess.Popen(up_command(d, ports), env=up_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for d in dirs]
+    out: list[list[str]] = [[], []]
+    err: list[list[str]] = [[], []]
+    readers = [collect(run.stdout, out[i]) for i, run in enumerate(runs)] + [collect(run.stderr, err[i]) for i, run in enumerate(runs)]
+    started = time.monotonic()
+    try:
+        def settled(i: int) -> bool:
+            return any(line.startswith("Ctrl-C stops everything") for line in out[i]) or runs[i].poll() is not None
+
+        while not all(settled(i) for i in range(2)) and time.monotonic() - started < 60:
+            time.sleep(0.2)
+        assert all(settled(i) for i in range(2)), f"not up and not exited within 60 s: {out} {err}"
+        up = [i for i in range(2) if runs[i].poll() is None]
+        assert up, f"neither up runs: {err}"
+        for i in set(range(2)) - set(up):
+            for reader in readers:
+                reader.join(timeout=5)
+            assert runs[i].returncode != 0
+            # stderr also has up's own log records (JSON lines); what it says to the user is one line.
+            said = [line for line in err[i] if not line.startswith("{")]
+            assert len(said) == 1 and said[0].startswith("tickerwire up: "), err[i]
+        infos = [orjson.loads((dirs[i] / "up.json").read_bytes()) for i in up]
+        listeners = [
+            {"api": listener_port(info["base_url"]), "stream": listener_port(info["stream_url"]),
+             **{f"{name}_admin": listener_port(url) for name, url in info["admin"].items()}}
+            for info in infos
+        ]
+        if len(up) == 2:
+            assert not set(listeners[0].values()) & set(listeners[1].values()), listeners
+        for info, ports_of in zip(infos, listeners):  # each up's listeners are its own children's
+            children = dict(zip(("projector", "api", "stream"), info["pids"]["children"]))
+            for name, port in ports_of.items():
+                assert listens_on(children[name.removesuffix("_admin")], port) is not False, (name, port)
+            asyncio.run(exercise(info, {f"{k}_port": v for k, v in ports_of.items()}))
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.send_signal(signal.SIGINT)
+        for run in runs:
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+import sys
 import time
+
+import pytest
 
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
+from tickerwire.services.common.errors import ConfigError
 from tests.support.tls import TlsFront, make_pki
 
 
@@ -66,3 +71,22 @@ async def test_the_check_speaks_the_configured_tls(kafka_bootstrap, tmp_path):
         ok, _ = await kafka.broker_check(config(f"127.0.0.1:{front.port}"), timeout_s=0.5)
     assert not ok
     assert "tickerwire-test-client" in front.client_subjects
+
+
+async def test_a_private_ca_without_key_usage_is_accepted_with_the_relaxed_x509_setting(kafka_bootstrap, tmp_path):
+    # Many private CAs lack keyUsage; Python 3.13's default context refuses them (VERIFY_X509_STRICT).
+    pki = make_pki(tmp_path, key_usage=False)
+    async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
+        settings = dict(kafka_security_protocol="SSL", kafka_ssl_cafile=str(pki.ca),
+                        kafka_ssl_certfile=str(pki.client_cert), kafka_ssl_keyfile=str(pki.client_key))
+        strict = config(f"127.0.0.1:{front.port}", **settings)
+        relaxed = config(f"127.0.0.1:{front.port}", kafka_ssl_relax_x509=True, **settings)
+        assert await kafka.broker_check(relaxed, timeout_s=3) == (True, "ok")
+        assert not kafka.security_options(relaxed)["ssl_context"].verify_flags & ssl.VERIFY_X509_STRICT
+        if sys.version_info >= (3, 13):
+            ok, _ = await kafka.broker_check(strict, timeout_s=3)
+            assert not ok
+            with pytest.raises(ConfigError, match="refused this client: .*key usage.*TICKERWIRE_KAFKA_SSL_RELAX_X509=true"):
+                await kafka.check_topics(strict)
+        else:  # the default context of older Pythons has no strict flag to clear
+            assert await kafka.broker_check(strict, timeout_s=3) == (True, "ok")

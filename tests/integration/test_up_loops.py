@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tickerwire.services.cli.up import Trickle, wait_healthy
+from tickerwire.services.cli.up import Child, PortTaken, Probe, Trickle, wait_healthy
 from tickerwire.services.common import kafka
 from tickerwire.services.common.config import Config
 from tests.support.forward import Forwarder
@@ -42,7 +45,39 @@ async def test_waiting_for_readiness_gives_up_at_its_deadline_when_a_listener_ne
         started = time.monotonic()
         async with asyncio.timeout(30):  # aiohttp alone would wait 5 minutes on the first probe
             with pytest.raises(TimeoutError, match="did not become ready"):
-                await wait_healthy([f"http://127.0.0.1:{port}/readyz"], [], timeout=1.0)
+                await wait_healthy([Probe(Child("api", {}, Path("api.log")), f"http://127.0.0.1:{port}/readyz", port)], [], timeout=1.0)
         assert time.monotonic() - started < 5
     finally:
+        server.close()
+
+
+async def test_a_child_that_exits_at_start_is_reported_at_once_with_its_logs_last_line(tmp_path):
+    child = Child("api", {}, tmp_path / "api.log")
+    with open(child.log_path, "wb") as log:
+        child.proc = subprocess.Popen(
+            [sys.executable, "-c", "print('starting'); print('api: cannot listen on 127.0.0.1:8080: Address already in use'); "
+             "raise SystemExit(1)"], stdout=log)
+    started = time.monotonic()
+    with pytest.raises(PortTaken, match=r"the api exited at start-up with status 1: api: cannot listen on 127.0.0.1:8080"):
+        await wait_healthy([Probe(child, "http://127.0.0.1:9/readyz", 9)], [child], timeout=30)
+    assert time.monotonic() - started < 5
+
+
+async def test_an_answer_from_another_process_on_the_childs_port_is_not_taken_for_the_childs(tmp_path):
+    async def ok(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(ok, "127.0.0.1", 0)  # this test process holds the port, not the child
+    port = server.sockets[0].getsockname()[1]
+    child = Child("api", {}, tmp_path / "api.log")
+    child.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(PortTaken, match=f"answered by another process, not by this up's api .*port {port} was taken"):
+            await wait_healthy([Probe(child, f"http://127.0.0.1:{port}/readyz", port)], [child], timeout=10)
+    finally:
+        child.proc.kill()
+        child.proc.wait()
         server.close()

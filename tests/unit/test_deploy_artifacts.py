@@ -8,7 +8,6 @@ kubernetes-validate's Kubernetes JSON schemas): no network at test time.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil
@@ -21,6 +20,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
+from tests.support.fieldtools import kustomize
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
@@ -90,66 +91,6 @@ def kustomization(folder: Path) -> dict:
     return yaml.safe_load((folder / "kustomization.yaml").read_text())
 
 
-def base_resources() -> list[dict]:
-    docs = []
-    for entry in kustomization(K8S / "base")["resources"]:
-        docs += load_all(K8S / "base" / entry)
-    return docs
-
-
-def merge(target: dict, patch: dict) -> None:
-    """A strategic merge for patches made only of mappings and scalars (asserted by the caller)."""
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-
-
-def has_list(node) -> bool:
-    return isinstance(node, list) or (isinstance(node, dict) and any(has_list(v) for v in node.values()))
-
-
-def render(folder: Path) -> list[dict]:
-    """The overlay as kustomize renders it, for the features the example uses."""
-    spec = kustomization(folder)
-    docs: list[dict] = []
-    for entry in spec.get("resources", []):
-        docs += render(folder / entry) if (folder / entry).is_dir() else load_all(folder / entry)
-    for gen in spec.get("configMapGenerator", []):  # kustomize's env files: KEY=value lines, # comments
-        data = {}
-        for env in gen.get("envs", []):
-            for line in (folder / env).read_text().splitlines():
-                if line.strip() and not line.lstrip().startswith("#"):
-                    key, value = line.split("=", 1)
-                    data[key] = value
-        if gen.get("behavior") == "merge":
-            (target,) = [d for d in docs if (d["kind"], d["metadata"]["name"]) == ("ConfigMap", gen["name"])]
-            target["data"].update(data)
-        else:
-            docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data})
-    for patch_ref in spec.get("patches", []):
-        patch = yaml.safe_load((folder / patch_ref["path"]).read_text())
-        assert not has_list({k: v for k, v in patch.items() if k not in ("apiVersion", "kind", "metadata")}), patch_ref
-        matches = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (patch["kind"], patch["metadata"]["name"])]
-        assert len(matches) == 1, f"{patch_ref['path']} targets no single base resource"
-        merge(matches[0], patch)
-    for item in spec.get("replicas", []):
-        matches = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == item["name"]]
-        assert len(matches) == 1, item
-        matches[0]["spec"]["replicas"] = item["count"]
-    for image in spec.get("images", []):
-        for doc in docs:
-            for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-                if container["image"].split(":")[0] == image["name"]:
-                    container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
-    if namespace := spec.get("namespace"):
-        for doc in docs:
-            if doc["kind"] != "Namespace":
-                doc["metadata"]["namespace"] = namespace
-    return docs
-
-
 def patch_files() -> set[Path]:
     return {
         (kfile.parent / p["path"]).resolve()
@@ -185,13 +126,15 @@ def test_every_kubernetes_manifest_validates_against_its_schema(path: Path):
 
 @pytest.mark.parametrize("folder", [K8S / "base", K8S / "overlays" / "example"], ids=["base", "overlay-example"])
 def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder: Path):
-    docs = render(folder)
+    docs = kustomize(folder)
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
     by_kind: dict[str, dict[str, dict]] = {}
     for doc in docs:
         by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
-    config = by_kind["ConfigMap"]["tickerwire-config"]["data"]
+    (config_name,) = by_kind["ConfigMap"]
+    assert config_name.startswith("tickerwire-config-")  # generated: a new name when a setting changes
+    config = by_kind["ConfigMap"][config_name]["data"]
     deployments = by_kind["Deployment"]
     assert set(deployments) == {"tickerwire-api", "tickerwire-stream", "tickerwire-projector"}
     assert {h["spec"]["scaleTargetRef"]["name"] for h in by_kind["HorizontalPodAutoscaler"].values()} == {
@@ -208,6 +151,7 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
         (container,) = pod["containers"]
+        assert [e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e] == [config_name]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["admin"] == ADMIN_PORTS[component]
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
