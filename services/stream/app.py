@@ -119,8 +119,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return opted
     with_cursors, resume = opted
     feed = app[FEED]
-    if with_cursors and not feed.epoch:
-        return envelope(503, "STREAM_STARTING", "The stream is starting; retry in a moment.", retry_after_sec=1)
+    if with_cursors:
+        if not feed.epoch:
+            return envelope(503, "STREAM_STARTING", "The stream is starting; retry in a moment.", retry_after_sec=1)
+        await feed.refresh_epoch()  # the cursors this connection gets are of the current epoch
     # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
     # client whose network vanished frees its slot instead of holding it until TCP gives up.
     ws = web.WebSocketResponse(compress=False, autoping=True, max_msg_size=4096, heartbeat=app[CONFIG].stream_heartbeat_s)

@@ -188,7 +188,7 @@ class Feed:
         if not self._next:
             self._next = positions.of_topic(await self._stored(), self.topic)
             self.marks = {p: (offset, "") for p, offset in self._next.items()}
-            await self._refresh_epoch()
+            await self.refresh_epoch()
         for tp in tps:
             consumer.seek(tp, self._next.setdefault(tp.partition, 0))
         self.started.set()
@@ -231,6 +231,7 @@ class Feed:
         translation visible, so a new log's record never announces one already pushed, and one
         the projector skipped (``accept-log --from latest``) announces nothing."""
         self._checked_at = time.monotonic()
+        await self.refresh_epoch()  # an idle feed learns a new epoch within one check interval
         suspected = await find_discontinuities(consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps})
         found = self._confirmer.observe(tps, suspected)
         if not suspected:
@@ -321,7 +322,7 @@ class Feed:
         self._pending = waiting
         return ready
 
-    async def _refresh_epoch(self) -> None:
+    async def refresh_epoch(self) -> None:
         """The read model's epoch; when it changed (a new log accepted), the marks of the
         partitions whose log was replaced move back to where the new log is read from."""
         async def load():
@@ -340,7 +341,7 @@ class Feed:
             with storage_errors("announced posts"):
                 return await announced(self.db, [(p.post_id, p.partition, p.offset) for p in ready])
 
-        await self._refresh_epoch()
+        await self.refresh_epoch()
         found = await retry_transient(load, what="announced posts", cap=2.0)
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
         marks = self.marks

@@ -24,6 +24,8 @@ import orjson
 import pytest
 
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
+from tickerwire.services.common import kafka
+from tickerwire.services.projector.accept import accept_log
 from tickerwire.services.projector.rebuild import rebuild
 from tickerwire.services.readmodel import cursors
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
@@ -104,6 +106,14 @@ class Follower:
             self.cursor = self.first_cursor = self.ready["cursor"]
         else:
             assert self.ready["resumed"] is True and self.ready["cursor"] == self.cursor, self.ready
+        return self.ready
+
+    async def connect_refused(self) -> dict:
+        """Resume with a cursor the stream refuses: ``ready`` says so, and the connection goes on
+        live from the cursor it gives, which the client keeps."""
+        url = f"{self.stack.of('stream')[0].url}{BASE}/stream?key={self.key}{self.query}&resume={self.cursor}"
+        self.ws, self.ready = await accepted(self.http, url, autoping=True)
+        self.cursor = self.ready["cursor"]
         return self.ready
 
     async def disconnect(self) -> None:
@@ -357,3 +367,57 @@ async def test_200_random_disconnects_miss_nothing_and_double_nothing(stack, key
     walked = await walk(http, stack, key, follower.first_cursor or "", ids)
     assert len(walked) == len(set(walked)) and set(walked) == expected
     assert time.monotonic() - started < 120
+
+
+# ---------------------------------------------------------------------------------------------- a reset log
+
+
+async def test_a_reset_log_refuses_old_cursors_with_their_code_never_a_silent_gap(pg_dsn, kafka_bootstrap, http):
+    env = {"TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S": "0.5", "TICKERWIRE_STREAM_PING_INTERVAL_S": "1"}
+    prefix = f"resumereset{os.getpid()}"
+    async with started_stack(pg_dsn, kafka_bootstrap, prefix, services=("projector", "api", "stream"), **env) as stack:
+        await stack.publish([locale_event(code, code == "en-US") for code in LOCALES])
+        key = await stack.provision("ws_reset", stream_connection_limit=100, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+        ids = range(1, 100)
+        follower = Follower(http, stack, key, ids)
+        await follower.connect()
+        await stack.publish([post_event(i, 1, ["en-US"]) for i in range(1, 41)])  # every partition well past what comes next
+        await follower.until({(i, "en-US") for i in range(1, 41)})
+        await follower.disconnect()
+        old = follower.cursor
+        # The posts topic is deleted and created again: a new, empty log.
+        async with kafka.started_admin(stack.config) as admin:
+            await admin.delete_topics([f"{prefix}.posts.v1"])
+        await asyncio.sleep(0.5)
+        await kafka.ensure_topics(stack.config)
+        stack.marks.clear()
+        await stack.publish([post_event(50, 1, ["en-US"])])
+        await asyncio.sleep(1.5)  # the projector sees the discontinuity and stops
+        accepted_log = await accept_log(stack.config, "earliest")
+        assert accepted_log.moved and not accepted_log.left
+        await stack.wait_projected()
+        status, body = await changes(http, stack, key, old)
+        assert status == 422 and body["error"]["code"] == cursors.EPOCH_CHANGED and body["error"]["field"] == "cursor", body
+        ready = await follower.connect_refused()
+        assert ready["resumed"] is False and ready["reason"]["code"] == cursors.EPOCH_CHANGED
+        assert cursors.decode(ready["cursor"]).epoch != cursors.decode(old or "").epoch
+        # From the new epoch on, resuming works again, with nothing of the old log in it.
+        await stack.publish([post_event(51, 1, ["en-US", "de-DE"])])
+        await follower.until({(51, "en-US"), (51, "de-DE")})
+        await follower.disconnect()
+        await stack.publish([post_event(52, 1, ["fr-FR"])])
+        await stack.wait_projected()
+        await follower.connect()
+        await follower.until({(52, "fr-FR")})
+        await follower.read(100, timeout=0.5)
+        await follower.disconnect()
+        # Post 50, published to the new log before accept-log, is announced in the new epoch too.
+        new = {(50, "en-US"), (51, "en-US"), (51, "de-DE"), (52, "fr-FR")}
+        assert walked_after(await walk(http, stack, key, ready["cursor"], ids)) == new
+    mine = follower.mine()
+    assert set(mine.values()) == {1} and set(mine) == {(i, "en-US") for i in range(1, 41)} | new
+
+
+def walked_after(walked: list[Key]) -> set[Key]:
+    assert len(walked) == len(set(walked))
+    return set(walked)
