@@ -164,8 +164,9 @@ async def changes(request: web.Request) -> web.Response:
         read = await cursors.read_changes(
             db(request), _log_topic(request), marks, langs, tickers=q.tickers, categories=q.categories, limit=limit,
         )
+    request[REQUEST_LOG_POSITION] = ",".join(f"{p}:{o}" for p, o in sorted(read.frontier.items()))  # as positions.mark_sql
     if q.cursor is not None and q.cursor.epoch != read.epoch:
-        raise ApiError(422, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
+        raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
     items = read.items[:q.limit]
     has_more = len(read.items) > q.limit
     if not has_more:  # everything committed below the frontier that matches was returned

@@ -243,7 +243,7 @@ def parse_changes(query: Mapping[str, str]) -> ChangesQuery:
     filter grammar), limit (1-50, default 20)."""
     raw = query.get("cursor")
     cursor = None
-    if raw:
+    if raw is not None:
         try:
             cursor = cursors.decode(raw)
         except cursors.InvalidCursor:

@@ -189,7 +189,7 @@ async def test_without_the_opt_ins_ready_and_post_created_are_the_specs(stack, k
 
 
 async def test_a_malformed_cursor_is_refused_with_its_field(stack, key, http):
-    for bad in ("x", "c1.!!!", cursors.PREFIX + "bm90IGEgY3Vyc29y"):
+    for bad in ("x", "c1~!!!", cursors.PREFIX + "e~0"):
         status, body = await changes(http, stack, key, bad)
         assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED" and body["error"]["field"] == "cursor", body
         async with http.get(f"{stack.of('stream')[0].url}{BASE}/stream", params={"key": key, "resume": bad}) as resp:
@@ -202,7 +202,7 @@ async def test_a_cursor_of_another_epoch_is_refused_plainly(stack, key, http):
     assert status == 200 and head["posts"] == [] and head["has_more"] is False
     other = cursors.Cursor("0ther0epoch", cursors.decode(head["cursor"]).marks).encode()
     status, body = await changes(http, stack, key, other)
-    assert status == 422 and body["error"] == {"code": cursors.EPOCH_CHANGED, "message": cursors.EPOCH_CHANGED_MESSAGE,
+    assert status == 409 and body["error"] == {"code": cursors.EPOCH_CHANGED, "message": cursors.EPOCH_CHANGED_MESSAGE,
                                                "field": "cursor"}, body
     ws, ready = await accepted(http, f"{stack.of('stream')[0].url}{BASE}/stream?key={key}&resume={other}")
     await ws.close()
@@ -397,7 +397,7 @@ async def test_a_reset_log_refuses_old_cursors_with_their_code_never_a_silent_ga
         assert accepted_log.moved and not accepted_log.left
         await stack.wait_projected()
         status, body = await changes(http, stack, key, old)
-        assert status == 422 and body["error"]["code"] == cursors.EPOCH_CHANGED and body["error"]["field"] == "cursor", body
+        assert status == 409 and body["error"]["code"] == cursors.EPOCH_CHANGED and body["error"]["field"] == "cursor", body
         ready = await follower.connect_refused()
         assert ready["resumed"] is False and ready["reason"]["code"] == cursors.EPOCH_CHANGED
         assert cursors.decode(ready["cursor"]).epoch != cursors.decode(old or "").epoch
