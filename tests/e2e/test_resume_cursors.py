@@ -197,6 +197,15 @@ async def test_a_malformed_cursor_is_refused_with_its_field(stack, key, http):
             assert resp.status == 422 and body["error"]["field"] == "resume", body
 
 
+async def test_changes_is_counted_like_any_request(stack, key, http):
+    remaining = []
+    for _ in range(2):
+        async with http.get(f"{stack.of('api')[0].url}{BASE}/changes", headers=auth(key)) as resp:
+            assert resp.status == 200
+            remaining.append((int(resp.headers["X-RateLimit-Remaining"]), int(resp.headers["X-Quota-Remaining"])))
+    assert remaining[1] == (remaining[0][0] - 1, remaining[0][1] - 1)
+
+
 async def test_a_cursor_of_another_epoch_is_refused_plainly(stack, key, http):
     status, head = await changes(http, stack, key, None)
     assert status == 200 and head["posts"] == [] and head["has_more"] is False
