@@ -47,6 +47,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
         ("/sentiment-pulse", handlers.sentiment_pulse, "sentiment_pulse"),
         ("/languages", handlers.languages, "languages"),
         ("/search", handlers.search, "search"),
+        ("/changes", handlers.changes, "changes"),
     ]
     for path, handler, name in routes:
         app.router.add_get(base + path, handler, name=PARTNER + name)

@@ -17,11 +17,12 @@ from tickerwire.schemas.readmodel import text_search_config
 from tickerwire.schemas.searchtext import query_text
 from ..common.db import storage_errors
 from ..common.envelope import ApiError
+from ..readmodel import cursors
 from ..readmodel import stamps as stamp
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
-from .params import Filters, Page, parse_filters, parse_page, parse_q, text_key
+from .params import Filters, Page, parse_changes, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
 from .state import CATALOG, LISTINGS, PAGES, REQUEST_LOG_POSITION, WATCHER, db
 
@@ -142,6 +143,42 @@ async def post_detail(request: web.Request) -> web.Response:
         return row["detail"].encode()
 
     return await _cached(request, ("post", lang, segment), build)
+
+
+# --------------------------------------------------------------------------- changes (docs/resume.md)
+
+
+def served_langs(languages) -> frozenset[str]:
+    """The locales the API answers in, lower-cased: the stream announces only these."""
+    return frozenset(code.lower() for code in languages.codes) | {languages.default.lower()}
+
+
+async def changes(request: web.Request) -> web.Response:
+    """Announcements after a cursor, in announcement order, up to what the projector committed."""
+    q = parse_changes(request.query)
+    served = served_langs(request.app[CATALOG].languages)
+    langs = served if q.langs is None else served & q.langs
+    marks = dict(q.cursor.marks) if q.cursor is not None else {}
+    limit = q.limit + 1 if q.cursor is not None else 0
+    with storage_errors("changes"):
+        read = await cursors.read_changes(
+            db(request), _log_topic(request), marks, langs, tickers=q.tickers, categories=q.categories, limit=limit,
+        )
+    request[REQUEST_LOG_POSITION] = ",".join(f"{p}:{o}" for p, o in sorted(read.frontier.items()))  # as positions.mark_sql
+    if q.cursor is not None and q.cursor.epoch != read.epoch:
+        raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
+    items = read.items[:q.limit]
+    has_more = len(read.items) > q.limit
+    if not has_more:  # everything committed below the frontier that matches was returned
+        for partition, next_offset in read.frontier.items():
+            cursors.advance(marks, partition, (next_offset, ""))
+    for item in items:
+        cursors.advance(marks, item.partition, (item.offset, item.lang))
+    body = (
+        '{"posts":[' + ",".join(item.lean for item in items) + '],"cursor":"' + cursors.encode(read.epoch, marks)
+        + '","has_more":' + ("true" if has_more else "false") + "}"
+    )
+    return json_bytes(body.encode())
 
 
 # --------------------------------------------------------------------------- catalog

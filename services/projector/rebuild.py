@@ -45,6 +45,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import connect, create_pool, is_migrated, storage_errors
+from ..readmodel import cursors
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from ..common.logs import setup_logging
 from ..common.process import command_failed
@@ -227,6 +228,10 @@ async def _replay_into(
         if switch_from is not None:
             async with connect(config.database_url, schema=schema) as conn:
                 await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost))  # unlocked, most of the gap
+                # Records applied from here on are applied alike to both schemas.
+                if not await cursors.carry_epoch(conn, switch_from, schema):
+                    log.warning("rebuild: announcement positions differ from the live read model's (a reset or "
+                                "trimmed log); resume cursors of the old epoch will be refused after the switch")
                 await conn.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
                 try:
                     await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost), conn)
