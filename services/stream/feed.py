@@ -19,6 +19,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -92,6 +93,9 @@ class Feed:
         self._probe = LogProbe(config, "tickerwire-stream-probe")
         #: Pauses before reconnecting to the broker; short again after a fetch worked.
         self.backoff = Backoff(0.5, 10.0)
+        #: Awaited with the (partition, offset) of committed records before they are announced
+        #: (the stream's wait for its replicas: replicated.py), when set.
+        self.before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the
@@ -293,6 +297,8 @@ class Feed:
             await self._has_pending.wait()
             ready = self._take_committed(await self._stored())
             if ready:
+                if self.before_announce is not None:
+                    await self.before_announce([(p.partition, p.offset) for p in ready])
                 await self._announce(ready)
             else:
                 await asyncio.sleep(self.poll_s)
