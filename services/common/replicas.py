@@ -100,6 +100,9 @@ class Replica:
     in_rotation: bool = False
     #: Why it is out of rotation ("" while in).
     reason: str = "not checked yet"
+    #: Set when it leaves the rotation (a new one while it is in): statements in flight on it
+    #: stop waiting for it then and go to the primary.
+    left: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Replicas:
@@ -286,7 +289,7 @@ class Replicas:
         if replica.lag_s > self.leave_after_s:
             self._leave(replica, f"{replica.lag_s:.1f} s behind the primary, over the bound of {self.leave_after_s:g} s")
         elif not replica.in_rotation and replica.lag_s < self.rejoin_below_s:
-            replica.in_rotation, replica.reason = True, ""
+            replica.in_rotation, replica.reason, replica.left = True, "", asyncio.Event()
             self.in_rotation.labels(replica.name).set(1)
             log.info("replica %s in the read rotation (%.2f s behind the primary)", replica.name, replica.lag_s)
 
@@ -295,6 +298,7 @@ class Replicas:
             log.warning("replica %s out of the read rotation: %s; reads go to the other replicas or the primary "
                         "until it has caught up", replica.name, reason)
         replica.in_rotation, replica.reason = False, reason
+        replica.left.set()
         self.in_rotation.labels(replica.name).set(0)
 
 
@@ -321,12 +325,29 @@ class ReplicaReader:
     async def fetch(self, query: str, *args: object, timeout: float | None = None) -> list:
         replica = await self._replica()
         if replica is not None and replica.pool is not None:
-            try:
-                return await BoundedReader(replica.pool, self.primary.timeout_s).fetch(query, *args, timeout=timeout)
-            except CONNECTION_ERRORS as exc:
-                self.replicas.failed(replica, exc)
+            # The statement, abandoned when the replica leaves the rotation meanwhile (a probe
+            # found it frozen or gone): the request goes on to the primary then, not after the
+            # statement's own bound.
+            statement = asyncio.ensure_future(BoundedReader(replica.pool, self.primary.timeout_s).fetch(query, *args, timeout=timeout))
+            left = asyncio.ensure_future(replica.left.wait())
+            await asyncio.wait((statement, left), return_when=asyncio.FIRST_COMPLETED)
+            left.cancel()
+            if not statement.done():
+                statement.cancel()
+                statement.add_done_callback(_retrieve)
+            else:
+                try:
+                    return statement.result()
+                except CONNECTION_ERRORS as exc:
+                    self.replicas.failed(replica, exc)
         return await self.primary.fetch(query, *args, timeout=timeout)
 
     async def fetchrow(self, query: str, *args: object, timeout: float | None = None) -> asyncpg.Record | None:
         rows = await self.fetch(query, *args, timeout=timeout)
         return rows[0] if rows else None
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """Done callback of an abandoned statement: its outcome is nobody's (no 'never retrieved')."""
+    if not task.cancelled():
+        task.exception()
