@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-import uuid
 
 import aiohttp
 import orjson
 import pytest
 
 from tickerwire.services.common.replicas import at_least, parse_marks
-from tests.support.events import locale_ev, post_ev, token_ev
-from tests.support.replicas import freeze, replicated_cluster, replicated_stack, rotation, signal_server, thaw
+from tests.support.events import post_ev, token_ev
+from tests.support.replicas import freeze, replicated_cluster, rotation, serving_stack, signal_server, thaw
 from tests.support.stack import BASE, auth
 from tests.support.ws import session
 
@@ -35,13 +34,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 async def replicated(cluster, kafka_bootstrap):
     primary, replicas = cluster
-    prefix = f"t{uuid.uuid4().hex[:8]}"
-    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2") as stack:
-        await stack.publish([locale_ev("en-US", default=True), token_ev("BTC")])
-        for name in ("projector", "api", "stream"):
-            await stack.start(name)
-        key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000,
-                                    stream_connection_limit=10)
+    async with serving_stack(primary, replicas, kafka_bootstrap) as (stack, key):
         yield stack, key, replicas
 
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import AsyncIterator, Iterator, Sequence
 
@@ -22,6 +23,7 @@ from tickerwire.devstack.embedded.postgres import (
     scratch_database,
     with_database,
 )
+from tests.support.events import locale_ev, token_ev
 from tests.support.stack import ServiceStack
 
 
@@ -75,6 +77,22 @@ async def replicated_stack(
             yield stack
         finally:
             stack.stop_all()
+
+
+@contextlib.asynccontextmanager
+async def serving_stack(
+    primary: EmbeddedPostgres, replicas: Sequence[EmbeddedReplica], kafka_bootstrap: str
+) -> AsyncIterator[tuple[ServiceStack, str]]:
+    """:func:`replicated_stack` with a locale and a token projected, a projector, an API and a
+    stream started, and a key of a workspace with room to spare."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2") as stack:
+        await stack.publish([locale_ev("en-US", default=True), token_ev("BTC")])
+        for name in ("projector", "api", "stream"):
+            await stack.start(name)
+        key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000,
+                                    stream_connection_limit=10)
+        yield stack, key
 
 
 def signal_server(server: EmbeddedPostgres, sig: int) -> None:
