@@ -62,6 +62,8 @@ INSERT_LSN_SQL = "(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"
 
 Marks = Mapping[int, int]
 
+NOT_CHECKED = "not checked yet"
+
 
 def parse_marks(text: str) -> dict[int, int]:
     """An ``X-Log-Position`` (``"0:12,1:40"``, or ``""``) as {partition: next offset}; ``ValueError``
@@ -99,7 +101,7 @@ class Replica:
     lag_s: float = math.inf
     in_rotation: bool = False
     #: Why it is out of rotation ("" while in).
-    reason: str = "not checked yet"
+    reason: str = NOT_CHECKED
     #: Set when it leaves the rotation (a new one while it is in): statements in flight on it
     #: stop waiting for it then and go to the primary.
     left: asyncio.Event = field(default_factory=asyncio.Event)
@@ -242,18 +244,20 @@ class Replicas:
     async def probe_once(self, primary: asyncpg.Pool) -> None:
         try:
             async with primary.acquire(timeout=PROBE_TIMEOUT_S) as conn:
-                flushed = await conn.fetchval(FLUSH_SQL, timeout=PROBE_TIMEOUT_S)
-            now = time.monotonic()
-            if not self._samples or self._samples[-1][1] != flushed:
-                self._samples.append((now, flushed))
-            while len(self._samples) > 1 and self._samples[1][0] < now - HISTORY_S:
-                self._samples.popleft()
+                self.sample(time.monotonic(), await conn.fetchval(FLUSH_SQL, timeout=PROBE_TIMEOUT_S))
         except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
             log.debug("replica monitor: the primary's WAL position unavailable: %s", exc)
         await asyncio.gather(*(self._probe(replica) for replica in self.replicas))
         self.rounds += 1
         done, self._probed = self._probed, asyncio.Event()
         done.set()
+
+    def sample(self, now: float, flushed: int) -> None:
+        """Record the primary's flushed WAL position at ``now`` (kept for ``HISTORY_S``)."""
+        if not self._samples or self._samples[-1][1] != flushed:
+            self._samples.append((now, flushed))
+        while len(self._samples) > 1 and self._samples[1][0] < now - HISTORY_S:
+            self._samples.popleft()
 
     def lag_of(self, replayed: int, now: float) -> float:
         """Seconds since the primary first had WAL past ``replayed`` flushed (0: none)."""
@@ -284,7 +288,11 @@ class Replicas:
             return
         replica.replay_lsn = max(replica.replay_lsn, row["lsn"])
         replica.marks = {int(p): int(o) for p, o in row["marks"]}
-        replica.lag_s = self.lag_of(replica.replay_lsn, time.monotonic())
+        self.judge(replica, self.lag_of(replica.replay_lsn, time.monotonic()))
+
+    def judge(self, replica: Replica, lag_s: float) -> None:
+        """Record a replica's lag as a probe found it, and take it out of (or back into) the rotation."""
+        replica.lag_s = lag_s
         self.lag.labels(replica.name).set(replica.lag_s)
         if replica.lag_s > self.leave_after_s:
             self._leave(replica, f"{replica.lag_s:.1f} s behind the primary, over the bound of {self.leave_after_s:g} s")
@@ -297,6 +305,9 @@ class Replicas:
         if replica.in_rotation:
             log.warning("replica %s out of the read rotation: %s; reads go to the other replicas or the primary "
                         "until it has caught up", replica.name, reason)
+        elif replica.reason == NOT_CHECKED:
+            log.warning("replica %s not in the read rotation from the start: %s; reads go to the other replicas or "
+                        "the primary until it answers and has caught up", replica.name, reason)
         replica.in_rotation, replica.reason = False, reason
         replica.left.set()
         self.in_rotation.labels(replica.name).set(0)

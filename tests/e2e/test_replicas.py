@@ -217,3 +217,14 @@ async def test_a_replica_frozen_or_killed_costs_at_most_2_s_and_rejoins_by_itsel
     print(f"{fault}: {len(log)} answers, degraded for {degraded:.2f} s")
     assert degraded <= 2.0, f"degraded for {degraded:.2f} s after the {fault}"
     assert sorted(received) == ids, f"lost {sorted(set(ids) - set(received))[:10]}, doubled {len(received) - len(set(received))}"
+
+
+async def test_a_mark_that_is_not_one_is_refused_and_an_empty_one_asks_nothing(replicated):
+    stack, key, _ = replicated
+    api = stack.of("api")[0].url
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{api}{BASE}/tokens", headers={**auth(key), "X-Min-Log-Position": "0:1;1:2"}) as resp:
+            assert resp.status == 422
+            assert (await resp.json())["error"]["field"] == "X-Min-Log-Position"
+        async with http.get(f"{api}{BASE}/tokens", headers={**auth(key), "X-Min-Log-Position": ""}) as resp:
+            assert resp.status == 200
