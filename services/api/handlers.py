@@ -18,13 +18,15 @@ from tickerwire.schemas.searchtext import query_text
 from ..common.db import storage_errors
 from ..common.envelope import ApiError
 from ..readmodel import cursors
+from ..common.replicas import at_least, parse_marks
 from ..readmodel import stamps as stamp
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
 from .params import Filters, Page, parse_changes, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
-from .state import CATALOG, LISTINGS, PAGES, REQUEST_LOG_POSITION, WATCHER, db
+from .freshness import fresh_enough
+from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -74,15 +76,21 @@ async def _cached(request: web.Request, key: Hashable, build: Callable[[], Await
         await watcher.caught_up(stamp.POSTS)  # a change already pushed to this process is served
     if not usable:
         cache.bypass()
-    elif (hit := cache.get(key)) is not None:
+    elif (hit := cache.get(key)) is not None and fresh_enough(request, hit.log_position):
         request[REQUEST_LOG_POSITION] = hit.log_position
         return json_bytes(hit.body, etag=hit.etag)
     generation = cache.generation
     body = await build()
     entry = CachedPage(body, etag_of(body), request[REQUEST_LOG_POSITION])
-    if usable:
+    if usable and (not request.app[REPLICAS] or _current(request, entry.log_position)):
         cache.put(key, entry, generation)
     return json_bytes(body, etag=entry.etag)
+
+
+def _current(request: web.Request, mark: str) -> bool:
+    """Whether a page read at ``mark`` holds every change of the cache's generation (a page read
+    from a replica that has not replayed the last change is served, never kept)."""
+    return at_least(parse_marks(mark), parse_marks(request.app[CATALOG].log_position))
 
 
 async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:

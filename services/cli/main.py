@@ -494,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true",
                     help="publish the demo key, dataset and trickle even to a configured broker (the default only "
                          "with the embedded one)")
+    up.add_argument("--replicas", type=_bounded_int(0, 8), default=0,
+                    help="also start this many streaming replicas of the embedded PostgreSQL, the API reading from "
+                         "them (TICKERWIRE_DATABASE_READ_URLS; default 0)")
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
     up.add_argument("--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)")
     up.set_defaults(func=cmd_up)

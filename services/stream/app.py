@@ -16,6 +16,8 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import WSMsgType, web
 
+from tickerwire.schemas.topics import POSTS, topic_name
+
 from ..common.keys import authorization, bearer_key
 from ..readmodel.access import AccessDenied, Principals
 from ..common.config import Config
@@ -25,6 +27,7 @@ from ..common.errors import InvalidParameter, StorageUnavailable
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import WORKSPACE_KEY, add_request_log
 from ..common.readiness import Readiness, service_readiness
+from ..common.replicas import Replicas
 from ..common.supervise import Supervisor, supervisor_of
 from ..readmodel import cursors
 from ..readmodel.stamps import StampWatcher
@@ -38,6 +41,7 @@ from .handshake import handshake_error
 from .hub import Connection, Hub, limit_send_buffer
 from .leases import Leases
 from .metrics import StreamMetrics
+from .replicated import replicated, stream_replicas
 from .watchdog import recheck, run_watchdog
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,7 @@ LEASES = web.AppKey("leases", Leases)
 METRICS = web.AppKey("metrics", StreamMetrics)
 PRINCIPALS = web.AppKey("principals", Principals)
 WATCHER = web.AppKey("watcher", StampWatcher)
+REPLICAS = web.AppKey("replicas", Replicas)
 
 #: Announcements read per query of a resume's replay.
 RESUME_PAGE = 1_000
@@ -218,6 +223,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = await reader_pool(config)
     app[LEASES] = Leases(app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
+    if app[REPLICAS]:  # read-your-stream through the API's replicas (replicated.py)
+        app[FEED].before_announce = lambda records: replicated(app[REPLICAS], records)
     yield
     await app[LEASES].close()
     await app[POOL].close()
@@ -245,9 +252,12 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app[PRINCIPALS] = principals = Principals(acquire_timeout_s=config.db_acquire_timeout_s)
     app[WATCHER] = principals.watcher = StampWatcher(config.database_url, lambda: _refresh(app))
     app[METRICS].access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
+    app[REPLICAS] = stream_replicas(config, topic_name(config.topic_prefix, POSTS), app[METRICS].registry)
     app.cleanup_ctx.append(_pool_ctx)
     install(app, TopicGate(config, app[METRICS].registry, create=False))
     supervisor = supervisor_of(app)
+    if app[REPLICAS]:
+        app.cleanup_ctx.append(supervisor.task("replicas", lambda a: a[REPLICAS].run(a[POOL])))
     app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
     app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
     app.cleanup_ctx.append(supervisor.task("pinger", _pinger))
@@ -275,7 +285,13 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     ready.add("topics", app[TOPIC_GATE].check)
     ready.add("feed", feed)
     ready.add("access", access)
+    if app[REPLICAS]:
+        ready.add("replicas", lambda: _replicas_check(app))
     return ready
+
+
+async def _replicas_check(app: web.Application) -> tuple[bool, str]:
+    return app[REPLICAS].check()
 
 
 def _on_lease_lost(hub: Hub):

@@ -19,6 +19,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -97,6 +98,9 @@ class Feed:
         #: A connection registered now gets every announcement above it live.
         self.epoch = ""
         self.marks: dict[int, cursors.Mark] = {}
+        #: Awaited with the (partition, offset) of committed records before they are announced
+        #: (the stream's wait for its replicas: replicated.py), when set.
+        self.before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the
@@ -312,6 +316,8 @@ class Feed:
             await self._has_pending.wait()
             ready = self._take_committed(await self._stored())
             if ready:
+                if self.before_announce is not None:
+                    await self.before_announce([(p.partition, p.offset) for p in ready])
                 await self._announce(ready)
             else:
                 await asyncio.sleep(self.poll_s)

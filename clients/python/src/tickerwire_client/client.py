@@ -12,7 +12,7 @@ import aiohttp
 
 from .errors import ApiError, TransportError, error_from_response
 from .filters import PostFilter, PostFilterArgs, page_params
-from .meta import ResponseMeta
+from .meta import LogPosition, ResponseMeta
 from .models import (
     Category,
     CategoryTree,
@@ -68,6 +68,10 @@ class AsyncClient:
         self._streams: weakref.WeakSet[PostStream] = weakref.WeakSet()
         #: Retries made so far (429/503 or connection errors), for observability.
         self.retries = 0
+        #: The freshest consistency mark seen (responses' X-Log-Position, pushed posts'
+        #: log_position), sent as X-Min-Log-Position: no later read answers from older data,
+        #: whichever server (or database replica) serves it.
+        self.min_position: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -103,6 +107,8 @@ class AsyncClient:
         """GET ``path`` with bounded retries; the decoded body and its meta, or an ``ApiError``."""
         url = self.base_url + path
         headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
+        if self.min_position:
+            headers["X-Min-Log-Position"] = str(LogPosition(self.min_position))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry.max_call_time
         attempt, waited = 0, 0.0
@@ -113,6 +119,8 @@ class AsyncClient:
                 async with self.session.get(url, params=params or None, headers=headers, timeout=timeout) as resp:
                     raw = await resp.read()
                     meta = ResponseMeta.from_headers(resp.status, resp.headers)
+                    if meta.log_position is not None:
+                        self.saw(meta.log_position.offsets)
                     body = _decode(raw)
                     if resp.status < 400:
                         return body, meta
@@ -129,6 +137,12 @@ class AsyncClient:
             self.retries += 1
             waited += delay
             await asyncio.sleep(delay)
+
+    def saw(self, offsets: Mapping[int, int]) -> None:
+        """Raise :attr:`min_position` to ``offsets`` (per partition, the next offset reflected)."""
+        for partition, offset in offsets.items():
+            if offset > self.min_position.get(partition, 0):
+                self.min_position[partition] = offset
 
     async def _get(self, path: str, parse: Callable[[Any, ResponseMeta], T], params: Mapping[str, str] | None = None) -> T:
         body, meta = await self.request(path, params)

@@ -421,11 +421,15 @@ class PostStream:
         except (KeyError, TypeError, ValueError) as exc:
             log.error("post.created with an unreadable data field dropped: %r", exc)
             return
+        mark = LogMark.parse(message.get("log_position"))
+        saw = getattr(self.client, "saw", None)  # AsyncClient's: its next reads reflect this post
+        if mark is not None and saw is not None:
+            saw({mark.partition: mark.offset + 1})
         line = self._wanted(post)
         if line is None:
             return
         async with self._emit:
-            for item in line.push(post, LogMark.parse(message.get("log_position")), asyncio.get_running_loop().time()):
+            for item in line.push(post, mark, asyncio.get_running_loop().time()):
                 await self._hand(item)
 
     async def _hand(self, item: StreamPost) -> None:
