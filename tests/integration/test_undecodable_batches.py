@@ -75,6 +75,7 @@ async def test_a_batch_whose_codec_cannot_be_decoded_is_dead_lettered_and_the_pa
     assert [(r["partition"], r["offset"], r["reason_kind"]) for r in letters] == [(0, o, "codec") for o in range(4)]
     assert all("zstd" in r["reason"] and r["value"] is None for r in letters)
     assert metrics.registry.get_sample_value("tickerwire_projector_dead_lettered_total", {"reason": "codec"}) == 4
+    print(f"the plain record after the poison batch was projected {took:.2f} s after it was published")
     assert took < 15, f"the plain record after the poison batch took {took:.1f} s"
 
 
