@@ -6,7 +6,6 @@ What needs processes (signals, listeners, several processes) is in tests/e2e."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -19,11 +18,11 @@ from yarl import URL
 
 from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, TokenEvent
 from tickerwire.devstack.demo import dataset
-from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.api.compression import MIN_BYTES
 from tests.support.apps import ReadModel, Served, api_served
 from tests.support.events import visible_feed
+from tests.support.forward import Forwarder
 from tests.support.stack import BASE, auth
 
 LEAN_KEYS = ["id", "slug", "published_at", "lang", "canonical_url", "title", "lede", "cover_image_url", "categories", "importance", "sentiment"]
@@ -404,95 +403,109 @@ async def _first_detail(client: Client):
     return resp
 
 
-async def test_errors_are_envelopes(world):
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content_type: str
+    headers: CIMultiDict[str]
+    body: bytes
+
+    @property
+    def error(self) -> dict:
+        return orjson.loads(self.body)["error"]
+
+
+async def call(client: Client, method: str, path: str, headers: CIMultiDict[str] | dict[str, str] | None = None) -> Answer:
+    """``method path`` as sent (``path`` is not re-quoted beyond what aiohttp does), with the key
+    unless ``headers`` carries its own Authorization."""
+    sent = CIMultiDict(auth(client.key)) if headers is None or "Authorization" not in headers else CIMultiDict()
+    sent.extend(headers or {})
+    async with client.http.request(method, client.url + path, headers=sent) as resp:
+        return Answer(resp.status, resp.content_type, CIMultiDict(resp.headers), await resp.read())
+
+
+#: Requests the API refuses: each answer is the JSON error envelope with its status and code.
+REFUSED = [
+    pytest.param("GET", f"{BASE}/nope", 404, "NOT_FOUND", id="an-unknown-path"),
+    pytest.param("GET", "/", 404, "NOT_FOUND", id="a-path-outside-the-api"),
+    pytest.param("DELETE", f"{BASE}/posts", 405, "METHOD_NOT_ALLOWED", id="delete-a-list"),
+    pytest.param("POST", f"{BASE}/tokens", 405, "METHOD_NOT_ALLOWED", id="post-to-a-list"),
+    # Before: a 413 about a chunked body it does not have.
+    pytest.param("CONNECT", f"{BASE}/posts", 405, "METHOD_NOT_ALLOWED", id="connect"),
+    pytest.param("GET", f"{BASE}/posts?limit=%zz", 422, "VALIDATION_FAILED", id="a-malformed-percent-escape"),
+    pytest.param("GET", f"{BASE}/search?q=" + "a" * 20000, 422, "VALIDATION_FAILED", id="an-over-long-search"),
+    pytest.param("GET", f"{BASE}/posts?since=%00", 422, "VALIDATION_FAILED", id="a-nul-since"),
+    # Before: named as ''.
+    pytest.param("GET", f"{BASE}/posts?sentiment=" + "Y" * 101, 422, "VALIDATION_FAILED", id="an-over-long-enum-value"),
+    pytest.param("GET", f"{BASE}/posts/%00bad", 404, "NOT_FOUND", id="a-nul-in-a-post-id"),
+    pytest.param("GET", f"{BASE}/tokens/%00", 404, "NOT_FOUND", id="a-nul-ticker"),
+    # A ticker aliased by Unicode case mapping: dotless i (INJ), the fi ligature (FIL). Before: 200.
+    pytest.param("GET", f"{BASE}/tokens/%C4%B1nj", 404, "NOT_FOUND", id="a-dotless-i-ticker"),
+    pytest.param("GET", f"{BASE}/tokens/%EF%AC%81l", 404, "NOT_FOUND", id="a-ligature-ticker"),
+]
+# An unknown Expect is answered before the application: tests/e2e/test_low_level_errors.py.
+
+
+@pytest.mark.parametrize(("method", "path", "status", "code"), REFUSED)
+async def test_a_refused_request_is_answered_with_the_error_envelope(world, method, path, status, code):
     w, client, catalog, posts = world
-    api = w.api
-    async with aiohttp.ClientSession() as http:
-        cases = [
-            ("GET", f"{BASE}/nope", 404), ("GET", "/", 404), ("DELETE", f"{BASE}/posts", 405), ("POST", f"{BASE}/tokens", 405),
-            ("GET", f"{BASE}/posts?limit=%zz", 422), ("GET", f"{BASE}/posts?%%%&&==", 200), ("GET", f"{BASE}/search?q=" + "a" * 20000, 422),
-            ("GET", f"{BASE}/posts/%00bad", 404), ("GET", f"{BASE}/tokens/%00", 404), ("GET", f"{BASE}/posts?category=%00", 200),
-            ("GET", f"{BASE}/search?q=%00%00%00", 200), ("GET", f"{BASE}/posts?since=%00", 422),
-        ]
-        for method, path, status in cases:
-            async with http.request(method, api.url + path, headers=auth(client.key)) as resp:
-                body = await resp.read()
-                assert resp.status == status, (path, resp.status, body[:300])
-                assert resp.content_type == "application/json", path
-                if status >= 400:
-                    err = orjson.loads(body)["error"]
-                    assert set(err) <= {"code", "message", "field", "retry_after_sec"} and err["code"] and err["message"]
-        # CONNECT (before: a 413 about a chunked body it does not have), a ticker aliased by
-        # Unicode case mapping (before: 200), two Authorization headers (before: the first
-        # counted), an over-long enum value (before: named as ''). An unknown Expect is answered
-        # before the application: tests/e2e/test_low_level_errors.py.
-        odd = [
-            ("CONNECT", f"{BASE}/posts", {}, 405, "METHOD_NOT_ALLOWED"),
-            ("GET", f"{BASE}/tokens/%C4%B1nj", {}, 404, "NOT_FOUND"),
-            ("GET", f"{BASE}/tokens/%EF%AC%81l", {}, 404, "NOT_FOUND"),
-            ("GET", f"{BASE}/posts?sentiment=" + "Y" * 101, {}, 422, "VALIDATION_FAILED"),
-        ]
-        for method, path, headers, status, code in odd:
-            async with http.request(method, api.url + path, headers={**auth(client.key), **headers}) as resp:
-                body = await resp.read()
-                assert (resp.status, resp.content_type) == (status, "application/json"), (path, resp.status, body[:300])
-                assert orjson.loads(body)["error"]["code"] == code, body
-                if method == "CONNECT":
-                    assert resp.headers["Allow"] == "GET, HEAD"
-                if "sentiment" in path:
-                    assert "'YYYY" in orjson.loads(body)["error"]["message"] and "101 characters" in orjson.loads(body)["error"]["message"]
-        bad = "tw_live_" + "x" * 43
-        for first, second in ((client.key, bad), (bad, client.key)):
-            twice = CIMultiDict([("Authorization", f"Bearer {first}"), ("Authorization", f"Bearer {second}")])
-            async with http.get(f"{api.url}{BASE}/languages", headers=twice) as resp:
-                assert resp.status == 401 and (await resp.json())["error"]["code"] == "NOT_AUTHENTICATED"
-    async with aiohttp.ClientSession() as http:  # a ticker filter aliased the same way matches nothing
-        async with http.get(f"{api.url}{BASE}/posts", params={"ticker": "ınj,ﬁl"}, headers=auth(client.key)) as resp:
-            assert resp.status == 200 and (await resp.json())["posts"] == []
+    answer = await call(client, method, path)
+    assert (answer.status, answer.content_type) == (status, "application/json"), answer.body[:300]
+    error = answer.error
+    assert set(error) <= {"code", "message", "field", "retry_after_sec"} and error["message"]
+    assert error["code"] == code
 
 
-class TcpProxy:
-    """A TCP forwarder in front of PostgreSQL that the test can cut, like a database going away."""
+@pytest.mark.parametrize("path", [
+    pytest.param(f"{BASE}/posts?%%%&&==", id="a-query-of-junk"),
+    pytest.param(f"{BASE}/posts?category=%00", id="a-nul-category"),
+    pytest.param(f"{BASE}/search?q=%00%00%00", id="a-search-for-nuls"),
+])
+async def test_junk_that_names_nothing_is_an_answer_not_an_error(world, path):
+    w, client, catalog, posts = world
+    answer = await call(client, "GET", path)
+    assert (answer.status, answer.content_type) == (200, "application/json"), answer.body[:300]
+    assert "posts" in orjson.loads(answer.body)
 
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.port = free_port()
-        self.writers: list[asyncio.StreamWriter] = []
 
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+async def test_connect_is_refused_naming_the_methods_allowed(world):
+    w, client, catalog, posts = world
+    answer = await call(client, "CONNECT", f"{BASE}/posts")
+    assert answer.status == 405 and answer.headers["Allow"] == "GET, HEAD"
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self.writers += [writer, up_writer]
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(ConnectionError, OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
+async def test_an_over_long_enum_value_is_named_in_the_error(world):
+    w, client, catalog, posts = world
+    message = (await call(client, "GET", f"{BASE}/posts?sentiment=" + "Y" * 101)).error["message"]
+    assert "'YYYY" in message and "101 characters" in message
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
-    async def cut(self) -> None:
-        self.server.close()
-        for w in self.writers:
-            w.transport.abort()
-        await self.server.wait_closed()
+@pytest.mark.parametrize("valid_first", [pytest.param(True, id="the-valid-key-first"), pytest.param(False, id="the-valid-key-second")])
+async def test_two_authorization_headers_are_refused(world, valid_first):
+    """Before: the first one counted."""
+    w, client, catalog, posts = world
+    keys = [client.key, "tw_live_" + "x" * 43]
+    twice = CIMultiDict(("Authorization", f"Bearer {key}") for key in (keys if valid_first else keys[::-1]))
+    answer = await call(client, "GET", f"{BASE}/languages", twice)
+    assert answer.status == 401 and answer.error["code"] == "NOT_AUTHENTICATED"
+
+
+async def test_a_ticker_filter_aliased_by_unicode_case_mapping_matches_nothing(world):
+    w, client, catalog, posts = world
+    _, doc = await client.get("/posts", {"ticker": "ınj,ﬁl"})
+    assert doc["posts"] == []
 
 
 async def test_database_down_gives_503_envelope(world):
     w, client, catalog, posts = world
     dsn = URL(w.model.dsn)
-    proxy = TcpProxy(dsn.host, dsn.port)
-    await proxy.start()
-    try:
+    async with Forwarder(f"{dsn.host}:{dsn.port}") as proxy:  # a database the test can take away
+        await proxy.open()
         async with api_served(str(dsn.with_host("127.0.0.1").with_port(proxy.port))) as api:
             async with aiohttp.ClientSession() as http:
                 async with http.get(f"{api.url}{BASE}/posts", headers=auth(client.key)) as resp:
                     assert resp.status == 200
-                await proxy.cut()
+                await proxy.close()  # every connection closed, new ones refused
                 for path in ["/posts", "/tokens", "/posts/1", "/sentiment-pulse"]:
                     async with http.get(f"{api.url}{BASE}{path}", headers=auth(client.key)) as resp:
                         body = await resp.read()
@@ -501,9 +514,6 @@ async def test_database_down_gives_503_envelope(world):
                         assert resp.headers["Retry-After"] == "1"
                         err = orjson.loads(body)["error"]
                         assert err["code"] == "SERVICE_UNAVAILABLE" and err["retry_after_sec"] == 1
-    finally:
-        with contextlib.suppress(Exception):
-            await proxy.cut()
 
 
 async def test_an_admission_the_database_cannot_answer_is_a_503_within_the_statement_bound(world):

@@ -11,9 +11,8 @@ import orjson
 import pytest
 
 from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.schemas.models import Post, PostEvent
 from tests.support.apps import ReadModel, api_served
-from tests.support.events import T0, locale_ev
+from tests.support.events import T0, locale_ev, post_ev
 from tests.support.stack import BASE, auth
 
 #: (post id, locale, title, lede, body): one post per locale.
@@ -29,25 +28,13 @@ TEXTS = [
 ]
 
 
-def _post(post_id: int, lang: str, title: str, lede: str, body: str) -> PostEvent:
-    return PostEvent(
-        version=1, emitted_at=T0,
-        data=Post.model_validate(dict(
-            id=post_id, status="published", published_at=T0, importance=50, sentiment="NEUTRAL",
-            tickers=["BTC"], hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg",
-            og_image_url="https://img.example/o.jpg", source_url="https://src.example/a", byline="Desk",
-            translations=[dict(lang=lang, slug=f"p{post_id}", canonical_url=f"https://n.example/{post_id}",
-                               title=title, lede=lede, body=body)],
-        )),
-    )
-
-
 @pytest.fixture(scope="module")
 async def search(pg_dsn):
     locales = [locale_ev(lang, default=lang == "en-US", position=i) for i, (_, lang, *_) in enumerate(TEXTS)]
     async with scratch_database(pg_dsn) as dsn:
         model = ReadModel(dsn)
-        await model.project([*locales, *(_post(*t) for t in TEXTS)])
+        await model.project([*locales, *(post_ev(i, at=T0, langs=(lang,), sentiment="NEUTRAL", hashtags=(), title=title, lede=lede, body=body)
+                                             for i, lang, title, lede, body in TEXTS)])
         key = await model.provision("ws_search_text", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
         async with api_served(dsn) as api, aiohttp.ClientSession() as http:
             async def ids(lang: str, q: str) -> list[int]:

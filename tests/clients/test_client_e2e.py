@@ -17,9 +17,10 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import Post, PostEvent
+from tickerwire.schemas.models import PostEvent
 from tickerwire.services.cli import admin
 from tickerwire.devstack.demo import dataset
+from tests.support.events import fresh_post_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire_client import (
     AsyncClient,
@@ -79,14 +80,7 @@ async def raw(stack: ServiceStack, key: str, path: str, **params) -> dict:
 
 
 def flow_post(post_id: int, tickers: tuple[str, ...] = ("BTC",)) -> PostEvent:
-    at = datetime.now(timezone.utc)
-    return PostEvent(version=1, emitted_at=at, data=Post.model_validate(dict(
-        id=post_id, status="published", published_at=at, importance=40, sentiment="NEUTRAL", tickers=list(tickers),
-        hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
-        source_url="https://src.example/a", byline="Desk",
-        translations=[dict(lang=lang, slug=f"flow-{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{lang}/{post_id}",
-                           title=f"Flow {post_id} {lang}", lede="A lede.", body="One.\n\nTwo.") for lang in FLOW_LOCALES],
-    )))
+    return fresh_post_ev(post_id, langs=FLOW_LOCALES, tickers=tickers, sentiment="NEUTRAL", importance=40, hashtags=())
 
 
 # ---------------------------------------------------------------------------------------------- endpoints

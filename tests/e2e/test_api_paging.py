@@ -12,29 +12,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
+from tickerwire.schemas.models import PostEvent
+from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, auth, running_stack
 
 pytestmark = pytest.mark.e2e
 
 START = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=1)
 INITIAL = 45
-
-
-def post_event(post_id: int, at: datetime, status: str = "published") -> PostEvent:
-    return PostEvent(
-        version=1,
-        emitted_at=at,
-        data=Post.model_validate(
-            dict(
-                id=post_id, status=status, published_at=at, importance=50, sentiment="NEUTRAL", tickers=[], hashtags=[],
-                categories=[], cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
-                source_url="https://src.example/a", byline="Desk",
-                translations=[dict(lang="en-US", slug=f"p-{post_id}", canonical_url=f"https://n.example/p-{post_id}",
-                                   title=f"Post {post_id}", lede="A lede.", body="One.\n\nTwo.")],
-            )
-        ),
-    )
 
 
 class Feed:
@@ -47,7 +32,7 @@ class Feed:
     def make(self, count: int, at: datetime, status: str = "published") -> list[PostEvent]:
         events = []
         for _ in range(count):
-            events.append(post_event(self.next_id, at, status))
+            events.append(post_ev(self.next_id, at=at, emitted_at=at, status=status, sentiment="NEUTRAL", tickers=(), hashtags=()))
             if status == "published":
                 self.keys.append((at, self.next_id))
             self.next_id += 1
@@ -60,9 +45,7 @@ class Feed:
 @pytest.fixture(scope="module")
 async def paging(pg_dsn, kafka_bootstrap):
     feed = Feed()
-    locale = LocaleEvent(version=1, emitted_at=START, data=Locale(
-        code="en-US", name="English", native_name="English", country_code="US", direction="ltr",
-        active=True, web_channel=True, is_default=True))
+    locale = locale_ev("en-US", default=True, name="English")
     events: list = [locale]
     for n in range(INITIAL // 3):  # groups of three posts share one published_at
         events += feed.make(3, START + timedelta(minutes=n))

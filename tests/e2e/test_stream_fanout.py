@@ -14,16 +14,15 @@ import re
 import signal
 import socket
 import time
-from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tickerwire.services.cli import admin
 from tickerwire.services.common.keys import hash_key
 from tickerwire.services.stream.hub import CLOSE_GRACE_S
+from tests.support.events import fresh_post_ev, locale_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import accepted, upgrade_headers
 
@@ -35,43 +34,13 @@ QUEUE_SIZE = 16
 WAIT = 30.0  # generous upper bound for anything to arrive (a failure, not a measurement)
 
 
-def locale_event(code: str, name: str, country: str, default: bool) -> LocaleEvent:
-    return LocaleEvent(
-        version=1,
-        emitted_at=datetime.now(timezone.utc),
-        data=Locale(code=code, name=name, native_name=name, country_code=country, direction="ltr",
-                    active=True, web_channel=True, is_default=default),
-    )
-
-
-def post_event(post_id: int, *, langs=("en-US",), version: int = 1, title: str | None = None, lede: str = "A lede.") -> PostEvent:
-    at = datetime.now(timezone.utc)
-    return PostEvent(
-        version=version,
-        emitted_at=at,
-        data=Post.model_validate(
-            dict(
-                id=post_id, status="published", published_at=at - timedelta(seconds=1), importance=50,
-                sentiment="BULLISH", tickers=["BTC"], hashtags=[], categories=[],
-                cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
-                source_url="https://src.example/a", byline="Desk",
-                translations=[
-                    dict(lang=lang, slug=f"post-{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{lang}/post-{post_id}",
-                         title=title or f"Post {post_id} ({lang})", lede=lede, body="One.\n\nTwo.")
-                    for lang in langs
-                ],
-            )
-        ),
-    )
-
-
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
     env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_STREAM_QUEUE_SIZE": str(QUEUE_SIZE)}
     services = ("projector", "api", "stream", "stream")
     async with started_stack(pg_dsn, kafka_bootstrap, f"stream{os.getpid()}", services=services, **env) as s:
-        await s.publish([locale_event("en-US", "English", "US", True), locale_event("de-DE", "German", "DE", False),
-                         locale_event("fr-FR", "French", "FR", False)])
+        await s.publish([locale_ev("en-US", name="English", default=True), locale_ev("de-DE", name="German", country="DE"),
+                         locale_ev("fr-FR", name="French", country="FR")])
         await s.wait_projected()
         yield s
 
@@ -150,7 +119,7 @@ async def test_messages_have_type_and_ts_and_data_equals_the_get_posts_item(stac
         assert TS.match(ready["ts"]) and ready["session_id"].startswith("ses_")
     assert clients[0][1]["session_id"] != clients[1][1]["session_id"]
 
-    await stack.publish([post_event(1001, langs=LOCALES)])
+    await stack.publish([fresh_post_ev(1001, langs=LOCALES)])
     for ws, _ in clients:
         got = [await next_post(ws, {1001}) for _ in LOCALES]
         assert sorted(m["data"]["lang"] for m in got) == sorted(LOCALES)  # one post.created per locale
@@ -159,9 +128,9 @@ async def test_messages_have_type_and_ts_and_data_equals_the_get_posts_item(stac
             assert message["data"] == (await listed(http, stack, key, message["data"]["lang"]))[1001]
 
     # An edit produces no post.created; the next post does.
-    await stack.publish([post_event(1001, langs=LOCALES, version=2, title="Edited title")])
+    await stack.publish([fresh_post_ev(1001, langs=LOCALES, version=2, title="Edited title")])
     await stack.wait_projected()
-    await stack.publish([post_event(1002)])
+    await stack.publish([fresh_post_ev(1002)])
     for ws, _ in clients:
         seen = []
         while not seen or seen[-1]["data"]["id"] != 1002:
@@ -186,7 +155,7 @@ async def test_a_post_is_pushed_only_after_the_projector_committed_it(stack: Ser
     ids = set(range(2001, 2011))
     projector.proc.send_signal(signal.SIGSTOP)
     try:
-        await stack.publish([post_event(i) for i in sorted(ids)])
+        await stack.publish([fresh_post_ev(i) for i in sorted(ids)])
         # While the projector is stopped, the streams read the records but push nothing:
         # several ping periods pass with only pings.
         pings = 0
@@ -300,7 +269,7 @@ async def test_a_client_that_stops_reading_is_closed_with_4008_and_the_others_ke
     try:
         big = "Long lede. " * 180  # ~2 KB per translation; 200 posts x 3 locales ~ 1.3 MB
         for chunk in range(0, len(ids), 50):
-            await stack.publish([post_event(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 50]])
+            await stack.publish([fresh_post_ev(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 50]])
         # The good client gets every message; the stuck one is closed with 4008 after what it was sent.
         assert await reader == expected
         texts, code, reason = await asyncio.wait_for(dropped, WAIT)
@@ -330,7 +299,7 @@ async def test_a_client_closed_as_slow_that_never_reads_again_frees_its_slot(sta
         ids = list(range(3301, 3461))
         big = "Long lede. " * 180
         for chunk in range(0, len(ids), 40):
-            await stack.publish([post_event(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 40]])
+            await stack.publish([fresh_post_ev(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 40]])
         deadline = time.monotonic() + WAIT
         while await slow_clients_closed(service) == closed_before:
             assert time.monotonic() < deadline, "the stuck client was never closed as slow"
@@ -377,7 +346,7 @@ async def test_access_changes_close_open_connections_with_4003(stack: ServiceSta
     for key, status, code in ((key_s, 403, "WORKSPACE_SUSPENDED"), (key_r, 401, "NOT_AUTHENTICATED")):
         async with http.get(stream_url(a, key), headers=upgrade_headers()) as resp:
             assert resp.status == status and (await resp.json())["error"]["code"] == code
-    await stack.publish([post_event(4001)])
+    await stack.publish([fresh_post_ev(4001)])
     for ws in unaffected:
         assert (await next_post(ws, {4001}))["data"]["id"] == 4001
         await ws.close()

@@ -10,36 +10,11 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tests.support.stack import started_stack, BASE, ServiceStack, auth
 from tests.support.ws import session
+from tests.support.events import fresh_post_ev, locale_ev, post_ev
 
 pytestmark = pytest.mark.e2e
-
-
-def locale_event() -> LocaleEvent:
-    return LocaleEvent(
-        version=1,
-        emitted_at=datetime.now(timezone.utc),
-        data=Locale(code="en-US", name="English (United States)", native_name="English (United States)",
-                    country_code="US", direction="ltr", active=True, web_channel=True, is_default=True),
-    )
-
-
-def post_event(post_id: int, at: datetime) -> PostEvent:
-    return PostEvent(
-        version=1,
-        emitted_at=at,
-        data=Post.model_validate(
-            dict(
-                id=post_id, status="published", published_at=at, importance=50, sentiment="NEUTRAL",
-                tickers=["BTC"], hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg",
-                og_image_url="https://img.example/o.jpg", source_url="https://src.example/a", byline="Desk",
-                translations=[dict(lang="en-US", slug=f"post-{post_id}", canonical_url=f"https://n.example/post-{post_id}",
-                                   title=f"Post {post_id}", lede="A lede.", body="One.\n\nTwo.")],
-            )
-        ),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +26,9 @@ async def stack(pg_dsn, kafka_bootstrap):
 async def test_event_reaches_http_and_websocket(stack: ServiceStack):
     key = await stack.provision("ws_skeleton")
     now = datetime.now(timezone.utc)
-    await stack.publish([locale_event(), post_event(1, now - timedelta(minutes=2)), post_event(2, now - timedelta(minutes=1))])
+    await stack.publish([locale_ev("en-US", default=True, name="English (United States)"),
+                         post_ev(1, at=now - timedelta(minutes=2), emitted_at=now),
+                         post_ev(2, at=now - timedelta(minutes=1), emitted_at=now)])
     await stack.wait_projected()
     api, stream = stack.of("api")[0], stack.of("stream")[0]
     async with aiohttp.ClientSession() as http:
@@ -70,7 +47,7 @@ async def test_event_reaches_http_and_websocket(stack: ServiceStack):
 
         async with session(http, f"{stream.url}{BASE}/stream?key={key}") as (ws, ready):
             assert ready["session_id"]
-            await stack.publish([post_event(3, datetime.now(timezone.utc))])
+            await stack.publish([fresh_post_ev(3)])
             pushed = orjson.loads((await ws.receive(timeout=15)).data)
         assert pushed["type"] == "post.created"
         async with http.get(f"{api.url}{BASE}/posts", headers=auth(key)) as resp:

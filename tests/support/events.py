@@ -35,10 +35,11 @@ from tickerwire.services.projector.apply import Record
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 
 
-def locale_ev(code: str, version: int = 1, *, default: bool = False, active: bool = True, web: bool = True, position: int = 0) -> LocaleEvent:
+def locale_ev(code: str, version: int = 1, *, default: bool = False, active: bool = True, web: bool = True, position: int = 0,
+              name: str | None = None, country: str = "US") -> LocaleEvent:
     return LocaleEvent(
         version=version, emitted_at=T0,
-        data=Locale(code=code, name=f"Name {code} v{version}", native_name=f"Native {code}", country_code="US",
+        data=Locale(code=code, name=name or f"Name {code} v{version}", native_name=name or f"Native {code}", country_code=country,
                     direction="ltr", active=active, web_channel=web, is_default=default, position=position),
     )
 
@@ -71,21 +72,34 @@ def post_ev(
     categories: Sequence[str] = (),
     langs: Sequence[str] = ("en-US",),
     importance: int = 50,
+    hashtags: Sequence[str] = ("Crypto",),
+    title: str | None = None,
+    lede: str = "Markets moved.",
+    body: str = "Prices rose sharply.",
+    emitted_at: datetime | None = None,
 ) -> PostEvent:
+    """A post snapshot; every translation (one per ``langs``) has the same ``title`` (default:
+    ``"Bitcoin rallies <id> v<version>"``), ``lede`` and ``body``."""
     if status in ("published", "partial") and at is None:
         at = T0
     return PostEvent(
-        version=version, emitted_at=T0 + timedelta(seconds=version),
+        version=version, emitted_at=emitted_at or T0 + timedelta(seconds=version),
         data=Post.model_validate(dict(
             id=post_id, status=status, published_at=at, importance=importance, sentiment=sentiment,
-            tickers=list(tickers), hashtags=["Crypto"], categories=list(categories),
+            tickers=list(tickers), hashtags=list(hashtags), categories=list(categories),
             cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
             source_url="https://src.example/a", byline="Desk",
             translations=[dict(lang=lang, slug=f"p{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{post_id}/{lang}",
-                               title=f"Bitcoin rallies {post_id} v{version}", lede="Markets moved.", body="Prices rose sharply.")
+                               title=title or f"Bitcoin rallies {post_id} v{version}", lede=lede, body=body)
                           for lang in langs],
         )),
     )
+
+
+def fresh_post_ev(post_id: int, **fields: Any) -> PostEvent:
+    """:func:`post_ev` published a second ago and emitted now: a new post for running processes."""
+    now = datetime.now(timezone.utc)
+    return post_ev(post_id, at=now - timedelta(seconds=1), emitted_at=now, **fields)
 
 
 def workspace_ev(ws_id: str, version: int = 1, *, status: str = "active") -> WorkspaceEvent:

@@ -1,6 +1,6 @@
 """deploy/ validated offline: the compose file against the Compose Specification schema, every
 Kubernetes manifest (base, and the example overlay rendered) against the Kubernetes schemas,
-the Dockerfile's shape, the Grafana dashboard and the Prometheus rules.
+the Grafana dashboard and the Prometheus rules (the Dockerfile: tests/unit/test_dockerfile.py).
 
 The schemas come from PyPI packages that ship them (check-jsonschema's vendored compose-spec,
 kubernetes-validate's Kubernetes JSON schemas): no network at test time.
@@ -168,37 +168,6 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
     assert config["TICKERWIRE_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
     job = by_kind["Job"]["tickerwire-migrate"]["spec"]["template"]["spec"]["containers"][0]
     assert job["command"][-1] == "tickerwire migrate && tickerwire topics ensure"
-
-
-# ------------------------------------------------------------------ Dockerfile
-
-
-def stages(text: str) -> list[list[str]]:
-    lines = re.sub(r"\\\n", " ", text).splitlines()
-    out: list[list[str]] = []
-    for line in (l.strip() for l in lines):
-        if line.upper().startswith("FROM "):
-            out.append([])
-        if out and line and not line.startswith("#"):
-            out[-1].append(line)
-    return out
-
-
-def test_dockerfile_is_multi_stage_non_root_with_no_build_tools_in_the_final_image():
-    text = (DEPLOY / "Dockerfile").read_text()
-    *build, final = stages(text)
-    assert build, "a build stage"
-    final_text = "\n".join(final)
-    assert re.search(r"^USER (\d+)", final_text, re.M) and not re.search(r"^USER 0\b|^USER root", final_text, re.M)
-    for tool in ("gcc", "build-essential", "apt-get install", "make ", "pip install"):
-        assert tool not in final_text, tool
-    assert "COPY --from=build /opt/tickerwire /opt/tickerwire" in final_text
-    assert re.search(r'^ENTRYPOINT \["tickerwire"\]', final_text, re.M)
-    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
-    for copied in re.findall(r"^COPY (?!--)(.+) \S+$", text, re.M):
-        for source in copied.split():
-            assert (ROOT / source).exists(), source
-            assert f"!{source.rstrip('/')}/" in ignore or f"!{source}" in ignore, source
 
 
 # ------------------------------------------------------------------ dashboard and alerts

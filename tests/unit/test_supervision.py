@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import statistics
 
 import pytest
 from aiokafka import TopicPartition
@@ -146,8 +147,10 @@ async def test_an_apps_shutdown_waits_for_a_task_that_will_not_stop_only_so_long
     monkeypatch.setattr(supervise, "STOP_TIMEOUT_S", 0.2)
     supervisor = Supervisor()
     released = asyncio.Event()
+    running = asyncio.Event()
 
     async def stubborn(app) -> None:
+        running.set()
         while True:
             try:
                 await asyncio.sleep(3600)
@@ -156,16 +159,24 @@ async def test_an_apps_shutdown_waits_for_a_task_that_will_not_stop_only_so_long
                     raise
 
     ctx = supervisor.task("stubborn", stubborn)(None)
-    await ctx.__anext__()  # started
-    with caplog.at_level(logging.ERROR):
-        with pytest.raises(StopAsyncIteration):
-            await asyncio.wait_for(ctx.__anext__(), 2)  # the shutdown half of the cleanup context
-    assert "background task stubborn did not stop within 0 s of its cancellation" in caplog.text
-    released.set()  # this test's own clean-up: the task left behind stops now
-    (left,) = [t for t in asyncio.all_tasks() if t.get_name() == "stubborn"]
-    left.cancel()
-    await asyncio.wait([left], timeout=2)
-    assert left.done()
+    await ctx.__anext__()  # the task is created
+    # ... and must run before it is cancelled: a task cancelled before its first step ends at
+    # once, and the shutdown would have nothing to wait for. (Up to Python 3.11 the wait_for
+    # below wrapped the shutdown in a task of its own, which gave this one its first step.)
+    await asyncio.wait_for(running.wait(), 2)
+    try:
+        with caplog.at_level(logging.ERROR):
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(ctx.__anext__(), 2)  # the shutdown half of the cleanup context
+        assert "background task stubborn did not stop within 0 s of its cancellation" in caplog.text
+    finally:
+        released.set()  # this test's own clean-up, passed or failed: the task left behind stops now
+        left = [t for t in asyncio.all_tasks() if t.get_name() == "stubborn"]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=2)
+    assert len(left) == 1 and left[0].done()
 
 
 async def test_readiness_answers_within_its_budget_when_a_check_hangs():
@@ -221,12 +232,28 @@ def test_a_position_before_the_log_start_lost_records():
 
 
 def test_a_backoff_grows_to_its_cap_and_is_short_again_after_a_reset():
-    backoff = Backoff(0.5, 4.0, rng=random.Random(7))
-    pauses = [backoff.delay() for _ in range(6)]
-    assert all(0 <= p <= min(4.0, 0.5 * 2**n) for n, p in enumerate(pauses))
-    assert backoff.ceiling == 4.0  # capped
-    backoff.reset()
-    assert backoff.ceiling == 0.5 and backoff.delay() <= 0.5
+    """Full jitter: the n-th pause is uniform over [0, min(cap, base * 2^n)]. Bounded from above
+    and below in the mean over many runs, so a backoff that stays at 0 (or at base, or skips the
+    cap) fails, while a single short pause (jitter) is allowed."""
+    rng = random.Random(7)
+    backoffs = [Backoff(0.5, 4.0, rng=rng) for _ in range(400)]
+    ceilings = [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]  # doubling from base, then capped
+
+    def pauses() -> list[list[float]]:
+        """Per failure, the pause of every backoff."""
+        return [[b.delay() for b in backoffs] for _ in ceilings]
+
+    grown = pauses()
+    for ceiling, column in zip(ceilings, grown):
+        assert all(0 <= p <= ceiling for p in column), ceiling
+        assert 0.45 * ceiling <= statistics.fmean(column) <= 0.55 * ceiling, ceiling
+        assert max(column) >= 0.95 * ceiling and min(column) <= 0.05 * ceiling, ceiling  # spread over the range
+    assert all(b.ceiling == 4.0 for b in backoffs)  # capped
+    for b in backoffs:
+        b.reset()
+    again = pauses()
+    assert 0.45 * 0.5 <= statistics.fmean(again[0]) <= 0.55 * 0.5 and max(again[0]) <= 0.5  # short again
+    assert statistics.fmean(again[3]) >= 0.45 * 4.0  # and grows again
 
 
 async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_and_its_cause_is_kept(monkeypatch, caplog):
