@@ -321,6 +321,8 @@ async def test_a_rebuilds_switch_is_resumed_exactly_once(stack, key, http):
     conn = await stack.read_conn()
     try:
         assert (await cursors.current_epoch(conn)).epoch == epoch  # the same log, replayed: the same positions
+        indexes = {r["indexname"] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = 'rm'")}
+        assert {"post_translations_announced", "post_translations_announced_order"} <= indexes  # the bulk load built them
     finally:
         await conn.close()
     assert follower.mine() == collections.Counter({(500, "en-US"): 1, (501, "en-US"): 1, (500, "de-DE"): 1, (502, "fr-FR"): 1})
