@@ -159,7 +159,8 @@ async def carry_epoch(conn: asyncpg.Connection, live: str, rebuilt: str) -> bool
 # of the posts topic not given is at its start), with $11 only up to the upper marks ($4 offsets,
 # $5 langs; a partition not given: nothing), else up to whatever is committed, in the locales $6
 # (lower-cased), admitted by the tickers $7 and categories $8 (NULL: no restriction), at most $9,
-# ordered by (offset, partition, lang). Read in the same statement (one snapshot): the epoch and
+# ordered by (offset, partition, lang). Both bounds are index conditions, so a bounded read (a
+# replay) stops at its upper bound. Read in the same statement (one snapshot): the epoch and
 # the projector's committed positions ($10 the topic), below which every announcement is
 # committed. {ranges} is one of the two ways to read the index ranges below.
 _CHANGES = """
@@ -167,7 +168,8 @@ WITH pos AS (
     SELECT partition, next_offset FROM positions WHERE topic = $10
 ), cur AS (
     SELECT pos.partition AS p, COALESCE(c.o, 0) AS o, COALESCE(c.l, '') AS l,
-           CASE WHEN $11 THEN COALESCE(c.uo, 0) END AS uo, COALESCE(c.ul, '') AS ul
+           CASE WHEN $11 THEN COALESCE(c.uo, 0) ELSE 9223372036854775807 END AS uo,
+           CASE WHEN $11 THEN COALESCE(c.ul, '') ELSE '' END AS ul
     FROM pos LEFT JOIN unnest($1::integer[], $2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS c(p, o, l, uo, ul)
       ON c.p = pos.partition
 ), page AS (
@@ -175,9 +177,9 @@ WITH pos AS (
         SELECT t.announced_partition AS partition, t.announced_offset AS "offset", t.lang, t.lean, t.tickers, t.category_slugs
         FROM post_translations t
         WHERE t.visible AND t.announced_offset IS NOT NULL AND {locale}
-          AND t.announced_partition = cur.p AND t.announced_offset >= cur.o
+          AND t.announced_partition = cur.p AND t.announced_offset >= cur.o AND t.announced_offset <= cur.uo
           AND NOT (t.announced_offset = cur.o AND t.lang COLLATE "C" <= cur.l)
-          AND (cur.uo IS NULL OR t.announced_offset < cur.uo OR (t.announced_offset = cur.uo AND t.lang COLLATE "C" <= cur.ul))
+          AND NOT (t.announced_offset = cur.uo AND t.lang COLLATE "C" > cur.ul)
           AND ($7::text[] IS NULL OR t.tickers && $7::text[])
           AND ($8::text[] IS NULL OR t.category_slugs && $8::text[])
         ORDER BY {order}
