@@ -162,7 +162,10 @@ async def carry_epoch(conn: asyncpg.Connection, live: str, rebuilt: str) -> bool
 # ordered by (offset, partition, lang). Both bounds are index conditions, so a bounded read (a
 # replay) stops at its upper bound. Read in the same statement (one snapshot): the epoch and
 # the projector's committed positions ($10 the topic), below which every announcement is
-# committed. {ranges} is one of the two ways to read the index ranges below.
+# committed. {ranges} is one of the two ways to read the index ranges below. A generic plan
+# (planned without the values) would not know how long a range is and may read a whole range
+# to sort it: the guard (migration 0002, search_generic_plan_guard) folds to TRUE in a custom
+# plan and makes every generic plan look too costly to pick.
 _CHANGES = """
 WITH pos AS (
     SELECT partition, next_offset FROM positions WHERE topic = $10
@@ -182,6 +185,7 @@ WITH pos AS (
           AND NOT (t.announced_offset = cur.uo AND t.lang COLLATE "C" > cur.ul)
           AND ($7::text[] IS NULL OR t.tickers && $7::text[])
           AND ($8::text[] IS NULL OR t.category_slugs && $8::text[])
+          AND ($9::integer IS NOT NULL OR search_generic_plan_guard())
         ORDER BY {order}
         LIMIT $9
     ) x
@@ -198,7 +202,9 @@ UNION ALL
 #: Many locales: one range per partition of post_translations_announced_order, in key order, the
 #: other locales skipped (a page of every locale reads about ``limit`` rows per partition).
 CHANGES_SQL = _CHANGES.format(
-    ranges="cur CROSS JOIN LATERAL (", locale="lower(t.lang) = ANY($6::text[])",
+    # IS TRUE: the locale test is never an index condition, so no plan (a generic one included)
+    # reads the per-locale index and sorts what it read instead of reading this one in order.
+    ranges="cur CROSS JOIN LATERAL (", locale="(lower(t.lang) = ANY($6::text[])) IS TRUE",
     order='t.announced_partition, t.announced_offset, t.lang COLLATE "C"',
 )
 #: One or two locales: one range per (locale, partition) of post_translations_announced, so a

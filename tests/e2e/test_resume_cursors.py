@@ -143,10 +143,10 @@ class Follower:
     async def until(self, expected: set[Key], timeout: float = WAIT) -> None:
         """Process messages until every announcement of ``expected`` was processed."""
         deadline = time.monotonic() + timeout
-        while not expected <= set(self.got):
+        while missing := len(expected - self.got.keys()):
             left = deadline - time.monotonic()
-            assert left > 0, f"missing {sorted(expected - set(self.got))[:10]}"
-            await self.read(1, timeout=left)
+            assert left > 0, f"missing {sorted(expected - self.got.keys())[:10]}"
+            await self.read(missing, timeout=left)  # at least that many messages are still to come
 
     def mine(self) -> collections.Counter[Key]:
         return collections.Counter({k: n for k, n in self.got.items() if k[0] in self.ids})
