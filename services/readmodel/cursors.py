@@ -157,30 +157,36 @@ async def carry_epoch(conn: asyncpg.Connection, live: str, rebuilt: str) -> bool
 
 # Announcements after the marks ($1 partitions, $2 offsets, $3 langs of the marks; a partition
 # of the posts topic not given is at its start), with $11 only up to the upper marks ($4 offsets,
-# $5 langs; a partition not given: nothing), else up to whatever is committed, in the locales $6 (lower-cased), admitted by the tickers $7
-# and categories $8 (NULL: no restriction), at most $9, ordered by (offset, partition, lang).
-# Each (locale, partition) is one short range of post_translations_announced. Read in the same
-# statement (one snapshot): the epoch and the projector's committed positions ($10 the topic),
-# below which every announcement is committed.
-_SELECT_CHANGES = """
+# $5 langs; a partition not given: nothing), else up to whatever is committed, in the locales $6
+# (lower-cased), admitted by the tickers $7 and categories $8 (NULL: no restriction), at most $9,
+# ordered by (offset, partition, lang). Both bounds are index conditions, so a bounded read (a
+# replay) stops at its upper bound. Read in the same statement (one snapshot): the epoch and
+# the projector's committed positions ($10 the topic), below which every announcement is
+# committed. {ranges} is one of the two ways to read the index ranges below. A generic plan
+# (planned without the values) would not know how long a range is and may read a whole range
+# to sort it: the guard (migration 0002, search_generic_plan_guard) folds to TRUE in a custom
+# plan and makes every generic plan look too costly to pick.
+_CHANGES = """
 WITH pos AS (
     SELECT partition, next_offset FROM positions WHERE topic = $10
 ), cur AS (
     SELECT pos.partition AS p, COALESCE(c.o, 0) AS o, COALESCE(c.l, '') AS l,
-           CASE WHEN $11 THEN COALESCE(c.uo, 0) END AS uo, COALESCE(c.ul, '') AS ul
+           CASE WHEN $11 THEN COALESCE(c.uo, 0) ELSE 9223372036854775807 END AS uo,
+           CASE WHEN $11 THEN COALESCE(c.ul, '') ELSE '' END AS ul
     FROM pos LEFT JOIN unnest($1::integer[], $2::bigint[], $3::text[], $4::bigint[], $5::text[]) AS c(p, o, l, uo, ul)
       ON c.p = pos.partition
 ), page AS (
-    SELECT x.* FROM cur CROSS JOIN unnest($6::text[]) AS lg(code) CROSS JOIN LATERAL (
+    SELECT x.* FROM {ranges}
         SELECT t.announced_partition AS partition, t.announced_offset AS "offset", t.lang, t.lean, t.tickers, t.category_slugs
         FROM post_translations t
-        WHERE t.visible AND t.announced_offset IS NOT NULL AND lower(t.lang) = lg.code
-          AND t.announced_partition = cur.p AND t.announced_offset >= cur.o
+        WHERE t.visible AND t.announced_offset IS NOT NULL AND {locale}
+          AND t.announced_partition = cur.p AND t.announced_offset >= cur.o AND t.announced_offset <= cur.uo
           AND NOT (t.announced_offset = cur.o AND t.lang COLLATE "C" <= cur.l)
-          AND (cur.uo IS NULL OR t.announced_offset < cur.uo OR (t.announced_offset = cur.uo AND t.lang COLLATE "C" <= cur.ul))
+          AND NOT (t.announced_offset = cur.uo AND t.lang COLLATE "C" > cur.ul)
           AND ($7::text[] IS NULL OR t.tickers && $7::text[])
           AND ($8::text[] IS NULL OR t.category_slugs && $8::text[])
-        ORDER BY lower(t.lang), t.announced_partition, t.announced_offset
+          AND ($9::integer IS NOT NULL OR search_generic_plan_guard())
+        ORDER BY {order}
         LIMIT $9
     ) x
     ORDER BY x."offset", x.partition, x.lang COLLATE "C"
@@ -193,6 +199,22 @@ SELECT 1, NULL, partition, next_offset, NULL, NULL, NULL, NULL FROM pos
 UNION ALL
 (SELECT 2, NULL, partition, "offset", lang, lean, tickers, category_slugs FROM page ORDER BY "offset", partition, lang COLLATE "C")
 """
+#: Many locales: one range per partition of post_translations_announced_order, in key order, the
+#: other locales skipped (a page of every locale reads about ``limit`` rows per partition).
+CHANGES_SQL = _CHANGES.format(
+    # IS TRUE: the locale test is never an index condition, so no plan (a generic one included)
+    # reads the per-locale index and sorts what it read instead of reading this one in order.
+    ranges="cur CROSS JOIN LATERAL (", locale="(lower(t.lang) = ANY($6::text[])) IS TRUE",
+    order='t.announced_partition, t.announced_offset, t.lang COLLATE "C"',
+)
+#: One or two locales: one range per (locale, partition) of post_translations_announced, so a
+#: rare locale is as cheap as a common one.
+CHANGES_BY_LOCALE_SQL = _CHANGES.format(
+    ranges="cur CROSS JOIN unnest($6::text[]) AS lg(code) CROSS JOIN LATERAL (", locale="lower(t.lang) = lg.code",
+    order="lower(t.lang), t.announced_partition, t.announced_offset",
+)
+#: Up to this many locales, a read takes one index range per (locale, partition).
+BY_LOCALE_UP_TO = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,11 +235,12 @@ async def read_changes(
     within each partition they come in key order, and a prefix of them moves a cursor forward."""
     given = sorted(set(marks) | set(upto or {}))
     ups = [(upto or {}).get(p) for p in given]
+    langs = sorted({lang.lower() for lang in langs})
     rows = await db.fetch(
-        _SELECT_CHANGES,
+        CHANGES_BY_LOCALE_SQL if len(langs) <= BY_LOCALE_UP_TO else CHANGES_SQL,
         given, [marks.get(p, START)[0] for p in given], [marks.get(p, START)[1] for p in given],
         [u[0] if u else None for u in ups], [u[1] if u else None for u in ups],
-        sorted({lang.lower() for lang in langs}),
+        langs,
         sorted(set(tickers)) if tickers is not None else None,
         sorted(set(categories)) if categories is not None else None,
         limit, topic, upto is not None,

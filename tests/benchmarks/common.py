@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
+import asyncpg
 
 from tickerwire.schemas.models import PostStatus
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
+from tickerwire.services.readmodel.migrate import migrate
 from tests.support.stack import ServiceStack, wait_http
 
 log = logging.getLogger("bench")
@@ -258,6 +260,18 @@ class Context:
     async def database(self) -> AsyncIterator[str]:
         async with scratch_database(self.pg_dsn, prefix="bench_") as dsn:
             yield dsn
+
+    @contextlib.asynccontextmanager
+    async def read_model(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection to a fresh benchmark database, migrated, its read model ``rm`` first on the search_path."""
+        async with self.database() as dsn:
+            conn = await asyncpg.connect(dsn)
+            try:
+                await migrate(conn, "rm")
+                await conn.execute("SET search_path TO rm, public")
+                yield conn
+            finally:
+                await conn.close()
 
     @contextlib.asynccontextmanager
     async def stack(self, **extra_env: str) -> AsyncIterator[ServiceStack]:

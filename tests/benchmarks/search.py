@@ -29,7 +29,6 @@ import asyncpg
 
 from tickerwire.services.api import queries
 from tickerwire.services.api.params import Filters, Page
-from tickerwire.services.readmodel.migrate import migrate
 
 from .common import Context, Result, percentile
 
@@ -143,38 +142,32 @@ async def run(ctx: Context) -> Result:
                     m.target = "< 20 ms"
                     m.check = lambda p, r: p < 20
                 metrics[cls, q] = m
-        async with ctx.database() as dsn:
-            conn = await asyncpg.connect(dsn)
-            try:
-                await migrate(conn, "rm")
-                await conn.execute("SET search_path TO rm, public")
-                started = time.perf_counter()
-                await load(conn, count, words, cum)
-                result.notes.append(
-                    f"{label}: {count:,} rows over {len(LOCALES)} locales, {WORDS_PER_DOC} Zipf words per row from "
-                    f"{VOCABULARY:,}; loaded and indexed in {time.perf_counter() - started:.0f} s; "
-                    f"{sum(len(v) for v in queries.values())} one-word queries per run; statement: {ranked_statement('en-US', 'x')[2]}"
-                )
-                for cls, sample in queries.items():
-                    matches = [await conn.fetchval(
-                        "SELECT count(*) FROM post_translations WHERE lang = $1 AND visible AND tsv @@ to_tsquery('simple', $2)", lang, word)
-                        for lang, word in sample[:5]]
-                    result.notes.append(f"{label}: {cls} words match {min(matches):,}-{max(matches):,} rows of their locale (first 5 queries)")
-                product = {cls: [ranked_statement(lang, word)[:2] for lang, word in sample] for cls, sample in queries.items()}
-                baseline = {cls: [(UNRANKED, [lang, "simple", word]) for lang, word in sample] for cls, sample in queries.items()}
-                for cls in CLASSES:
-                    await timed(conn, product[cls][:10] + baseline[cls][:10])  # warm the cache once
-                for _ in range(s.runs):
-                    for side, statements in (("product", product), ("baseline", baseline)):
-                        for cls in CLASSES:
-                            lat = await timed(conn, statements[cls])
-                            for q in (50, 95, 99):
-                                getattr(metrics[cls, q], side).append(percentile(lat, q))
-                plans = await conn.fetchrow(
-                    "SELECT sum(custom_plans) AS custom, sum(generic_plans) AS generic FROM pg_prepared_statements "
-                    "WHERE statement LIKE 'WITH fetched%'")
-                result.notes.append(f"{label}: plans of the search statements: {plans['custom']} custom, {plans['generic']} generic; "
-                                    f"server {await conn.fetchval('SHOW server_version')}")
-            finally:
-                await conn.close()
+        async with ctx.read_model() as conn:
+            started = time.perf_counter()
+            await load(conn, count, words, cum)
+            result.notes.append(
+                f"{label}: {count:,} rows over {len(LOCALES)} locales, {WORDS_PER_DOC} Zipf words per row from "
+                f"{VOCABULARY:,}; loaded and indexed in {time.perf_counter() - started:.0f} s; "
+                f"{sum(len(v) for v in queries.values())} one-word queries per run; statement: {ranked_statement('en-US', 'x')[2]}"
+            )
+            for cls, sample in queries.items():
+                matches = [await conn.fetchval(
+                    "SELECT count(*) FROM post_translations WHERE lang = $1 AND visible AND tsv @@ to_tsquery('simple', $2)", lang, word)
+                    for lang, word in sample[:5]]
+                result.notes.append(f"{label}: {cls} words match {min(matches):,}-{max(matches):,} rows of their locale (first 5 queries)")
+            product = {cls: [ranked_statement(lang, word)[:2] for lang, word in sample] for cls, sample in queries.items()}
+            baseline = {cls: [(UNRANKED, [lang, "simple", word]) for lang, word in sample] for cls, sample in queries.items()}
+            for cls in CLASSES:
+                await timed(conn, product[cls][:10] + baseline[cls][:10])  # warm the cache once
+            for _ in range(s.runs):
+                for side, statements in (("product", product), ("baseline", baseline)):
+                    for cls in CLASSES:
+                        lat = await timed(conn, statements[cls])
+                        for q in (50, 95, 99):
+                            getattr(metrics[cls, q], side).append(percentile(lat, q))
+            plans = await conn.fetchrow(
+                "SELECT sum(custom_plans) AS custom, sum(generic_plans) AS generic FROM pg_prepared_statements "
+                "WHERE statement LIKE 'WITH fetched%'")
+            result.notes.append(f"{label}: plans of the search statements: {plans['custom']} custom, {plans['generic']} generic; "
+                                f"server {await conn.fetchval('SHOW server_version')}")
     return result

@@ -51,8 +51,9 @@ from .models import (
 )
 from .ordering import StreamPost
 from .retry import RetryPolicy
+from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, ResumingStream
 from .stream import PostStream, StreamOptions, StreamSource, StreamStats
-from .sync import Client, SyncPostStream
+from .sync import Client, SyncPostStream, SyncResumingStream
 
 __all__ = [
     "ApiError",
@@ -87,6 +88,11 @@ __all__ = [
     "QuotaExhausted",
     "RateLimited",
     "ResponseMeta",
+    "ResumeOptions",
+    "ResumePoint",
+    "ResumeStats",
+    "ResumedPost",
+    "ResumingStream",
     "RetryPolicy",
     "Sentiment",
     "SentimentPulse",
@@ -99,6 +105,7 @@ __all__ = [
     "StreamSource",
     "StreamStats",
     "SyncPostStream",
+    "SyncResumingStream",
     "Throttled",
     "TickerwireError",
     "Token",

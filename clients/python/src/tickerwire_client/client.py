@@ -25,6 +25,7 @@ from .models import (
     TokenList,
 )
 from .retry import RetryPolicy
+from .resume import ResumeOptions, ResumingStream
 from .stream import PostStream, StreamOptions
 
 T = TypeVar("T")
@@ -65,7 +66,7 @@ class AsyncClient:
         self._session = session
         self._owns_session = session is None
         self._closed = False
-        self._streams: weakref.WeakSet[PostStream] = weakref.WeakSet()
+        self._streams: weakref.WeakSet[PostStream | ResumingStream] = weakref.WeakSet()
         #: Retries made so far (429/503 or connection errors), for observability.
         self.retries = 0
         #: The freshest consistency mark seen (responses' X-Log-Position, pushed posts'
@@ -233,6 +234,13 @@ class AsyncClient:
         """A :class:`~tickerwire_client.stream.PostStream` over this client (see its options);
         closing the client closes it."""
         stream = PostStream(self, **options)
+        self._streams.add(stream)
+        return stream
+
+    def resuming_stream(self, **options: Unpack[ResumeOptions]) -> ResumingStream:
+        """A :class:`~tickerwire_client.resume.ResumingStream` over this client: resumed with the
+        server's cursors, so nothing is missed or repeated across reconnects and restarts."""
+        stream = ResumingStream(self, **options)
         self._streams.add(stream)
         return stream
 

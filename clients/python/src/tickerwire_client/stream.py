@@ -118,6 +118,52 @@ def bcp47_case(tag: str) -> str:
     return "-".join(out)
 
 
+def ended(ws: aiohttp.ClientWebSocketResponse, msg: aiohttp.WSMessage) -> None:
+    """A close or error frame ends the connection: :class:`_Reconnect`, or the access error of a
+    4003 close (access revoked while connected), raised. Any other frame: nothing."""
+    if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+        code, reason = ws.close_code, msg.extra if isinstance(msg.extra, str) else ""
+        if code == CLOSE_ACCESS_REVOKED:
+            cls = _REVOKED.get(reason, Forbidden)
+            raise cls(401 if cls is NotAuthenticated else 403, reason or "ACCESS_REVOKED", "the stream was closed: access changed")
+        raise _Reconnect(f"closed by the server: {code} {reason}")
+    if msg.type == aiohttp.WSMsgType.ERROR:
+        raise _Reconnect(f"connection error: {ws.exception()!r}")
+
+
+async def open_socket(client: StreamSource, url: str, connect_timeout: float) -> aiohttp.ClientWebSocketResponse:
+    """The WebSocket of ``url``; a refused handshake raises its :class:`ApiError`."""
+    try:
+        return await client.session.ws_connect(
+            url, timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0), autoping=True, heartbeat=None,
+            max_msg_size=4 * 1024 * 1024,
+        )
+    except aiohttp.WSServerHandshakeError as exc:
+        if exc.status in (401, 403, 404, 422, 429):
+            raise await _refusal(client, url, exc, connect_timeout) from None
+        raise
+
+
+async def _refusal(client: StreamSource, url: str, exc: aiohttp.WSServerHandshakeError, connect_timeout: float) -> ApiError:
+    """The refusal's JSON envelope (the server refuses without upgrading; aiohttp keeps only
+    the status and headers, so the body is asked for again with a plain GET). A 429 at the
+    handshake is always the workspace's connection limit: a plain GET cannot show it (the
+    slot is only asked for by an upgrade), so it is told by its status and ``Retry-After``."""
+    if exc.status == 429:
+        headers: Mapping[str, str] = exc.headers or {}
+        retry_after = headers.get("Retry-After")
+        envelope: dict[str, str | int] = {"code": "STREAM_LIMIT_REACHED", "message": "the workspace holds its maximum of stream connections"}
+        if retry_after is not None and retry_after.isdigit():
+            envelope["retry_after_sec"] = int(retry_after)
+        return error_from_response(429, {"error": envelope}, headers)
+    body = None
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        async with client.session.get(url.replace("ws", "http", 1), timeout=aiohttp.ClientTimeout(total=connect_timeout)) as resp:
+            if resp.status == exc.status:
+                body = json.loads(await resp.read())
+    return error_from_response(exc.status, body, exc.headers or {})
+
+
 def stream_endpoint(url: str, key: str, params: dict[str, str]) -> str:
     """``url`` (a ``{ws_url}`` with or without ``/stream``) with ``key`` and ``params`` as its query."""
     parts = urlsplit(url)
@@ -294,35 +340,7 @@ class PostStream:
         return stream_endpoint(self.client.stream_url, self.client.key, params)
 
     async def _handshake(self) -> aiohttp.ClientWebSocketResponse:
-        url = self._url()
-        try:
-            return await self.client.session.ws_connect(
-                url, timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0), autoping=True, heartbeat=None,
-                max_msg_size=4 * 1024 * 1024,
-            )
-        except aiohttp.WSServerHandshakeError as exc:
-            if exc.status in (401, 403, 404, 422, 429):
-                raise await self._refusal(url, exc) from None
-            raise
-
-    async def _refusal(self, url: str, exc: aiohttp.WSServerHandshakeError) -> ApiError:
-        """The refusal's JSON envelope (the server refuses without upgrading; aiohttp keeps only
-        the status and headers, so the body is asked for again with a plain GET). A 429 at the
-        handshake is always the workspace's connection limit: a plain GET cannot show it (the
-        slot is only asked for by an upgrade), so it is told by its status and ``Retry-After``."""
-        if exc.status == 429:
-            headers: Mapping[str, str] = exc.headers or {}
-            retry_after = headers.get("Retry-After")
-            envelope: dict[str, str | int] = {"code": "STREAM_LIMIT_REACHED", "message": "the workspace holds its maximum of stream connections"}
-            if retry_after is not None and retry_after.isdigit():
-                envelope["retry_after_sec"] = int(retry_after)
-            return error_from_response(429, {"error": envelope}, headers)
-        body = None
-        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-            async with self.client.session.get(url.replace("ws", "http", 1), timeout=aiohttp.ClientTimeout(total=self.connect_timeout)) as resp:
-                if resp.status == exc.status:
-                    body = json.loads(await resp.read())
-        return error_from_response(exc.status, body, exc.headers or {})
+        return await open_socket(self.client, self._url(), self.connect_timeout)
 
     async def _connection(self) -> None:
         self._ws = ws = await asyncio.wait_for(self._handshake(), self.connect_timeout)
@@ -361,14 +379,7 @@ class PostStream:
             except ValueError:
                 return {}
             return body if isinstance(body, dict) else {}
-        if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-            code, reason = ws.close_code, msg.extra if isinstance(msg.extra, str) else ""
-            if code == CLOSE_ACCESS_REVOKED:
-                cls = _REVOKED.get(reason, Forbidden)
-                raise cls(401 if cls is NotAuthenticated else 403, reason or "ACCESS_REVOKED", "the stream was closed: access changed")
-            raise _Reconnect(f"closed by the server: {code} {reason}")
-        if msg.type == aiohttp.WSMsgType.ERROR:
-            raise _Reconnect(f"connection error: {ws.exception()!r}")
+        ended(ws, msg)
         return {}  # binary frames: nothing for the application
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse, filler: asyncio.Task[None]) -> None:

@@ -30,6 +30,7 @@ from .models import (
 )
 from .ordering import StreamPost
 from .retry import RetryPolicy
+from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, ResumingStream
 from .stream import PostStream, StreamOptions, StreamStats
 
 T = TypeVar("T")
@@ -168,6 +169,14 @@ class Client:
     async def _make_stream(self, options: StreamOptions) -> PostStream:
         return self._async.stream(**options)  # registered, so closing the client closes it
 
+    def resuming_stream(self, **options: Unpack[ResumeOptions]) -> SyncResumingStream:
+        """A blocking :class:`ResumingStream`: ``with client.resuming_stream(resume_from=saved) as s:
+        for item in s: handle(item); save(item.position.to_json())``."""
+        return SyncResumingStream(self._thread, self._thread.run(self._make_resuming(options)))
+
+    async def _make_resuming(self, options: ResumeOptions) -> ResumingStream:
+        return self._async.resuming_stream(**options)
+
     def close(self) -> None:
         self._thread.run(self._async.close())
         self._thread.stop()
@@ -177,6 +186,19 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _next_item(thread: _LoopThread, stream: AsyncIterator[T]) -> T:
+    """The next item of an async stream, for a blocking iterator over it."""
+    if not thread.thread.is_alive():
+        raise StopIteration  # the client was closed, and its streams with it (as with AsyncClient)
+    async def one() -> T:
+        return await stream.__anext__()
+
+    try:
+        return thread.run(one())
+    except StopAsyncIteration:
+        raise StopIteration from None
 
 
 class SyncPostStream:
@@ -206,12 +228,38 @@ class SyncPostStream:
         return self
 
     def __next__(self) -> StreamPost:
-        if not self._thread.thread.is_alive():
-            raise StopIteration  # the client was closed, and its streams with it (as with AsyncClient)
-        try:
-            return self._thread.run(self.stream.__anext__())
-        except StopAsyncIteration:
-            raise StopIteration from None
+        return _next_item(self._thread, self.stream)
 
     def close(self) -> None:
         self._thread.run(self.stream.close())
+
+
+class SyncResumingStream:
+    def __init__(self, thread: _LoopThread, stream: ResumingStream) -> None:
+        self._thread = thread
+        self.stream = stream
+
+    @property
+    def stats(self) -> ResumeStats:
+        return self.stream.stats
+
+    @property
+    def position(self) -> ResumePoint:
+        """Where to resume: after the last item taken (see :class:`ResumingStream`)."""
+        return self.stream.position
+
+    def __enter__(self) -> SyncResumingStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[ResumedPost]:
+        return self
+
+    def __next__(self) -> ResumedPost:
+        return _next_item(self._thread, self.stream)
+
+    def close(self) -> None:
+        if self._thread.thread.is_alive():
+            self._thread.run(self.stream.close())

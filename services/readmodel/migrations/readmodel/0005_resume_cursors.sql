@@ -14,7 +14,11 @@ CREATE TABLE log_epoch (
 );
 INSERT INTO log_epoch (epoch) VALUES (substr(md5(random()::text || clock_timestamp()::text), 1, 12));
 
--- "Announcements after a cursor, in a locale": per locale and partition, in offset order. A
--- /changes page or a stream replay reads a short range of it per (locale, partition).
+-- "Announcements after a cursor": a /changes page or a stream replay reads short ranges of
+-- one of these (services/readmodel/cursors.py). In one or two locales: a range per (locale,
+-- partition), so a rare locale costs what a common one does. In more: a range per partition in
+-- announcement key order (offset, then locale byte-wise), the other locales skipped.
 CREATE INDEX post_translations_announced ON post_translations (lower(lang), announced_partition, announced_offset)
+    WHERE visible AND announced_offset IS NOT NULL;
+CREATE INDEX post_translations_announced_order ON post_translations (announced_partition, announced_offset, lang COLLATE "C")
     WHERE visible AND announced_offset IS NOT NULL;
