@@ -86,7 +86,9 @@ async def serving_stack(
     """:func:`replicated_stack` with a locale and a token projected, a projector, an API and a
     stream started, and a key of a workspace with room to spare."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2") as stack:
+    # Pools of the example overlay's size: the tests send up to 200 reads at once.
+    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2",
+                                TICKERWIRE_DB_POOL_MAX="20") as stack:
         await stack.publish([locale_ev("en-US", default=True), token_ev("BTC")])
         for name in ("projector", "api", "stream"):
             await stack.start(name)
@@ -100,14 +102,19 @@ def signal_server(server: EmbeddedPostgres, sig: int) -> None:
     children (each backend is a session of its own: a process group signal misses them)."""
     assert server.pid is not None
     os.kill(server.pid, sig)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == server.pid:  # the parent's pid
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(stat.parent.name), sig)
+    signalled: set[int] = set()
+    for _ in range(3):  # again: a child the postmaster forked while the signal was on its way
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # gone meanwhile
+            pid = int(stat.parent.name)
+            if int(fields[1]) == server.pid and pid not in signalled:  # fields[1]: the parent's pid
+                signalled.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        time.sleep(0.02)
 
 
 def freeze(server: EmbeddedPostgres) -> None:
