@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,20 +30,29 @@ from tests.support.stack import ServiceStack
 
 
 @contextlib.contextmanager
-def replicated_cluster(root: Path, delays_ms: Sequence[int]) -> Iterator[tuple[EmbeddedPostgres, list[EmbeddedReplica]]]:
-    """A primary and one streaming replica per entry of ``delays_ms`` (its ``recovery_min_apply_delay``)."""
-    with EmbeddedPostgres(root / "primary", settings=PRIMARY_REPLICATION_SETTINGS) as primary:
-        replicas: list[EmbeddedReplica] = []
-        try:
-            for n, delay in enumerate(delays_ms):
-                # A port of its own from the start: a restarted replica is the same address.
-                replica = EmbeddedReplica(primary.dsn, root / f"replica{n}", port=free_port(), apply_delay_ms=delay)
-                replica.start()
-                replicas.append(replica)
-            yield primary, replicas
-        finally:
-            for replica in replicas:
-                replica.stop()
+def replicated_cluster(delays_ms: Sequence[int]) -> Iterator[tuple[EmbeddedPostgres, list[EmbeddedReplica]]]:
+    """A primary and one streaming replica per entry of ``delays_ms`` (its ``recovery_min_apply_delay``).
+
+    Their data is in a folder of the system's temporary folder, as the session's server's
+    (tests/conftest.py), not under pytest's: every pytest session starting on the machine
+    takes the other users' access to that back, and the servers run as another user when
+    the tests run as root."""
+    root = Path(tempfile.mkdtemp(prefix="tickerwire-test-replicas-"))
+    try:
+        with EmbeddedPostgres(root / "primary", settings=PRIMARY_REPLICATION_SETTINGS) as primary:
+            replicas: list[EmbeddedReplica] = []
+            try:
+                for n, delay in enumerate(delays_ms):
+                    # A port of its own from the start: a restarted replica is the same address.
+                    replica = EmbeddedReplica(primary.dsn, root / f"replica{n}", port=free_port(), apply_delay_ms=delay)
+                    replica.start()
+                    replicas.append(replica)
+                yield primary, replicas
+            finally:
+                for replica in replicas:
+                    replica.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 async def database_on(replica_dsn: str, timeout: float = 30.0) -> None:
