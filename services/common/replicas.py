@@ -294,6 +294,18 @@ class Replicas:
         while len(self._samples) > 1 and self._samples[1][0] < now - HISTORY_S:
             self._samples.popleft()
 
+    async def _warm(self, replica: Replica) -> bool:
+        """Whether a read connection of a replica coming back answers within ``PROBE_TIMEOUT_S``
+        (made now if need be), so its first reads do not wait for one."""
+        assert replica.pool is not None
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                async with replica.pool.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError):
+            return False
+        return True
+
     def lag_of(self, replayed: int, now: float) -> float:
         """Seconds since the primary first had WAL past ``replayed`` flushed (0: none)."""
         for at, flushed in self._samples:
@@ -312,6 +324,8 @@ class Replicas:
         if not is_replica:
             self._leave(replica, "not a replica (pg_last_wal_replay_lsn() is NULL): promoted, or misconfigured")
             return
+        if not replica.in_rotation and replica.pool is not None and not await self._warm(replica):
+            return  # its reads would wait for a connection: not back yet
         self.judge(replica, self.lag_of(replica.replay_lsn, time.monotonic()))
 
     def judge(self, replica: Replica, lag_s: float) -> None:
