@@ -119,18 +119,6 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
     shutil.rmtree(state_dir)  # passed: its data and logs are not needed (a failure keeps them)
 
 
-def test_up_refuses_a_configured_database_with_the_memory_only_broker():
-    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    env = up_env()
-    env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
-    ports = up_ports()
-    result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert "a configured database needs a configured broker too" in result.stderr
-    assert "Traceback" not in result.stderr
-    assert not (state_dir / "pgdata").exists() and not (state_dir / "broker.log").exists()  # nothing was started
-    shutil.rmtree(state_dir)
-
 
 # `tickerwire up --replicas 1` (here, not in a file of its own: two `up`s at once on the same
 # machine race for the embedded servers' default ports).
@@ -183,4 +171,17 @@ def test_up_starts_a_replica_the_api_reads_from_and_restarts_it_when_it_dies():
     while alive(restarted) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(restarted)
+    shutil.rmtree(state_dir)
+
+
+def test_up_refuses_a_configured_database_with_the_memory_only_broker():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
+    env = up_env()
+    env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
+    ports = up_ports()
+    result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "a configured database needs a configured broker too" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (state_dir / "pgdata").exists() and not (state_dir / "broker.log").exists()  # nothing was started
     shutil.rmtree(state_dir)
