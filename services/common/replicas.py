@@ -38,7 +38,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Gauge
 
 from .config import Config
-from .db import CONNECTION_ERRORS, BoundedReader, create_pool
+from .db import CONNECTION_ERRORS, BoundedReader, create_pool, open_connection
 from .errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ INSERT_LSN_SQL = "(pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"
 Marks = Mapping[int, int]
 
 NOT_CHECKED = "not checked yet"
+#: application_name of the probes' connections (pg_stat_activity on a replica shows them).
+PROBE_NAME = "tickerwire-replica-probe"
 
 
 def parse_marks(text: str) -> dict[int, int]:
@@ -94,7 +96,13 @@ def replica_name(url: str) -> str:
 class Replica:
     url: str = field(repr=False)
     name: str
+    #: Its connections for reads (None where the process does not read from replicas: the stream)
+    #: and, apart, the probes' own connection, so that reads exhausting the pool never fail a
+    #: probe, and a probe that gets no answer drops its connection at once (waiting for nothing).
     pool: asyncpg.Pool | None = None
+    probes: asyncpg.Connection | None = None
+    #: One probe statement at a time on ``probes`` (the monitor's and the stream's asks).
+    probing: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: Replayed WAL position at the last probe (-1: none yet) and the posts-topic positions then.
     replay_lsn: int = -1
     marks: dict[int, int] = field(default_factory=dict)
@@ -123,8 +131,11 @@ class Replicas:
         rejoin_below_s: float,
         registry: CollectorRegistry | None = None,
         tick_s: float = 0.1,
+        reads: bool = True,
     ) -> None:
         self.config = config
+        #: Whether this process reads from the replicas (the API) or only watches them (the stream).
+        self.reads = reads
         self.topic = topic
         self.leave_after_s = leave_after_s
         self.rejoin_below_s = rejoin_below_s
@@ -149,7 +160,7 @@ class Replicas:
     # ------------------------------------------------------------------ choosing
 
     def rotation(self) -> list[Replica]:
-        return [r for r in self.replicas if r.in_rotation and r.pool is not None]
+        return [r for r in self.replicas if r.in_rotation]
 
     def pick(self, want: Marks | None = None) -> Replica | None:
         """The next replica in rotation (round robin) whose last probe showed data at ``want``
@@ -198,20 +209,42 @@ class Replicas:
     async def ask(self, replica: Replica) -> bool:
         """Bring ``replica``'s replay position and posts-topic positions up to date with one
         statement on it; False (and out of rotation) when it does not answer."""
-        if replica.pool is None:
-            return False
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT_S):
-                async with replica.pool.acquire() as conn:
-                    row = await conn.fetchrow(PROBE_SQL, self.topic)
-        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            return await self._query(replica)
+        except (*CONNECTION_ERRORS, StorageUnavailable, asyncpg.PostgresError) as exc:
             self.failed(replica, exc)
             return False
+
+    async def _query(self, replica: Replica) -> bool:
+        """The probe statement on ``replica`` (its connections made first when missing), within
+        ``PROBE_TIMEOUT_S``: whether it is a replica; its replay position and stored positions
+        are recorded. A probe that fails drops its connection (the next one connects anew)."""
+        async with replica.probing:
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    if replica.probes is None:
+                        replica.probes = await open_connection(
+                            replica.url, schema=self.config.read_model_schema, timeout=PROBE_TIMEOUT_S,
+                            settings={"application_name": PROBE_NAME})
+                    row = await replica.probes.fetchrow(PROBE_SQL, self.topic)
+            except BaseException:
+                if replica.probes is not None:
+                    replica.probes.terminate()
+                    replica.probes = None
+                raise
+        if replica.pool is None and self.reads:
+            replica.pool = await self._pool(replica, self.config.db_pool_max)
         assert row is not None
-        if row["lsn"] is not None:
-            replica.replay_lsn = max(replica.replay_lsn, row["lsn"])
-            replica.marks = {int(p): int(o) for p, o in row["marks"]}
+        if row["lsn"] is None:  # not in recovery: a primary, not a replica
+            return False
+        replica.replay_lsn = max(replica.replay_lsn, row["lsn"])
+        replica.marks = {int(p): int(o) for p, o in row["marks"]}
         return True
+
+    async def _pool(self, replica: Replica, size: int) -> asyncpg.Pool:
+        return await create_pool(replica.url, self.config.read_model_schema, min_size=1, max_size=size, stateless=True,
+                                 statement_timeout_s=self.config.db_statement_timeout_s,
+                                 connect_timeout_s=min(self.config.db_connect_timeout_s, 1.0))
 
     def failed(self, replica: Replica, exc: BaseException) -> None:
         """A statement on ``replica`` failed for want of the server: out of rotation now (the
@@ -239,7 +272,9 @@ class Replicas:
             for replica in self.replicas:
                 if replica.pool is not None:
                     replica.pool.terminate()
-                    replica.pool = None
+                if replica.probes is not None:
+                    replica.probes.terminate()
+                replica.pool, replica.probes = None, None
 
     async def probe_once(self, primary: asyncpg.Pool) -> None:
         try:
@@ -259,6 +294,18 @@ class Replicas:
         while len(self._samples) > 1 and self._samples[1][0] < now - HISTORY_S:
             self._samples.popleft()
 
+    async def _warm(self, replica: Replica) -> bool:
+        """Whether a read connection of a replica coming back answers within ``PROBE_TIMEOUT_S``
+        (made now if need be), so its first reads do not wait for one."""
+        assert replica.pool is not None
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                async with replica.pool.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError):
+            return False
+        return True
+
     def lag_of(self, replayed: int, now: float) -> float:
         """Seconds since the primary first had WAL past ``replayed`` flushed (0: none)."""
         for at, flushed in self._samples:
@@ -268,26 +315,17 @@ class Replicas:
 
     async def _probe(self, replica: Replica) -> None:
         try:
-            if replica.pool is None:
-                replica.pool = await create_pool(
-                    replica.url, self.config.read_model_schema, min_size=1, max_size=self.config.db_pool_max,
-                    stateless=True, statement_timeout_s=self.config.db_statement_timeout_s,
-                    connect_timeout_s=min(self.config.db_connect_timeout_s, 1.0),
-                )
-            async with asyncio.timeout(PROBE_TIMEOUT_S):
-                async with replica.pool.acquire() as conn:
-                    row = await conn.fetchrow(PROBE_SQL, self.topic)
+            is_replica = await self._query(replica)
         except (*CONNECTION_ERRORS, StorageUnavailable, asyncpg.PostgresError) as exc:
             replica.lag_s = math.inf
             self.lag.labels(replica.name).set(math.inf)
             self._leave(replica, "no answer" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}")
             return
-        assert row is not None
-        if row["lsn"] is None:  # not in recovery: a primary, not a replica
+        if not is_replica:
             self._leave(replica, "not a replica (pg_last_wal_replay_lsn() is NULL): promoted, or misconfigured")
             return
-        replica.replay_lsn = max(replica.replay_lsn, row["lsn"])
-        replica.marks = {int(p): int(o) for p, o in row["marks"]}
+        if not replica.in_rotation and replica.pool is not None and not await self._warm(replica):
+            return  # its reads would wait for a connection: not back yet
         self.judge(replica, self.lag_of(replica.replay_lsn, time.monotonic()))
 
     def judge(self, replica: Replica, lag_s: float) -> None:
@@ -339,7 +377,7 @@ class ReplicaReader:
             # The statement, abandoned when the replica leaves the rotation meanwhile (a probe
             # found it frozen or gone): the request goes on to the primary then, not after the
             # statement's own bound.
-            statement = asyncio.ensure_future(BoundedReader(replica.pool, self.primary.timeout_s).fetch(query, *args, timeout=timeout))
+            statement = asyncio.ensure_future(self._on(replica.pool, query, args, timeout))
             left = asyncio.ensure_future(replica.left.wait())
             await asyncio.wait((statement, left), return_when=asyncio.FIRST_COMPLETED)
             left.cancel()
@@ -349,13 +387,29 @@ class ReplicaReader:
             else:
                 try:
                     return statement.result()
+                except _Busy:
+                    pass  # its pool is exhausted, not the replica: the primary takes this one
                 except CONNECTION_ERRORS as exc:
                     self.replicas.failed(replica, exc)
         return await self.primary.fetch(query, *args, timeout=timeout)
 
+    async def _on(self, pool: asyncpg.Pool, query: str, args: tuple, timeout: float | None) -> list:
+        try:
+            conn = await pool.acquire(timeout=self.primary.timeout_s)
+        except TimeoutError:
+            raise _Busy from None
+        try:
+            return await conn.fetch(query, *args, timeout=timeout)
+        finally:
+            await pool.release(conn)
+
     async def fetchrow(self, query: str, *args: object, timeout: float | None = None) -> asyncpg.Record | None:
         rows = await self.fetch(query, *args, timeout=timeout)
         return rows[0] if rows else None
+
+
+class _Busy(Exception):
+    """No free pooled connection to a replica within the bound."""
 
 
 def _retrieve(task: asyncio.Future) -> None:

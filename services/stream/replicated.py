@@ -26,7 +26,7 @@ REJOIN_FACTOR = 0.5
 
 def stream_replicas(config, topic: str, registry) -> Replicas:
     return Replicas(config, topic, leave_after_s=config.replica_max_lag_s * LEAVE_FACTOR,
-                    rejoin_below_s=config.replica_max_lag_s * REJOIN_FACTOR, registry=registry)
+                    rejoin_below_s=config.replica_max_lag_s * REJOIN_FACTOR, registry=registry, reads=False)
 
 
 async def replicated(replicas: Replicas, records: Iterable[tuple[int, int]]) -> None:

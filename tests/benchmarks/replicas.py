@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import tempfile
 import time
-from pathlib import Path
 
 import aiohttp
 import asyncpg
@@ -63,8 +61,7 @@ async def phase(api: str, key: str, ids: list[int], requests: int, concurrency: 
 
 
 async def main(kafka_bootstrap: str, posts: int, requests: int, concurrency: int) -> None:
-    root = Path(tempfile.mkdtemp(prefix="tickerwire-bench-replicas-"))
-    with replicated_cluster(root, [0]) as (primary, replicas):
+    with replicated_cluster([0]) as (primary, replicas):
         async with replicated_stack(primary, replicas, kafka_bootstrap, f"b{random.randrange(16**8):08x}") as stack:
             ids = list(range(1, posts + 1))
             await stack.publish([locale_ev("en-US", default=True), token_ev("BTC"), *(post_ev(i) for i in ids)])

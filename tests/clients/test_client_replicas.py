@@ -16,8 +16,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with replicated_cluster(tmp_path_factory.mktemp("replicated"), [0, 500]) as (primary, replicas):
+def cluster():
+    with replicated_cluster([0, 500]) as (primary, replicas):
         yield primary, replicas
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,20 +30,29 @@ from tests.support.stack import ServiceStack
 
 
 @contextlib.contextmanager
-def replicated_cluster(root: Path, delays_ms: Sequence[int]) -> Iterator[tuple[EmbeddedPostgres, list[EmbeddedReplica]]]:
-    """A primary and one streaming replica per entry of ``delays_ms`` (its ``recovery_min_apply_delay``)."""
-    with EmbeddedPostgres(root / "primary", settings=PRIMARY_REPLICATION_SETTINGS) as primary:
-        replicas: list[EmbeddedReplica] = []
-        try:
-            for n, delay in enumerate(delays_ms):
-                # A port of its own from the start: a restarted replica is the same address.
-                replica = EmbeddedReplica(primary.dsn, root / f"replica{n}", port=free_port(), apply_delay_ms=delay)
-                replica.start()
-                replicas.append(replica)
-            yield primary, replicas
-        finally:
-            for replica in replicas:
-                replica.stop()
+def replicated_cluster(delays_ms: Sequence[int]) -> Iterator[tuple[EmbeddedPostgres, list[EmbeddedReplica]]]:
+    """A primary and one streaming replica per entry of ``delays_ms`` (its ``recovery_min_apply_delay``).
+
+    Their data is in a folder of the system's temporary folder, as the session's server's
+    (tests/conftest.py), not under pytest's: every pytest session starting on the machine
+    takes the other users' access to that back, and the servers run as another user when
+    the tests run as root."""
+    root = Path(tempfile.mkdtemp(prefix="tickerwire-test-replicas-"))
+    try:
+        with EmbeddedPostgres(root / "primary", settings=PRIMARY_REPLICATION_SETTINGS) as primary:
+            replicas: list[EmbeddedReplica] = []
+            try:
+                for n, delay in enumerate(delays_ms):
+                    # A port of its own from the start: a restarted replica is the same address.
+                    replica = EmbeddedReplica(primary.dsn, root / f"replica{n}", port=free_port(), apply_delay_ms=delay)
+                    replica.start()
+                    replicas.append(replica)
+                yield primary, replicas
+            finally:
+                for replica in replicas:
+                    replica.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 async def database_on(replica_dsn: str, timeout: float = 30.0) -> None:
@@ -86,7 +97,9 @@ async def serving_stack(
     """:func:`replicated_stack` with a locale and a token projected, a projector, an API and a
     stream started, and a key of a workspace with room to spare."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2") as stack:
+    # Pools of the example overlay's size: the tests send up to 200 reads at once.
+    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2",
+                                TICKERWIRE_DB_POOL_MAX="20") as stack:
         await stack.publish([locale_ev("en-US", default=True), token_ev("BTC")])
         for name in ("projector", "api", "stream"):
             await stack.start(name)
@@ -100,14 +113,19 @@ def signal_server(server: EmbeddedPostgres, sig: int) -> None:
     children (each backend is a session of its own: a process group signal misses them)."""
     assert server.pid is not None
     os.kill(server.pid, sig)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == server.pid:  # the parent's pid
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(stat.parent.name), sig)
+    signalled: set[int] = set()
+    for _ in range(3):  # again: a child the postmaster forked while the signal was on its way
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # gone meanwhile
+            pid = int(stat.parent.name)
+            if int(fields[1]) == server.pid and pid not in signalled:  # fields[1]: the parent's pid
+                signalled.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        time.sleep(0.02)
 
 
 def freeze(server: EmbeddedPostgres) -> None:
