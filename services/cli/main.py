@@ -307,6 +307,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.markdown:
+        from ..common.config import markdown
+
+        sys.stdout.write(markdown())
+        return 0
     for var, default in describe():
         print(f"{var}\t{default}")
     return 0
@@ -471,7 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ensure: create missing topics, then check; check: list each difference, exit 1 if any",
     )
     top.set_defaults(func=cmd_topics)
-    sub.add_parser("config", help="list the settings (environment variables) and defaults").set_defaults(func=cmd_config)
+    cfg = sub.add_parser("config", help="list the settings (environment variables) and defaults")
+    cfg.add_argument("--markdown", action="store_true", help="print docs/configuration.md: every setting, its default and meaning")
+    cfg.set_defaults(func=cmd_config)
 
     sch = sub.add_parser("schemas", help="write the JSON Schema files of the event contract")
     sch.add_argument("action", choices=["export"], help="export: write the files")

@@ -39,7 +39,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     async def connect_and_migrate() -> asyncpg.Pool:
         # Commits do not wait for their WAL flush: each batch's rows and its log positions
         # commit together, so a PostgreSQL crash can only lose the last instant of whole
-        # batches, which the projector then reads and applies again from the log (README,
+        # batches, which the projector then reads and applies again from the log (docs/api.md,
         # "Durability of the read model"). A commit's latency no longer follows the disk's
         # flush tail under a checkpoint.
         pool = await create_pool(

@@ -198,7 +198,7 @@ async def run(ctx: Context) -> Result:
     result.notes.append(f"projector and raw-consumer baseline both poll with fetch_max_wait_ms {LATENCY_FETCH_WAIT_MS} "
                         "(Tansu holds a fetch open up to that wait even with records waiting; Apache Kafka does not)")
     result.notes.append(f"{total} post events x 3 locales; ceiling = min(raw aiokafka consume-and-discard, raw COPY into an equivalent table)")
-    result.notes.append("the projector's sessions commit with synchronous_commit = off (README, \"Durability of the read model\"); "
+    result.notes.append("the projector's sessions commit with synchronous_commit = off (docs/api.md, \"Durability of the read model\"); "
                         "the raw COPY ceiling commits with the server's setting")
     throughput = result.metric("events/s (topic -> committed rows)", "events/s", target=">= 0.5x ceiling", check=lambda p, r: r is not None and r >= 0.5)
     consume = result.metric("raw consume-and-discard (ceiling part)", "events/s")

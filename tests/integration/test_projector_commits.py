@@ -1,4 +1,4 @@
-"""The projector's sessions commit asynchronously (README, "Durability of the read model"),
+"""The projector's sessions commit asynchronously (docs/api.md, "Durability of the read model"),
 while every other pool keeps PostgreSQL's synchronous commits (real PostgreSQL)."""
 
 from __future__ import annotations

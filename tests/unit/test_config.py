@@ -121,3 +121,22 @@ def test_every_setting_can_come_from_a_file(tmp_path):
     assert (config.db_pool_max, config.kafka_ssl_check_hostname) == (7, False)
     with pytest.raises(ConfigError, match="not both"):
         Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MAX": "7", "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool")})
+
+
+def test_configuration_md_is_what_tickerwire_config_markdown_prints():
+    """docs/configuration.md is generated from Config; a setting added, removed or given another
+    default without regenerating it fails here (`tickerwire config --markdown > docs/configuration.md`)."""
+    from pathlib import Path
+
+    from tickerwire.services.common.config import markdown
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    assert doc.read_text() == markdown(), "regenerate: tickerwire config --markdown > docs/configuration.md"
+
+
+def test_every_setting_says_what_it_does():
+    from dataclasses import fields
+
+    from tickerwire.services.common.config import MEANING
+
+    assert sorted(MEANING) == sorted(f.name for f in fields(Config))
