@@ -1,5 +1,6 @@
 """deploy/ validated offline: the compose file against the Compose Specification schema, every
-Kubernetes manifest (base, and the example overlay rendered) against the Kubernetes schemas,
+Kubernetes manifest (base, and the example overlay rendered by ``kubectl kustomize``; more in
+test_k8s_manifests.py) against the Kubernetes schemas,
 the Dockerfile's shape, the Grafana dashboard and the Prometheus rules.
 
 The schemas come from PyPI packages that ship them (check-jsonschema's vendored compose-spec,
