@@ -358,7 +358,8 @@ class InvalidEvent(ValueError):
     def __init__(self, reason: str, kind: str = "schema") -> None:
         super().__init__(reason)
         self.reason = reason
-        #: ``undecodable`` (not UTF-8 JSON), ``unknown_type`` or ``schema``.
+        #: ``undecodable`` (not UTF-8 JSON), ``schema_registry`` (JSON framed by a schema-registry
+        #: serializer), ``unknown_type`` or ``schema``.
         self.kind = kind
 
 
@@ -370,6 +371,16 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def registry_framing(raw: bytes | str) -> str | None:
+    """Why ``raw`` is not plain JSON when a schema-registry serializer framed it (Confluent's
+    wire format: a magic byte 0, a 4-byte big-endian schema id, then the payload), else None."""
+    if not isinstance(raw, bytes) or len(raw) < 5 or raw[0] != 0:
+        return None
+    schema_id = int.from_bytes(raw[1:5], "big")
+    return (f"the value is framed by a schema-registry serializer (magic byte 0, schema id {schema_id}) before "
+            "its payload; events are plain JSON: publish with a plain string or bytes serializer")
+
+
 def decode_event(raw: bytes | str) -> Event:
     """Decode one log record value into a typed event, or raise :class:`InvalidEvent`."""
     import orjson
@@ -377,6 +388,8 @@ def decode_event(raw: bytes | str) -> Event:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if (framing := registry_framing(raw)) is not None:
+            raise InvalidEvent(framing, "schema_registry") from None
         raise InvalidEvent(f"not valid UTF-8 JSON: {exc}", "undecodable") from None
     if not isinstance(doc, dict):
         raise InvalidEvent("event must be a JSON object", "schema")

@@ -19,6 +19,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -121,7 +122,11 @@ class EmbeddedPostgres(ChildServer):
         if (self._data_dir / "PG_VERSION").exists():
             _check_version(bindir, self._data_dir)
         else:
-            _initdb(bindir, self._data_dir, account)
+            self._initialize(bindir, account)
+
+    def _initialize(self, bindir: Path, account: pwd.struct_passwd | None) -> None:
+        """Fill the empty data directory."""
+        _initdb(bindir, self._data_dir, account)
 
     def _launch(self, bindir: Path, account: pwd.struct_passwd | None) -> None:
         """Spawn ``postgres`` with its output appended to the log file."""
@@ -161,6 +166,68 @@ class EmbeddedPostgres(ChildServer):
             time.sleep(0.02)
         remaining = max(1.0, deadline - time.monotonic())
         wait_for_port(LOCALHOST, self._port, remaining, process=self._process, what="PostgreSQL")
+
+
+#: What a streaming replica needs of its primary's WAL: sent as soon as it is written, not at the
+#: next 200 ms WAL-writer round (commits are asynchronous here: ``synchronous_commit=off``).
+PRIMARY_REPLICATION_SETTINGS: Mapping[str, str] = {"wal_writer_delay": "10ms"}
+#: The replica answers reads while it replays (hot standby) and tells the primary what its
+#: queries need, so a long read is not cancelled by the replay of a vacuum.
+REPLICA_SETTINGS: Mapping[str, str] = {"hot_standby": "on", "hot_standby_feedback": "on"}
+
+
+class EmbeddedReplica(EmbeddedPostgres):
+    """A hot-standby streaming replica of an embedded (or any trust-auth, loopback) primary.
+
+    The first ``start()`` copies the primary with ``pg_basebackup -R`` (a standby.signal and the
+    primary's connection in postgresql.auto.conf), then runs ``postgres`` on the copy, which
+    streams and replays the primary's WAL from then on. A later ``start()`` reuses the copy and
+    catches up. ``apply_delay_ms`` sets ``recovery_min_apply_delay`` (a replica that replays each
+    commit that long after the primary made it): real, deterministic lag for tests and demos.
+    """
+
+    label = "PostgreSQL replica"
+
+    def __init__(
+        self, primary_dsn: str, data_dir: Path, port: int | None = None, log_path: Path | None = None, *, apply_delay_ms: int = 0
+    ) -> None:
+        super().__init__(data_dir, port, log_path, settings=REPLICA_SETTINGS)
+        self._primary = urlsplit(primary_dsn)
+        self._apply_delay_ms = apply_delay_ms
+
+    def _initialize(self, bindir: Path, account: pwd.struct_passwd | None) -> None:
+        argv = [str(bindir / "pg_basebackup"), "-D", str(self._data_dir), "-h", self._primary.hostname or LOCALHOST,
+                "-p", str(self._primary.port or 5432), "-U", self._primary.username or SUPERUSER,
+                "-X", "stream", "-R", "--checkpoint=fast", "--no-sync"]
+        log.info("copying the primary %s:%s into %s (pg_basebackup)", self._primary.hostname, self._primary.port, self._data_dir)
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=self._data_dir,
+                                user=account.pw_uid if account else None, group=account.pw_gid if account else None,
+                                extra_groups=[] if account else None)
+        if result.returncode != 0:
+            raise EmbeddedError(f"pg_basebackup failed for {self._data_dir}:\n{result.stdout}{result.stderr}".rstrip())
+        (self._data_dir / "postgres.log").unlink(missing_ok=True)  # the primary's log, copied with its data
+        self.set_apply_delay(self._apply_delay_ms)
+
+    def set_apply_delay(self, milliseconds: int) -> None:
+        """Set ``recovery_min_apply_delay`` (in the copy's configuration; a running replica
+        reloads it at once)."""
+        self._apply_delay_ms = milliseconds
+        path = self._data_dir / "tickerwire-replica.conf"
+        path.write_text(f"recovery_min_apply_delay = '{int(milliseconds)}ms'\n")
+        conf = self._data_dir / "postgresql.conf"
+        include = "include_if_exists = 'tickerwire-replica.conf'\n"
+        if include not in conf.read_text():
+            with open(conf, "a") as fh:
+                fh.write(include)
+        account = service_account()
+        if account is not None:
+            os.chown(path, account.pw_uid, account.pw_gid)
+        if self.running():
+            assert self._process is not None
+            self._process.send_signal(signal.SIGHUP)
+
+    def _wait_ready(self) -> None:
+        self._wait_accepting()
 
 
 # --- finding the binaries -------------------------------------------------------------------

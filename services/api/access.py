@@ -31,6 +31,7 @@ from ..common.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_
 from ..common.keys import authorization, bearer_key
 from ..common.requestlog import WORKSPACE_KEY
 from ..readmodel.access import AccessDenied
+from .freshness import honour as honour_min_position
 from .limits import Usage, refusal
 from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
 
@@ -74,6 +75,7 @@ async def gated(request: web.Request, handler: Handler, routes: Routes, represen
         return refusal(usage).response()
     request[WORKSPACE_KEY] = principal.workspace_id
     try:
+        await honour_min_position(request)
         response = await handler(request)
     except ApiError as exc:
         error = exc

@@ -19,6 +19,7 @@ from ..common.config import Config
 from ..common.db import reader_pool
 from ..common.ops import add_ops_routes, run_app
 from ..common.readiness import Readiness, service_readiness
+from ..common.replicas import Replicas
 from ..readmodel import stamps as stamp
 from ..readmodel.stamps import StampWatcher
 from ..common.supervise import Supervisor, supervisor_of
@@ -33,7 +34,7 @@ from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
 from .pipeline import request_middleware
-from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, LISTINGS, METRICS, PAGES, POOL, PRINCIPALS, WATCHER
+from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, LISTINGS, METRICS, PAGES, POOL, PRINCIPALS, REPLICAS, WATCHER
 
 
 def add_partner_routes(app: web.Application, base: str) -> None:
@@ -47,6 +48,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
         ("/sentiment-pulse", handlers.sentiment_pulse, "sentiment_pulse"),
         ("/languages", handlers.languages, "languages"),
         ("/search", handlers.search, "search"),
+        ("/changes", handlers.changes, "changes"),
     ]
     for path, handler, name in routes:
         app.router.add_get(base + path, handler, name=PARTNER + name)
@@ -65,12 +67,12 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _refresh(app: web.Application) -> None:
     """Everything the process holds in memory, brought up to the change stamps (one query when
     nothing moved): the catalog bodies, the page cache's generation, then the principals."""
-    pool = app[POOL]
-    catalog = app[CATALOG]
-    await catalog.refresh(pool)
+    catalog, principals = app[CATALOG], app[PRINCIPALS]
+    # With replicas, what moved is reloaded from one that has replayed the stamps (else the primary).
+    source = await catalog.refresh(app[POOL], app[REPLICAS], principals.stamp)
     app[PAGES].observe(catalog.stamps)
     await app[COMPRESSED].warm(catalog.tokens.listing.etag, catalog.tokens.listing.data)  # once per tokens stamp
-    if await app[PRINCIPALS].refresh(pool, catalog.stamps.get(stamp.ACCESS)):
+    if await principals.refresh(source, catalog.stamps.get(stamp.ACCESS)):
         app[ADMISSIONS].forget_exhaustion()  # a workspace's limits may have changed
 
 
@@ -101,8 +103,12 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
         config.database_url, default_rate=config.default_rate_limit_per_minute, default_quota=config.default_daily_quota,
         metrics=metrics, timeout_s=config.db_statement_timeout_s,  # a request waits no longer than any other statement
     )
+    app[REPLICAS] = Replicas(config, app[CATALOG].log_topic, leave_after_s=config.replica_max_lag_s,
+                             rejoin_below_s=config.replica_max_lag_s / 4, registry=metrics.registry)
     app.cleanup_ctx.append(_pool_ctx)
     supervisor = supervisor_of(app)
+    if app[REPLICAS]:
+        app.cleanup_ctx.append(supervisor.task("replicas", lambda a: a[REPLICAS].run(a[POOL])))
     app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
     app.cleanup_ctx.append(supervisor.task("admission", lambda a: a[ADMISSIONS].run()))
     add_partner_routes(app, config.base_path)
@@ -124,8 +130,13 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     async def admission() -> tuple[bool, str]:
         return (True, "ok") if app[ADMISSIONS].connected else (False, "admission connections down")
 
+    async def replicas() -> tuple[bool, str]:
+        return app[REPLICAS].check()
+
     ready.add("change-stamps", copies)
     ready.add("admission", admission)
+    if app[REPLICAS]:
+        ready.add("replicas", replicas)
     return ready
 
 

@@ -21,11 +21,15 @@ from tickerwire.schemas.readmodel import FALLBACK_LOCALE, MAX_LISTED_LOCALES, de
 
 from ..common.db import storage_errors
 from ..common.query import bcp47_case
+from ..common.replicas import Replicas
 from ..readmodel import stamps as stamp
 from ..readmodel.taxonomy import categories, listed_locales
 from . import queries
 
 log = logging.getLogger(__name__)
+
+#: How long a refresh waits for a replica to replay the changes it reloads; then it reads the primary.
+STAMP_WAIT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +141,19 @@ class Catalog:
     def _changed(self, stamps: dict[str, int], *names: str) -> bool:
         return not self.loaded.is_set() or any(stamps.get(n) != self.stamps.get(n) for n in names)
 
-    async def refresh(self, pool: asyncpg.Pool) -> None:
+    async def refresh(self, pool: asyncpg.Pool, replicas: Replicas | None = None, access_held: int | None = None) -> asyncpg.Pool:
+        """Read the stamps (on ``pool``, the primary), reload what moved, and return where that
+        was read: a replica in rotation that has replayed the stamps' WAL position (waited for
+        at most ``STAMP_WAIT_S``), else ``pool``. ``access_held``: the access stamp of the
+        principals the caller holds (it reloads them from the returned pool when it moved)."""
         with storage_errors("catalog refresh"):
             rows = await pool.fetch(queries.SELECT_STAMPS, self.log_topic)
             stamps = {r["name"]: r["stamp"] for r in rows}
+            moved = stamps.get(stamp.ACCESS) != access_held or self._changed(stamps, stamp.LOCALES, stamp.CATEGORIES, stamp.TOKENS)
+            if replicas and rows and moved:
+                replica = await replicas.replica_at_lsn(rows[0]["lsn"], STAMP_WAIT_S)
+                if replica is not None and replica.pool is not None:
+                    pool = replica.pool
             if self._changed(stamps, stamp.LOCALES):
                 self.languages = languages_of(await listed_locales(pool))
             if self._changed(stamps, stamp.LOCALES, stamp.CATEGORIES):
@@ -151,3 +164,4 @@ class Catalog:
         if rows:
             self.log_position = rows[0]["log_position"]
         self.loaded.set()
+        return pool

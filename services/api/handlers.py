@@ -17,13 +17,16 @@ from tickerwire.schemas.readmodel import text_search_config
 from tickerwire.schemas.searchtext import query_text
 from ..common.db import storage_errors
 from ..common.envelope import ApiError
+from ..readmodel import cursors
+from ..common.replicas import at_least, parse_marks
 from ..readmodel import stamps as stamp
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
-from .params import Filters, Page, parse_filters, parse_page, parse_q, text_key
+from .params import Filters, Page, parse_changes, parse_filters, parse_page, parse_q, text_key
 from .pages import Page as CachedPage
-from .state import CATALOG, LISTINGS, PAGES, REQUEST_LOG_POSITION, WATCHER, db
+from .freshness import fresh_enough
+from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -73,15 +76,21 @@ async def _cached(request: web.Request, key: Hashable, build: Callable[[], Await
         await watcher.caught_up(stamp.POSTS)  # a change already pushed to this process is served
     if not usable:
         cache.bypass()
-    elif (hit := cache.get(key)) is not None:
+    elif (hit := cache.get(key)) is not None and fresh_enough(request, hit.log_position):
         request[REQUEST_LOG_POSITION] = hit.log_position
         return json_bytes(hit.body, etag=hit.etag)
     generation = cache.generation
     body = await build()
     entry = CachedPage(body, etag_of(body), request[REQUEST_LOG_POSITION])
-    if usable:
+    if usable and (not request.app[REPLICAS] or _current(request, entry.log_position)):
         cache.put(key, entry, generation)
     return json_bytes(body, etag=entry.etag)
+
+
+def _current(request: web.Request, mark: str) -> bool:
+    """Whether a page read at ``mark`` holds every change of the cache's generation (a page read
+    from a replica that has not replayed the last change is served, never kept)."""
+    return at_least(parse_marks(mark), parse_marks(request.app[CATALOG].log_position))
 
 
 async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:
@@ -142,6 +151,42 @@ async def post_detail(request: web.Request) -> web.Response:
         return row["detail"].encode()
 
     return await _cached(request, ("post", lang, segment), build)
+
+
+# --------------------------------------------------------------------------- changes (docs/resume.md)
+
+
+def served_langs(languages) -> frozenset[str]:
+    """The locales the API answers in, lower-cased: the stream announces only these."""
+    return frozenset(code.lower() for code in languages.codes) | {languages.default.lower()}
+
+
+async def changes(request: web.Request) -> web.Response:
+    """Announcements after a cursor, in announcement order, up to what the projector committed."""
+    q = parse_changes(request.query)
+    served = served_langs(request.app[CATALOG].languages)
+    langs = served if q.langs is None else served & q.langs
+    marks = dict(q.cursor.marks) if q.cursor is not None else {}
+    limit = q.limit + 1 if q.cursor is not None else 0
+    with storage_errors("changes"):
+        read = await cursors.read_changes(
+            db(request), _log_topic(request), marks, langs, tickers=q.tickers, categories=q.categories, limit=limit,
+        )
+    request[REQUEST_LOG_POSITION] = ",".join(f"{p}:{o}" for p, o in sorted(read.frontier.items()))  # as positions.mark_sql
+    if q.cursor is not None and q.cursor.epoch != read.epoch:
+        raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
+    items = read.items[:q.limit]
+    has_more = len(read.items) > q.limit
+    if not has_more:  # everything committed below the frontier that matches was returned
+        for partition, next_offset in read.frontier.items():
+            cursors.advance(marks, partition, (next_offset, ""))
+    for item in items:
+        cursors.advance(marks, item.partition, (item.offset, item.lang))
+    body = (
+        '{"posts":[' + ",".join(item.lean for item in items) + '],"cursor":"' + cursors.encode(read.epoch, marks)
+        + '","has_more":' + ("true" if has_more else "false") + "}"
+    )
+    return json_bytes(body.encode())
 
 
 # --------------------------------------------------------------------------- catalog

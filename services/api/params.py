@@ -16,7 +16,8 @@ from tickerwire.schemas.partner import SENTIMENTS
 from tickerwire.schemas.readmodel import hashtag_key
 
 from ..common.errors import InvalidParameter
-from ..common.query import csv_values, tickers
+from ..common.query import bcp47_case, csv_values, tickers
+from ..readmodel import cursors
 from .errors import validation_failed
 from .lru import BoundedLRU
 
@@ -223,3 +224,35 @@ def text_key(segment: str) -> str | None:
     if "\x00" in segment or len(segment) > 300:
         return None
     return segment
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesQuery:
+    """``GET /changes``: the cursor (None: start at the head), the stream's filters (None: not
+    given; ``langs`` lower-cased) and the page size."""
+
+    cursor: cursors.Cursor | None
+    langs: frozenset[str] | None
+    tickers: tuple[str, ...] | None
+    categories: tuple[str, ...] | None
+    limit: int
+
+
+def parse_changes(query: Mapping[str, str]) -> ChangesQuery:
+    """cursor (a token from ``/changes`` or the stream), lang, tickers and categories (the stream's
+    filter grammar), limit (1-50, default 20)."""
+    raw = query.get("cursor")
+    cursor = None
+    if raw is not None:
+        try:
+            cursor = cursors.decode(raw)
+        except cursors.InvalidCursor:
+            raise validation_failed("cursor", "cursor must be a cursor token returned by /changes or the stream "
+                                              f"(cursor or post.created cursor); got {raw[:40]!r}.") from None
+    langs = _csv(query, "lang")
+    limit = _integer(query, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
+    assert limit is not None
+    return ChangesQuery(
+        cursor, frozenset(bcp47_case(v).lower() for v in langs) if langs is not None else None,
+        _shared(tickers, query, "tickers"), _csv(query, "categories"), limit,
+    )

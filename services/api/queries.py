@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..common import replicas as replica_lsn
 from ..readmodel import positions
 from .params import Filters, Page
 
 
 # The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the
-# cached bodies are current for.
-SELECT_STAMPS = f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position FROM change_stamps"
+# cached bodies are current for, and the primary's WAL position, at or past the commit of every
+# stamp read: a replica that has replayed it holds what the stamps say (or later).
+SELECT_STAMPS = (
+    f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position, {replica_lsn.INSERT_LSN_SQL} AS lsn FROM change_stamps"
+)
 
 # Spec 2.4: every token, zero-post ones included; ranked tokens first by rank, then unranked by ticker.
 SELECT_TOKENS = """

@@ -8,6 +8,7 @@ from aiohttp import web
 from ..readmodel.access import Principals
 from ..common.config import Config
 from ..common.db import BoundedReader
+from ..common.replicas import ReplicaReader, Replicas
 from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
 from .catalog import Catalog
@@ -23,16 +24,26 @@ METRICS = web.AppKey("metrics", ApiMetrics)
 PRINCIPALS = web.AppKey("principals", Principals)
 ADMISSIONS = web.AppKey("admissions", Admissions)
 WATCHER = web.AppKey("watcher", StampWatcher)
+REPLICAS = web.AppKey("replicas", Replicas)
 COMPRESSED = web.AppKey("compressed", Compressed)
 PAGES = web.AppKey("pages", PageCache)
 LISTINGS = web.AppKey("listings", Listings)
 
 
-def db(request: web.Request) -> BoundedReader:
+#: The client's X-Min-Log-Position, parsed: the request is answered from data at least this fresh.
+MIN_LOG_POSITION = web.RequestKey("min_log_position", dict)
+
+
+def db(request: web.Request) -> BoundedReader | ReplicaReader:
     """Where a handler runs its one statement (the gates and limits need no connection of their
     own), the wait for a connection bounded by ``db_acquire_timeout_s``: an exhausted pool is a
-    prompt 503, not a stall."""
-    return BoundedReader(request.app[POOL], request.app[CONFIG].db_acquire_timeout_s)
+    prompt 503, not a stall. With replicas configured, a replica in rotation (fresh enough for
+    the client's X-Min-Log-Position), falling back to the primary."""
+    app = request.app
+    primary = BoundedReader(app[POOL], app[CONFIG].db_acquire_timeout_s)
+    if not app[REPLICAS]:
+        return primary
+    return ReplicaReader(app[REPLICAS], primary, request.get(MIN_LOG_POSITION))
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
 #: handler read it in the same statement as that data; otherwise the catalog's mark applies.

@@ -272,6 +272,34 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return _run("topics", go())
 
 
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    from . import deadletters
+
+    async def go() -> int:
+        config = _config()
+        async with _read_conn(config, read_only=args.action != "retry") as conn:
+            if args.action == "list":
+                found = await deadletters.list_letters(conn, kind=args.kind, topic=args.topic, limit=args.limit)
+                for letter in found:
+                    print(letter.line())
+                print(f"{len(found)} dead letter(s)" + (f" (the first {args.limit})" if len(found) == args.limit else ""),
+                      file=sys.stderr)
+                return 0
+            if args.action == "show":
+                print("\n\n".join(letter.details() for letter in await deadletters.letters(conn, args.ids)))
+                return 0
+            if args.all:
+                chosen = await deadletters.list_letters(conn, kind=args.kind, topic=args.topic, limit=args.limit)
+            else:
+                chosen = await deadletters.letters(conn, args.ids)
+            for line in await deadletters.retry(config, conn, chosen):
+                print(line)
+            print(f"{len(chosen)} dead letter(s) published again", file=sys.stderr)
+            return 0
+
+    return _run("dead-letters", go())
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from .up import up_main
 
@@ -409,6 +437,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="when the ping landed (ISO 8601 with offset, not in the future); default now")
     hb.set_defaults(func=cmd_heartbeat)
 
+    from ..projector.metrics import DEAD_LETTER_KINDS
+
+    dl = sub.add_parser("dead-letters", help="list, show or retry the records the projector set aside")
+    dl_sub = dl.add_subparsers(dest="action", required=True, metavar="ACTION")
+    letter_id = _bounded_int(1, 2**63 - 1)
+    dl_list = dl_sub.add_parser("list", help="one line each: id, topic[partition]@offset, reason kind, received at, reason")
+    dl_show = dl_sub.add_parser("show", help="everything stored of the given dead letters: reason, key, value")
+    dl_show.add_argument("ids", nargs="+", type=letter_id, metavar="ID", help="dead letter id, as `list` prints it")
+    dl_retry = dl_sub.add_parser("retry", help="publish the given dead letters again, after a fix, and remove them "
+                                               "(all or none: refused when today's contract would refuse one)")
+    dl_retry.add_argument("ids", nargs="*", type=letter_id, metavar="ID", help="dead letter id, as `list` prints it")
+    dl_retry.add_argument("--all", action="store_true", help="every dead letter (that --kind and --topic select)")
+    for cmd in (dl_list, dl_retry):
+        cmd.add_argument("--kind", choices=DEAD_LETTER_KINDS, help="only this reason kind")
+        cmd.add_argument("--topic", help="only this topic")
+        cmd.add_argument("--limit", type=_bounded_int(1, 100_000), default=1000, help="at most this many (default 1000)")
+    dl.set_defaults(func=cmd_dead_letters)
+
     sub.add_parser("sweep", help="run one badge-sweeper tick now").set_defaults(func=cmd_sweep)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     top = sub.add_parser("topics", help="create the declared topics, or compare a cluster's topics with the declaration")
@@ -448,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true",
                     help="publish the demo key, dataset and trickle even to a configured broker (the default only "
                          "with the embedded one)")
+    up.add_argument("--replicas", type=_bounded_int(0, 8), default=0,
+                    help="also start this many streaming replicas of the embedded PostgreSQL, the API reading from "
+                         "them (TICKERWIRE_DATABASE_READ_URLS; default 0)")
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
     up.add_argument("--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)")
     up.set_defaults(func=cmd_up)
@@ -455,7 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "dead-letters" and args.action == "retry" and bool(args.ids) == bool(args.all):
+        parser.exit(2, "tickerwire dead-letters retry: give dead letter ids or --all, not both nor neither "
+                       "(see tickerwire dead-letters retry --help)\n")
     try:
         return args.func(args)
     except ConfigError as exc:

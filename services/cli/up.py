@@ -35,7 +35,7 @@ from ..common.retry import Backoff, backoff_delays
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
-    from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
+    from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
     from tickerwire.schemas.models import AnyEvent
 
 log = logging.getLogger("tickerwire.up")
@@ -146,13 +146,19 @@ class Embedded:
 
     postgres: EmbeddedPostgres | None = None
     broker: EmbeddedBroker | None = None
+    #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
+    replicas: list[EmbeddedReplica] = field(default_factory=list)
 
 
 def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
-    from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
+    from tickerwire.devstack.embedded.postgres import PRIMARY_REPLICATION_SETTINGS, EmbeddedPostgres, EmbeddedReplica
 
     dsn = args.database_url
+    replicas = getattr(args, "replicas", 0) or 0
+    if dsn and replicas:
+        raise UpError("--replicas starts replicas of the embedded PostgreSQL; a configured database's replicas are "
+                      "configured with TICKERWIRE_DATABASE_READ_URLS")
     bootstrap = args.kafka_bootstrap_servers
     if dsn and not bootstrap:
         # The embedded broker keeps the log in memory: its next start would be an empty log
@@ -170,9 +176,19 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         data = stack.state_dir / "pgdata"
         # The embedded broker forgets everything on restart, so the read model starts empty too.
         shutil.rmtree(data, ignore_errors=True)
-        pg, dsn = _start_server(lambda port: EmbeddedPostgres(data, port=port, log_path=stack.state_dir / "postgres.log"), 5433)
+        settings = PRIMARY_REPLICATION_SETTINGS if replicas else None
+        pg, dsn = _start_server(
+            lambda port: EmbeddedPostgres(data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings), 5433
+        )
         stack.embedded.append(pg)
         parts.postgres = pg
+        for n in range(1, replicas + 1):
+            shutil.rmtree(stack.state_dir / f"pgreplica{n}", ignore_errors=True)
+            replica = EmbeddedReplica(dsn, stack.state_dir / f"pgreplica{n}", port=_port(5433 + n),
+                                      log_path=stack.state_dir / f"postgres-replica{n}.log")
+            replica.start()
+            stack.embedded.append(replica)
+            parts.replicas.append(replica)
     return dsn, bootstrap, parts
 
 
@@ -389,6 +405,8 @@ async def run(args, stack: Stack, base: Config) -> None:
     demo = parts.broker is not None or args.demo
     env = dict(os.environ)
     env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
+    if parts.replicas:
+        env["TICKERWIRE_DATABASE_READ_URLS"] = ",".join(replica.dsn for replica in parts.replicas)
     if not args.kafka_bootstrap_servers:
         # The embedded broker is one node: replication factor 1. It keeps its (memory-only)
         # log whole, and reports the compaction it was created with, so the topic check passes.
@@ -448,6 +466,7 @@ async def run(args, stack: Stack, base: Config) -> None:
         "docs_url": f"{base_url}/docs",
         "api_key": key,
         "database_url": dsn,
+        "database_read_urls": [replica.dsn for replica in parts.replicas],
         "kafka_bootstrap_servers": bootstrap,
         "topic_prefix": config.topic_prefix,
         # Operator endpoints (/healthz, /readyz, /metrics) of each process, on its admin listener.
@@ -504,6 +523,9 @@ class Supervision:
                 await asyncio.sleep(0.25)
                 if self.parts.postgres is not None and not self.parts.postgres.running():
                     await self._restart_server(self.parts.postgres, "PostgreSQL")
+                for n, replica in enumerate(self.parts.replicas, start=1):
+                    if not replica.running():
+                        await self._restart_server(replica, f"PostgreSQL replica {n}")
                 if self.parts.broker is not None and not self.parts.broker.running():
                     await self._recover_broker()
                 self._restart_children()

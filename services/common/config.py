@@ -42,6 +42,12 @@ NOT_NEGATIVE = ("db_pool_min", "kafka_fetch_max_wait_ms", "default_rate_limit_pe
 class Config:
     database_url: str = field(repr=False)  # may carry a password
     kafka_bootstrap_servers: str
+    #: Streaming replicas of ``database_url``, comma-separated postgresql:// URLs (none: every
+    #: statement on the primary). The API's reads go to them (services/common/replicas.py).
+    database_read_urls: str = field(default="", repr=False)
+    #: A replica further behind the primary than this leaves the API's read rotation (the stream
+    #: stops waiting for it at 1.5 times this); it comes back once within a quarter of it.
+    replica_max_lag_s: float = 2.0
     topic_prefix: str = "tickerwire"
     host: str = "127.0.0.1"
     api_port: int = 8080
@@ -180,16 +186,17 @@ class Config:
     def kafka_uses_sasl(self) -> bool:
         return self.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
+    @property
+    def read_urls(self) -> list[str]:
+        """The replicas' URLs (``database_read_urls``), in order; empty when none is configured."""
+        return [url.strip() for url in self.database_read_urls.split(",") if url.strip()]
+
     def _validate_database_url(self) -> None:
         """What asyncpg would refuse only at the first connection, refused at start-up instead
         (one line, no retry loop); the URL itself is never echoed (it may hold a password)."""
-        parts = urlsplit(self.database_url)
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ConfigError(f"TICKERWIRE_DATABASE_URL must be a postgresql:// URL, not {parts.scheme or 'a bare string'!r}")
-        for host in filter(None, parts.netloc.rpartition("@")[2].split(",")):
-            _, colon, port = (host.rpartition("]")[2] if host.startswith("[") else host).rpartition(":")
-            if colon and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-                raise ConfigError(f"TICKERWIRE_DATABASE_URL has an invalid port {port[:20]!r} (1 to 65535)")
+        _check_url("TICKERWIRE_DATABASE_URL", self.database_url)
+        for url in self.read_urls:
+            _check_url("TICKERWIRE_DATABASE_READ_URLS", url)
 
     def _validate_tls(self) -> None:
         files = {"CAFILE": self.kafka_ssl_cafile, "CERTFILE": self.kafka_ssl_certfile, "KEYFILE": self.kafka_ssl_keyfile}
@@ -227,6 +234,16 @@ class Config:
 
     def topic(self, suffix: str) -> str:
         return f"{self.topic_prefix}.{suffix}"
+
+
+def _check_url(var: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"{var} must be a postgresql:// URL, not {parts.scheme or 'a bare string'!r}")
+    for host in filter(None, parts.netloc.rpartition("@")[2].split(",")):
+        _, colon, port = (host.rpartition("]")[2] if host.startswith("[") else host).rpartition(":")
+        if colon and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError(f"{var} has an invalid port {port[:20]!r} (1 to 65535)")
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

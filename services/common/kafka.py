@@ -1,9 +1,14 @@
 """Kafka client construction and topic administration, shared by the services and the CLI.
 
 Every producer, consumer and admin client is built here, so the security settings
-(TLS, SASL) apply to all of them. Only standard Kafka protocol features are used (no
-idempotent or transactional producer: exactly-once effect comes from positions stored with
-the rows in PostgreSQL).
+(TLS, SASL) apply to all of them, and every consumer reads committed records only
+(``read_committed``): a post a producer published in a transaction it then aborted is never
+projected nor pushed. Our own producers use no idempotence nor transactions (exactly-once
+effect comes from positions stored with the rows in PostgreSQL); other producers may.
+
+A record batch that cannot be decoded (a compression codec we cannot decode, a corrupt batch)
+is the record's own fault, not the broker's: :func:`fetch` isolates it to its partition and
+offset, so the caller sets it aside and every other partition goes on.
 """
 
 from __future__ import annotations
@@ -14,18 +19,21 @@ import functools
 import logging
 import ssl
 import struct
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
+    CorruptRecordException,
     IllegalSaslStateError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     SaslAuthenticationFailed,
     TopicAlreadyExistsError,
+    UnsupportedCodecError,
     UnsupportedSaslMechanismError,
     for_code,
 )
@@ -141,7 +149,16 @@ def security_options(config: Config) -> dict[str, Any]:
     return options
 
 
+#: Every consumer the product builds reads only committed records: transactional producers
+#: (Kafka Streams, Flink, Debezium in exactly-once mode) abort transactions, and an aborted
+#: record must never be served. Its positions and lag are measured against the last stable
+#: offset (:func:`log_end`).
+ISOLATION_LEVEL = "read_committed"
+
+
 def consumer(config: Config, *topics: str, group_id: str | None, client_id: str, **kw) -> AIOKafkaConsumer:
+    if kw.get("isolation_level", ISOLATION_LEVEL) != ISOLATION_LEVEL:
+        raise ValueError("every consumer reads committed records only")
     params = dict(
         bootstrap_servers=config.kafka_bootstrap_servers,
         client_id=client_id,
@@ -152,10 +169,125 @@ def consumer(config: Config, *topics: str, group_id: str | None, client_id: str,
         heartbeat_interval_ms=config.kafka_heartbeat_interval_ms,
         fetch_max_wait_ms=config.kafka_fetch_max_wait_ms,
         max_partition_fetch_bytes=4 * 1024 * 1024,
+        isolation_level=ISOLATION_LEVEL,
         **security_options(config),
     )
     params.update(kw)
     return AIOKafkaConsumer(*topics, **params)
+
+
+def log_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """Where ``tp``'s readable log ends for this consumer, from its last fetch: the last stable
+    offset (no record of an open transaction is readable past it), or the high watermark from
+    a broker that reports no last stable offset; None before the first fetch."""
+    lso = consumer.last_stable_offset(tp)
+    if lso is not None and lso >= 0:
+        return lso
+    return consumer.highwater(tp)
+
+
+# ------------------------------------------------------------------ undecodable batches
+
+#: Dead-letter reason kinds of a record that could not be decoded at all.
+CODEC = "codec"
+CORRUPT_BATCH = "corrupt_batch"
+#: Where aiokafka decodes fetched batches (its pure-Python and compiled record readers, the codecs).
+_DECODING_CODE = ("aiokafka/record/", "aiokafka\\record\\", "aiokafka/codec", "aiokafka\\codec", "cramjam")
+
+
+def decode_fault(exc: BaseException) -> tuple[str, str] | None:
+    """The dead-letter kind and reason when ``exc`` was raised decoding a fetched batch (the
+    record's own fault: retrying reads the same bytes again), else None (a broker or network
+    fault, retried)."""
+    if isinstance(exc, UnsupportedCodecError):
+        return CODEC, f"the record batch's compression codec cannot be decoded here: {exc}"
+    if isinstance(exc, CorruptRecordException):
+        return CORRUPT_BATCH, f"corrupt record batch: {exc}"
+    if isinstance(exc, (KafkaError, asyncio.CancelledError)) or not isinstance(exc, Exception):
+        return None
+    tb = exc.__traceback__
+    while tb is not None:
+        if any(part in tb.tb_frame.f_code.co_filename for part in _DECODING_CODE):
+            return CORRUPT_BATCH, f"the record batch cannot be decoded: {type(exc).__name__}: {exc}"
+        tb = tb.tb_next
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A record the consumer could not decode: the first offset of its batch not read yet."""
+
+    tp: TopicPartition
+    offset: int
+    kind: str
+    reason: str
+
+
+#: How long :func:`fetch` waits for the partitions' records again while isolating a bad batch.
+ISOLATE_S = 2.0
+
+
+async def fetch(
+    consumer: AIOKafkaConsumer, rewind: Callable[[list[TopicPartition]], Awaitable[object]], *partitions: TopicPartition,
+    timeout_ms: int, max_records: int | None = None,
+) -> tuple[dict[TopicPartition, list[ConsumerRecord]], Undecodable | None]:
+    """``consumer.getmany(*partitions)`` that a batch it cannot decode does not stop.
+
+    aiokafka raises a decode error out of ``getmany`` for all partitions at once, and drops
+    what it had already taken from the others. Then ``rewind`` seeks the given partitions back
+    to the caller's next unread offset, the partitions are read one at a time to find the one
+    that fails, and that one record by record to the offset that fails. Returns the records
+    read and that offset (None when nothing failed); the caller sets the offset aside and seeks
+    past it. A record of a bad batch fails alone: the next one of its batch is found by the
+    next call."""
+    try:
+        return await consumer.getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records), None
+    except Exception as exc:
+        if decode_fault(exc) is None:
+            raise
+        log.warning("a fetched record batch cannot be decoded (%s: %s); finding its partition", type(exc).__name__, exc)
+    paused = consumer.paused()
+    tps = sorted(tp for tp in (partitions or consumer.assignment()) if tp not in paused)
+    await rewind(tps)  # a seek drops what aiokafka had fetched, taken or not
+    got: dict[TopicPartition, list[ConsumerRecord]] = {}
+    deadline = asyncio.get_running_loop().time() + ISOLATE_S
+    while asyncio.get_running_loop().time() < deadline:
+        for tp in tps:
+            try:
+                records = (await consumer.getmany(tp, timeout_ms=0, max_records=max_records)).get(tp)
+            except Exception as exc:
+                if decode_fault(exc) is None:
+                    raise
+                if got.get(tp):
+                    consumer.seek(tp, got[tp][-1].offset + 1)
+                else:
+                    await rewind([tp])
+                more, bad = await _isolate(consumer, tp, max_records or 500)
+                got.setdefault(tp, []).extend(more)
+                return got, bad
+            if records:
+                got.setdefault(tp, []).extend(records)
+        await asyncio.sleep(0.05)
+    return got, None  # fetched again, and decoded this time
+
+
+async def _isolate(consumer: AIOKafkaConsumer, tp: TopicPartition, most: int) -> tuple[list[ConsumerRecord], Undecodable | None]:
+    """Read ``tp`` one record at a time to the one that cannot be decoded (at most ``most``
+    records: the next call goes on from there)."""
+    records: list[ConsumerRecord] = []
+    while len(records) < most:
+        try:
+            async with asyncio.timeout(ISOLATE_S):
+                records.append(await consumer.getone(tp))
+        except TimeoutError:
+            return records, None
+        except Exception as exc:
+            if (fault := decode_fault(exc)) is None:
+                raise
+            offset = await consumer.position(tp)
+            consumer.seek(tp, offset)  # drops the failed batch
+            return records, Undecodable(tp, offset, *fault)
+    return records, None
 
 
 def producer(config: Config, client_id: str = "tickerwire-publisher", **kw) -> AIOKafkaProducer:

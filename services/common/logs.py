@@ -236,7 +236,9 @@ class ExpectedFaultTracebacks(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info is None or record.exc_info[1] is None:
+        # asyncio's default exception handler logs with ``exc_info=False`` when there is no
+        # exception: only a (type, value, traceback) tuple holds one.
+        if not isinstance(record.exc_info, tuple) or record.exc_info[1] is None:
             return True
         if record.name.startswith("asyncpg") and record.levelno < logging.ERROR:
             _fold(record, record.getMessage())

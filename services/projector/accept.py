@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
+from tickerwire.schemas.topics import POSTS, topic_name
+
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import command_connection
@@ -24,7 +26,7 @@ from ..common.logcheck import LogProbe, discontinuity
 from ..common.logs import setup_logging
 from ..common.process import command_failed
 from ..common.topics import declared_topics
-from ..readmodel import positions
+from ..readmodel import cursors, positions
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,12 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
                 targets = {tp: gap.log_start if start_from == "earliest" else gap.log_end for tp, gap in gaps.items()}
                 if targets:
                     await positions.save_many(conn, {(tp.topic, tp.partition): t for tp, t in targets.items()})
+                # A posts partition whose log ends before its position holds another log (reset or
+                # re-created): a new cursor epoch begins (docs/resume.md).
+                posts = topic_name(config.topic_prefix, POSTS)
+                renewed = {tp.partition: targets[tp] for tp, gap in gaps.items() if tp.topic == posts and gap.position > gap.log_end}
+                if renewed:
+                    await cursors.new_log(conn, renewed)
     finally:
         await probe.close()
         await consumer.stop()

@@ -8,7 +8,6 @@ the database pool, the consume loop and the badge sweeper live in its ``cleanup_
 from __future__ import annotations
 
 import logging
-import time
 from typing import AsyncIterator
 
 import asyncpg
@@ -94,13 +93,7 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     async def consuming() -> tuple[bool, str]:
         if PROJECTOR not in app:
             return False, "starting"
-        projector = app[PROJECTOR]
-        if not projector.caught_up.is_set():
-            return False, "catching up"
-        silent = time.monotonic() - projector.fetched_at
-        if silent > CONSUME_STALL_S:
-            return False, f"no fetch for {silent:.0f}s"
-        return True, "ok"
+        return app[PROJECTOR].consuming(CONSUME_STALL_S)
 
     async def log_intact() -> tuple[bool, str]:
         if PROJECTOR not in app or not app[PROJECTOR].stopped:

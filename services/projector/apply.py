@@ -75,6 +75,9 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    #: (reason kind, reason) of a record the consumer could not decode (:func:`..common.kafka.fetch`):
+    #: it has no key nor value, and is dead-lettered as such.
+    fault: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,9 @@ def decode_records(records: Iterable[Record], topic: str | None) -> tuple[list[D
     events: list[Decoded[AnyEvent]] = []
     dead: list[DeadLetter] = []
     for rec in records:
+        if rec.fault is not None:
+            dead.append(DeadLetter(rec.offset, rec.key, rec.value, *rec.fault))
+            continue
         if rec.value is None:
             dead.append(DeadLetter(rec.offset, rec.key, rec.value, "undecodable", "record has no value (tombstone)"))
             continue

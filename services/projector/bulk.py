@@ -180,8 +180,8 @@ async def _read(config: Config, tps: list[TopicPartition], ends: dict[TopicParti
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         targets = {tp: ends.get(tp, 0) for tp in tps}
-        async for tp, msgs in read_until(consumer, targets, max_records=config.projector_batch_max):
-            records = [Record(m.offset, m.key, m.value) for m in msgs if m.offset < targets[tp]]
+        async for tp, read in read_until(consumer, targets, max_records=config.projector_batch_max):
+            records = [r for r in read if r.offset < targets[tp]]
             if records:
                 yield tp, records
     finally:

@@ -18,13 +18,14 @@ import asyncio
 import time
 from typing import AsyncIterator
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ..common import kafka
 from ..common.config import Config
 from ..common.errors import BrokerUnavailable
 from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
+from .apply import Record
 
 #: No partition position moving for this long, short of its target, ends the read.
 STALL_S = 60.0
@@ -34,20 +35,32 @@ FETCH_TIMEOUT_MS = 500
 
 async def read_until(
     consumer: AIOKafkaConsumer, targets: dict[TopicPartition, int], *, max_records: int, stall_s: float = STALL_S,
-) -> AsyncIterator[tuple[TopicPartition, list[ConsumerRecord]]]:
+) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
     """Fetch whole batches of the assigned partitions until each position in ``targets`` has
-    reached its target offset (records past a target are yielded too; the caller decides).
+    reached its target offset (records past a target are yielded too; the caller decides). A
+    record the consumer cannot decode is yielded alone with its ``fault``, and read past.
 
     Raises :class:`BrokerUnavailable` when no position moves for ``stall_s`` seconds while
     one is short of its target."""
     positions = {tp: await consumer.position(tp) for tp in targets}
+    unread = dict(positions)  # the next offset not yielded yet, per partition
     pending = {tp for tp, position in positions.items() if position < targets[tp]}
     moved = time.monotonic()
+
+    async def rewind(tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            consumer.seek(tp, unread[tp])
+
     while pending:
-        batches = await consumer.getmany(*pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records)
+        batches, bad = await kafka.fetch(consumer, rewind, *pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records)
         for tp, records in batches.items():
             if records:
-                yield tp, records
+                unread[tp] = records[-1].offset + 1
+                yield tp, [Record(m.offset, m.key, m.value) for m in records]
+        if bad is not None:
+            unread[bad.tp] = bad.offset + 1
+            consumer.seek(bad.tp, bad.offset + 1)
+            yield bad.tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))]
         for tp in list(pending):
             position = await consumer.position(tp)
             if position != positions[tp]:

@@ -6,10 +6,18 @@ from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..common import kafka
+
+#: Every reason kind a dead letter can have (``dead_letters.reason_kind``): the record could not
+#: be decoded by the consumer (codec, corrupt_batch), its value is not plain JSON (undecodable,
+#: schema_registry), not a known event (unknown_type) or not valid (schema), it travels on the
+#: wrong topic (wrong_topic), or the read model refused it (rejected).
+DEAD_LETTER_KINDS = (
+    kafka.CODEC, kafka.CORRUPT_BATCH, "undecodable", "schema_registry", "unknown_type", "schema", "wrong_topic", "rejected",
+)
 #: The label values the alerts read, created at 0 so that the first increase is seen (a series
 #: born at 1 has no increase) and a projector that applied nothing still has a series.
 APPLIED_TYPES = ("post", "locale", "category", "token", "workspace", "api_key", "embed", "heartbeat")
-DEAD_LETTER_REASONS = ("undecodable", "unknown_type", "schema", "wrong_topic", "rejected")
 
 
 class ProjectorMetrics:
@@ -26,12 +34,12 @@ class ProjectorMetrics:
             "tickerwire_projector_records_redelivered_total", "Records skipped because their offset was already stored", registry=r
         )
         self.dead_lettered = Counter(
-            "tickerwire_projector_dead_lettered_total", "Poison events set aside", ["reason"], registry=r
+            "tickerwire_projector_dead_lettered_total", "Records set aside in dead_letters, by reason kind", ["reason"], registry=r
         )
+        for kind in DEAD_LETTER_KINDS:  # every series exists from the start, at 0: alerts need it
+            self.dead_lettered.labels(kind)
         for kind in APPLIED_TYPES:
             self.events_applied.labels(kind)
-        for reason in DEAD_LETTER_REASONS:
-            self.dead_lettered.labels(reason)
         self.batch_size = Histogram(
             "tickerwire_projector_batch_size", "Records per applied batch",
             buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000), registry=r,
@@ -44,7 +52,9 @@ class ProjectorMetrics:
             "tickerwire_projector_position", "Next offset to apply, per partition", ["topic", "partition"], registry=r
         )
         self.lag = Gauge(
-            "tickerwire_projector_lag", "Records behind the partition's high watermark", ["topic", "partition"], registry=r
+            "tickerwire_projector_lag",
+            "Offsets between the stored position and the partition's last stable offset (0 once every readable record is applied)",
+            ["topic", "partition"], registry=r
         )
         self.log_discontinuity = Gauge(
             "tickerwire_projector_log_discontinuity",

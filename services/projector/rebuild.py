@@ -45,6 +45,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common import kafka
 from ..common.config import Config
 from ..common.db import connect, create_pool, is_migrated, storage_errors
+from ..readmodel import cursors
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from ..common.logs import setup_logging
 from ..common.process import command_failed
@@ -113,8 +114,8 @@ class Replayer:
         holds the switch lock (its own shared lock does not conflict with it)."""
         assert self.consumer is not None
         wanted = {tp: targets.get(tp, 0) for tp in self.tps}
-        async for tp, msgs in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
-            await self._apply(tp, [Record(m.offset, m.key, m.value) for m in msgs], conn)
+        async for tp, records in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
+            await self._apply(tp, records, conn)
 
     async def _apply(self, tp: TopicPartition, records: list[Record], conn: asyncpg.Connection | None) -> None:
         async def attempt():
@@ -227,6 +228,10 @@ async def _replay_into(
         if switch_from is not None:
             async with connect(config.database_url, schema=schema) as conn:
                 await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost))  # unlocked, most of the gap
+                # Records applied from here on are applied alike to both schemas.
+                if not await cursors.carry_epoch(conn, switch_from, schema):
+                    log.warning("rebuild: announcement positions differ from the live read model's (a reset or "
+                                "trimmed log); resume cursors of the old epoch will be refused after the switch")
                 await conn.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
                 try:
                     await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost), conn)

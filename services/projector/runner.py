@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 
@@ -21,6 +22,7 @@ from ..common import kafka
 from ..common.config import Config
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
+from ..common import retry
 from ..common.retry import Backoff, retry_transient
 from ..common.supervise import honour_cancellation
 from ..readmodel import positions
@@ -48,6 +50,8 @@ class _SeekToStored(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked) -> None:
         log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
         for tp in revoked:  # another process reports them now
+            self.projector.stored_positions.pop(tp, None)
+            self.projector._settled.pop(tp, None)
             for gauge in (self.projector.metrics.lag, self.projector.metrics.position):
                 try:
                     gauge.remove(tp.topic, str(tp.partition))
@@ -78,26 +82,36 @@ class Projector:
         self._probe = LogProbe(config, f"{client_id}-probe")
         #: Pauses before the consume loop restarts; reset by every fetch that was applied.
         self.backoff = Backoff(0.5, 30.0)
+        #: Why the consume loop last failed, until a fetch is applied again ("" meanwhile): readiness names it.
+        self.fault = ""
+        self._failing_since: float | None = None
+        self._fault_said_at: float | None = None
+        #: The stored position per assigned partition (the next offset to apply), for the lag.
+        self.stored_positions: dict[TopicPartition, int] = {}
+        #: Per partition, an offset below which every offset is applied or holds nothing to apply
+        #: (the consumer's position once all it fetched was applied; transaction markers and
+        #: aborted records have offsets but nothing to apply), and the last known end of its log.
+        self._settled: dict[TopicPartition, int] = {}
+        self._ends: dict[TopicPartition, int] = {}
+        #: Partitions with a batch being applied (their stored position may move meanwhile).
+        self._applying: set[TopicPartition] = set()
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
         if not assigned:
             return
-        stored = await self._stored(assigned)
+        stored = await self._rewind(assigned)
         for tp in assigned:
-            offset = stored.get((tp.topic, tp.partition))
-            if offset is None:
-                await self.consumer.seek_to_beginning(tp)
-            else:
-                self.consumer.seek(tp, offset)
-            self.metrics.position.labels(tp.topic, str(tp.partition)).set(offset or 0)
+            self._stored(tp, stored.get((tp.topic, tp.partition), 0))
+            self._settled.pop(tp, None)
+            self.metrics.lag.labels(tp.topic, str(tp.partition)).set_function(functools.partial(self.lag, tp))
         log.info("assigned and seeked: %s", {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned})
         for tp in list(self.stopped):
             if tp not in assigned:  # another process owns it now, and checks it itself
                 self._clear_stop(tp)
         await self.check_log(assigned)
 
-    async def _stored(self, tps) -> dict[tuple[str, int], int]:
+    async def _stored_offsets(self, tps) -> dict[tuple[str, int], int]:
         async def load():
             with storage_errors("load positions"):
                 return await positions.load(self.pool, {tp.topic for tp in tps})
@@ -113,7 +127,7 @@ class Projector:
         self._checked_at = time.monotonic()
         if not tps:
             return
-        stored = await self._stored(tps)
+        stored = await self._stored_offsets(tps)
         suspected = await find_discontinuities(self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps})
         found = self._confirmer.observe(tps, suspected)
         for tp, gap in found.items():
@@ -131,10 +145,19 @@ class Projector:
             offset = stored.get((tp.topic, tp.partition), 0)
             if tp in self.stopped:
                 log.warning("%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset)
-            elif await self._fetch_position(tp) in (None, offset):
+            elif (fetching := await self._fetch_position(tp)) is None or fetching == offset:
                 continue
+            elif offset == self.stored_positions.get(tp, offset) or tp in self._applying:
+                # The stored position is the one this process wrote (or is writing): only the
+                # consumer is elsewhere, e.g. a rebalance sought it to the stored position while
+                # a batch was being applied. An ordinary re-seek, said at DEBUG.
+                log.debug("%s[%d]: reading from the stored position %d (the consumer was at %d)",
+                          tp.topic, tp.partition, offset, fetching)
             else:  # the stored position was moved under us (accept-log): it is the truth
-                log.warning("%s[%d]: stored position moved to %d; reading from there", tp.topic, tp.partition, offset)
+                log.warning("%s[%d]: stored position moved from %d to %d (projector accept-log?); reading from there",
+                            tp.topic, tp.partition, self.stored_positions[tp], offset)
+            self.stored_positions[tp] = offset
+            self._settled.pop(tp, None)
             self.consumer.seek(tp, offset)
             self.consumer.resume(tp)
             self._clear_stop(tp)
@@ -154,6 +177,13 @@ class Projector:
     async def apply_records(self, tp: TopicPartition, records: list[Record]) -> None:
         """Apply one fetched batch of ``tp``: transient failures retried, a record the read
         model refuses isolated and dead-lettered, the outcome counted in the metrics."""
+        self._applying.add(tp)
+        try:
+            await self._apply_isolating(tp, records)
+        finally:
+            self._applying.discard(tp)
+
+    async def _apply_isolating(self, tp: TopicPartition, records: list[Record]) -> None:
         try:
             result = await self._apply_retrying(tp, records)
         except REFUSALS as exc:
@@ -179,6 +209,7 @@ class Projector:
             if await retry_transient(reject, what="reject record"):
                 self.metrics.dead_lettered.labels("rejected").inc()
                 log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
+                self._stored(tp, record.offset + 1)
             return
         self._observe(tp, [record], result)
 
@@ -210,21 +241,63 @@ class Projector:
         if result.newest_emitted_at is not None:
             m.saw_event(result.newest_emitted_at)
         if result.position is not None:  # the stored position: a redelivered batch does not move it back
-            m.position.labels(tp.topic, str(tp.partition)).set(result.position)
+            self._stored(tp, result.position)
+
+    def _stored(self, tp: TopicPartition, position: int) -> None:
+        self.stored_positions[tp] = position
+        self.metrics.position.labels(tp.topic, str(tp.partition)).set(position)
+
+    async def set_aside(self, bad: kafka.Undecodable) -> None:
+        """Dead-letter a record the consumer could not decode and read on past it: the partition
+        moves on, the others never waited."""
+        tp = bad.tp
+        log.error("%s[%d]@%d cannot be decoded: %s; it is dead-lettered and the partition reads on past it",
+                  tp.topic, tp.partition, bad.offset, bad.reason,
+                  extra={"fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}})
+        await self.apply_records(tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))])
+        if self.consumer is not None:
+            self.consumer.seek(tp, max(bad.offset + 1, self.stored_positions.get(tp, 0)))
+
+    async def _rewind(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Seek ``tps`` to their stored positions (the log start where none is stored); returns those."""
+        assert self.consumer is not None
+        stored = await self._stored_offsets(tps)
+        for tp in tps:
+            offset = stored.get((tp.topic, tp.partition))
+            if offset is None:
+                await self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, offset)
+        return stored
+
+    def lag(self, tp: TopicPartition) -> float:
+        """Offsets of ``tp`` between its stored position and the end of its readable log (the last
+        stable offset), computed when the gauge is read: records waiting while the consume loop
+        is blocked or failing count, whatever the loop is doing. Offsets that hold nothing to
+        apply (transaction markers, aborted records) do not."""
+        consumer = self.consumer
+        end = kafka.log_end(consumer, tp) if consumer is not None and tp in consumer.assignment() else None
+        if end is None:
+            end = self._ends.get(tp)  # a new consumer before its first fetch: the last end known
+        else:
+            self._ends[tp] = end
+        if end is None or tp not in self.stored_positions:
+            return 0.0
+        return float(max(end - max(self.stored_positions[tp], self._settled.get(tp, 0)), 0))
 
     async def _update_lag(self) -> None:
+        """After a fetch was applied: what the consumer has read past holds nothing to apply; set
+        ``caught_up`` once every partition's lag is 0."""
         assert self.consumer is not None
         assignment = self.consumer.assignment()
         caught_up = bool(assignment)
         for tp in assignment:
-            high = self.consumer.highwater(tp)
-            position = await self._fetch_position(tp)  # bounded: a position being reset asks the broker
-            if high is None or position is None:
+            fetching = await self._fetch_position(tp)  # bounded: a position being reset asks the broker
+            if fetching is None or kafka.log_end(self.consumer, tp) is None or tp not in self.stored_positions:
                 caught_up = False
                 continue
-            lag = max(high - position, 0)
-            self.metrics.lag.labels(tp.topic, str(tp.partition)).set(lag)
-            caught_up = caught_up and lag == 0
+            self._settled[tp] = fetching
+            caught_up = caught_up and self.lag(tp) == 0
         if caught_up:
             self.caught_up.set()
 
@@ -245,13 +318,14 @@ class Projector:
                 committer = asyncio.create_task(self._commit_forever(), name="kafka-commit")
                 await self._loop()
             except KafkaError as exc:
-                log.warning("broker error, reconnecting: %s", exc)
+                self._failed(f"broker error: {type(exc).__name__}: {exc}", "broker error, reconnecting")
                 self.metrics.retries.labels("broker").inc()
                 await asyncio.sleep(self.backoff.delay())
-            except Exception:
+            except Exception as exc:
                 # Not known to be transient (a bug, a constraint a snapshot violates): never skip
                 # the batch; start over from the stored positions after a capped, jittered pause.
                 log.exception("projector loop failed; restarting from the stored positions")
+                self._failed(f"loop failed: {type(exc).__name__}: {exc}", None)
                 self.metrics.retries.labels("loop").inc()
                 await asyncio.sleep(self.backoff.delay())
             finally:
@@ -271,14 +345,49 @@ class Projector:
             # A fetch position out of the log's range makes the consumer jump to the log start;
             # what it then reads lies below the stored position and is skipped, never applied,
             # until the check stops the partition. Nothing is lost: accept-log re-reads it.
-            batches = await self.consumer.getmany(timeout_ms=500, max_records=self.config.projector_batch_max)
+            # A batch that cannot be decoded is found and set aside; the other partitions go on.
+            batches, bad = await kafka.fetch(self.consumer, self._rewind, timeout_ms=500, max_records=self.config.projector_batch_max)
             self.fetched_at = time.monotonic()
             await self._apply_concurrently({tp: [Record(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs})
+            if bad is not None:
+                await self.set_aside(bad)
             for tp, msgs in batches.items():
                 if msgs:
                     self._uncommitted[tp] = msgs[-1].offset + 1
             await self._update_lag()
             self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
+            self._recovered()
+
+    def consuming(self, stall_s: float) -> tuple[bool, str]:
+        """Readiness: caught up once since start, and fetching within ``stall_s``; when not,
+        with the cause: the consume loop's last failure, or an operation being retried."""
+        cause = self.fault or "; ".join(retry.failing.values())
+        because = f" ({cause})" if cause else ""
+        if not self.caught_up.is_set():
+            return False, "catching up" + because
+        silent = time.monotonic() - self.fetched_at
+        if silent > stall_s:
+            return False, f"no fetch for {silent:.0f}s{because}"
+        return True, "ok"
+
+    def _failed(self, fault: str, warning: str | None) -> None:
+        """The consume loop failed: readiness names ``fault``; a WARNING line (``warning``), or an
+        ERROR once the loop has been failing for ERROR_AFTER_S (then every ERROR_EVERY_S)."""
+        now = time.monotonic()
+        self.fault = fault
+        if self._failing_since is None:
+            self._failing_since = now
+        failing_for = now - self._failing_since
+        if failing_for >= retry.ERROR_AFTER_S and (self._fault_said_at is None or now - self._fault_said_at >= retry.ERROR_EVERY_S):
+            self._fault_said_at = now
+            log.error("the projector has not applied a fetch for %.0f s: %s; retrying", failing_for, fault)
+        elif warning is not None:
+            log.warning("%s: %s", warning, fault)
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            log.warning("the projector applies fetches again after %.0f s", time.monotonic() - self._failing_since)
+        self.fault, self._failing_since, self._fault_said_at = "", None, None
 
     async def _apply_concurrently(self, batches: dict[TopicPartition, list[Record]]) -> None:
         """Apply each partition's batch in its own transaction on its own connection, all at once.

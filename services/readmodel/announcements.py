@@ -26,7 +26,7 @@ FROM post_translations t
 JOIN unnest($1::bigint[], $2::integer[], $3::bigint[]) AS e(post_id, partition, "offset")
   ON t.post_id = e.post_id AND t.announced_partition = e.partition AND t.announced_offset = e."offset"
 WHERE t.visible
-ORDER BY t.announced_partition, t.announced_offset, t.lang
+ORDER BY t.announced_partition, t.announced_offset, t.lang COLLATE "C"
 """
 
 
@@ -45,7 +45,8 @@ class Announcement:
 
 async def announced(pool: Queryable, records: Iterable[tuple[int, int, int]]) -> list[Announcement]:
     """The announcements of these projected records, given as (post id, partition, offset), in
-    log order (partition, offset, then locale)."""
+    log order (partition, offset, then locale compared byte-wise): the order of the announcement
+    keys of :mod:`.cursors`."""
     records = list(records)
     if not records:
         return []

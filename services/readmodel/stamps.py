@@ -112,6 +112,21 @@ class StampWatcher:
             except TimeoutError:
                 return
 
+    async def refreshed_now(self, timeout: float) -> bool:
+        """Ask for a refresh at once and wait, at most ``timeout``, until one that started after
+        this call has completed; whether one did."""
+        asked = time.monotonic()
+        self._wake.set()
+        deadline = asked + timeout
+        while self.confirmed_at < asked:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._refreshed.wait()
+        return True
+
     # ------------------------------------------------------------------ the two loops
 
     def _notified(self, _conn, _pid, _channel, payload: str) -> None:

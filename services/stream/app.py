@@ -16,26 +16,32 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import WSMsgType, web
 
+from tickerwire.schemas.topics import POSTS, topic_name
+
 from ..common.keys import authorization, bearer_key
 from ..readmodel.access import AccessDenied, Principals
 from ..common.config import Config
-from ..common.db import reader_pool
+from ..common.db import reader_pool, storage_errors
 from ..common.envelope import envelope
-from ..common.errors import InvalidParameter
+from ..common.errors import InvalidParameter, StorageUnavailable
 from ..common.ops import add_ops_routes, run_app
 from ..common.requestlog import WORKSPACE_KEY, add_request_log
 from ..common.readiness import Readiness, service_readiness
+from ..common.replicas import Replicas
 from ..common.supervise import Supervisor, supervisor_of
+from ..readmodel import cursors
 from ..readmodel.stamps import StampWatcher
+from ..readmodel.taxonomy import served_locales
 from ..common.topicgate import TOPIC_GATE, TopicGate, install
 from . import protocol
 from .errors import error_middleware
 from .feed import Feed
 from .filters import StreamFilter, parse_filter
 from .handshake import handshake_error
-from .hub import Hub, limit_send_buffer
+from .hub import Connection, Hub, limit_send_buffer
 from .leases import Leases
 from .metrics import StreamMetrics
+from .replicated import replicated, stream_replicas
 from .watchdog import recheck, run_watchdog
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,10 @@ LEASES = web.AppKey("leases", Leases)
 METRICS = web.AppKey("metrics", StreamMetrics)
 PRINCIPALS = web.AppKey("principals", Principals)
 WATCHER = web.AppKey("watcher", StampWatcher)
+REPLICAS = web.AppKey("replicas", Replicas)
+
+#: Announcements read per query of a resume's replay.
+RESUME_PAGE = 1_000
 
 
 def limit_reached(limit: int, retry_after_s: float) -> web.Response:
@@ -64,6 +74,24 @@ def presented_key(request: web.Request) -> str | None:
     """The key of the handshake: the ``key`` query parameter (spec 5.2) when it is non-empty, else
     an ``Authorization: Bearer <key>`` header, as on HTTP. Either way the same gates apply."""
     return request.query.get("key") or bearer_key(authorization(request.headers))
+
+
+def requested_resume(request: web.Request) -> tuple[bool, cursors.Cursor | None] | web.Response:
+    """The cursor opt-in (``cursors=true``, or a ``resume`` cursor) and the cursor to resume
+    from, or the 422 refusing a ``resume`` that is not a cursor."""
+    token = request.query.get("resume")
+    if token:
+        try:
+            return True, cursors.decode(token)
+        except cursors.InvalidCursor:
+            request.app[METRICS].refused.labels("VALIDATION_FAILED").inc()
+            return envelope(422, "VALIDATION_FAILED", "resume must be a cursor token from this stream (ready or "
+                            f"post.created cursor) or GET /changes; got {token[:40]!r}.", field="resume")
+    flag = request.query.get("cursors", "").lower()
+    if flag not in ("", "true", "1", "false", "0"):
+        request.app[METRICS].refused.labels("VALIDATION_FAILED").inc()
+        return envelope(422, "VALIDATION_FAILED", f"cursors must be true or false; got {flag[:40]!r}.", field="cursors")
+    return flag in ("true", "1"), None
 
 
 def requested_filter(request: web.Request) -> StreamFilter | web.Response:
@@ -91,6 +119,15 @@ async def stream(request: web.Request) -> web.StreamResponse:
     stream_filter = requested_filter(request)
     if isinstance(stream_filter, web.Response):
         return stream_filter
+    opted = requested_resume(request)
+    if isinstance(opted, web.Response):
+        return opted
+    with_cursors, resume = opted
+    feed = app[FEED]
+    if with_cursors:
+        if not feed.epoch:
+            return envelope(503, "STREAM_STARTING", "The stream is starting; retry in a moment.", retry_after_sec=1)
+        await feed.refresh_epoch()  # the cursors this connection gets are of the current epoch
     # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
     # client whose network vanished frees its slot instead of holding it until TCP gives up.
     # compress: permessage-deflate when the client offers it and TICKERWIRE_STREAM_COMPRESS is on.
@@ -108,20 +145,71 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return limit_reached(limit, app[CONFIG].stream_lease_ttl_s)
     hub = app[HUB]
     conn = None
+    replay: asyncio.Task | None = None
     try:
         transport = request.transport
         limit_send_buffer(transport)
         await ws.prepare(request)
-        conn = hub.open(ws, transport, principal.workspace_id, principal.key_hash, session_id, stream_filter)
-        hub.send(conn, protocol.ready(session_id))
+        conn = hub.open(ws, transport, principal.workspace_id, principal.key_hash, session_id, stream_filter,
+                        cursors=with_cursors, replaying=resume is not None)
+        # Read with no await since the registration: every announcement above it reaches the connection live.
+        start = cursors.Cursor(feed.epoch, dict(feed.marks))
+        if resume is not None:
+            replay = asyncio.create_task(_resume(app, conn, resume, start), name=f"ws-resume-{session_id}")
+        else:
+            hub.send(conn, protocol.ready(session_id, start.encode() if with_cursors else None))
         async for msg in ws:  # clients send nothing; anything they send is ignored
             if msg.type == WSMsgType.ERROR:
                 break
     finally:
+        if replay is not None:
+            replay.cancel()
+            await asyncio.wait([replay])
         if conn is not None:
             await hub.forget(conn)
         await asyncio.shield(leases.release(session_id))
     return ws
+
+
+async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor, start: cursors.Cursor) -> None:
+    """Replay from the read model every announcement after ``resume`` up to ``start`` (where the
+    connection went live) that its filter admits, then the live messages held meanwhile.
+    ``ready`` says whether it resumed; a cursor of another epoch is refused (``resumed: false``)
+    and the connection goes on live from ``start``."""
+    hub, feed, metrics = app[HUB], app[FEED], app[METRICS]
+    try:
+        with storage_errors("resume"):
+            served = await served_locales(feed.db)
+            langs = served if conn.filter.langs is None else served & {lang.lower() for lang in conn.filter.langs}
+            marks = dict(resume.marks)
+            first = True
+            while True:
+                page = await cursors.read_changes(
+                    feed.db, feed.topic, marks, langs, tickers=conn.filter.tickers, categories=conn.filter.categories,
+                    limit=RESUME_PAGE, upto=start.marks,
+                )
+                if first:
+                    first = False
+                    if page.epoch != resume.epoch or page.epoch != start.epoch:
+                        metrics.resumes.labels("refused").inc()
+                        conn.skip = None
+                        await conn.queue.put(protocol.ready(conn.session_id, start.encode(), False,
+                                                            (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE)))
+                        break
+                    # Announcements the cursor already holds that the feed has not passed yet are not sent again live.
+                    conn.skip = {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None
+                    await conn.queue.put(protocol.ready(conn.session_id, resume.encode(), True))
+                for item in page.items:
+                    cursors.advance(marks, item.partition, (item.offset, item.lang))
+                    await conn.queue.put(protocol.post_created(item.lean, item.partition, item.offset, cursors.encode(resume.epoch, marks)))
+                metrics.replayed.inc(len(page.items))
+                if len(page.items) < RESUME_PAGE:
+                    metrics.resumes.labels("resumed").inc()
+                    break
+        await hub.go_live(conn)
+    except StorageUnavailable:
+        log.warning("resume failed: the read model is unavailable", extra={"fields": {"session_id": conn.session_id}})
+        hub.close(conn, protocol.CLOSE_TRY_AGAIN_LATER, protocol.RESUME_FAILED_REASON)
 
 
 async def _pinger(app: web.Application) -> None:
@@ -137,6 +225,8 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = await reader_pool(config)
     app[LEASES] = Leases(app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
+    if app[REPLICAS]:  # read-your-stream through the API's replicas (replicated.py)
+        app[FEED].before_announce = lambda records: replicated(app[REPLICAS], records)
     yield
     await app[LEASES].close()
     await app[POOL].close()
@@ -164,9 +254,12 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app[PRINCIPALS] = principals = Principals(acquire_timeout_s=config.db_acquire_timeout_s)
     app[WATCHER] = principals.watcher = StampWatcher(config.database_url, lambda: _refresh(app))
     app[METRICS].access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
+    app[REPLICAS] = stream_replicas(config, topic_name(config.topic_prefix, POSTS), app[METRICS].registry)
     app.cleanup_ctx.append(_pool_ctx)
     install(app, TopicGate(config, app[METRICS].registry, create=False))
     supervisor = supervisor_of(app)
+    if app[REPLICAS]:
+        app.cleanup_ctx.append(supervisor.task("replicas", lambda a: a[REPLICAS].run(a[POOL])))
     app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
     app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
     app.cleanup_ctx.append(supervisor.task("pinger", _pinger))
@@ -194,7 +287,13 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     ready.add("topics", app[TOPIC_GATE].check)
     ready.add("feed", feed)
     ready.add("access", access)
+    if app[REPLICAS]:
+        ready.add("replicas", lambda: _replicas_check(app))
     return ready
+
+
+async def _replicas_check(app: web.Application) -> tuple[bool, str]:
+    return app[REPLICAS].check()
 
 
 def _on_lease_lost(hub: Hub):

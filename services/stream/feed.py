@@ -19,6 +19,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -33,7 +34,7 @@ from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_err
 from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
 from ..common.retry import Backoff, retry_transient
 from ..common.supervise import honour_cancellation
-from ..readmodel import positions
+from ..readmodel import cursors, positions
 from ..readmodel.announcements import announced
 from . import protocol
 from .filters import PostFacts
@@ -92,6 +93,14 @@ class Feed:
         self._probe = LogProbe(config, "tickerwire-stream-probe")
         #: Pauses before reconnecting to the broker; short again after a fetch worked.
         self.backoff = Backoff(0.5, 10.0)
+        #: The resume cursor after the last message published (docs/resume.md): the epoch of the
+        #: log, and per partition the mark at or below which every announcement was published.
+        #: A connection registered now gets every announcement above it live.
+        self.epoch = ""
+        self.marks: dict[int, cursors.Mark] = {}
+        #: Awaited with the (partition, offset) of committed records before they are announced
+        #: (the stream's wait for its replicas: replicated.py), when set.
+        self.before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the
@@ -182,6 +191,8 @@ class Feed:
         consumer.assign(tps)
         if not self._next:
             self._next = positions.of_topic(await self._stored(), self.topic)
+            self.marks = {p: (offset, "") for p, offset in self._next.items()}
+            await self.refresh_epoch()
         for tp in tps:
             consumer.seek(tp, self._next.setdefault(tp.partition, 0))
         self.started.set()
@@ -191,12 +202,22 @@ class Feed:
             await self._room.wait()
             if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
                 await self._check_log(consumer, tps)
+            async def rewind(tps: list[TopicPartition]) -> None:
+                for tp in tps:
+                    consumer.seek(tp, self._next.get(tp.partition, 0))
+
             try:
-                batches = await consumer.getmany(timeout_ms=500)
+                # A batch that cannot be decoded is found and skipped (the projector dead-letters
+                # it); the other partitions go on.
+                batches, bad = await kafka.fetch(consumer, rewind, timeout_ms=500)
             except OffsetOutOfRangeError as exc:
                 log.warning("stream feed position out of range (%s); checking the log", exc)
                 await self._check_log(consumer, tps)
                 continue
+            if bad is not None:
+                log.warning("stream feed skips %s[%d]@%d: %s", bad.tp.topic, bad.tp.partition, bad.offset, bad.reason)
+                self._next[bad.tp.partition] = bad.offset + 1
+                consumer.seek(bad.tp, bad.offset + 1)
             self.backoff.reset()
             arrived = time.perf_counter()
             for tp, msgs in batches.items():
@@ -224,6 +245,7 @@ class Feed:
         translation visible, so a new log's record never announces one already pushed, and one
         the projector skipped (``accept-log --from latest``) announces nothing."""
         self._checked_at = time.monotonic()
+        await self.refresh_epoch()  # an idle feed learns a new epoch within one check interval
         suspected = await find_discontinuities(consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps})
         found = self._confirmer.observe(tps, suspected)
         if not suspected:
@@ -245,6 +267,7 @@ class Feed:
                         found[tp].reason, start, found[tp].log_start, projector.get(tp.partition, 0))
             self.metrics.feed_log_restarts.labels(str(tp.partition)).inc()
             self._next[tp.partition] = start
+            self.marks[tp.partition] = min(self.marks.get(tp.partition, cursors.START), (start, ""))
             consumer.seek(tp, start)
             # Records of the old log still waiting would never match the new one.
             self._pending = collections.deque(p for p in self._pending if p.partition != tp.partition)
@@ -293,6 +316,8 @@ class Feed:
             await self._has_pending.wait()
             ready = self._take_committed(await self._stored())
             if ready:
+                if self.before_announce is not None:
+                    await self.before_announce([(p.partition, p.offset) for p in ready])
                 await self._announce(ready)
             else:
                 await asyncio.sleep(self.poll_s)
@@ -313,21 +338,42 @@ class Feed:
         self._pending = waiting
         return ready
 
+    async def refresh_epoch(self) -> None:
+        """The read model's epoch; when it changed (a new log accepted), the marks of the
+        partitions whose log was replaced move back to where the new log is read from."""
+        async def load():
+            with storage_errors("log epoch"):
+                return await cursors.current_epoch(self.db)
+
+        now = await retry_transient(load, what="log epoch", cap=2.0)
+        if now.epoch != self.epoch and self.epoch:
+            log.warning("stream feed: the log epoch changed (%s -> %s); cursors of the old one are refused", self.epoch, now.epoch)
+            for partition, start in now.starts.items():
+                self.marks[partition] = min(self.marks.get(partition, cursors.START), (start, ""))
+        self.epoch = now.epoch
+
     async def _announce(self, ready: list[Pending]) -> None:
         async def load():
             with storage_errors("announced posts"):
                 return await announced(self.db, [(p.post_id, p.partition, p.offset) for p in ready])
 
+        await self.refresh_epoch()
         found = await retry_transient(load, what="announced posts", cap=2.0)
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
+        marks = self.marks
         for n, a in enumerate(found, start=1):
             facts = PostFacts.of(a.lang, a.tickers, a.category_slugs)
-            self.hub.publish(protocol.post_created(a.lean, a.partition, a.offset), facts)
+            cursors.advance(marks, a.partition, (a.offset, a.lang))
+            with_cursor = (protocol.post_created(a.lean, a.partition, a.offset, cursors.encode(self.epoch, marks))
+                           if self.hub.cursor_connections else None)
+            self.hub.publish(protocol.post_created(a.lean, a.partition, a.offset), facts, with_cursor, (a.partition, a.offset, a.lang))
             self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(a.partition, a.offset)])
             if n % self.yield_every == 0:
                 # Let every writer hand the queued messages to its socket: a burst never
                 # fills the queue of a client that is reading.
                 await asyncio.sleep(0)
+        for p in ready:  # every record of the batch is announced now, those announcing nothing included
+            cursors.advance(marks, p.partition, (p.offset + 1, ""))
         await asyncio.sleep(0)
 
 

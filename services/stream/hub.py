@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from aiohttp import WSMsgType, web
 
 from . import protocol
+from ..readmodel.cursors import START, Mark
 from .filters import EVERYTHING, PostFacts, StreamFilter
 from .metrics import StreamMetrics
 
@@ -30,6 +31,9 @@ CLOSE_GRACE_S = 10.0
 #: hold up to 4 MiB of kernel memory and go unnoticed that long; 256 KiB still covers the
 #: bandwidth-delay product of ordinary partner links for this message rate.
 SEND_BUFFER_BYTES = 256 * 1024
+#: Live messages held for one connection while its resume replays; beyond, it is closed as a
+#: slow consumer (and resumes again from the last cursor it processed).
+MAX_HELD = 100_000
 
 
 @dataclass(eq=False)
@@ -43,6 +47,12 @@ class Connection:
     filter: StreamFilter = EVERYTHING
     closing: bool = False
     writer: asyncio.Task | None = field(default=None, repr=False)
+    #: Opted in to resume cursors: gets the post.created that carries one.
+    cursors: bool = False
+    #: While a resume replays: the live messages, in order, queued after the replay (None: live).
+    held: list[bytes] | None = None
+    #: Announcements at or below these marks were replayed: never sent again live.
+    skip: dict[int, Mark] | None = None
 
 
 class Hub:
@@ -50,6 +60,8 @@ class Hub:
         self.metrics = metrics
         self.queue_size = queue_size
         self.connections: dict[str, Connection] = {}
+        #: How many open connections opted in to cursors (the feed encodes cursors only for them).
+        self.cursor_connections = 0
         #: Open connections by filter set, so matching costs one test per set and message.
         self.groups: dict[StreamFilter, dict[str, Connection]] = {}
         self._closers: set[asyncio.Task] = set()
@@ -58,9 +70,13 @@ class Hub:
 
     def open(
         self, ws: web.WebSocketResponse, transport, workspace_id: str, key_hash: str, session_id: str,
-        stream_filter: StreamFilter = EVERYTHING,
+        stream_filter: StreamFilter = EVERYTHING, *, cursors: bool = False, replaying: bool = False,
     ) -> Connection:
-        conn = Connection(ws, transport, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size), stream_filter)
+        """Register a connection: from now on it gets every message published (held, with
+        ``replaying``, until :meth:`go_live`)."""
+        conn = Connection(ws, transport, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size), stream_filter,
+                          cursors=cursors, held=[] if replaying else None)
+        self.cursor_connections += cursors
         conn.writer = asyncio.create_task(self._write(conn), name=f"ws-writer-{session_id}")
         self.connections[session_id] = conn
         self.groups.setdefault(stream_filter, {})[session_id] = conn
@@ -68,7 +84,8 @@ class Hub:
         return conn
 
     async def forget(self, conn: Connection) -> None:
-        self.connections.pop(conn.session_id, None)
+        if self.connections.pop(conn.session_id, None) is not None:
+            self.cursor_connections -= conn.cursors
         group = self.groups.get(conn.filter)
         if group is not None:
             group.pop(conn.session_id, None)
@@ -85,6 +102,11 @@ class Hub:
     def _offer(conn: Connection, message: bytes) -> bool:
         """Queue ``message`` for ``conn``; False when its queue is full (it stopped reading)."""
         if conn.closing:
+            return True
+        if conn.held is not None:
+            if len(conn.held) >= MAX_HELD:
+                return False
+            conn.held.append(message)
             return True
         try:
             conn.queue.put_nowait(message)
@@ -103,18 +125,42 @@ class Hub:
             self._slow(conn)
         return len(self.connections) - len(slow)
 
-    def publish(self, message: bytes, post: PostFacts) -> int:
-        """Queue a post.created to every connection whose filter admits ``post``; returns how many got it."""
+    def publish(self, message: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None) -> int:
+        """Queue a post.created to every connection whose filter admits ``post``; returns how many got it.
+
+        Connections that opted in to cursors get ``with_cursor`` (the same message with its
+        cursor), except one that already had announcement ``key`` (partition, offset, lang) replayed."""
         slow: list[Connection] = []
         offered = 0
         for stream_filter, group in self.groups.items():
             if not stream_filter.admits(post):
                 continue
             offered += len(group)
-            slow.extend(conn for conn in group.values() if not self._offer(conn, message))
+            if with_cursor is None:
+                slow.extend(conn for conn in group.values() if not self._offer(conn, message))
+                continue
+            for conn in group.values():
+                if not conn.cursors:
+                    ok = self._offer(conn, message)
+                elif conn.skip is not None and key is not None and (key[1], key[2]) <= conn.skip.get(key[0], START):
+                    offered -= 1
+                    continue
+                else:
+                    ok = self._offer(conn, with_cursor)
+                if not ok:
+                    slow.append(conn)
         for conn in slow:  # closed after the loop: closing changes the set being walked
             self._slow(conn)
         return offered - len(slow)
+
+    async def go_live(self, conn: Connection) -> None:
+        """After a resume's replay was queued: queue the live messages held meanwhile (waiting for
+        room, as the replay did), then send live messages straight to the queue."""
+        while conn.held:
+            held, conn.held = conn.held, []
+            for message in held:
+                await conn.queue.put(message)
+        conn.held = None  # no await since the last check: nothing published meanwhile is lost
 
     def _slow(self, conn: Connection) -> None:
         self.metrics.slow_closed.inc()

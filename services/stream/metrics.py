@@ -41,6 +41,14 @@ class StreamMetrics:
         self.slow_closed = Counter(
             "tickerwire_stream_slow_clients_closed_total", "Clients closed because they stopped reading", registry=r
         )
+        self.resumes = Counter(
+            "tickerwire_stream_resumes_total", "Handshakes asking to resume from a cursor, by outcome (resumed, refused)",
+            ["outcome"], registry=r,
+        )
+        self.replayed = Counter(
+            "tickerwire_stream_replayed_total", "post.created messages replayed from the read model to resuming connections",
+            registry=r,
+        )
         self.refused = Counter(
             "tickerwire_stream_refused_total", "Connections refused at the handshake", ["code"], registry=r
         )

@@ -27,6 +27,8 @@ SLOW_CONSUMER_REASON = "SLOW_CONSUMER"
 GOING_AWAY_REASON = "SERVER_SHUTTING_DOWN"
 LEASE_LOST_REASON = "STREAM_LEASE_LOST"
 INTERNAL_ERROR_REASON = "INTERNAL_ERROR"
+#: A resume's replay could not read the read model: reconnect with the same cursor (1013).
+RESUME_FAILED_REASON = "RESUME_FAILED"
 
 #: Error code of the HTTP 429 refusing a handshake beyond the workspace's connection limit.
 STREAM_LIMIT_REACHED = "STREAM_LIMIT_REACHED"
@@ -36,23 +38,38 @@ def _now() -> str:
     return iso_utc(datetime.now(timezone.utc))
 
 
-def ready(session_id: str) -> bytes:
-    return orjson.dumps({"type": "ready", "ts": _now(), "session_id": session_id})
+#: ``ready.reason.code`` of a resume refused because the cursor belongs to another log.
+RESUME_EPOCH_CHANGED = "CURSOR_EPOCH_CHANGED"
+
+
+def ready(session_id: str, cursor: str | None = None, resumed: bool | None = None, reason: tuple[str, str] | None = None) -> bytes:
+    """The spec's ready; with cursors opted in, also ``cursor`` (where this connection starts)
+    and, when asked to resume, ``resumed`` and (when false) ``reason`` {code, message}."""
+    message: dict[str, object] = {"type": "ready", "ts": _now(), "session_id": session_id}
+    if cursor is not None:
+        message["cursor"] = cursor
+    if resumed is not None:
+        message["resumed"] = resumed
+    if reason is not None:
+        message["reason"] = {"code": reason[0], "message": reason[1]}
+    return orjson.dumps(message)
 
 
 def ping() -> bytes:
     return orjson.dumps({"type": "ping", "ts": _now()})
 
 
-def post_created(lean_json: str, partition: int, offset: int) -> bytes:
+def post_created(lean_json: str, partition: int, offset: int, cursor: str | None = None) -> bytes:
     """``data`` is the stored lean JSON, byte for byte the item GET /posts lists.
 
     ``log_position`` is ``"<partition>:<offset>"`` of the posts-topic record that announced the
     post: a read whose ``X-Log-Position`` holds an offset above ``offset`` for ``partition``
-    reflects this post.
+    reflects this post. ``cursor`` (connections that opted in to cursors): the resume cursor
+    just after this message.
     """
     return (
         b'{"type":"post.created","ts":"' + _now().encode()
         + b'","log_position":"' + f"{partition}:{offset}".encode()
+        + (b'","cursor":"' + cursor.encode() if cursor is not None else b"")
         + b'","data":' + lean_json.encode() + b"}"
     )

@@ -19,6 +19,7 @@ from openapi_spec_validator import validate as validate_spec
 
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.readmodel import cursors
 from tests.support.apps import ReadModel, api_served
 from tests.support.events import visible_feed
 from tests.support.stack import BASE, auth
@@ -48,7 +49,7 @@ def test_document_is_valid_openapi_31():
     validate_spec(doc)
     assert set(doc["paths"]) == {
         "/posts", "/posts/{id_or_slug}", "/categories", "/categories/{slug}", "/tokens", "/tokens/{ticker}",
-        "/sentiment-pulse", "/languages", "/search",
+        "/sentiment-pulse", "/languages", "/search", "/changes",
     }
 
 
@@ -79,6 +80,12 @@ def _declared_headers(doc: dict, path: str, status: str) -> set[str]:
     return set(response.get("headers", {}))
 
 
+async def current_epoch(url: str, key: str) -> str:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url + BASE + "/changes", headers=auth(key)) as resp:
+            return cursors.decode((await resp.json())["cursor"]).epoch
+
+
 async def test_real_responses_validate_against_the_document(live):
     url, key, posts = live
     doc = orjson.loads(DOC_PATH.read_bytes())
@@ -91,6 +98,9 @@ async def test_real_responses_validate_against_the_document(live):
         ("/tokens/{ticker}", "/tokens/btc", {}, "200"), ("/sentiment-pulse", "/sentiment-pulse", {}, "200"),
         ("/languages", "/languages", {}, "200"), ("/search", "/search", {"q": post.translations[0].title}, "200"),
         ("/search", "/search", {"q": "x"}, "422"), ("/posts", "/posts", {"sentiment": "SAD"}, "422"),
+        ("/changes", "/changes", {}, "200"), ("/changes", "/changes", {"cursor": "c1~X"}, "422"),
+        ("/changes", "/changes", {"cursor": "c1~0ther~0.1"}, "409"),
+        ("/changes", "/changes", {"cursor": cursors.encode(await current_epoch(url, key), {}), "lang": "de-DE,ja-JP"}, "200"),
     ]
     async with aiohttp.ClientSession() as http:
         for template, path, params, status in calls:

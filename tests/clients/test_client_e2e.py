@@ -27,6 +27,7 @@ from tickerwire_client import (
     Client,
     NotAuthenticated,
     NotFound,
+    PostFilter,
     PostStream,
     QuotaExhausted,
     RateLimited,
@@ -131,10 +132,13 @@ async def test_every_endpoint_returns_typed_models_equal_to_the_wire(stack: Serv
         found = await client.search(word, lang="de-DE", limit=10)
         assert found.posts and [p.id for p in found.posts] == [p["id"] for p in (await raw(stack, key, "/search", q=word, lang="de-DE", limit="10"))["posts"]]
 
+        bullish = await client.posts(PostFilter(sentiment=[Sentiment.BULLISH], importance_min=50), lang="de-DE")
+        wire = await raw(stack, key, "/posts", sentiment="BULLISH", importance_min="50", lang="de-DE")
+        assert bullish.posts and [p.id for p in bullish.posts] == [p["id"] for p in wire["posts"]]
         with pytest.raises(ValidationFailed) as exc:
             await client.posts(sentiment=["BULLISH", "EUPHORIC"])
         assert exc.value.field == "sentiment" and exc.value.status == 422
-        assert client.last_meta.status == 422
+        assert exc.value.meta is not None and exc.value.meta.status == 422  # the error's own meta
     async with AsyncClient(api_url(stack), "tw_live_" + "x" * 43) as client:
         with pytest.raises(NotAuthenticated):
             await client.languages()

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tickerwire.services.common.config import Config
 from tickerwire.services.common.topicgate import TopicGate
-from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_REASONS, ProjectorMetrics
+from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_KINDS, ProjectorMetrics
 from tests.support.fieldtools import binary
 
 ROOT = Path(__file__).parents[2]
@@ -61,7 +61,7 @@ def test_projector_counters_alerts_read_exist_at_zero_from_the_start():
     applied = samples(metrics.registry, "tickerwire_projector_events_applied_total")
     assert applied == {f'type="{t}"': 0.0 for t in APPLIED_TYPES}
     dead = samples(metrics.registry, "tickerwire_projector_dead_lettered_total")
-    assert dead == {f'reason="{r}"': 0.0 for r in DEAD_LETTER_REASONS}
+    assert dead == {f'reason="{r}"': 0.0 for r in DEAD_LETTER_KINDS}
 
 
 def literal_kinds(pattern: str, *paths: Path) -> set[str]:
@@ -81,7 +81,7 @@ def test_the_zeroed_label_values_are_every_value_the_projector_uses():
         | literal_kinds(r'dead_lettered\.labels\("(\w+)"\)', projector / "runner.py")
         | literal_kinds(r'InvalidEvent\([^()]*?, "(\w+)"\)', ROOT / "schemas" / "models.py")
     )
-    assert {"undecodable", "rejected", "wrong_topic", "schema"} <= reasons <= set(DEAD_LETTER_REASONS)
+    assert {"undecodable", "rejected", "wrong_topic", "schema"} <= reasons <= set(DEAD_LETTER_KINDS)
 
 
 def test_topic_differences_exist_at_zero_before_the_first_check():

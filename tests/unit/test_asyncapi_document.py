@@ -8,6 +8,7 @@ from pathlib import Path
 import jsonschema
 import orjson
 
+from tickerwire.services.readmodel import cursors
 from tickerwire.services.stream import protocol
 from tickerwire.services.stream.filters import EVERYTHING, parse_filter
 
@@ -25,7 +26,7 @@ def test_both_key_carriers_are_security_schemes_of_the_server():
 
 def test_the_documented_filters_are_the_ones_the_handshake_reads():
     query = DOC["channels"]["stream"]["bindings"]["ws"]["query"]["properties"]
-    filters = set(query) - {"key"}
+    filters = set(query) - {"key", "cursors", "resume"}
     assert filters == {"lang", "tickers", "categories"}
     assert parse_filter({}) == EVERYTHING
     assert all(parse_filter({name: "X"}) != EVERYTHING for name in filters)
@@ -41,3 +42,31 @@ def test_an_encoded_post_created_and_the_example_validate_against_the_message_sc
     for payload in (example, message):
         assert not [e.message for e in validator.iter_errors(payload)]
     assert message["log_position"] == "3:1523" and "log_position" in schemas["PostCreated"]["required"]
+
+
+def test_the_cursor_opt_ins_and_their_messages_validate_against_the_message_schemas():
+    schemas = DOC["components"]["schemas"]
+    assert {"cursors", "resume"} <= set(DOC["channels"]["stream"]["bindings"]["ws"]["query"]["properties"])
+
+    def errors(schema: str, payload: dict) -> list[str]:
+        validator = jsonschema.Draft202012Validator({**schemas[schema], "components": DOC["components"]},
+                                                    format_checker=jsonschema.FormatChecker())
+        return [e.message for e in validator.iter_errors(payload)]
+
+    cursor = cursors.encode("a1b2c3", {0: (12, "en-US"), 1: (7, "")})
+    sent = [
+        ("Ready", protocol.ready("ses_x")),
+        ("Ready", protocol.ready("ses_x", cursor)),
+        ("Ready", protocol.ready("ses_x", cursor, True)),
+        ("Ready", protocol.ready("ses_x", cursor, False, (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE))),
+        ("PostCreated", protocol.post_created('{"id":1}', 0, 12, cursor)),
+    ]
+    for schema, message in sent:
+        payload = orjson.loads(message)
+        if schema == "PostCreated":  # the lean post as the example has it
+            payload["data"] = DOC["components"]["messages"]["postCreated"]["examples"][0]["payload"]["data"]
+        assert not errors(schema, payload), (schema, payload)
+    for name, schema in (("ready", "Ready"), ("postCreated", "PostCreated")):
+        for example in DOC["components"]["messages"][name]["examples"]:
+            assert not errors(schema, example["payload"])
+    assert errors("Ready", {**orjson.loads(protocol.ready("ses_x")), "cursor": "not a cursor"})

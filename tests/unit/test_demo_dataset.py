@@ -29,7 +29,7 @@ from tickerwire.devstack.demo.dataset import (
     post_events,
     ticker_pool,
 )
-from tickerwire.devstack.demo.trickle import next_post, run_trickle
+from tickerwire.devstack.demo.trickle import Newsroom, next_post, run_trickle
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -368,7 +368,7 @@ def test_next_post_is_published_now_in_the_given_locales():
     assert decode_event(encode_event(event)) == event
 
 
-async def test_run_trickle_publishes_rising_ids_until_stopped():
+async def test_run_trickle_publishes_until_stopped():
     published = []
     stop = asyncio.Event()
 
@@ -378,10 +378,38 @@ async def test_run_trickle_publishes_rising_ids_until_stopped():
             stop.set()
 
     await asyncio.wait_for(run_trickle(publish, start_id=2001, interval_s=0.01, seed=7, stop=stop), 5)
-    assert [e.data.id for e in published] == [2001, 2002, 2003]
-    times = [e.data.published_at for e in published]
-    assert times == sorted(times)
-    assert all(e.data.status is PostStatus.published for e in published)
+    assert len(published) >= 3 and published[0].data.id == 2001
+    assert all(e.data.id >= 2001 for e in published)
+
+
+def test_the_newsroom_publishes_partial_posts_completed_later_edits_and_backdated_posts():
+    newsroom = Newsroom(random.Random(3), start_id=5001, locales=LISTED_LOCALES, pool=ticker_pool())
+    events = []
+    for tick in range(400):
+        events += newsroom.step(NOW + timedelta(seconds=5 * tick))
+    by_id: dict[int, list] = {}
+    for e in events:
+        assert decode_event(encode_event(e)) == e
+        by_id.setdefault(e.data.id, []).append(e)
+    new_ids = [e.data.id for e in events if e.version == 1]
+    assert new_ids == sorted(new_ids) == list(range(5001, 5001 + len(new_ids)))
+    completed = edited = 0
+    for versions in by_id.values():
+        assert [e.version for e in versions] == list(range(1, len(versions) + 1))
+        assert len({e.data.published_at for e in versions}) == 1  # translations and edits keep the time
+        langs = [[t.lang for t in e.data.translations] for e in versions]
+        for before, after in zip(langs, langs[1:]):
+            assert after[:len(before)] == before  # a translation once out stays out
+        if versions[0].data.status is PostStatus.partial and versions[-1].data.status is PostStatus.published:
+            completed += 1
+            assert len(langs[-1]) > len(langs[0])
+        edited += sum(1 for a, b in zip(versions, versions[1:]) if [t.lang for t in a.data.translations] == [t.lang for t in b.data.translations])
+    assert completed >= 50 and edited >= 10
+    still = {i for i, v in by_id.items() if v[-1].data.status is PostStatus.partial}
+    assert still <= {p.full.data.id for p in newsroom.pending}  # the rest land later
+    emitted = {e.data.id: e.emitted_at for e in events if e.version == 1}
+    backdated = [i for i, v in by_id.items() if emitted[i] - v[0].data.published_at >= timedelta(minutes=10)]
+    assert len(backdated) >= 15
 
 
 async def test_run_trickle_stops_when_cancelled():

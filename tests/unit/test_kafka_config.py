@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import ssl
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -124,3 +126,22 @@ def test_unloadable_tls_files_are_a_config_error(tmp_path):
 def test_broker_errors_are_retried_only_when_a_retry_can_help(error, translated):
     result = kafka.translate_broker_error(error, "cannot create topic t")
     assert type(result) is translated and str(result) == "cannot create topic t"
+
+
+async def test_every_consumer_the_product_builds_reads_committed_records_only():
+    """Records of an aborted transaction are never read: every consumer is built by
+    kafka.consumer (no other place constructs one), which sets read_committed and refuses
+    another isolation level."""
+    package = Path(kafka.__file__).resolve().parents[2]
+    builders = []
+    for path in sorted(p for part in ("services", "devstack", "schemas") for p in (package / part).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "AIOKafkaConsumer":
+                builders.append(path.relative_to(package).as_posix())
+    assert builders == ["services/common/kafka.py"]
+    config = cfg()
+    for kw in ({}, {"auto_offset_reset": "none", "max_poll_records": 10}):
+        built = kafka.consumer(config, "t", group_id=None, client_id="c", **kw)
+        assert built._isolation_level == "read_committed"
+    with pytest.raises(ValueError):
+        kafka.consumer(config, "t", group_id=None, client_id="c", isolation_level="read_uncommitted")

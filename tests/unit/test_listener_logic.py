@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import sys
+
+import orjson
 
 from tickerwire.services.common.logs import ExpectedFaultTracebacks, JsonFormatter, LibraryFloodFilter, LogLimiter
 from tickerwire.services.common.ops import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
@@ -58,6 +61,28 @@ def test_expected_fault_lines_of_libraries_are_one_line_without_a_traceback():
     assert "asyncpg#1326" in release.getMessage()
     ours = record("tickerwire.services.api", logging.ERROR, "a bug", RuntimeError("x"))
     assert expected.filter(ours) and ours.exc_info is not None  # a traceback where it means a bug
+
+
+def test_asyncio_lines_without_an_exception_keep_their_message():
+    """asyncio's default exception handler logs with ``exc_info=False`` when its context has no
+    exception; the filter once indexed that and raised, and the line became "Exception in
+    default exception handler"."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter("test"))
+    handler.addFilter(ExpectedFaultTracebacks())
+    logger = logging.getLogger("asyncio")
+    saved = logger.handlers[:], logger.propagate
+    logger.handlers[:], logger.propagate = [handler], False
+    loop = asyncio.new_event_loop()
+    try:
+        loop.call_exception_handler({"message": "Unclosed client session"})
+    finally:
+        loop.close()
+        logger.handlers[:], logger.propagate = saved
+    lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["msg"] for line in lines] == ["Unclosed client session"]
+    assert "exc" not in lines[0]
 
 
 def test_request_id_is_the_clients_when_well_formed():

@@ -26,6 +26,7 @@ from .errors import (
     ValidationFailed,
     WorkspaceSuspended,
 )
+from .filters import PostFilter, PostFilterArgs
 from .meta import Limits, LogMark, LogPosition, ResponseMeta
 from .models import (
     Category,
@@ -50,8 +51,8 @@ from .models import (
 )
 from .ordering import StreamPost
 from .retry import RetryPolicy
-from .stream import PostStream, StreamStats
-from .sync import Client
+from .stream import PostStream, StreamOptions, StreamSource, StreamStats
+from .sync import Client, SyncPostStream
 
 __all__ = [
     "ApiError",
@@ -79,6 +80,8 @@ __all__ = [
     "NotFound",
     "Page",
     "PostDetail",
+    "PostFilter",
+    "PostFilterArgs",
     "PostLean",
     "PostStream",
     "QuotaExhausted",
@@ -91,8 +94,11 @@ __all__ = [
     "ServerError",
     "ServiceUnavailable",
     "StreamLimitReached",
+    "StreamOptions",
     "StreamPost",
+    "StreamSource",
     "StreamStats",
+    "SyncPostStream",
     "Throttled",
     "TickerwireError",
     "Token",

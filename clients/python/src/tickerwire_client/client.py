@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from datetime import datetime
-from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Mapping, TypeVar, Unpack
 from urllib.parse import quote
 
 import aiohttp
 
 from .errors import ApiError, TransportError, error_from_response
-from .meta import ResponseMeta
+from .filters import PostFilter, PostFilterArgs, page_params
+from .meta import LogPosition, ResponseMeta
 from .models import (
     Category,
     CategoryTree,
@@ -25,39 +25,15 @@ from .models import (
     TokenList,
 )
 from .retry import RetryPolicy
+from .stream import PostStream, StreamOptions
 
 T = TypeVar("T")
 Direction = Literal["older", "newer"]
-CSV = str | Iterable[str] | None
+Cursor = int | str | None
+#: Fetches one page at the cursors ``before`` / ``after``.
+PageFetch = Callable[[Cursor, Cursor], Awaitable[Page]]
 
 USER_AGENT = "tickerwire-client-python/0.1"
-
-
-def csv_value(value: CSV) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    return ",".join(str(v) for v in value)
-
-
-def post_filters(*, category: CSV = None, ticker: CSV = None, hashtag: CSV = None, sentiment: CSV = None,
-                 importance_min: int | None = None, since: datetime | str | None = None) -> dict[str, str]:
-    """The /posts (and /search) filter parameters, CSV-joined, ``None`` left out."""
-    params = {
-        "category": csv_value(category),
-        "ticker": csv_value(ticker),
-        "hashtag": csv_value(hashtag),
-        "sentiment": csv_value(sentiment),
-        "importance_min": None if importance_min is None else str(importance_min),
-        "since": since.isoformat() if isinstance(since, datetime) else since,
-    }
-    return {k: v for k, v in params.items() if v is not None}
-
-
-def _page_params(lang: str | None, limit: int | None, after: int | str | None, before: int | str | None) -> dict[str, str]:
-    params = {"lang": lang, "limit": limit, "after": after, "before": before}
-    return {k: str(v) for k, v in params.items() if v is not None}
 
 
 def http_to_ws(url: str) -> str:
@@ -74,8 +50,9 @@ class AsyncClient:
     ``base_url`` ends in ``/api/v1/developer``. ``stream_url`` is the stream's ``{ws_url}``
     (the same path over ``ws``/``wss``, with or without the trailing ``/stream``; any
     ``key`` in it is replaced by ``key``); by default it is ``base_url`` over ``ws``/``wss``.
-    Every call returns a typed model whose ``meta`` carries the limit headers and the
-    consistency mark; ``last_meta`` holds those of the latest response (errors included).
+    Every call returns a typed model whose ``meta`` carries that response's status, limit
+    headers and consistency mark; an ``ApiError`` carries its own. Nothing is kept on the
+    client between calls, so concurrent calls never see each other's meta.
     """
 
     def __init__(self, base_url: str, key: str, *, stream_url: str | None = None, retry: RetryPolicy | None = None,
@@ -88,10 +65,13 @@ class AsyncClient:
         self._session = session
         self._owns_session = session is None
         self._closed = False
-        self._streams: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.last_meta: ResponseMeta | None = None
+        self._streams: weakref.WeakSet[PostStream] = weakref.WeakSet()
         #: Retries made so far (429/503 or connection errors), for observability.
         self.retries = 0
+        #: The freshest consistency mark seen (responses' X-Log-Position, pushed posts'
+        #: log_position), sent as X-Min-Log-Position: no later read answers from older data,
+        #: whichever server (or database replica) serves it.
+        self.min_position: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -127,6 +107,8 @@ class AsyncClient:
         """GET ``path`` with bounded retries; the decoded body and its meta, or an ``ApiError``."""
         url = self.base_url + path
         headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
+        if self.min_position:
+            headers["X-Min-Log-Position"] = str(LogPosition(self.min_position))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry.max_call_time
         attempt, waited = 0, 0.0
@@ -137,7 +119,8 @@ class AsyncClient:
                 async with self.session.get(url, params=params or None, headers=headers, timeout=timeout) as resp:
                     raw = await resp.read()
                     meta = ResponseMeta.from_headers(resp.status, resp.headers)
-                    self.last_meta = meta
+                    if meta.log_position is not None:
+                        self.saw(meta.log_position.offsets)
                     body = _decode(raw)
                     if resp.status < 400:
                         return body, meta
@@ -155,6 +138,12 @@ class AsyncClient:
             waited += delay
             await asyncio.sleep(delay)
 
+    def saw(self, offsets: Mapping[int, int]) -> None:
+        """Raise :attr:`min_position` to ``offsets`` (per partition, the next offset reflected)."""
+        for partition, offset in offsets.items():
+            if offset > self.min_position.get(partition, 0):
+                self.min_position[partition] = offset
+
     async def _get(self, path: str, parse: Callable[[Any, ResponseMeta], T], params: Mapping[str, str] | None = None) -> T:
         body, meta = await self.request(path, params)
         try:
@@ -165,25 +154,25 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ endpoints
 
-    async def posts(self, *, lang: str | None = None, after: int | str | None = None, before: int | str | None = None,
-                    limit: int | None = None, **filters: Any) -> Page:
+    async def posts(self, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
+                    before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
         """GET /posts: newest first. ``after`` gives the posts right after the cursor (newer),
-        ``before`` the older ones. Filters: ``category``, ``ticker``, ``hashtag``,
-        ``sentiment`` (a string or an iterable), ``importance_min``, ``since``."""
-        params = _page_params(lang, limit, after, before) | post_filters(**filters)
+        ``before`` the older ones. ``where`` (a :class:`PostFilter`) or the same fields as
+        keywords narrow the list; a keyword overrides the field of ``where``."""
+        params = page_params(lang, limit, after, before) | PostFilter.of(where, filters).params()
         return await self._get("/posts", Page.from_dict, params)
 
     async def post(self, id_or_slug: int | str, *, lang: str | None = None) -> PostDetail:
         """GET /posts/{id_or_slug}."""
-        return await self._get(f"/posts/{quote(str(id_or_slug), safe='')}", PostDetail.from_dict, _page_params(lang, None, None, None))
+        return await self._get(f"/posts/{quote(str(id_or_slug), safe='')}", PostDetail.from_dict, page_params(lang))
 
     async def categories(self, *, lang: str | None = None) -> CategoryTree:
         """GET /categories: groups and their leaves."""
-        return await self._get("/categories", CategoryTree.from_dict, _page_params(lang, None, None, None))
+        return await self._get("/categories", CategoryTree.from_dict, page_params(lang))
 
     async def category(self, slug: str, *, lang: str | None = None) -> Category:
         """GET /categories/{slug}: a group or a leaf."""
-        return await self._get(f"/categories/{quote(slug, safe='')}", Category.from_dict, _page_params(lang, None, None, None))
+        return await self._get(f"/categories/{quote(slug, safe='')}", Category.from_dict, page_params(lang))
 
     async def tokens(self) -> TokenList:
         """GET /tokens: every token in one response."""
@@ -201,16 +190,17 @@ class AsyncClient:
         """GET /languages."""
         return await self._get("/languages", LanguageList.from_dict)
 
-    async def search(self, q: str, *, lang: str | None = None, after: int | str | None = None, before: int | str | None = None,
-                     limit: int | None = None, **filters: Any) -> Page:
-        """GET /search: ranked best first; the /posts filters apply."""
-        params = {"q": q} | _page_params(lang, limit, after, before) | post_filters(**filters)
+    async def search(self, q: str, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
+                     before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+        """GET /search: ranked best first; the /posts filters apply (``where`` or keywords)."""
+        params = {"q": q} | page_params(lang, limit, after, before) | PostFilter.of(where, filters).params()
         return await self._get("/search", Page.from_dict, params)
 
     # ------------------------------------------------------------------ every page
 
-    def iter_posts(self, *, direction: Direction = "older", lang: str | None = None, after: int | str | None = None,
-                   before: int | str | None = None, limit: int | None = 50, **filters: Any) -> AsyncIterator[PostLean]:
+    def iter_posts(self, where: PostFilter | None = None, *, direction: Direction = "older", lang: str | None = None,
+                   after: Cursor = None, before: Cursor = None, limit: int | None = 50,
+                   **filters: Unpack[PostFilterArgs]) -> AsyncIterator[PostLean]:
         """Every post, page after page.
 
         ``direction="older"`` (default) starts at the newest post (or ``before``) and yields
@@ -218,48 +208,58 @@ class AsyncClient:
         cursor ``after`` (required) and yields oldest first until the newest; posts published
         while it runs are included.
         """
-        return self._iterate(lambda **kw: self.posts(**kw, **filters), direction, lang, after, before, limit)
+        match = PostFilter.of(where, filters)
 
-    def iter_search(self, q: str, *, direction: Direction = "older", lang: str | None = None, after: int | str | None = None,
-                    before: int | str | None = None, limit: int | None = 50, **filters: Any) -> AsyncIterator[PostLean]:
+        def fetch(before: Cursor, after: Cursor) -> Awaitable[Page]:
+            return self.posts(match, lang=lang, limit=limit, before=before, after=after)
+
+        return _iterate(fetch, direction, after, before)
+
+    def iter_search(self, q: str, where: PostFilter | None = None, *, direction: Direction = "older",
+                    lang: str | None = None, after: Cursor = None, before: Cursor = None, limit: int | None = 50,
+                    **filters: Unpack[PostFilterArgs]) -> AsyncIterator[PostLean]:
         """Every search result in rank order (``"older"``: best first), or in reverse rank
         order from the cursor ``after`` (``"newer"``)."""
-        return self._iterate(lambda **kw: self.search(q, **kw, **filters), direction, lang, after, before, limit)
+        match = PostFilter.of(where, filters)
 
-    async def _iterate(self, fetch: Callable[..., Any], direction: Direction, lang: str | None,
-                       after: int | str | None, before: int | str | None, limit: int | None) -> AsyncIterator[PostLean]:
-        if direction == "older":
-            cursor = before
-            while True:
-                page: Page = await fetch(lang=lang, limit=limit, before=cursor)
-                for post in page.posts:
-                    yield post
-                if not page.posts or page.next_cursor is None:
-                    return
-                cursor = page.next_cursor
-        elif direction == "newer":
-            if after is None:
-                raise ValueError('direction="newer" needs a cursor: pass after=<post id>')
-            cursor = after
-            while True:
-                page = await fetch(lang=lang, limit=limit, after=cursor)
-                for post in reversed(page.posts):
-                    yield post
-                if not page.posts or page.prev_cursor is None:
-                    return
-                cursor = page.prev_cursor
-        else:
-            raise ValueError(f'direction must be "older" or "newer", not {direction!r}')
+        def fetch(before: Cursor, after: Cursor) -> Awaitable[Page]:
+            return self.search(q, match, lang=lang, limit=limit, before=before, after=after)
+
+        return _iterate(fetch, direction, after, before)
 
     # ------------------------------------------------------------------ the stream
 
-    def stream(self, **options: Any):
-        """A :class:`~tickerwire_client.stream.PostStream` over this client (see its options)."""
-        from .stream import PostStream
-
+    def stream(self, **options: Unpack[StreamOptions]) -> PostStream:
+        """A :class:`~tickerwire_client.stream.PostStream` over this client (see its options);
+        closing the client closes it."""
         stream = PostStream(self, **options)
         self._streams.add(stream)
         return stream
+
+
+async def _iterate(fetch: PageFetch, direction: Direction, after: Cursor, before: Cursor) -> AsyncIterator[PostLean]:
+    if direction == "older":
+        cursor = before
+        while True:
+            page = await fetch(cursor, None)
+            for post in page.posts:
+                yield post
+            if not page.posts or page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+    elif direction == "newer":
+        if after is None:
+            raise ValueError('direction="newer" needs a cursor: pass after=<post id>')
+        cursor = after
+        while True:
+            page = await fetch(None, cursor)
+            for post in reversed(page.posts):
+                yield post
+            if not page.posts or page.prev_cursor is None:
+                return
+            cursor = page.prev_cursor
+    else:
+        raise ValueError(f'direction must be "older" or "newer", not {direction!r}')
 
 
 def _decode(raw: bytes) -> Any:

@@ -21,7 +21,7 @@ class OpenEnum(StrEnum):
     """A string enum that tolerates values it does not know."""
 
     @classmethod
-    def parse(cls, value: Any) -> Self | str:
+    def parse(cls, value: str) -> Self | str:
         try:
             return cls(value)
         except ValueError:

@@ -55,7 +55,7 @@ class Backoff:
     def next(self) -> float:
         self.attempt += 1
         # "Equal jitter": never zero, so a crash loop cannot hammer the server.
-        ceiling = min(self.cap, self.base * (2 ** (self.attempt - 1)))
+        ceiling = min(self.cap, self.base * 2.0 ** (self.attempt - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def reset(self) -> None:

@@ -20,12 +20,11 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol, TypedDict
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
-from .client import AsyncClient, csv_value
 from .errors import (
     ApiError,
     BadgeMissing,
@@ -39,8 +38,9 @@ from .errors import (
     WorkspaceSuspended,
     error_from_response,
 )
+from .filters import PostFilter, csv_value
 from .meta import LogMark, LogPosition
-from .models import PostLean
+from .models import CategoryTree, LanguageList, Page, PostLean
 from .ordering import LocaleLine, StreamPost
 from .retry import Backoff
 
@@ -49,7 +49,13 @@ log = logging.getLogger("tickerwire_client.stream")
 #: Close code the server uses when access changed while connected; the reason is the error code.
 CLOSE_ACCESS_REVOKED = 4003
 _REVOKED = {"NOT_AUTHENTICATED": NotAuthenticated, "WORKSPACE_SUSPENDED": WorkspaceSuspended, "BADGE_MISSING": BadgeMissing}
-_END = object()
+
+
+class _End:
+    """Put in the queue when the stream ends (and put back, so every later read ends too)."""
+
+
+_END = _End()
 
 
 @dataclass(slots=True)
@@ -62,6 +68,40 @@ class StreamStats:
     #: quota (the stream itself counts against neither): pushes flow meanwhile.
     gap_fills_deferred: int = 0
     messages: int = 0
+
+
+class StreamSource(Protocol):
+    """What a stream needs of its client (``AsyncClient`` is one): the WebSocket session and
+    address, and the reads of the gap-fill and of the start."""
+
+    key: str
+    stream_url: str
+
+    @property
+    def session(self) -> aiohttp.ClientSession: ...
+
+    async def posts(self, where: PostFilter | None = None, *, lang: str | None = None, after: int | str | None = None,
+                    before: int | str | None = None, limit: int | None = None) -> Page: ...
+
+    async def categories(self, *, lang: str | None = None) -> CategoryTree: ...
+
+    async def languages(self) -> LanguageList: ...
+
+
+class StreamOptions(TypedDict, total=False):
+    """The options of ``client.stream(...)``: the keyword arguments of :class:`PostStream`."""
+
+    langs: Iterable[str] | None
+    tickers: Iterable[str] | str | None
+    categories: Iterable[str] | str | None
+    start_after: int | dict[str, int] | None
+    silence_timeout: float
+    reorder_window: float
+    backoff_base: float
+    backoff_cap: float
+    connect_timeout: float
+    queue_size: int
+    server_filters: bool
 
 
 class _Reconnect(Exception):
@@ -109,7 +149,7 @@ class PostStream:
       server_filters: send ``lang``/``tickers``/``categories`` to the stream (True).
     """
 
-    def __init__(self, client: AsyncClient, *, langs: Iterable[str] | None = None, tickers: Iterable[str] | str | None = None,
+    def __init__(self, client: StreamSource, *, langs: Iterable[str] | None = None, tickers: Iterable[str] | str | None = None,
                  categories: Iterable[str] | str | None = None, start_after: int | dict[str, int] | None = None,
                  silence_timeout: float = 60.0, reorder_window: float = 0.5, backoff_base: float = 0.5,
                  backoff_cap: float = 30.0, connect_timeout: float = 10.0, queue_size: int = 1000,
@@ -129,9 +169,9 @@ class PostStream:
         self.stats = StreamStats()
         self.lines: dict[str, LocaleLine] = {}
         self._leaves: set[str] | None = None
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=queue_size)
+        self._queue: asyncio.Queue[StreamPost | Exception | _End] = asyncio.Queue(maxsize=queue_size)
         self._emit = asyncio.Lock()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         #: Per locale, the newest post the application has taken in order (what ``cursors()`` says).
         self._taken: dict[str, int | None] = {}
@@ -158,10 +198,10 @@ class PostStream:
     async def __anext__(self) -> StreamPost:
         self.start()
         item = await self._queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._queue.put_nowait(_END)  # and on every later call
             raise StopAsyncIteration
-        if isinstance(item, BaseException):
+        if isinstance(item, Exception):
             self._queue.put_nowait(_END)
             raise item
         if not item.late:
@@ -271,9 +311,9 @@ class PostStream:
         handshake is always the workspace's connection limit: a plain GET cannot show it (the
         slot is only asked for by an upgrade), so it is told by its status and ``Retry-After``."""
         if exc.status == 429:
-            headers = exc.headers or {}
+            headers: Mapping[str, str] = exc.headers or {}
             retry_after = headers.get("Retry-After")
-            envelope = {"code": "STREAM_LIMIT_REACHED", "message": "the workspace holds its maximum of stream connections"}
+            envelope: dict[str, str | int] = {"code": "STREAM_LIMIT_REACHED", "message": "the workspace holds its maximum of stream connections"}
             if retry_after is not None and retry_after.isdigit():
                 envelope["retry_after_sec"] = int(retry_after)
             return error_from_response(429, {"error": envelope}, headers)
@@ -331,7 +371,7 @@ class PostStream:
             raise _Reconnect(f"connection error: {ws.exception()!r}")
         return {}  # binary frames: nothing for the application
 
-    async def _read(self, ws: aiohttp.ClientWebSocketResponse, filler: asyncio.Task) -> None:
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse, filler: asyncio.Task[None]) -> None:
         """Pushes until the connection ends; waiting pushes are released when due."""
         loop = asyncio.get_running_loop()
         silent = 0.0  # seconds spent waiting for a message since the last one (time spent handing
@@ -381,11 +421,15 @@ class PostStream:
         except (KeyError, TypeError, ValueError) as exc:
             log.error("post.created with an unreadable data field dropped: %r", exc)
             return
+        mark = LogMark.parse(message.get("log_position"))
+        saw = getattr(self.client, "saw", None)  # AsyncClient's: its next reads reflect this post
+        if mark is not None and saw is not None:
+            saw({mark.partition: mark.offset + 1})
         line = self._wanted(post)
         if line is None:
             return
         async with self._emit:
-            for item in line.push(post, LogMark.parse(message.get("log_position")), asyncio.get_running_loop().time()):
+            for item in line.push(post, mark, asyncio.get_running_loop().time()):
                 await self._hand(item)
 
     async def _hand(self, item: StreamPost) -> None:
@@ -421,13 +465,13 @@ class PostStream:
         gap then arrive ``late``, never lost. The fill resumes from where it had read to (each
         line's ``fill_cursor``), so a gap longer than one minute's allowance is read over several
         minutes, and a reconnect meanwhile resumes it too. The connection is kept meanwhile."""
-        filters = {k: v for k, v in {"ticker": self.tickers, "category": self.categories}.items() if v}
+        match = PostFilter(ticker=self.tickers or None, category=self.categories or None)
         pending = list(self.lines)
         while pending:
             for lang in list(pending):
                 line = self.lines[lang]
                 try:
-                    await self._fill_line(line, line.fill_cursor, filters)
+                    await self._fill_line(line, line.fill_cursor, match)
                 except Throttled as exc:
                     self.stats.gap_fills_deferred += 1
                     wait = exc.retry_after if exc.retry_after is not None else 60.0
@@ -440,14 +484,14 @@ class PostStream:
                     break
                 pending.remove(lang)
 
-    async def _fill_line(self, line: LocaleLine, cursor: int | str | None, filters: dict[str, str]) -> None:
+    async def _fill_line(self, line: LocaleLine, cursor: int | str | None, match: PostFilter) -> None:
         if cursor is None:
-            await self._fill_from_start(line, filters)
+            await self._fill_from_start(line, match)
             return
         after: int | str = cursor
         while True:
             self.stats.gap_fill_requests += 1
-            page = await self.client.posts(lang=line.lang, after=after, limit=50, **filters)
+            page = await self.client.posts(match, lang=line.lang, after=after, limit=50)
             async with self._emit:
                 for item in line.fill_page([p for p in page.posts if self._wanted(p) is line]):
                     await self._queue.put(item)
@@ -457,14 +501,14 @@ class PostStream:
             after = page.prev_cursor
             line.fill_progress(after)  # delivered up to here: a resumed fill starts after it
 
-    async def _fill_from_start(self, line: LocaleLine, filters: dict[str, str]) -> None:
+    async def _fill_from_start(self, line: LocaleLine, match: PostFilter) -> None:
         """No cursor yet (there were no posts when the stream started): every post is new."""
         posts: list[PostLean] = []
         position: LogPosition | None = None
         before: str | None = None
         for _ in range(200):  # bounded: 10,000 posts
             self.stats.gap_fill_requests += 1
-            page = await self.client.posts(lang=line.lang, before=before, limit=50, **filters)
+            page = await self.client.posts(match, lang=line.lang, before=before, limit=50)
             position = position or (page.meta.log_position if page.meta else None)
             posts += page.posts
             if not page.posts or page.next_cursor is None:

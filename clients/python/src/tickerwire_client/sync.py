@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import signal
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, TypeVar
+from typing import Any, AsyncGenerator, AsyncIterator, Coroutine, Iterator, TypeVar, Unpack
 
-from .client import AsyncClient
+from .client import AsyncClient, Cursor, Direction
+from .filters import PostFilter, PostFilterArgs
+from .models import (
+    Category,
+    CategoryTree,
+    LanguageList,
+    Page,
+    PostDetail,
+    PostLean,
+    SentimentPulse,
+    TokenDetail,
+    TokenList,
+)
 from .ordering import StreamPost
-from .stream import PostStream
+from .retry import RetryPolicy
+from .stream import PostStream, StreamOptions, StreamStats
 
 T = TypeVar("T")
 
@@ -34,12 +46,11 @@ class _LoopThread:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         self.loop.run_forever()
 
-    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         if not self.thread.is_alive():
-            if hasattr(coro, "close"):
-                coro.close()
+            coro.close()
             raise RuntimeError("the client is closed")
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
@@ -57,14 +68,17 @@ class _LoopThread:
             raise
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        async def step() -> T:
+            return await anext(agen)
+
         try:
             while True:
                 try:
-                    yield self.run(agen.__anext__())
+                    yield self.run(step())
                 except StopAsyncIteration:
                     return
         finally:
-            if hasattr(agen, "aclose"):
+            if isinstance(agen, AsyncGenerator):
                 self.run(agen.aclose())
 
     def stop(self) -> None:
@@ -74,58 +88,84 @@ class _LoopThread:
             self.loop.close()
 
 
-def _blocking(name: str) -> Callable[..., Any]:
-    method = getattr(AsyncClient, name)
-
-    @functools.wraps(method)
-    def call(self: Client, *args: Any, **kwargs: Any) -> Any:
-        return self._thread.run(getattr(self._async, name)(*args, **kwargs))
-
-    return call
-
-
-def _iterating(name: str) -> Callable[..., Any]:
-    method = getattr(AsyncClient, name)
-
-    @functools.wraps(method)
-    def call(self: Client, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        return self._thread.iterate(getattr(self._async, name)(*args, **kwargs))
-
-    return call
-
-
 class Client:
-    """Same constructor, methods and results as :class:`AsyncClient`, blocking."""
+    """Same constructor, methods and results as :class:`AsyncClient`, blocking.
 
-    def __init__(self, base_url: str, key: str, **options: Any) -> None:
+    Every result carries its own response ``meta`` (as with ``AsyncClient``); an error carries
+    its own in ``exc.meta``.
+    """
+
+    def __init__(self, base_url: str, key: str, *, stream_url: str | None = None, retry: RetryPolicy | None = None,
+                 timeout: float = 15.0) -> None:
         self._thread = _LoopThread()
 
-        async def make() -> AsyncClient:
-            return AsyncClient(base_url, key, **options)
+        async def make() -> AsyncClient:  # its session belongs to the private loop
+            return AsyncClient(base_url, key, stream_url=stream_url, retry=retry, timeout=timeout)
 
         self._async = self._thread.run(make())
 
-    posts = _blocking("posts")
-    post = _blocking("post")
-    categories = _blocking("categories")
-    category = _blocking("category")
-    tokens = _blocking("tokens")
-    token = _blocking("token")
-    sentiment_pulse = _blocking("sentiment_pulse")
-    languages = _blocking("languages")
-    search = _blocking("search")
-    iter_posts = _iterating("iter_posts")
-    iter_search = _iterating("iter_search")
-
     @property
-    def last_meta(self):
-        return self._async.last_meta
+    def retries(self) -> int:
+        """Retries made so far (429/503 or connection errors), for observability."""
+        return self._async.retries
 
-    def stream(self, **options: Any) -> SyncPostStream:
+    def posts(self, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
+              before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+        """GET /posts (see :meth:`AsyncClient.posts`)."""
+        return self._thread.run(self._async.posts(where, lang=lang, after=after, before=before, limit=limit, **filters))
+
+    def post(self, id_or_slug: int | str, *, lang: str | None = None) -> PostDetail:
+        """GET /posts/{id_or_slug}."""
+        return self._thread.run(self._async.post(id_or_slug, lang=lang))
+
+    def categories(self, *, lang: str | None = None) -> CategoryTree:
+        """GET /categories."""
+        return self._thread.run(self._async.categories(lang=lang))
+
+    def category(self, slug: str, *, lang: str | None = None) -> Category:
+        """GET /categories/{slug}."""
+        return self._thread.run(self._async.category(slug, lang=lang))
+
+    def tokens(self) -> TokenList:
+        """GET /tokens."""
+        return self._thread.run(self._async.tokens())
+
+    def token(self, ticker: str) -> TokenDetail:
+        """GET /tokens/{ticker}."""
+        return self._thread.run(self._async.token(ticker))
+
+    def sentiment_pulse(self) -> SentimentPulse:
+        """GET /sentiment-pulse."""
+        return self._thread.run(self._async.sentiment_pulse())
+
+    def languages(self) -> LanguageList:
+        """GET /languages."""
+        return self._thread.run(self._async.languages())
+
+    def search(self, q: str, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
+               before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+        """GET /search (see :meth:`AsyncClient.search`)."""
+        return self._thread.run(self._async.search(q, where, lang=lang, after=after, before=before, limit=limit, **filters))
+
+    def iter_posts(self, where: PostFilter | None = None, *, direction: Direction = "older", lang: str | None = None,
+                   after: Cursor = None, before: Cursor = None, limit: int | None = 50,
+                   **filters: Unpack[PostFilterArgs]) -> Iterator[PostLean]:
+        """Every post, page after page (see :meth:`AsyncClient.iter_posts`)."""
+        return self._thread.iterate(self._async.iter_posts(
+            where, direction=direction, lang=lang, after=after, before=before, limit=limit, **filters))
+
+    def iter_search(self, q: str, where: PostFilter | None = None, *, direction: Direction = "older",
+                    lang: str | None = None, after: Cursor = None, before: Cursor = None, limit: int | None = 50,
+                    **filters: Unpack[PostFilterArgs]) -> Iterator[PostLean]:
+        """Every search result, page after page (see :meth:`AsyncClient.iter_search`)."""
+        return self._thread.iterate(self._async.iter_search(
+            q, where, direction=direction, lang=lang, after=after, before=before, limit=limit, **filters))
+
+    def stream(self, **options: Unpack[StreamOptions]) -> SyncPostStream:
         """A blocking :class:`PostStream`: ``with client.stream(...) as s: for item in s: ...``."""
         return SyncPostStream(self._thread, self._thread.run(self._make_stream(options)))
 
-    async def _make_stream(self, options: dict[str, Any]) -> PostStream:
+    async def _make_stream(self, options: StreamOptions) -> PostStream:
         return self._async.stream(**options)  # registered, so closing the client closes it
 
     def close(self) -> None:
@@ -145,7 +185,7 @@ class SyncPostStream:
         self.stream = stream
 
     @property
-    def stats(self):
+    def stats(self) -> StreamStats:
         return self.stream.stats
 
     def cursors(self) -> dict[str, int | None]:

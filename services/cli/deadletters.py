@@ -1,0 +1,121 @@
+"""``tickerwire dead-letters list | show | retry``: the records the projector set aside.
+
+A retry publishes the stored record again, as it was (key and value), to the topic it came
+from, after checking it against today's contract (a widened schema, a fixed producer): the
+projector applies it as any record, so a retry is idempotent (an entity's newest version
+wins, an older one changes nothing) and a post is announced at most once (announcements are
+tied to the record that first made a translation visible). The letter is removed once the
+broker has the record; a record the projector refuses again becomes a new letter.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from tickerwire.schemas.models import registry_framing
+
+from ..common.config import Config
+from ..common.kafka import ensure_declared_before, started_producer
+from ..projector.apply import Record, decode_records
+from .admin import AdminError, BadArgument
+
+_COLUMNS = 'id, topic, partition, "offset", key, value, reason_kind, reason, received_at'
+#: A reason longer than this is cut in ``list`` (``show`` prints it whole).
+LIST_REASON_CHARS = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    id: int
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason_kind: str
+    reason: str
+    received_at: datetime
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+    def line(self) -> str:
+        reason = self.reason if len(self.reason) <= LIST_REASON_CHARS else self.reason[: LIST_REASON_CHARS - 1] + "…"
+        return "\t".join((str(self.id), self.where, self.reason_kind, self.received_at.isoformat(timespec="seconds"), reason))
+
+    def details(self) -> str:
+        return "\n".join((
+            f"id:          {self.id}",
+            f"record:      {self.where}",
+            f"received at: {self.received_at.isoformat()}",
+            f"reason kind: {self.reason_kind}",
+            f"reason:      {self.reason}",
+            f"key:         {_shown(self.key)}",
+            f"value:       {_shown(self.value)}",
+        ))
+
+    def refusal(self) -> str | None:
+        """Why a retry would be refused today, by the projector's own decoding; None if it would be applied."""
+        if self.value is None:
+            return ("its value was never read (the consumer could not decode the batch): publish it again "
+                    "from its producer once the cause is fixed") if self.reason_kind in ("codec", "corrupt_batch") else (
+                "it has no value (tombstone)")
+        _, dead = decode_records([Record(self.offset, self.key, self.value)], self.topic)
+        return dead[0].reason if dead else None
+
+
+def _shown(raw: bytes | None) -> str:
+    """Text as text; bytes that are not UTF-8 as base64 (a schema-registry frame says so)."""
+    if raw is None:
+        return "(none)"
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        framed = " (framed by a schema-registry serializer)" if registry_framing(raw) else ""
+        return f"base64:{base64.b64encode(raw).decode()}{framed}"
+
+
+def _letter(row: asyncpg.Record) -> Letter:
+    return Letter(row["id"], row["topic"], row["partition"], row["offset"], row["key"], row["value"],
+                  row["reason_kind"], row["reason"], row["received_at"])
+
+
+async def list_letters(conn: asyncpg.Connection, *, kind: str | None, topic: str | None, limit: int) -> list[Letter]:
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM dead_letters WHERE ($1::text IS NULL OR reason_kind = $1) "
+        "AND ($2::text IS NULL OR topic = $2) ORDER BY id LIMIT $3",
+        kind, topic, limit,
+    )
+    return [_letter(r) for r in rows]
+
+
+async def letters(conn: asyncpg.Connection, ids: list[int]) -> list[Letter]:
+    """The letters with these ids, in the order asked; an id with none is a bad argument."""
+    found = {r["id"]: _letter(r) for r in await conn.fetch(f"SELECT {_COLUMNS} FROM dead_letters WHERE id = ANY($1::bigint[])", ids)}
+    missing = [str(i) for i in ids if i not in found]
+    if missing:
+        raise BadArgument(f"no dead letter with id {', '.join(missing)} (see tickerwire dead-letters list)")
+    return [found[i] for i in ids]
+
+
+async def retry(config: Config, conn: asyncpg.Connection, chosen: list[Letter]) -> list[str]:
+    """Publish again every chosen letter that today's contract accepts, and remove it; refuse
+    all of them, publishing nothing, when one would be refused again."""
+    refused = [f"dead letter {letter.id} ({letter.where}): {why}" for letter in chosen if (why := letter.refusal()) is not None]
+    if refused:
+        raise AdminError("; ".join(refused) + "; nothing was published")
+    if not chosen:
+        return []
+    await ensure_declared_before(config, "retrying dead letters")
+    done = []
+    async with started_producer(config, client_id="tickerwire-dead-letters") as producer:
+        for letter in chosen:
+            meta = await (await producer.send(letter.topic, value=letter.value, key=letter.key))
+            await conn.execute("DELETE FROM dead_letters WHERE id = $1", letter.id)
+            done.append(f"dead letter {letter.id} ({letter.where}) published again at {meta.topic}[{meta.partition}]@{meta.offset}")
+    return done

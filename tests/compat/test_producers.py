@@ -1,0 +1,268 @@
+"""Producer compatibility: records as other teams' producers write them, read through the real
+processes (projector, API, stream) on the session's broker.
+
+Producers: librdkafka (the ``confluent-kafka`` package, the client behind most non-Java
+producers) and aiokafka. Cases: every codec (gzip, snappy, lz4, zstd), idempotence on,
+transactions committed and aborted, record headers, null keys and keys that do not follow
+``post:<id>``, a value near the broker's ``max.message.bytes``, and a value framed by a
+schema-registry serializer followed on its partition by a plain record. Each case is checked
+on the read API (served, or not) and on the stream (pushed exactly once, or never).
+
+Also the operators' side of a bad record: ``tickerwire dead-letters list | show | retry``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import aiohttp
+import orjson
+import pytest
+
+from tickerwire.schemas.models import encode_event, entity_key
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
+from tests.support.containers import docker_available
+from tests.support.events import locale_ev, post_ev
+from tests.support.producers import Raw, librdkafka
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tests.support.ws import session
+
+pytestmark = pytest.mark.e2e
+
+CODECS = ("gzip", "snappy", "lz4", "zstd")
+#: Posts published after the last case are served within this (the issue's bound is 5 s; the
+#: test allows for a loaded machine, and prints what it measured).
+SERVED_WITHIN_S = 15.0
+#: What librdkafka's producers run with by default in the field: idempotent, acks=all.
+IDEMPOTENT = {"enable.idempotence": True, "acks": "all"}
+#: Kafka's default max.message.bytes is 1048588; librdkafka's message.max.bytes 1000000.
+NEAR_MAX_BYTES = 950_000
+
+#: Whether the session's broker honours read_committed: Apache Kafka does; the embedded Tansu
+#: 0.6.0 does not (its fetch carries no aborted-transaction list; docs/publishing.md).
+HONOURS_ABORTS = bool(os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS")) or docker_available()
+#: aiokafka's idempotent and transactional producers ask for a producer id with InitProducerId
+#: v0, which the embedded broker answers with UnknownError (librdkafka's newer request works):
+#: they are run against Apache Kafka only.
+AIOKAFKA_IDEMPOTENCE = HONOURS_ABORTS
+ABORT_SKIP = ("the embedded broker (Tansu 0.6.0) serves aborted transactions to read_committed consumers "
+              "(no aborted-transaction list in its fetch): provable on Apache Kafka only (a Docker engine, or "
+              "TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS)")
+
+
+def raw(post_id: int, *, key: bytes | None | str = "entity", version: int = 1, **kw) -> Raw:
+    event = post_ev(post_id, version)
+    return Raw(encode_event(event), entity_key(event).encode() if key == "entity" else key, **kw)  # type: ignore[arg-type]
+
+
+def large(post_id: int) -> Raw:
+    """A post whose value is just under NEAR_MAX_BYTES: five long translations."""
+    event = post_ev(post_id, langs=("en-US", "de-DE", "fr-FR", "es-ES", "it-IT"))
+    body = "Markets moved as traders weighed the news. " * 5_000
+    data = event.data.model_copy(update={"translations": tuple(
+        tr.model_copy(update={"body": body[: (NEAR_MAX_BYTES - 5_000) // 5]}) for tr in event.data.translations)})
+    value = encode_event(event.model_copy(update={"data": data}))
+    assert NEAR_MAX_BYTES - 10_000 < len(value) < NEAR_MAX_BYTES, len(value)
+    return Raw(value, entity_key(event).encode())
+
+
+def registry_framed(post_id: int) -> Raw:
+    """The post as Confluent's JSON Schema serializer writes it: magic byte 0, schema id 7, the JSON."""
+    event = post_ev(post_id)
+    return Raw(b"\x00" + (7).to_bytes(4, "big") + encode_event(event), entity_key(event).encode())
+
+
+@dataclass
+class World:
+    stack: ServiceStack
+    key: str
+    #: case -> the post ids it published that must be served and pushed once.
+    served: dict[str, list[int]] = field(default_factory=dict)
+    #: case -> post ids that must never be served nor pushed.
+    never: dict[str, list[int]] = field(default_factory=dict)
+    pushed: collections.Counter = field(default_factory=collections.Counter)
+    #: Seconds from the last publish until every post to serve was served.
+    took: float = 0.0
+
+    @property
+    def api(self) -> str:
+        return self.stack.of("api")[0].url + BASE
+
+    async def status(self, http: aiohttp.ClientSession, post_id: int) -> int:
+        async with http.get(f"{self.api}/posts/{post_id}", headers=auth(self.key)) as resp:
+            await resp.read()
+            return resp.status
+
+
+@contextlib.asynccontextmanager
+async def pushes(http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter) -> AsyncIterator[None]:
+    """A stream connection for the length of the block, counting the posts pushed by id into ``pushed``."""
+
+    async def collect(ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for message in ws:
+            if message.type == aiohttp.WSMsgType.TEXT and (doc := orjson.loads(message.data))["type"] == "post.created":
+                pushed[doc["data"]["id"]] += 1
+
+    async with session(http, f"{stack.of('stream')[0].url}{BASE}/stream?key={key}") as (ws, _):
+        collector = asyncio.create_task(collect(ws))
+        try:
+            yield
+        finally:
+            collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await collector
+
+
+async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
+    served, never = world.served, world.never
+    for n, codec in enumerate(CODECS):
+        ids = [100 + 10 * n + i for i in range(1, 5)]
+        await librdkafka(bootstrap, topic, [raw(i) for i in ids], **IDEMPOTENT, **{"compression.type": codec})
+        served[f"librdkafka {codec}"] = ids
+    await librdkafka(bootstrap, topic, [raw(141)], transaction="commit", **IDEMPOTENT, **{"transactional.id": "compat-commit"})
+    served["librdkafka transaction committed"] = [141]
+    if HONOURS_ABORTS:
+        await librdkafka(bootstrap, topic, [raw(151)], transaction="abort", **IDEMPOTENT, **{"transactional.id": "compat-abort"})
+        never["librdkafka transaction aborted"] = [151]
+    await librdkafka(bootstrap, topic, [raw(161, headers=[("trace-id", b"abc"), ("content-type", b"application/json")])], **IDEMPOTENT)
+    served["librdkafka headers"] = [161]
+    await librdkafka(bootstrap, topic, [raw(171, key=None), raw(172, key=b"not-a-post-key"), raw(173, key=b"\x00\xff\xfe")], **IDEMPOTENT)
+    served["librdkafka null and odd keys"] = [171, 172, 173]
+    await librdkafka(bootstrap, topic, [large(181)], **IDEMPOTENT, **{"compression.type": "lz4"})
+    served["librdkafka value near max.message.bytes"] = [181]
+    # A dead letter, then a plain record on the same partition (one key): it must not wait.
+    await librdkafka(bootstrap, topic, [registry_framed(191)], **IDEMPOTENT)
+    await librdkafka(bootstrap, topic, [raw(191)], **IDEMPOTENT)
+    served["librdkafka plain record after a schema-registry-framed one"] = [191]
+
+    config = world.stack.config
+    for n, codec in enumerate(CODECS):
+        ids = [200 + 10 * n + i for i in range(1, 5)]
+        async with kafka.started_producer(config, compression_type=codec, enable_idempotence=AIOKAFKA_IDEMPOTENCE) as producer:
+            for r in [raw(i) for i in ids]:
+                await producer.send(topic, value=r.value, key=r.key)
+        served[f"aiokafka {codec}"] = ids
+    for outcome, post_id in (("commit", 241), ("abort", 251)):
+        if not AIOKAFKA_IDEMPOTENCE or (outcome == "abort" and not HONOURS_ABORTS):
+            continue
+        async with kafka.started_producer(config, transactional_id=f"compat-aiokafka-{outcome}") as producer:
+            await producer.begin_transaction()
+            r = raw(post_id)
+            await (await producer.send(topic, value=r.value, key=r.key))
+            await (producer.commit_transaction() if outcome == "commit" else producer.abort_transaction())
+        (served if outcome == "commit" else never)[f"aiokafka transaction {outcome}ed"] = [post_id]
+    async with kafka.started_producer(config) as producer:
+        for r in (raw(261), raw(271, key=None)):
+            await producer.send(topic, value=r.value, key=r.key, headers=[("source", b"compat")] if r.key else None)
+    served["aiokafka headers, null key"] = [261, 271]
+
+
+@pytest.fixture(scope="module")
+async def world(pg_dsn, kafka_bootstrap):
+    async with started_stack(pg_dsn, kafka_bootstrap, f"compat{os.getpid()}") as stack:
+        key = await stack.provision("ws_compat", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+        await stack.publish([locale_ev("en-US", default=True)])
+        await stack.wait_projected()
+        world = World(stack, key)
+        topic = topic_name(stack.topic_prefix, POSTS)
+        async with aiohttp.ClientSession() as http:
+            async with pushes(http, stack, key, world.pushed):
+                await _publish_cases(world, kafka_bootstrap, topic)
+                published = time.monotonic()
+                waiting = {i for ids in world.served.values() for i in ids}
+                while waiting:
+                    waiting = {i for i in waiting if await world.status(http, i) != 200}
+                    assert time.monotonic() - published < 60, f"not served in 60 s: {sorted(waiting)}\n{stack.logs()[-4000:]}"
+                    await asyncio.sleep(0.1)
+                world.took = time.monotonic() - published
+                print(f"every post served {world.took:.2f} s after the last publish")
+                expected = {i for ids in world.served.values() for i in ids}
+                deadline = time.monotonic() + 30
+                while not expected <= set(world.pushed) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(1.0)  # a second push would come now
+            yield world
+
+
+async def test_every_producers_committed_posts_are_served_and_pushed_once(world: World):
+    assert world.took < SERVED_WITHIN_S, f"served {world.took:.1f} s after the last publish"
+    async with aiohttp.ClientSession() as http:
+        for case, ids in world.served.items():
+            assert [await world.status(http, i) for i in ids] == [200] * len(ids), case
+            assert [world.pushed[i] for i in ids] == [1] * len(ids), f"{case}: pushed {[world.pushed[i] for i in ids]}"
+    assert set(world.pushed) == {i for ids in world.served.values() for i in ids}
+
+
+@pytest.mark.skipif(not HONOURS_ABORTS, reason=ABORT_SKIP)
+async def test_an_aborted_transactions_post_is_never_served_nor_pushed(world: World):
+    assert world.never
+    async with aiohttp.ClientSession() as http:
+        for case, ids in world.never.items():
+            assert [await world.status(http, i) for i in ids] == [404] * len(ids), case
+            assert not any(world.pushed[i] for i in ids), case
+
+
+async def test_a_schema_registry_framed_value_is_a_dead_letter_naming_the_framing(world: World):
+    conn = await world.stack.read_conn()
+    try:
+        letters = await conn.fetch("SELECT reason_kind, reason, key FROM dead_letters")
+    finally:
+        await conn.close()
+    assert [(r["reason_kind"], r["key"]) for r in letters] == [("schema_registry", b"post:191")]
+    assert "schema-registry serializer (magic byte 0, schema id 7)" in letters[0]["reason"]
+
+
+def cli(stack: ServiceStack, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tickerwire.services.cli.main", "dead-letters", *args],
+                          env=stack.env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+async def test_dead_letters_are_listed_shown_and_retried_as_the_projector_applies_records(world: World):
+    stack = world.stack
+    listed = await asyncio.to_thread(cli, stack, "list")
+    assert listed.returncode == 0, listed.stderr
+    ((letter_id, where, kind, _, reason),) = [line.split("\t") for line in listed.stdout.splitlines()]
+    assert kind == "schema_registry" and where.startswith(topic_name(stack.topic_prefix, POSTS))
+    shown = await asyncio.to_thread(cli, stack, "show", letter_id)
+    assert shown.returncode == 0 and "framed by a schema-registry serializer" in shown.stdout
+    refused = await asyncio.to_thread(cli, stack, "retry", letter_id)
+    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1 and "nothing was published" in refused.stderr
+
+    # Letters of a post that today's contract accepts (as after a widened contract): its
+    # version 2, and its version 1 set aside later; then the post's version 2 set aside again.
+    topic = topic_name(stack.topic_prefix, POSTS)
+    conn = await stack.read_conn()
+    try:
+        ids = [await conn.fetchval(
+            "INSERT INTO dead_letters (topic, partition, \"offset\", key, value, reason_kind, reason) "
+            "VALUES ($1, 0, $2, $3, $4, 'schema', 'refused by an older contract') RETURNING id",
+            topic, 1_000_000 + n, r.key, r.value) for n, r in enumerate((raw(301, version=2), raw(301, version=1), raw(301, version=2)))]
+    finally:
+        await conn.close()
+    async with aiohttp.ClientSession() as http:
+        pushed: collections.Counter = collections.Counter()
+        async with pushes(http, stack, world.key, pushed):
+            retried = await asyncio.to_thread(cli, stack, "retry", str(ids[0]), str(ids[1]))
+            assert retried.returncode == 0, retried.stderr
+            assert len(retried.stdout.splitlines()) == 2
+            again = await asyncio.to_thread(cli, stack, "retry", str(ids[2]))  # the same version once more
+            assert again.returncode == 0, again.stderr
+            deadline = time.monotonic() + 30
+            while await world.status(http, 301) != 200 or not pushed[301]:
+                assert time.monotonic() < deadline, f"the retried post not served and pushed within 30 s: {pushed}"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.5)  # a second push would come now
+        async with http.get(f"{world.api}/posts/301", headers=auth(world.key)) as resp:
+            assert b"Bitcoin rallies 301 v2" in await resp.read()  # the newest version won
+    assert pushed[301] == 1  # announced once, whatever the order and the repeats of the retries
+    gone = await asyncio.to_thread(cli, stack, "retry", str(ids[0]))
+    assert gone.returncode == 2 and gone.stderr.strip() == f"tickerwire dead-letters: no dead letter with id {ids[0]} (see tickerwire dead-letters list)"

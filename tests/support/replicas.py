@@ -1,0 +1,130 @@
+"""A real primary with real streaming replicas (embedded PostgreSQL, ``pg_basebackup``), and a
+service stack on it whose API and stream read from the replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import AsyncIterator, Iterator, Sequence
+
+import aiohttp
+import asyncpg
+
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import (
+    PRIMARY_REPLICATION_SETTINGS,
+    EmbeddedPostgres,
+    EmbeddedReplica,
+    scratch_database,
+    with_database,
+)
+from tests.support.events import locale_ev, token_ev
+from tests.support.stack import ServiceStack
+
+
+@contextlib.contextmanager
+def replicated_cluster(root: Path, delays_ms: Sequence[int]) -> Iterator[tuple[EmbeddedPostgres, list[EmbeddedReplica]]]:
+    """A primary and one streaming replica per entry of ``delays_ms`` (its ``recovery_min_apply_delay``)."""
+    with EmbeddedPostgres(root / "primary", settings=PRIMARY_REPLICATION_SETTINGS) as primary:
+        replicas: list[EmbeddedReplica] = []
+        try:
+            for n, delay in enumerate(delays_ms):
+                # A port of its own from the start: a restarted replica is the same address.
+                replica = EmbeddedReplica(primary.dsn, root / f"replica{n}", port=free_port(), apply_delay_ms=delay)
+                replica.start()
+                replicas.append(replica)
+            yield primary, replicas
+        finally:
+            for replica in replicas:
+                replica.stop()
+
+
+async def database_on(replica_dsn: str, timeout: float = 30.0) -> None:
+    """Until the database of ``replica_dsn`` (created on the primary) accepts connections there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn = await asyncpg.connect(replica_dsn, timeout=2)
+        except (OSError, asyncpg.PostgresError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+        else:
+            await conn.close()
+            return
+
+
+@contextlib.asynccontextmanager
+async def replicated_stack(
+    primary: EmbeddedPostgres, replicas: Sequence[EmbeddedReplica], kafka_bootstrap: str, prefix: str, **extra_env: str
+) -> AsyncIterator[ServiceStack]:
+    """A scratch database on ``primary`` and a prepared stack on it whose processes read from
+    ``replicas`` (``TICKERWIRE_DATABASE_READ_URLS``); nothing started yet. All stopped after."""
+    async with scratch_database(primary.dsn) as dsn:
+        name = dsn.rpartition("/")[2]
+        read_urls = [with_database(r.dsn, name) for r in replicas]
+        for url in read_urls:
+            await database_on(url)
+        stack = ServiceStack(dsn, kafka_bootstrap, prefix,
+                             extra_env={"TICKERWIRE_DATABASE_READ_URLS": ",".join(read_urls), **extra_env})
+        await stack.prepare()
+        try:
+            yield stack
+        finally:
+            stack.stop_all()
+
+
+@contextlib.asynccontextmanager
+async def serving_stack(
+    primary: EmbeddedPostgres, replicas: Sequence[EmbeddedReplica], kafka_bootstrap: str
+) -> AsyncIterator[tuple[ServiceStack, str]]:
+    """:func:`replicated_stack` with a locale and a token projected, a projector, an API and a
+    stream started, and a key of a workspace with room to spare."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2") as stack:
+        await stack.publish([locale_ev("en-US", default=True), token_ev("BTC")])
+        for name in ("projector", "api", "stream"):
+            await stack.start(name)
+        key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000,
+                                    stream_connection_limit=10)
+        yield stack, key
+
+
+def signal_server(server: EmbeddedPostgres, sig: int) -> None:
+    """``sig`` to every process of ``server``: the postmaster first (it forks no more), then its
+    children (each backend is a session of its own: a process group signal misses them)."""
+    assert server.pid is not None
+    os.kill(server.pid, sig)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == server.pid:  # the parent's pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(stat.parent.name), sig)
+
+
+def freeze(server: EmbeddedPostgres) -> None:
+    signal_server(server, signal.SIGSTOP)
+
+
+def thaw(server: EmbeddedPostgres) -> None:
+    signal_server(server, signal.SIGCONT)
+
+
+async def rotation(api_admin_url: str, http: aiohttp.ClientSession) -> dict[str, float]:
+    """``tickerwire_replica_in_rotation`` by replica, from a process's /metrics."""
+    async with http.get(f"{api_admin_url}/metrics") as resp:
+        text = await resp.text()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("tickerwire_replica_in_rotation{"):
+            label, _, value = line.rpartition(" ")
+            out[label.split('replica="', 1)[1].split('"', 1)[0]] = float(value)
+    return out

@@ -1,0 +1,45 @@
+"""Resume cursor tokens (services/readmodel/cursors.py): what is written reads back, anything
+else is refused, and a mark only moves forward."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tickerwire.services.readmodel import cursors
+
+
+def test_a_cursor_reads_back_as_written():
+    cursor = cursors.Cursor("a1b2c3", {0: (17, ""), 3: (9, "pt-BR"), 1: (0, "")})
+    again = cursors.decode(cursor.encode())
+    assert again == cursor and again.mark(2) == cursors.START and again.mark(3) == (9, "pt-BR")
+    assert cursors.decode(cursors.Cursor("e", {}).encode()) == cursors.Cursor("e", {})
+    assert cursor.encode() == "c1~a1b2c3~0.17~1.0~3.9.pt-BR"  # nothing to escape in a URL
+    assert re.fullmatch(cursors.PATTERN, cursor.encode())  # the pattern the API documents
+
+
+def test_a_partition_named_twice_keeps_its_furthest_mark():
+    assert cursors.decode("c1~e~0.5~0.7.de-DE~0.6").marks == {0: (7, "de-DE")}
+
+
+@pytest.mark.parametrize("bad", [
+    "", "c1~", "c2~e~0.1", "c1~E~0.1", "c1~e~x.1", "c1~e~0.-1", "c1~e~0.1.de_DE", "c1~e~0.1.", "c1~e~0." + "9" * 19,
+    "c1~e~0.1~", "c1~e~0", "c1~e~0.1.de-DE.x", "c1~e " "~0.1", "c1~e~0.1" + "~0.1" * 3000, "c1~e~12345.1", "c1~é~0.1",
+    "c1~" + "e" * 33,
+])
+def test_anything_else_is_refused(bad):
+    with pytest.raises(cursors.InvalidCursor):
+        cursors.decode(bad)
+    assert len(bad) > cursors.MAX_TOKEN or not re.fullmatch(cursors.PATTERN, bad)
+
+
+def test_a_mark_orders_announcements_by_offset_then_locale_and_only_moves_forward():
+    assert cursors.after((5, "de-DE"), 5, "en-US") and not cursors.after((5, "de-DE"), 5, "de-DE")
+    assert cursors.after((5, ""), 5, "de-DE") and not cursors.after((6, ""), 5, "zh-CN")
+    marks = {0: (5, "en-US")}
+    cursors.advance(marks, 0, (5, "de-DE"))
+    cursors.advance(marks, 1, (2, ""))
+    assert marks == {0: (5, "en-US"), 1: (2, "")}
+    cursors.advance(marks, 0, (6, ""))
+    assert marks[0] == (6, "")
