@@ -130,7 +130,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
         await feed.refresh_epoch()  # the cursors this connection gets are of the current epoch
     # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
     # client whose network vanished frees its slot instead of holding it until TCP gives up.
-    ws = web.WebSocketResponse(compress=False, autoping=True, max_msg_size=4096, heartbeat=app[CONFIG].stream_heartbeat_s)
+    # compress: permessage-deflate when the client offers it and TICKERWIRE_STREAM_COMPRESS is on.
+    ws = web.WebSocketResponse(compress=app[CONFIG].stream_compress, autoping=True, max_msg_size=4096,
+                               heartbeat=app[CONFIG].stream_heartbeat_s)
     if not ws.can_prepare(request).ok:
         return envelope(426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.", headers={"Upgrade": "websocket"})
     session_id = "ses_" + secrets.token_urlsafe(12)

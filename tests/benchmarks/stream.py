@@ -1,21 +1,26 @@
 """3. Stream fan-out: 1,000 and 5,000 WebSocket clients held by separate client processes;
 deliveries/s and publish-to-receive p50/p99 for a burst of posts, against a bare aiohttp
-broadcast server sending pre-encoded bytes to the same clients.
+broadcast server sending pre-encoded bytes to the same clients. The product runs twice per
+size, the clients offering permessage-deflate or not (the stream runs with
+TICKERWIRE_STREAM_COMPRESS on, the default, so it is negotiated when offered): the stream process's bytes
+written and CPU time per delivery, side by side.
 
 Product path: produce to the log -> projector commits -> stream announces -> clients.
 Baseline: ``POST /publish`` of the same number of pre-encoded messages -> clients.
 Deliveries/s = receipts / (last receipt - first publish). Times are CLOCK_MONOTONIC,
 which every process on the machine shares.
 
-``python -m tests.benchmarks.stream client URL CONNECTIONS EXPECT TIMEOUT`` is one client
-process: it prints ``ready N`` once connected (N: the handshakes it had to retry), then one JSON
-line of [post id, receive time] pairs.
+``python -m tests.benchmarks.stream client URL CONNECTIONS EXPECT TIMEOUT [COMPRESS]`` is one
+client process: it prints ``ready N D`` once connected (N: the handshakes it had to retry, D: the
+connections on which permessage-deflate was negotiated), then one JSON line of [post id,
+receive time] pairs. COMPRESS: the window bits it offers (0, the default: no offer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,7 +47,7 @@ CONNECTION_MARGIN = 100
 # --------------------------------------------------------------------------- client process
 
 
-async def client_main(url: str, connections: int, expect: int, timeout: float) -> None:
+async def client_main(url: str, connections: int, expect: int, timeout: float, compress: int = 0) -> None:
     raise_nofile()
     receipts: list[tuple[int, float]] = []
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -59,7 +64,7 @@ async def client_main(url: str, connections: int, expect: int, timeout: float) -
         while True:
             try:
                 async with gate:
-                    return await session.ws_connect(url, autoping=True, max_msg_size=0)
+                    return await session.ws_connect(url, autoping=True, max_msg_size=0, compress=compress)
             except aiohttp.WSServerHandshakeError as exc:
                 if exc.status not in (429, 503) or time.monotonic() > deadline:
                     raise
@@ -67,7 +72,7 @@ async def client_main(url: str, connections: int, expect: int, timeout: float) -
                 await asyncio.sleep(next(delays))
 
     sockets = await asyncio.gather(*(connect() for _ in range(connections)))
-    print(f"ready {retried}", flush=True)
+    print(f"ready {retried} {sum(1 for ws in sockets if ws.compress)}", flush=True)
 
     async def read(ws: aiohttp.ClientWebSocketResponse) -> None:
         got = 0
@@ -93,11 +98,13 @@ async def client_main(url: str, connections: int, expect: int, timeout: float) -
 class Clients:
     """Client processes holding ``total`` connections between them."""
 
-    def __init__(self, url: str, total: int, expect: int, processes: int, timeout: float) -> None:
+    def __init__(self, url: str, total: int, expect: int, processes: int, timeout: float, compress: int = 0) -> None:
         self.timeout = timeout
+        self.deflated = 0  # connections with permessage-deflate, once ready
         per = [total // processes + (1 if i < total % processes else 0) for i in range(processes)]
         self.procs = [
-            subprocess.Popen([sys.executable, "-m", "tests.benchmarks.stream", "client", url, str(n), str(expect), str(timeout)],
+            subprocess.Popen([sys.executable, "-m", "tests.benchmarks.stream", "client", url, str(n), str(expect), str(timeout),
+                              str(compress)],
                              cwd=REPO, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
             for n in per if n
         ]
@@ -121,6 +128,7 @@ class Clients:
             if not line.startswith("ready "):
                 raise RuntimeError(f"stream client failed to connect (exit {p.poll()})")
             retried += int(line.split()[1])
+            self.deflated += int(line.split()[2])
         return retried
 
     async def receipts(self) -> list[tuple[int, float]]:
@@ -130,6 +138,15 @@ class Clients:
             await asyncio.to_thread(p.wait, 30)
             out.extend(json.loads(line) if line.strip() else [])
         return out
+
+
+def process_counters(pid: int) -> tuple[int, float]:
+    """Bytes a process has written (write and send calls, sockets included) and its CPU seconds."""
+    with open(f"/proc/{pid}/io") as io:
+        written = next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return written, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def figures(receipts, sent: dict[int, float]) -> tuple[float, float, float]:
@@ -162,6 +179,11 @@ async def run(ctx: Context) -> Result:
     burst = s.pick(3, 10)
     procs = s.pick(2, 4)
     timeout = s.pick(30.0, 90.0)
+    result.notes.append("permessage-deflate: the stream runs with TICKERWIRE_STREAM_COMPRESS on; each size is measured with clients that "
+                        "do not offer it (the delivery figures against the baseline) and with clients that do (context takeover, "
+                        "aiohttp's per-connection compressor: aiohttp has no way to send one compressed frame to many connections, "
+                        "so compressing once per message and filter group is not possible with it). Bytes: the stream process's "
+                        "write calls (/proc/PID/io wchar) per delivery; CPU: its user + system time per delivery")
     result.notes.append(f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream; "
                         f"stream started with TICKERWIRE_MAX_CONNECTIONS={max(sizes) + CONNECTION_MARGIN}")
     next_id = 1
@@ -173,7 +195,7 @@ async def run(ctx: Context) -> Result:
         # The partner listener's connection bound (TICKERWIRE_MAX_CONNECTIONS, 1,000 by default)
         # is a deployment setting: sized here for the largest run, as a deployment holding that
         # many clients per process would size it (the process fits its fd limit to it).
-        server = await stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(max(sizes) + CONNECTION_MARGIN))
+        server = await stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(max(sizes) + CONNECTION_MARGIN), TICKERWIRE_STREAM_COMPRESS="1")
         product_url = server.url.replace("http", "ws") + BASE + f"/stream?key={key}"
         topic = topic_name(stack.topic_prefix, POSTS)
         async with baseline_process("broadcast") as (bproc, base_url), kafka.started_producer(stack.config, linger_ms=0) as producer:
@@ -185,23 +207,41 @@ async def run(ctx: Context) -> Result:
                     p50 = result.metric(f"{size} clients publish-to-receive p50", "ms", higher_is_better=False)
                     p99 = result.metric(f"{size} clients publish-to-receive p99", "ms", higher_is_better=False,
                                         target="< 250 ms" if size >= 5000 else "", check=(lambda p, r: p < 250) if size >= 5000 else None)
+                    # A smoke run proves the harness with one phase, the compressed one (as many phases as before it).
+                    offers = s.pick(("on",), ("off", "on"))
+                    wire = {offer: (result.metric(f"{size} clients bytes written per delivery, deflate {offer}", "B", higher_is_better=False),
+                                    result.metric(f"{size} clients stream CPU per delivery, deflate {offer}", "us", higher_is_better=False),
+                                    result.metric(f"{size} clients stream RSS per 1,000 connections, deflate {offer}", "MB", higher_is_better=False))
+                            for offer in offers}
                     per_k = []
                     for _ in range(s.runs):
-                        # product
-                        idle = proc_rss_mb(server.proc.pid)
-                        clients = Clients(product_url, size, burst, procs, timeout)
-                        retried[size] = retried.get(size, 0) + await clients.ready()
-                        await asyncio.sleep(0.5)
-                        per_k.append((proc_rss_mb(server.proc.pid) - idle) / size * 1000)
-                        events = posts(next_id, burst, locales=("en-US",))
-                        next_id += burst
-                        sent = {}
-                        for event in events:
-                            sent[event.data.id] = time.monotonic()
-                            await producer.send(topic, value=encode_event(event), key=entity_key(event).encode())
-                        await producer.flush()
-                        for metric, value in zip((rate, p50, p99), figures(await clients.receipts(), sent)):
-                            metric.product.append(value)
+                        # product, without and then with permessage-deflate offered by the clients
+                        for offer in offers:
+                            idle = proc_rss_mb(server.proc.pid)
+                            clients = Clients(product_url, size, burst, procs, timeout, compress=15 if offer == "on" else 0)
+                            retried[size] = retried.get(size, 0) + await clients.ready()
+                            if clients.deflated != (size if offer == "on" else 0):
+                                raise RuntimeError(f"permessage-deflate negotiated on {clients.deflated} of {size} connections (offered: {offer})")
+                            await asyncio.sleep(0.5)
+                            growth = (proc_rss_mb(server.proc.pid) - idle) / size * 1000
+                            wire[offer][2].product.append(growth)
+                            if offer == offers[0]:
+                                per_k.append(growth)
+                            events = posts(next_id, burst, locales=("en-US",))
+                            next_id += burst
+                            sent = {}
+                            written, cpu = process_counters(server.proc.pid)
+                            for event in events:
+                                sent[event.data.id] = time.monotonic()
+                                await producer.send(topic, value=encode_event(event), key=entity_key(event).encode())
+                            await producer.flush()
+                            receipts = await clients.receipts()
+                            written_after, cpu_after = process_counters(server.proc.pid)
+                            wire[offer][0].product.append((written_after - written) / max(1, len(receipts)))
+                            wire[offer][1].product.append((cpu_after - cpu) * 1e6 / max(1, len(receipts)))
+                            if offer == offers[0]:  # the delivery figures against the baseline ("off" in a full run)
+                                for metric, value in zip((rate, p50, p99), figures(receipts, sent)):
+                                    metric.product.append(value)
                         lean = await stored_lean(stack, events[0].data.id)
                         # baseline
                         clients = Clients(base_url.replace("http", "ws") + "/stream", size, burst, procs, timeout)
@@ -224,4 +264,4 @@ async def run(ctx: Context) -> Result:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["client"]:
-    asyncio.run(client_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])))
+    asyncio.run(client_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int((sys.argv[6:7] or ["0"])[0])))

@@ -1,6 +1,7 @@
 """deploy/ validated offline: the compose file against the Compose Specification schema, every
-Kubernetes manifest (base, and the example overlay rendered) against the Kubernetes schemas,
-the Grafana dashboard and the Prometheus rules (the Dockerfile: tests/unit/test_dockerfile.py).
+Kubernetes manifest (base, and the example overlay rendered by ``kubectl kustomize``; more in
+test_k8s_manifests.py) against the Kubernetes schemas, the Grafana dashboard and the
+Prometheus rules (the Dockerfile: tests/unit/test_dockerfile.py).
 
 The schemas come from PyPI packages that ship them (check-jsonschema's vendored compose-spec,
 kubernetes-validate's Kubernetes JSON schemas): no network at test time.
