@@ -102,7 +102,7 @@ class Taxonomy:
 
 
 @dataclass(frozen=True, slots=True)
-class TranslationRow:
+class MappedTranslation:
     """One row of ``post_translations``: a post as partners read it in one locale."""
 
     post_id: int
@@ -175,12 +175,12 @@ def hashtag_key(tag: str) -> str:
     return tag.lower()
 
 
-def translation_rows(post: Post, taxonomy: Taxonomy) -> list[TranslationRow]:
+def translation_rows(post: Post, taxonomy: Taxonomy) -> list[MappedTranslation]:
     """Every per-locale row one post snapshot projects to."""
     visible = is_visible(post)
     filter_slugs = taxonomy.filter_slugs(post.categories)
     return [
-        TranslationRow(
+        MappedTranslation(
             post_id=post.id,
             lang=tr.lang,
             slug=tr.slug,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickerwire.services.common.errors import TickerwireError
+from tickerwire.services.common.runtime.errors import TickerwireError
 
 
 class EmbeddedError(TickerwireError):

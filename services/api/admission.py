@@ -34,8 +34,8 @@ import asyncpg
 
 from ..readmodel.access import Principal
 from ..common.db import CONNECTION_ERRORS, open_connection
-from ..common.errors import StorageUnavailable
-from ..common.retry import backoff_delays
+from ..common.runtime.errors import StorageUnavailable
+from ..common.runtime.retry import backoff_delays
 from .limits import Usage
 from .metrics import ApiMetrics
 

@@ -15,17 +15,17 @@ from aiohttp import web
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..readmodel.access import Principals
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import reader_pool
-from ..common.ops import add_ops_routes, run_app
-from ..common.readiness import Readiness, service_readiness
-from ..common.replicas import Replicas
+from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.readiness import Readiness, service_readiness
+from ..common.db.replicas import Replicas
 from ..readmodel import stamps as stamp
 from ..readmodel.stamps import StampWatcher
-from ..common.supervise import Supervisor, supervisor_of
+from ..common.runtime.supervise import Supervisor, supervisor_of
 from . import handlers, openapi
 from .docs import add_docs_routes
-from .access import PARTNER
+from .gates import PARTNER
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed

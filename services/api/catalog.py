@@ -20,8 +20,8 @@ from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
 
 from ..common.db import storage_errors
-from ..common.query import bcp47_case
-from ..common.replicas import Replicas
+from ..common.http.querystring import bcp47_case
+from ..common.db.replicas import Replicas
 from ..readmodel import stamps as stamp
 from ..readmodel.taxonomy import categories, listed_locales
 from . import queries

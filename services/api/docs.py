@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..common.errors import ConfigError
+from ..common.runtime.errors import ConfigError
 
 #: The files of the package the page uses, by the name they are served under.
 ASSETS = {

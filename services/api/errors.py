@@ -1,10 +1,10 @@
-"""The read API's words in the error envelope (:mod:`..common.envelope` builds it): the 422 and
+"""The read API's words in the error envelope (:mod:`..common.http.envelope` builds it): the 422 and
 404 of its handlers, and what it says for an unknown path, a wrong method or a browser (the
 :func:`routes` its request path, :mod:`.pipeline`, answers with)."""
 
 from __future__ import annotations
 
-from ..common.envelope import ApiError, Routes
+from ..common.http.envelope import ApiError, Routes
 
 
 def validation_failed(field: str, message: str) -> ApiError:

@@ -2,7 +2,7 @@
 pushed post's ``log_position``) makes the API answer from data at least that fresh.
 
 Statements go to a replica whose stored positions are at or past the mark, else to the primary
-(:class:`..common.replicas.ReplicaReader`); a page cached at an older mark is not served; an
+(:class:`..common.db.replicas.ReplicaReader`); a page cached at an older mark is not served; an
 answer from the in-memory catalog waits (bounded) for a refresh that reads the primary's
 current mark. Without the header, nothing here runs.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..common.envelope import ApiError
-from ..common.replicas import at_least, parse_marks
+from ..common.http.envelope import ApiError
+from ..common.db.replicas import at_least, parse_marks
 from .state import CATALOG, MIN_LOG_POSITION, WATCHER
 
 MIN_LOG_POSITION_HEADER = "X-Min-Log-Position"

@@ -16,9 +16,9 @@ from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import text_search_config
 from tickerwire.schemas.searchtext import query_text
 from ..common.db import storage_errors
-from ..common.envelope import ApiError
+from ..common.http.envelope import ApiError
 from ..readmodel import cursors
-from ..common.replicas import at_least, parse_marks
+from ..common.db.replicas import at_least, parse_marks
 from ..readmodel import stamps as stamp
 from . import queries
 from .catalog import Body, etag_of

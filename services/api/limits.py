@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from ..common.envelope import ApiError
+from ..common.http.envelope import ApiError
 
 #: Names of the two quota policies in RateLimit-Policy and RateLimit.
 MINUTE_POLICY = "minute"

@@ -15,8 +15,8 @@ from typing import Callable, Mapping
 from tickerwire.schemas.partner import SENTIMENTS
 from tickerwire.schemas.readmodel import hashtag_key
 
-from ..common.errors import InvalidParameter
-from ..common.query import bcp47_case, csv_values, tickers
+from ..common.runtime.errors import InvalidParameter
+from ..common.http.querystring import bcp47_case, csv_values, tickers
 from ..readmodel import cursors
 from .errors import validation_failed
 from .lru import BoundedLRU
@@ -132,7 +132,7 @@ def parse_since(raw: str | None) -> datetime | None:
 
 
 def _shared(parse, query: Mapping[str, str], name: str):
-    """A parameter whose grammar :mod:`..common.query` holds (shared with the stream)."""
+    """A parameter whose grammar :mod:`..common.http.querystring` holds (shared with the stream)."""
     try:
         return parse(query.get(name), name)
     except InvalidParameter as exc:

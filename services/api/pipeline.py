@@ -1,6 +1,6 @@
 """The read API's request path: ONE middleware for every request of the partner application.
 
-In order, for each request: its id and access-log line (:mod:`..common.requestlog`), the 400 of
+In order, for each request: its id and access-log line (:mod:`..common.http.requestlog`), the 400 of
 an undecodable header, the 413 of a body over the bound or of unknown length, then either the
 partner path (:func:`.access.gated`: the gates, the admission, the handler, its
 representation, the pacing headers) or, for every other route
@@ -21,9 +21,9 @@ import time
 
 from aiohttp import web
 
-from ..common import requestlog
-from ..common.envelope import Handler, Routes, answer, body_error, from_failure, header_error, refuse_body
-from .access import PARTNER, gated
+from ..common.http import requestlog
+from ..common.http.envelope import Handler, Routes, answer, body_error, from_failure, header_error, refuse_body
+from .gates import PARTNER, gated
 from .compression import Compressed, negotiate
 from .conditional import evaluate
 from .metrics import RequestStats

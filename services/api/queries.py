@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..common import replicas as replica_lsn
+from ..common.db import replicas as replica_lsn
 from ..readmodel import positions
 from .params import Filters, Page
 

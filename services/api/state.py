@@ -6,9 +6,9 @@ import asyncpg
 from aiohttp import web
 
 from ..readmodel.access import Principals
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import BoundedReader
-from ..common.replicas import ReplicaReader, Replicas
+from ..common.db.replicas import ReplicaReader, Replicas
 from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
 from .catalog import Catalog

@@ -23,7 +23,7 @@ from tickerwire.schemas.models import (
     WorkspaceStatus,
 )
 
-from ..common.keys import display_prefix, generate_key, hash_key
+from ..common.http.keys import display_prefix, generate_key, hash_key
 
 
 class AdminError(Exception):

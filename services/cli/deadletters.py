@@ -18,7 +18,7 @@ import asyncpg
 
 from tickerwire.schemas.models import registry_framing
 
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.kafka import ensure_declared_before, started_producer
 from ..projector.apply import Record, decode_records
 from .admin import AdminError, BadArgument

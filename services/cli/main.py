@@ -12,8 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
-from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, describe, setting
-from ..common.logs import setup_logging
+from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, describe, setting
+from ..common.runtime.logs import setup_logging
 
 
 def _config() -> Config:
@@ -39,7 +39,7 @@ def _config() -> Config:
 
 def _service(name: str):
     def run(args: argparse.Namespace) -> int:
-        from ..common.process import run_service
+        from ..common.runtime.process import run_service
 
         if name == "projector":
             if getattr(args, "action", None) == "rebuild":
@@ -71,7 +71,7 @@ def _run(command: str, coro) -> int:
     import pydantic
 
     from ..common import kafka
-    from ..common.process import command_failed
+    from ..common.runtime.process import command_failed
     from .admin import AdminError, BadArgument
 
     try:
@@ -308,7 +308,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.markdown:
-        from ..common.config import markdown
+        from ..common.runtime.config import markdown
 
         sys.stdout.write(markdown())
         return 0

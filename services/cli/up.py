@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Iterator
 
 import orjson
 
-from ..common.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
-from ..common.process import cancel_on_signals
-from ..common.logs import setup_logging
-from ..common.retry import Backoff, backoff_delays
+from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
+from ..common.runtime.process import cancel_on_signals
+from ..common.runtime.logs import setup_logging
+from ..common.runtime.retry import Backoff, backoff_delays
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
@@ -230,7 +230,7 @@ async def prepare(config: Config) -> None:
 
 async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
     """Publish the demo dataset and a demo workspace; returns (api key, last post id, marks)."""
-    from ..common.keys import display_prefix, generate_key, hash_key
+    from ..common.http.keys import display_prefix, generate_key, hash_key
     from tickerwire.devstack.demo import dataset
     from .publish import publish
 
@@ -259,7 +259,7 @@ async def wait_projected(config: Config, marks: dict[tuple[str, int], int] | Non
 
     from ..common import kafka
     from ..common.db import connect
-    from ..common.topics import declared_topics
+    from ..common.kafka.declaration import declared_topics
     from ..readmodel import positions
 
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-up")

@@ -1,5 +1,5 @@
 """``tickerwire projector accept-log --from earliest|latest``: the operator's way out of a log
-discontinuity (see :mod:`tickerwire.services.common.logcheck`).
+discontinuity (see :mod:`tickerwire.services.common.kafka.logcheck`).
 
 For every partition of every projector topic whose stored position the log no longer holds,
 the stored position is moved to the log's start (``earliest``: re-read everything the log
@@ -20,12 +20,12 @@ from aiokafka import TopicPartition
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import command_connection
-from ..common.logcheck import LogProbe, discontinuity
-from ..common.logs import setup_logging
-from ..common.process import command_failed
-from ..common.topics import declared_topics
+from ..common.kafka.logcheck import LogProbe, discontinuity
+from ..common.runtime.logs import setup_logging
+from ..common.runtime.process import command_failed
+from ..common.kafka.declaration import declared_topics
 from ..readmodel import cursors, positions
 
 

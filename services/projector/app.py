@@ -13,14 +13,14 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import web
 
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import CONNECT_POSTGRES, create_pool, storage_errors
 from ..readmodel.migrate import migrate
-from ..common.ops import add_ops_routes, run_app
-from ..common.readiness import Readiness, service_readiness
-from ..common.retry import retry_transient
-from ..common.supervise import Supervisor, supervisor_of
-from ..common.topicgate import TOPIC_GATE, TopicGate, install
+from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.readiness import Readiness, service_readiness
+from ..common.runtime.retry import retry_transient
+from ..common.runtime.supervise import Supervisor, supervisor_of
+from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from .metrics import ProjectorMetrics
 from .runner import Projector, ensure_topics_with_retry
 from .sweeper import run_sweeper

@@ -54,10 +54,10 @@ from tickerwire.schemas.models import Post, PostEvent
 from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import create_pool, quote_ident
-from ..common.errors import TickerwireError
-from ..common.logs import setup_logging
+from ..common.runtime.errors import TickerwireError
+from ..common.runtime.logs import setup_logging
 from ..readmodel import positions
 from ..readmodel import stamps as stamp
 from ..readmodel.rows import TranslationRow

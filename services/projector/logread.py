@@ -3,7 +3,7 @@ the bulk load's passes and the event-by-event replay, and the checks that keep i
 forever.
 
 - Before reading, the live schema's stored positions are compared with the log
-  (:func:`discontinuities`, the rule of :mod:`..common.logcheck`). After a log reset the live
+  (:func:`discontinuities`, the rule of :mod:`..common.kafka.logcheck`). After a log reset the live
   positions are past the new log's end; a rebuild catching up with them would wait for offsets
   that never come. The rebuild is the documented way out of a reset, so it reads those
   partitions to the log's end instead (:mod:`.rebuild`).
@@ -22,9 +22,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ..common import kafka
-from ..common.config import Config
-from ..common.errors import BrokerUnavailable
-from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
+from ..common.runtime.config import Config
+from ..common.runtime.errors import BrokerUnavailable
+from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
 from .apply import Record
 
 #: No partition position moving for this long, short of its target, ends the read.

@@ -43,15 +43,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import connect, create_pool, is_migrated, storage_errors
 from ..readmodel import cursors
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
-from ..common.logs import setup_logging
-from ..common.process import command_failed
-from ..common.retry import retry_transient
-from ..common.topicgate import require_safe_topics
-from ..common.topics import declared_topics
+from ..common.runtime.logs import setup_logging
+from ..common.runtime.process import command_failed
+from ..common.runtime.retry import retry_transient
+from ..common.kafka.topicgate import require_safe_topics
+from ..common.kafka.declaration import declared_topics
 from ..readmodel import positions
 from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, Record, apply_batch

@@ -18,12 +18,13 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
-from ..common import kafka, retry
-from ..common.config import Config
+from ..common import kafka
+from ..common.runtime import retry
+from ..common.runtime.config import Config
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
-from ..common.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
-from ..common.retry import Backoff, retry_transient
-from ..common.supervise import honour_cancellation
+from ..common.kafka.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
+from ..common.runtime.retry import Backoff, retry_transient
+from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics

@@ -11,7 +11,7 @@ import logging
 import asyncpg
 
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
-from ..common.errors import TransientError
+from ..common.runtime.errors import TransientError
 from ..readmodel import stamps as stamp
 from . import sql
 from .apply import SWITCH_LOCK

@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 import asyncpg
 
 from ..common.db import storage_errors
-from ..common.keys import hash_key, hashes_match, looks_like_key
+from ..common.http.keys import hash_key, hashes_match, looks_like_key
 from . import stamps as stamp
 from .stamps import StampWatcher
 

@@ -144,9 +144,9 @@ class PostRow(Row):
 
 
 @dataclass(frozen=True, slots=True)
-class TranslationRow(Row, mapping.TranslationRow):
+class TranslationRow(Row, mapping.MappedTranslation):
     """One written row of post_translations: the pure mapping's row of one locale
-    (:class:`tickerwire.schemas.readmodel.TranslationRow`), where it was announced and what its
+    (:class:`tickerwire.schemas.readmodel.MappedTranslation`), where it was announced and what its
     tsvector is computed from. ``ts_config``, ``title``, ``lede`` and ``body`` are not stored:
     the tsvector is computed from them (:data:`TEXT_INPUTS`)."""
 
@@ -160,7 +160,7 @@ class TranslationRow(Row, mapping.TranslationRow):
 
     @classmethod
     def written(
-        cls, row: mapping.TranslationRow, *, visible: bool, announced_partition: int | None,
+        cls, row: mapping.MappedTranslation, *, visible: bool, announced_partition: int | None,
         announced_offset: int | None, text_hash: bytes,
     ) -> "TranslationRow":
         values: list[Any] = list(_getter(type(row))(row))
@@ -169,7 +169,7 @@ class TranslationRow(Row, mapping.TranslationRow):
         return cls(*values)
 
 
-_VISIBLE = _columns(mapping.TranslationRow).index("visible")
+_VISIBLE = _columns(mapping.MappedTranslation).index("visible")
 #: The columns of :class:`TranslationRow` the tsvector is computed from, not stored.
 TEXT_INPUTS = ("ts_config", "title", "lede", "body")
 

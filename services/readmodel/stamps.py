@@ -29,8 +29,8 @@ from typing import Awaitable, Callable
 import asyncpg
 
 from ..common.db import CONNECTION_ERRORS, open_connection
-from ..common.errors import TransientError
-from ..common.retry import backoff_delays
+from ..common.runtime.errors import TransientError
+from ..common.runtime.retry import backoff_delays
 
 log = logging.getLogger(__name__)
 

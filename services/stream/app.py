@@ -18,21 +18,21 @@ from aiohttp import WSMsgType, web
 
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..common.keys import authorization, bearer_key
+from ..common.http.keys import authorization, bearer_key
 from ..readmodel.access import AccessDenied, Principals
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import reader_pool, storage_errors
-from ..common.envelope import envelope
-from ..common.errors import InvalidParameter, StorageUnavailable
-from ..common.ops import add_ops_routes, run_app
-from ..common.requestlog import WORKSPACE_KEY, add_request_log
-from ..common.readiness import Readiness, service_readiness
-from ..common.replicas import Replicas
-from ..common.supervise import Supervisor, supervisor_of
+from ..common.http.envelope import envelope
+from ..common.runtime.errors import InvalidParameter, StorageUnavailable
+from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.http.requestlog import WORKSPACE_KEY, add_request_log
+from ..common.operator.readiness import Readiness, service_readiness
+from ..common.db.replicas import Replicas
+from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import cursors
 from ..readmodel.stamps import StampWatcher
 from ..readmodel.taxonomy import served_locales
-from ..common.topicgate import TOPIC_GATE, TopicGate, install
+from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from . import protocol
 from .errors import error_middleware
 from .feed import Feed

@@ -1,9 +1,9 @@
-"""The stream's words in the error envelope (:mod:`..common.envelope` builds it): what it says
+"""The stream's words in the error envelope (:mod:`..common.http.envelope` builds it): what it says
 for an unknown path or a wrong method."""
 
 from __future__ import annotations
 
-from ..common.envelope import Routes, error_middleware as envelope_middleware
+from ..common.http.envelope import Routes, error_middleware as envelope_middleware
 
 
 def error_middleware(base_path: str, max_body: int):

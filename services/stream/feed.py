@@ -29,11 +29,11 @@ from tickerwire.schemas.models import InvalidEvent, decode_event
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.config import Config
+from ..common.runtime.config import Config
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
-from ..common.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
-from ..common.retry import Backoff, retry_transient
-from ..common.supervise import honour_cancellation
+from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
+from ..common.runtime.retry import Backoff, retry_transient
+from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import cursors, positions
 from ..readmodel.announcements import announced
 from . import protocol
@@ -238,7 +238,7 @@ class Feed:
         before the feed read them), the feed is stopped, loudly (ERROR log, readiness, metric),
         until the log holds the projector's stored positions (after ``accept-log``). Then it
         reads the partition again from the first record it has not read
-        (:func:`~..common.logcheck.reread_from`): the log start for a new log or for deleted
+        (:func:`~..common.kafka.logcheck.reread_from`): the log start for a new log or for deleted
         records, past the records already read for a log cut back. Every record of a new log
         that the projector projects is announced, those it projected before the feed got here
         included (late, not lost). Announcements are tied to the record that first made a
@@ -282,7 +282,7 @@ class Feed:
         self.stopped = stopped
 
     async def _reread_from(self, consumer, tp: TopicPartition, gap) -> int:
-        """:func:`~..common.logcheck.reread_from` for this partition, asking the broker for the
+        """:func:`~..common.kafka.logcheck.reread_from` for this partition, asking the broker for the
         first record stamped after the newest one this feed had read."""
         seen = self._seen_ts.get(tp.partition)
         if gap.position < gap.log_start or seen is None:

@@ -1,7 +1,7 @@
 """Opt-in stream filters (``lang``, ``tickers``, ``categories`` on the stream URL).
 
 Without any of them a connection receives everything, exactly as spec section 6 says. Each
-takes the CSV grammar of the ``/posts`` filters (``services/common/query.py``: empty items
+takes the CSV grammar of the ``/posts`` filters (``services/common/http/querystring.py``: empty items
 skipped, repeats counted once, at most 20 distinct values; a value over 100 characters matches
 nothing); more values refuse the handshake with 422 VALIDATION_FAILED before the upgrade. Semantics are those of ``/posts``:
 OR within a parameter, AND between parameters; ``tickers`` compare upper-case; a group
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..common.query import bcp47_case, csv_values, tickers
+from ..common.http.querystring import bcp47_case, csv_values, tickers
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from typing import Mapping
 
 from aiohttp import web
 
-from ..common.envelope import envelope
-from ..common.headers import undecodable_header
+from ..common.http.envelope import envelope
+from ..common.http.headers import undecodable_header
 
 WEBSOCKET_VERSION = "13"
 

@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import asyncpg
 
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
-from ..common.errors import StorageUnavailable, TransientError
+from ..common.runtime.errors import StorageUnavailable, TransientError
 from . import sql
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Iterable
 
-from ..common.replicas import POLL_S, Replicas, at_least
+from ..common.db.replicas import POLL_S, Replicas, at_least
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import logging
 import asyncpg
 
 from ..readmodel.access import Principals, gate
-from ..common.errors import TransientError
+from ..common.runtime.errors import TransientError
 from . import protocol
 from .hub import Hub
 

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tests.support.apps import ReadModel, stream_served
 from tests.support.events import locale_ev
 from tests.support.fieldtools import node_modules_with

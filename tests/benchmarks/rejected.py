@@ -24,7 +24,7 @@ import time
 
 import aiohttp
 
-from tickerwire.services.common.keys import generate_key
+from tickerwire.services.common.http.keys import generate_key
 from tests.support.stack import BASE
 
 from .common import Context, Result, catalog, db_transactions, open_loop_process, output_within, posts, provision_wide_open

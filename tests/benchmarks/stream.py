@@ -31,7 +31,7 @@ import orjson
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
-from tickerwire.services.common.retry import backoff_delays
+from tickerwire.services.common.runtime.retry import backoff_delays
 
 from tests.support.stack import BASE
 

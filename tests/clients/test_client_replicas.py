@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickerwire.services.common.replicas import at_least
+from tickerwire.services.common.db.replicas import at_least
 from tests.support.events import post_ev
 from tests.support.replicas import replicated_cluster, serving_stack
 from tests.support.stack import BASE

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from tickerwire.services.cli import admin
-from tickerwire.services.common.keys import KEY_PREFIX, generate_key, hash_key
+from tickerwire.services.common.http.keys import KEY_PREFIX, generate_key, hash_key
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e

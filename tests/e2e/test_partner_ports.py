@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tickerwire.devstack.demo import dataset, trickle
-from tickerwire.services.common.logs import LOG_BURST
+from tickerwire.services.common.runtime.logs import LOG_BURST
 from tests.support.rawhttp import raw, raw_head
 from tests.support.stack import BASE, Service, auth, started_stack
 from tests.support.ws import session

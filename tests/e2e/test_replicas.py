@@ -13,7 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.services.common.replicas import at_least, parse_marks
+from tickerwire.services.common.db.replicas import at_least, parse_marks
 from tests.support.events import post_ev, token_ev
 from tests.support.replicas import freeze, replicated_cluster, rotation, serving_stack, signal_server, thaw
 from tests.support.stack import BASE, auth

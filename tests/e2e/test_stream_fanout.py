@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from tickerwire.services.cli import admin
-from tickerwire.services.common.keys import hash_key
+from tickerwire.services.common.http.keys import hash_key
 from tickerwire.services.stream.hub import CLOSE_GRACE_S
 from tests.support.events import fresh_post_ev, locale_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack

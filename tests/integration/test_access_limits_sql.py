@@ -17,7 +17,7 @@ import contextlib
 from tickerwire.services.common.db import create_pool
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.readmodel.stamps import StampWatcher
-from tickerwire.services.common.keys import generate_key, hash_key
+from tickerwire.services.common.http.keys import generate_key, hash_key
 
 
 @pytest.fixture

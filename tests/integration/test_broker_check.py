@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
-from tickerwire.services.common.errors import ConfigError
+from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.common.runtime.errors import ConfigError
 from tests.support.tls import TlsFront, make_pki
 
 

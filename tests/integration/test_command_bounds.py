@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tickerwire.services.common.db import CLOSE_TIMEOUT_S, COMMAND_CLIENT_GRACE_S, command_connection
-from tickerwire.services.common.errors import TickerwireError
+from tickerwire.services.common.runtime.errors import TickerwireError
 from tests.support.forward import Forwarder
 
 BOUND_S = 1.0

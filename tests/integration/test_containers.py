@@ -10,7 +10,7 @@ import pytest
 from aiokafka.admin import NewTopic
 
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tests.support.containers import docker_available, engines
 
 pytestmark = pytest.mark.skipif(

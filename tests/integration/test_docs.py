@@ -17,7 +17,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from tickerwire.services.api.app import create_app
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tests.support.stack import BASE
 
 DOC = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"

@@ -17,10 +17,10 @@ from aiokafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.services.common.errors import ConfigError
-from tickerwire.services.common.topicgate import TopicGate, require_safe_topics
+from tickerwire.services.common.runtime.errors import ConfigError
+from tickerwire.services.common.kafka.topicgate import TopicGate, require_safe_topics
 from tests.support.tls import Pki, TlsFront, make_pki
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tickerwire.services.common.db import BoundedReader, create_pool, storage_errors
-from tickerwire.services.common.errors import StorageUnavailable
+from tickerwire.services.common.runtime.errors import StorageUnavailable
 
 
 async def test_a_statement_gives_up_waiting_for_a_connection_after_its_bound(fresh_db):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tests.support.forward import Forwarder
 from tests.support.projector import projector_on
 from tests.support.wait import background, until

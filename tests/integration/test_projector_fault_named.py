@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.services.common import retry
+from tickerwire.services.common.runtime import retry
 from tests.support.projector import projector_on
 from tests.support.wait import background, until
 

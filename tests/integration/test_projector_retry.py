@@ -6,7 +6,7 @@ import asyncio
 
 import asyncpg
 from aiokafka import TopicPartition
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.db import create_pool
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.projector.apply import SWITCH_LOCK

@@ -8,7 +8,7 @@ import asyncio
 import os
 
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tests.support.projector import projector_on
 from tests.support.swallow import fail_once_then_stop_swallowing
 

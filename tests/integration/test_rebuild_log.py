@@ -13,7 +13,7 @@ from aiokafka import TopicPartition
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
-from tickerwire.services.common.errors import BrokerUnavailable
+from tickerwire.services.common.runtime.errors import BrokerUnavailable
 from tickerwire.services.projector.apply import decode_records
 from tickerwire.services.projector.logread import read_until
 

@@ -18,7 +18,7 @@ from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import create_pool
-from tickerwire.services.common.errors import TickerwireError
+from tickerwire.services.common.runtime.errors import TickerwireError
 from tickerwire.services.projector.bulk import NotBulkable, build_indexes, bulk_load_posts
 
 from tests.support.events import category_ev, post_ev

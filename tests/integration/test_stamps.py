@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from tickerwire.services.readmodel.migrate import migrate
-from tickerwire.services.common.errors import StorageUnavailable
+from tickerwire.services.common.runtime.errors import StorageUnavailable
 from tickerwire.services.readmodel.stamps import LISTENER_NAME, StampWatcher
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from tickerwire.services.common.db import connect, create_pool
 from tickerwire.services.readmodel.migrate import migrate
-from tickerwire.services.common.config import Config
-from tickerwire.services.common.errors import StorageUnavailable
+from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.common.runtime.errors import StorageUnavailable
 from tickerwire.services.stream import sql
 from tickerwire.services.stream.leases import Leases
 

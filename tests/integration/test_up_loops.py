@@ -16,7 +16,7 @@ import pytest
 
 from tickerwire.services.cli.up import Child, PortTaken, Probe, Trickle, wait_healthy
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tests.support.forward import Forwarder
 from tests.support.wait import background, until
 

@@ -23,9 +23,9 @@ from tickerwire.schemas.topics import topic_name
 from tickerwire.services.api.app import create_app
 from tickerwire.services.stream.app import create_app as create_stream_app
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.db import connect
-from tickerwire.services.common.ops import ADMIN_APP
+from tickerwire.services.common.operator.endpoints import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
 from tests.support.events import provisioning, records
 from tests.support.projector import projector_on

@@ -26,7 +26,7 @@ import asyncpg
 from tickerwire.services.cli.publish import publish, send_events
 from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
-from tickerwire.services.common.config import Config
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.db import connect
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.devstack.embedded.ports import free_ports

@@ -9,9 +9,9 @@ import logging
 import orjson
 
 from tickerwire.services.api.limits import Usage, refusal
-from tickerwire.services.common.keys import bearer_key
-from tickerwire.services.common.keys import KEY_PREFIX, display_prefix, generate_key, hash_key, hashes_match, looks_like_key
-from tickerwire.services.common.logs import JsonFormatter, redact
+from tickerwire.services.common.http.keys import bearer_key
+from tickerwire.services.common.http.keys import KEY_PREFIX, display_prefix, generate_key, hash_key, hashes_match, looks_like_key
+from tickerwire.services.common.runtime.logs import JsonFormatter, redact
 
 
 def test_keys_are_prefixed_random_and_stored_as_sha256():

@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from tickerwire.services.common.config import Config
-from tickerwire.services.common.topicgate import TopicGate
+from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.common.kafka.topicgate import TopicGate
 from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_KINDS, ProjectorMetrics
 from tests.support.fieldtools import binary
 

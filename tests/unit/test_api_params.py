@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 
 from tickerwire.services.api.conditional import matches
-from tickerwire.services.common.envelope import ApiError
-from tickerwire.services.common.query import bcp47_case
+from tickerwire.services.common.http.envelope import ApiError
+from tickerwire.services.common.http.querystring import bcp47_case
 from tickerwire.services.api.params import Page, parse_filters, parse_page, parse_q, parse_since
 from tickerwire.services.api.queries import page_query
 from tickerwire.services.api.params import MAX_KEPT_QUERY, Filters, Listing, Listings

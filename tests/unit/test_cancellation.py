@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
-from tickerwire.services.common.logcheck import LogProbe, find_discontinuities
+from tickerwire.services.common.kafka.logcheck import LogProbe, find_discontinuities
 
 ROOT = Path(__file__).parents[2]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).parents[2]
 #: happens to a cancellation (none sits in a loop that runs for the process's lifetime).
 ONE_SHOT_WAIT_FOR = {
     "services/projector/accept.py": 2,  # the accept-log command reads the log offsets once
-    "services/common/ops.py": 1,  # one /readyz answer
+    "services/common/operator/endpoints.py": 1,  # one /readyz answer
 }
 
 

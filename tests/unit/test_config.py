@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickerwire.services.common.config import Config, ConfigError
+from tickerwire.services.common.runtime.config import Config, ConfigError
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 
@@ -76,7 +76,7 @@ def test_a_lease_that_would_expire_before_its_renewal_is_refused(env, word):
 
 
 def test_command_line_settings_are_read_like_every_text_setting(tmp_path):
-    from tickerwire.services.common.config import setting
+    from tickerwire.services.common.runtime.config import setting
 
     secret = tmp_path / "dsn"
     secret.write_text("postgresql://from/file\n")
@@ -128,7 +128,7 @@ def test_configuration_md_is_what_tickerwire_config_markdown_prints():
     default without regenerating it fails here (`tickerwire config --markdown > docs/configuration.md`)."""
     from pathlib import Path
 
-    from tickerwire.services.common.config import markdown
+    from tickerwire.services.common.runtime.config import markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == markdown(), "regenerate: tickerwire config --markdown > docs/configuration.md"
@@ -137,6 +137,6 @@ def test_configuration_md_is_what_tickerwire_config_markdown_prints():
 def test_every_setting_says_what_it_does():
     from dataclasses import fields
 
-    from tickerwire.services.common.config import MEANING
+    from tickerwire.services.common.runtime.config import MEANING
 
     assert sorted(MEANING) == sorted(f.name for f in fields(Config))

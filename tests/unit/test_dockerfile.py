@@ -16,7 +16,7 @@ from pathlib import Path
 import dockerfile
 import pytest
 
-from tickerwire.services.common.config import PREFIX, Config
+from tickerwire.services.common.runtime.config import PREFIX, Config
 
 ROOT = Path(__file__).parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"

@@ -9,9 +9,9 @@ import sys
 
 import orjson
 
-from tickerwire.services.common.logs import ExpectedFaultTracebacks, JsonFormatter, LibraryFloodFilter, LogLimiter
-from tickerwire.services.common.ops import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
-from tickerwire.services.common.requestlog import REQUEST_ID, RequestIdFilter, request_id
+from tickerwire.services.common.runtime.logs import ExpectedFaultTracebacks, JsonFormatter, LibraryFloodFilter, LogLimiter
+from tickerwire.services.common.operator.endpoints import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
+from tickerwire.services.common.http.requestlog import REQUEST_ID, RequestIdFilter, request_id
 from tickerwire.services.stream.handshake import handshake_error
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="

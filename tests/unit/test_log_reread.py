@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickerwire.services.common.logcheck import Discontinuity, reread_from
+from tickerwire.services.common.kafka.logcheck import Discontinuity, reread_from
 
 
 def gap(position: int, log_start: int, log_end: int) -> Discontinuity:

@@ -7,8 +7,8 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tickerwire.services.common.config import Config, ConfigError
-from tickerwire.services.common.replicas import Replicas, at_least, parse_marks, replica_name
+from tickerwire.services.common.runtime.config import Config, ConfigError
+from tickerwire.services.common.db.replicas import Replicas, at_least, parse_marks, replica_name
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 

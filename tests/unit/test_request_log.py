@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tickerwire.services.api.metrics import RequestStats
-from tickerwire.services.common import logs
-from tickerwire.services.common.logs import REQUEST_ID, JsonFormatter, LineHandler, RequestIdFilter, info_line
-from tickerwire.services.common.requestlog import request_id
+from tickerwire.services.common.runtime import logs
+from tickerwire.services.common.runtime.logs import REQUEST_ID, JsonFormatter, LineHandler, RequestIdFilter, info_line
+from tickerwire.services.common.http.requestlog import request_id
 
 
 def handler_on(out: io.StringIO) -> LineHandler:

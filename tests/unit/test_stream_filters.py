@@ -8,9 +8,9 @@ import asyncio
 import orjson
 import pytest
 
-from tickerwire.services.common.envelope import ApiError
+from tickerwire.services.common.http.envelope import ApiError
 from tickerwire.services.api.params import parse_filters
-from tickerwire.services.common.errors import InvalidParameter
+from tickerwire.services.common.runtime.errors import InvalidParameter
 from tickerwire.services.stream import protocol
 from tickerwire.services.stream.filters import EVERYTHING, PostFacts, StreamFilter, parse_filter
 from tickerwire.services.stream.hub import Hub

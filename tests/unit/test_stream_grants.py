@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from tickerwire.services.common.errors import StorageUnavailable
+from tickerwire.services.common.runtime.errors import StorageUnavailable
 from tickerwire.services.stream.leases import Grants
 
 

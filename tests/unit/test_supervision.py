@@ -11,14 +11,14 @@ import statistics
 import pytest
 from aiokafka import TopicPartition
 
-from tickerwire.services.common.logcheck import discontinuity
-from tickerwire.services.common.ops import answer_ready
-from tickerwire.services.common.readiness import Readiness
-from tickerwire.services.common import retry
-from tickerwire.services.common.errors import StorageUnavailable
-from tickerwire.services.common.retry import Backoff, retry_transient
-from tickerwire.services.common import supervise
-from tickerwire.services.common.supervise import Supervisor, honour_cancellation
+from tickerwire.services.common.kafka.logcheck import discontinuity
+from tickerwire.services.common.operator.endpoints import answer_ready
+from tickerwire.services.common.operator.readiness import Readiness
+from tickerwire.services.common.runtime import retry
+from tickerwire.services.common.runtime.errors import StorageUnavailable
+from tickerwire.services.common.runtime.retry import Backoff, retry_transient
+from tickerwire.services.common.runtime import supervise
+from tickerwire.services.common.runtime.supervise import Supervisor, honour_cancellation
 
 TP = TopicPartition("t.posts.v1", 2)
 

@@ -39,10 +39,10 @@ from aiokafka.errors import (
 )
 from aiokafka.helpers import create_ssl_context
 
-from .config import Config
-from .errors import BrokerUnavailable, ConfigError
-from .supervise import stray
-from .topics import Difference, TopicState, compare, declared_topics
+from ..runtime.config import Config
+from ..runtime.errors import BrokerUnavailable, ConfigError
+from ..runtime.supervise import stray
+from .declaration import Difference, TopicState, compare, declared_topics
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from ..common.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
-from ..common.keys import authorization, bearer_key
-from ..common.requestlog import WORKSPACE_KEY
+from ..common.http.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
+from ..common.http.keys import authorization, bearer_key
+from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel.access import AccessDenied
 from .freshness import honour as honour_min_position
 from .limits import Usage, refusal

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError, OffsetOutOfRangeError
 
-from . import kafka
+from .. import kafka
 
 #: A discontinuity counts once seen continuously for this long: some brokers report a stale
 #: end offset for a few seconds after writes (a real reset does not go away).

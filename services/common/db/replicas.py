@@ -37,9 +37,9 @@ from urllib.parse import urlsplit
 import asyncpg
 from prometheus_client import CollectorRegistry, Gauge
 
-from .config import Config
-from .db import CONNECTION_ERRORS, BoundedReader, create_pool, open_connection
-from .errors import StorageUnavailable
+from ..runtime.config import Config
+from . import CONNECTION_ERRORS, BoundedReader, create_pool, open_connection
+from ..runtime.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import time
 
 from aiohttp import web
 
-from .logs import REQUEST_ID, RequestIdFilter, info_line
+from ..runtime.logs import REQUEST_ID, RequestIdFilter, info_line
 
 __all__ = ["HEADER", "REQUEST_ID", "RequestIdFilter", "add_request_log", "closed", "opened", "request_id"]
 

@@ -36,7 +36,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .envelope import INTERNAL_MESSAGE, JSON, REFUSED_REQUESTS, error_body
-from .logs import LogLimiter
+from ..runtime.logs import LogLimiter
 from .requestlog import HEADER as REQUEST_ID_HEADER, request_id
 
 log = logging.getLogger("tickerwire.listener")

@@ -11,9 +11,9 @@ from typing import AsyncIterator, Protocol
 
 import asyncpg
 
-from .config import Config
-from .errors import ConfigError, StorageUnavailable, TickerwireError
-from .retry import retry_transient
+from ..runtime.config import Config
+from ..runtime.errors import ConfigError, StorageUnavailable, TickerwireError
+from ..runtime.retry import retry_transient
 
 #: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (

@@ -16,10 +16,10 @@ from typing import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .config import Config
-from .envelope import Routes, error_middleware
-from .listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
-from .supervise import SUPERVISOR
+from ..runtime.config import Config
+from ..http.envelope import Routes, error_middleware
+from ..http.listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
+from ..runtime.supervise import SUPERVISOR
 
 log = logging.getLogger(__name__)
 

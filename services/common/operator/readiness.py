@@ -52,9 +52,9 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
     """The checks every service shares: PostgreSQL answers and the read model is migrated
     (``pool()`` is None while starting), the broker answers (``broker``), no supervised task
     is down. The service adds its own."""
-    from . import retry
-    from .db import CONNECT_POSTGRES, postgres_check
-    from .kafka import broker_check
+    from ..runtime import retry
+    from ..db import CONNECT_POSTGRES, postgres_check
+    from ..kafka import broker_check
 
     ready = Readiness()
 

@@ -13,7 +13,7 @@ into its 422 ``VALIDATION_FAILED`` envelope with ``field`` naming the parameter.
 
 from __future__ import annotations
 
-from .errors import InvalidParameter
+from ..runtime.errors import InvalidParameter
 
 #: The OpenAPI document's ``maxItems`` of every CSV parameter.
 MAX_CSV_VALUES = 20

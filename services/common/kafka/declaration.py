@@ -21,7 +21,7 @@ from typing import Mapping
 
 from tickerwire.schemas.topics import ALL_TOPICS, POSTS, topic_name
 
-from .config import Config
+from ..runtime.config import Config
 
 #: Kafka's default when a topic has no cleanup.policy of its own.
 KAFKA_DEFAULT_CLEANUP_POLICY = "delete"

@@ -44,7 +44,7 @@ class Config:
     database_url: str = field(repr=False)  # may carry a password
     kafka_bootstrap_servers: str
     #: Streaming replicas of ``database_url``, comma-separated postgresql:// URLs (none: every
-    #: statement on the primary). The API's reads go to them (services/common/replicas.py).
+    #: statement on the primary). The API's reads go to them (services/common/db/replicas.py).
     database_read_urls: str = field(default="", repr=False)
     #: A replica further behind the primary than this leaves the API's read rotation (the stream
     #: stops waiting for it at 1.5 times this); it comes back once within a quarter of it.
@@ -103,7 +103,7 @@ class Config:
     kafka_sasl_mechanism: str = "PLAIN"
     kafka_sasl_username: str = ""
     kafka_sasl_password: str = field(default="", repr=False)
-    # Topics as code (services/common/topics.py): what `tickerwire topics ensure` creates and
+    # Topics as code (services/common/kafka/declaration.py): what `tickerwire topics ensure` creates and
     # what `tickerwire topics check` and the start-up check compare a cluster with.
     topic_posts_partitions: int = 4
     topic_replication_factor: int = 3

@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 from aiohttp import web
 
-from .errors import TransientError
+from ..runtime.errors import TransientError
 from .headers import undecodable_header
 
 log = logging.getLogger(__name__)

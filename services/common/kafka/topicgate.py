@@ -36,12 +36,12 @@ from aiohttp import web
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Gauge
 
-from . import kafka
-from .config import Config
-from .errors import BrokerUnavailable, ConfigError
-from .retry import retry_transient
-from .supervise import supervisor_of
-from .topics import Difference
+from .. import kafka
+from ..runtime.config import Config
+from ..runtime.errors import BrokerUnavailable, ConfigError
+from ..runtime.retry import retry_transient
+from ..runtime.supervise import supervisor_of
+from .declaration import Difference
 
 log = logging.getLogger(__name__)
 

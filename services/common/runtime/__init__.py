@@ -1,0 +1,1 @@
+"""Process runtime: configuration, errors, logging, supervision, retries, running a process."""
