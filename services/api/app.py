@@ -18,7 +18,7 @@ from ..readmodel.access import Principals
 from ..common.runtime.config import Config
 from ..common.db import reader_pool
 from ..common.operator.endpoints import add_ops_routes, run_app
-from ..common.operator.readiness import Readiness, service_readiness
+from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.db.replicas import Replicas
 from ..readmodel import stamps as stamp
 from ..readmodel.stamps import StampWatcher
@@ -59,7 +59,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
-    app[POOL] = await reader_pool(config)
+    app[POOL] = await reader_pool(config, failing_of(app))
     yield
     await app[POOL].close()
 
@@ -120,7 +120,7 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     """Ready when PostgreSQL answers, the read model is migrated, the in-memory copies (the
     catalog, the principals, the page cache's generation: one refresh brings them all up to the
     change stamps) are confirmed current with their listener up, and admission has a connection."""
-    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=False)
+    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, failing=failing_of(app), broker=False)
 
     async def copies() -> tuple[bool, str]:
         if not app[PRINCIPALS].loaded:

@@ -17,7 +17,7 @@ from ..common.runtime.config import Config
 from ..common.db import CONNECT_POSTGRES, create_pool, storage_errors
 from ..readmodel.migrate import migrate
 from ..common.operator.endpoints import add_ops_routes, run_app
-from ..common.operator.readiness import Readiness, service_readiness
+from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.retry import retry_transient
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
@@ -51,7 +51,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
                 await migrate(conn, config.read_model_schema)
         return pool
 
-    app[POOL] = await retry_transient(connect_and_migrate, what=CONNECT_POSTGRES, cap=2.0)
+    app[POOL] = await retry_transient(connect_and_migrate, what=CONNECT_POSTGRES, cap=2.0, failing=failing_of(app))
     yield
     await app[POOL].close()
 
@@ -88,7 +88,7 @@ CONSUME_STALL_S = 10.0
 def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     """Ready when PostgreSQL and the broker answer, the consume loop is fetching, it has caught
     up once since start, and no partition is stopped by a log discontinuity."""
-    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=True)
+    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, failing=failing_of(app), broker=True)
 
     async def consuming() -> tuple[bool, str]:
         if PROJECTOR not in app:

@@ -26,7 +26,7 @@ from ..common.http.envelope import envelope
 from ..common.runtime.errors import InvalidParameter, StorageUnavailable
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.http.requestlog import WORKSPACE_KEY, add_request_log
-from ..common.operator.readiness import Readiness, service_readiness
+from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.db.replicas import Replicas
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import cursors
@@ -222,7 +222,7 @@ async def _pinger(app: web.Application) -> None:
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
-    app[POOL] = await reader_pool(config)
+    app[POOL] = await reader_pool(config, failing_of(app))
     app[LEASES] = Leases(app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s)
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     if app[REPLICAS]:  # read-your-stream through the API's replicas (replicated.py)
@@ -274,7 +274,7 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
 def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     """Ready when PostgreSQL and the broker answer, the feed (consumer and announcer) runs and
     the in-memory access state is confirmed current with its listener up."""
-    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, broker=True)
+    ready = service_readiness(app[CONFIG], lambda: app.get(POOL), supervisor, failing=failing_of(app), broker=True)
 
     async def feed() -> tuple[bool, str]:
         return app[FEED].check() if FEED in app else (False, "starting")

@@ -262,17 +262,34 @@ async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_an
     monkeypatch.setattr(retry, "ERROR_AFTER_S", 0.05)
     calls = []
     seen = []
+    failing = retry.Failing()
 
     async def op():
         calls.append(1)
-        seen.append(retry.failing.get("connect to PostgreSQL"))
+        seen.append(failing.why("connect to PostgreSQL"))
         if len(calls) < 30:
             raise StorageUnavailable("ConnectionRefusedError: [Errno 111] Connection refused")
         return "pool"
 
     with caplog.at_level(logging.WARNING):
-        assert await retry_transient(op, what="connect to PostgreSQL", base=0.01, cap=0.02) == "pool"
+        assert await retry_transient(op, what="connect to PostgreSQL", base=0.01, cap=0.02, failing=failing) == "pool"
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "connect to PostgreSQL still failing after" in errors[0] and "Connection refused" in errors[0]
     assert seen[0] is None and "Connection refused" in seen[-1]  # the cause, while it is retried
-    assert "connect to PostgreSQL" not in retry.failing  # forgotten once it worked
+    assert failing.why("connect to PostgreSQL") is None  # forgotten once it worked
+
+
+async def test_readiness_says_why_a_service_is_still_starting_from_the_failures_it_is_given():
+    """The facts come in as an argument (the service's Failing), not from a module global: two
+    services in one process each say their own cause."""
+    from tickerwire.services.common.db import CONNECT_POSTGRES
+    from tickerwire.services.common.operator.readiness import service_readiness
+    from tickerwire.services.common.runtime.config import Config
+
+    config = Config.from_env({"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
+    refused, quiet = retry.Failing(), retry.Failing()
+    refused.failed(CONNECT_POSTGRES, StorageUnavailable("Connection refused"))
+    one = service_readiness(config, lambda: None, Supervisor(), broker=False, failing=refused)
+    other = service_readiness(config, lambda: None, Supervisor(), broker=False, failing=quiet)
+    assert (await one())[1]["postgres"] == {"ok": False, "detail": "starting (connect to PostgreSQL failed: Connection refused)"}
+    assert (await other())[1]["postgres"] == {"ok": False, "detail": "starting"}

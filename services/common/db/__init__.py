@@ -13,7 +13,7 @@ import asyncpg
 
 from ..runtime.config import Config
 from ..runtime.errors import ConfigError, StorageUnavailable, TickerwireError
-from ..runtime.retry import retry_transient
+from ..runtime.retry import Failing, retry_transient
 
 #: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -103,11 +103,11 @@ async def create_pool(
 
 
 #: What a service retries while it has no pool yet (``retry_transient``'s ``what``); readiness
-#: names the last failure of it (``retry.failing``).
+#: names the last failure of it (the service's :class:`~..runtime.retry.Failing`).
 CONNECT_POSTGRES = "connect to PostgreSQL"
 
 
-async def reader_pool(config: Config) -> asyncpg.Pool:
+async def reader_pool(config: Config, failing: Failing | None = None) -> asyncpg.Pool:
     """The pool of a reading service (API, stream), connecting with retries until PostgreSQL answers.
 
     Its statements are bounded by ``db_statement_timeout_s`` and its connection attempts by
@@ -124,6 +124,7 @@ async def reader_pool(config: Config) -> asyncpg.Pool:
         ),
         what=CONNECT_POSTGRES,
         cap=2.0,
+        failing=failing,
     )
 
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
+from aiohttp import web
+
+from ..runtime.retry import Failing
+
 Check = Callable[[], Awaitable[tuple[bool, str]]]
 
 BUDGET_S = 1.0
@@ -48,11 +52,10 @@ class Readiness:
         return await self.evaluate()
 
 
-def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *, broker: bool) -> Readiness:
+def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *, broker: bool, failing: Failing) -> Readiness:
     """The checks every service shares: PostgreSQL answers and the read model is migrated
-    (``pool()`` is None while starting), the broker answers (``broker``), no supervised task
-    is down. The service adds its own."""
-    from ..runtime import retry
+    (``pool()`` is None while starting, and ``failing`` says why when its connection failed),
+    the broker answers (``broker``), no supervised task is down. The service adds its own."""
     from ..db import CONNECT_POSTGRES, postgres_check
     from ..kafka import broker_check
 
@@ -61,7 +64,7 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
     async def postgres() -> tuple[bool, str]:
         p = pool()
         if p is None:  # the pool is being created: say why it is not there yet, when it failed
-            why = retry.failing.get(CONNECT_POSTGRES)
+            why = failing.why(CONNECT_POSTGRES)
             return False, f"starting ({why})" if why else "starting"
         return await postgres_check(p, config.read_model_schema)
 
@@ -73,3 +76,14 @@ def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *
         ready.add("broker", reachable_broker)
     ready.add("tasks", supervisor.check)
     return ready
+
+
+FAILING = web.AppKey("failing", Failing)
+
+
+def failing_of(app: web.Application) -> Failing:
+    """The application's record of the operations it is retrying, created on first use: its
+    retries write it, its readiness reads it."""
+    if FAILING not in app:
+        app[FAILING] = Failing()
+    return app[FAILING]

@@ -18,8 +18,23 @@ log = logging.getLogger(__name__)
 ERROR_AFTER_S = 10.0
 ERROR_EVERY_S = 300.0
 
-#: what -> the last failure of an operation being retried now (readiness shows it while starting).
-failing: dict[str, str] = {}
+
+class Failing:
+    """The last failure of each operation being retried now, by its ``what``: a service passes
+    one to its retries and to its readiness, which says why it is still starting."""
+
+    def __init__(self) -> None:
+        self._why: dict[str, str] = {}
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        self._why[what] = f"{what} failed: {exc}"
+
+    def done(self, what: str) -> None:
+        self._why.pop(what, None)
+
+    def why(self, what: str) -> str | None:
+        """The last failure of ``what`` while it is retried; None once it worked (or never failed)."""
+        return self._why.get(what)
 
 
 def backoff_delays(base: float = 0.1, cap: float = 5.0, rng: random.Random | None = None):
@@ -63,10 +78,12 @@ async def retry_transient(
     cap: float = 5.0,
     attempts: int | None = None,
     on_retry: Callable[[BaseException], None] | None = None,
+    failing: Failing | None = None,
 ) -> T:
     """Run ``op`` until it succeeds, retrying only :class:`TransientError` with backoff.
 
     ``attempts=None`` retries forever: the projector prefers waiting to skipping an event.
+    ``failing`` holds the last failure while ``op`` is retried (a service's readiness reads it).
     """
     delays = backoff_delays(base, cap)
     tried = 0
@@ -80,7 +97,8 @@ async def retry_transient(
                 tried += 1
                 if attempts is not None and tried >= attempts:
                     raise
-                failing[what] = f"{what} failed: {exc}"
+                if failing is not None:
+                    failing.failed(what, exc)
                 delay = next(delays)
                 now = time.monotonic()
                 if now - started >= ERROR_AFTER_S and (said_at is None or now - said_at >= ERROR_EVERY_S):
@@ -92,4 +110,5 @@ async def retry_transient(
                     on_retry(exc)
                 await asyncio.sleep(delay)
     finally:
-        failing.pop(what, None)
+        if failing is not None:
+            failing.done(what)
