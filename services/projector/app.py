@@ -57,7 +57,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _consume(app: web.Application) -> None:
-    await ensure_topics_with_retry(app[CONFIG])
+    await ensure_topics_with_retry(app[CONFIG], failing_of(app))
     await app[PROJECTOR].run()
 
 
@@ -69,7 +69,7 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
     install(app, TopicGate(config, app[METRICS].registry, create=True))
 
     async def projector_ctx(app: web.Application) -> AsyncIterator[None]:
-        app[PROJECTOR] = Projector(config, app[POOL], app[METRICS])
+        app[PROJECTOR] = Projector(config, app[POOL], app[METRICS], failing=failing_of(app))
         yield
 
     app.cleanup_ctx.append(projector_ctx)

@@ -23,7 +23,7 @@ from ..common.runtime import retry
 from ..common.runtime.config import Config
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.kafka.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
-from ..common.runtime.retry import Backoff, retry_transient
+from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
@@ -65,7 +65,12 @@ class _SeekToStored(ConsumerRebalanceListener):
 class Projector:
     """Consumes every topic in one consumer group and applies batches to the read model."""
 
-    def __init__(self, config: Config, pool: asyncpg.Pool, metrics: ProjectorMetrics, *, client_id: str = "tickerwire-projector"):
+    def __init__(
+        self, config: Config, pool: asyncpg.Pool, metrics: ProjectorMetrics, *, client_id: str = "tickerwire-projector",
+        failing: Failing | None = None,
+    ):
+        #: The operations being retried now (this service's, shown by its readiness).
+        self.failing = failing if failing is not None else Failing()
         self.config = config
         self.pool = pool
         self.metrics = metrics
@@ -116,7 +121,7 @@ class Projector:
             with storage_errors("load positions"):
                 return await positions.load(self.pool, {tp.topic for tp in tps})
 
-        return await retry_transient(load, what="load positions", on_retry=lambda _: self.metrics.retries.labels("positions").inc())
+        return await retry_transient(load, what="load positions", failing=self.failing, on_retry=lambda _: self.metrics.retries.labels("positions").inc())
 
     async def check_log(self, tps) -> None:
         """Stop the projection of every partition whose stored position the log no longer
@@ -206,7 +211,7 @@ class Projector:
                     async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
                         return await reject_record(conn, tp.topic, tp.partition, record, reason)
 
-            if await retry_transient(reject, what="reject record"):
+            if await retry_transient(reject, what="reject record", failing=self.failing):
                 self.metrics.dead_lettered.labels("rejected").inc()
                 log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
                 self._stored(tp, record.offset + 1)
@@ -223,7 +228,7 @@ class Projector:
             return result
 
         return await retry_transient(
-            attempt, what=f"apply {tp.topic}[{tp.partition}]", on_retry=lambda _: self.metrics.retries.labels("apply").inc()
+            attempt, what=f"apply {tp.topic}[{tp.partition}]", failing=self.failing, on_retry=lambda _: self.metrics.retries.labels("apply").inc()
         )
 
     def _observe(self, tp: TopicPartition, records: list[Record], result: BatchResult) -> None:
@@ -361,7 +366,7 @@ class Projector:
     def consuming(self, stall_s: float) -> tuple[bool, str]:
         """Readiness: caught up once since start, and fetching within ``stall_s``; when not,
         with the cause: the consume loop's last failure, or an operation being retried."""
-        cause = self.fault or "; ".join(retry.failing.values())
+        cause = self.fault or self.failing.causes()
         because = f" ({cause})" if cause else ""
         if not self.caught_up.is_set():
             return False, "catching up" + because
@@ -436,6 +441,6 @@ class Projector:
                 log.debug("kafka commit failed: %s", exc)
 
 
-async def ensure_topics_with_retry(config: Config) -> None:
-    await retry_transient(lambda: kafka.ensure_topics(config), what="create topics", cap=2.0)
+async def ensure_topics_with_retry(config: Config, failing: Failing | None = None) -> None:
+    await retry_transient(lambda: kafka.ensure_topics(config), what="create topics", cap=2.0, failing=failing)
 

@@ -32,6 +32,10 @@ class Failing:
     def done(self, what: str) -> None:
         self._why.pop(what, None)
 
+    def causes(self) -> str:
+        """Every operation failing now, with its cause, in one line ("" when none is)."""
+        return "; ".join(self._why.values())
+
     def why(self, what: str) -> str | None:
         """The last failure of ``what`` while it is retried; None once it worked (or never failed)."""
         return self._why.get(what)
