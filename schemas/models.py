@@ -273,7 +273,9 @@ class _Envelope(Contract):
     key_field: ClassVar[str]
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    version: Annotated[int, Field(ge=1, le=2**62)] = Field(description="Monotonic per entity; a lower or equal version never replaces a higher one")
+    version: Annotated[int, Field(ge=1, le=2**62)] = Field(
+        description="Monotonic per entity; a lower or equal version never replaces a higher one"
+    )
     emitted_at: UtcDatetime
 
 
@@ -331,7 +333,9 @@ class HeartbeatEvent(_Envelope):
 
 
 #: Any event: the list of the declared event types.
-AnyEvent = PostEvent | TokenEvent | CategoryEvent | LocaleEvent | WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent
+AnyEvent = (
+    PostEvent | TokenEvent | CategoryEvent | LocaleEvent | WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent
+)
 
 #: Any event, decoded by its ``type``.
 Event = Annotated[AnyEvent, Field(discriminator="type")]
@@ -377,8 +381,10 @@ def registry_framing(raw: bytes | str) -> str | None:
     if not isinstance(raw, bytes) or len(raw) < 5 or raw[0] != 0:
         return None
     schema_id = int.from_bytes(raw[1:5], "big")
-    return (f"the value is framed by a schema-registry serializer (magic byte 0, schema id {schema_id}) before "
-            "its payload; events are plain JSON: publish with a plain string or bytes serializer")
+    return (
+        f"the value is framed by a schema-registry serializer (magic byte 0, schema id {schema_id}) before "
+        "its payload; events are plain JSON: publish with a plain string or bytes serializer"
+    )
 
 
 def decode_event(raw: bytes | str) -> Event:

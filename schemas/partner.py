@@ -80,8 +80,13 @@ class CategoryTree:
         group is unknown)."""
         r = self._by_slug[slug]
         if r["is_group"]:
-            return {"slug": slug, "name": self.name(slug, lang), "is_group": True, "group": None,
-                    "leaves": self._leaf_list(slug, lang)}
+            return {
+                "slug": slug,
+                "name": self.name(slug, lang),
+                "is_group": True,
+                "group": None,
+                "leaves": self._leaf_list(slug, lang),
+            }
         parent = r["group_slug"]
         group = {"slug": parent, "name": self.name(parent, lang)} if parent in self._names else None
         return {"slug": slug, "name": self.name(slug, lang), "is_group": False, "group": group, "leaves": None}

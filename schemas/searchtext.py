@@ -147,7 +147,7 @@ def query_text(q: str) -> str:
     quoted = False
     last = 0
     for m in runs.finditer(text):
-        before = text[last:m.start()]
+        before = text[last : m.start()]
         quoted ^= before.count('"') % 2 == 1
         out.append(before)
         pairs = _pairs(m.group())

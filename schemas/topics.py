@@ -38,4 +38,3 @@ ALL_TOPICS: tuple[TopicSpec, ...] = (POSTS, CATALOG, ACCESS)
 
 def topic_name(prefix: str, spec: TopicSpec) -> str:
     return f"{prefix}.{spec.suffix}"
-

@@ -16,12 +16,11 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
-from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
-from tests.support import containers
+from tests.support import containers, timeouts
 from tests.support.containers import docker_available
 from tests.support.exclusive import held
-from tests.support import timeouts
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
 
 
 def pytest_configure(config) -> None:
@@ -109,7 +108,9 @@ def _alone_if_exclusive(request: pytest.FixtureRequest, tmp_path_factory: pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--faults", action="store_true", help="also run the full fault-injection suite (marker `faults`, minutes)")
+    parser.addoption(
+        "--faults", action="store_true", help="also run the full fault-injection suite (marker `faults`, minutes)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

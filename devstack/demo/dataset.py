@@ -62,7 +62,16 @@ NEWEST_POST_AGE = timedelta(minutes=3)
 # --------------------------------------------------------------------------- locales
 
 
-def _locale(position: int, code: str, name: str, native: str, direction: Direction = "ltr", *, active: bool = True, web: bool = True) -> Locale:
+def _locale(
+    position: int,
+    code: str,
+    name: str,
+    native: str,
+    direction: Direction = "ltr",
+    *,
+    active: bool = True,
+    web: bool = True,
+) -> Locale:
     return Locale(
         code=code,
         name=name,
@@ -107,77 +116,182 @@ _TAXONOMY: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         "markets",
         "Markets|Mercados|Marchés|Märkte|Mercados financeiros|Mercati|Рынки|Piyasalar|الأسواق|マーケット|시장|市场|Pasar|Markten|שווקים|Rynki",
         (
-            ("spot-trading", "Spot trading|Mercado al contado|Marché au comptant|Kassahandel|Negociação à vista|Mercato a pronti|Спотовая торговля|Spot işlemler|التداول الفوري|現物取引|현물 거래|现货交易|Perdagangan spot|Spothandel|מסחר מיידי|Handel spot"),
-            ("derivatives", "Derivatives|Derivados|Produits dérivés|Derivate|Derivativos|Derivati|Деривативы|Türev ürünler|المشتقات|デリバティブ|파생상품|衍生品|Derivatif|Derivaten|נגזרים|Instrumenty pochodne"),
-            ("price-analysis", "Price analysis|Análisis de precios|Analyse des prix|Kursanalyse|Análise de preços|Analisi dei prezzi|Анализ цен|Fiyat analizi|تحليل الأسعار|価格分析|가격 분석|价格分析|Analisis harga|Koersanalyse|ניתוח מחירים|Analiza cen"),
-            ("fund-flows", "Fund flows|Flujos de fondos|Flux de capitaux|Kapitalflüsse|Fluxos de fundos|Flussi di capitale|Потоки капитала|Fon akışları|تدفقات الأموال|資金フロー|자금 흐름|资金流向|Arus dana|Kapitaalstromen|תזרימי הון|Przepływy kapitału"),
-            ("macroeconomics", "Macroeconomics|Macroeconomía|Macroéconomie|Makroökonomie|Macroeconomia|Scenario macroeconomico|Макроэкономика|Makroekonomi|الاقتصاد الكلي|マクロ経済|거시경제|宏观经济|Ekonomi makro|Macro-economie|מאקרו-כלכלה|Makroekonomia"),
+            (
+                "spot-trading",
+                "Spot trading|Mercado al contado|Marché au comptant|Kassahandel|Negociação à vista|Mercato a pronti|Спотовая торговля|Spot işlemler|التداول الفوري|現物取引|현물 거래|现货交易|Perdagangan spot|Spothandel|מסחר מיידי|Handel spot",
+            ),
+            (
+                "derivatives",
+                "Derivatives|Derivados|Produits dérivés|Derivate|Derivativos|Derivati|Деривативы|Türev ürünler|المشتقات|デリバティブ|파생상품|衍生品|Derivatif|Derivaten|נגזרים|Instrumenty pochodne",
+            ),
+            (
+                "price-analysis",
+                "Price analysis|Análisis de precios|Analyse des prix|Kursanalyse|Análise de preços|Analisi dei prezzi|Анализ цен|Fiyat analizi|تحليل الأسعار|価格分析|가격 분석|价格分析|Analisis harga|Koersanalyse|ניתוח מחירים|Analiza cen",
+            ),
+            (
+                "fund-flows",
+                "Fund flows|Flujos de fondos|Flux de capitaux|Kapitalflüsse|Fluxos de fundos|Flussi di capitale|Потоки капитала|Fon akışları|تدفقات الأموال|資金フロー|자금 흐름|资金流向|Arus dana|Kapitaalstromen|תזרימי הון|Przepływy kapitału",
+            ),
+            (
+                "macroeconomics",
+                "Macroeconomics|Macroeconomía|Macroéconomie|Makroökonomie|Macroeconomia|Scenario macroeconomico|Макроэкономика|Makroekonomi|الاقتصاد الكلي|マクロ経済|거시경제|宏观经济|Ekonomi makro|Macro-economie|מאקרו-כלכלה|Makroekonomia",
+            ),
         ),
     ),
     (
         "technology",
         "Technology|Tecnología|Technologie|Technik|Tecnologia e inovação|Tecnologia|Технологии|Teknoloji|التكنولوجيا|テクノロジー|기술|技术|Teknologi|Techniek|טכנולוגיה|Technologia",
         (
-            ("scaling", "Scaling|Escalabilidad|Passage à l'échelle|Skalierung|Escalabilidade|Scalabilità|Масштабирование|Ölçeklendirme|قابلية التوسع|スケーリング|확장성|扩容|Skalabilitas|Schaalbaarheid|הרחבת רשתות|Skalowanie"),
-            ("protocol-upgrades", "Protocol upgrades|Actualizaciones de protocolo|Mises à niveau du protocole|Protokoll-Upgrades|Atualizações de protocolo|Aggiornamenti del protocollo|Обновления протоколов|Protokol yükseltmeleri|ترقيات البروتوكول|プロトコル更新|프로토콜 업그레이드|协议升级|Peningkatan protokol|Protocolupgrades|שדרוגי פרוטוקול|Aktualizacje protokołów"),
-            ("mining", "Mining|Minería|Minage|Krypto-Mining|Mineração|Estrazione|Майнинг|Madencilik|التعدين|マイニング|채굴|挖矿|Penambangan|Mijnbouw|כרייה|Kopanie kryptowalut"),
-            ("security", "Security|Seguridad|Sécurité|Sicherheit|Segurança|Sicurezza|Безопасность|Güvenlik|الأمن|セキュリティ|보안|安全|Keamanan|Beveiliging|אבטחה|Bezpieczeństwo"),
-            ("developer-tools", "Developer tools|Herramientas para desarrolladores|Outils pour développeurs|Entwicklerwerkzeuge|Ferramentas para desenvolvedores|Strumenti per sviluppatori|Инструменты разработчиков|Geliştirici araçları|أدوات المطورين|開発者ツール|개발자 도구|开发者工具|Alat pengembang|Ontwikkelaarstools|כלי פיתוח|Narzędzia deweloperskie"),
+            (
+                "scaling",
+                "Scaling|Escalabilidad|Passage à l'échelle|Skalierung|Escalabilidade|Scalabilità|Масштабирование|Ölçeklendirme|قابلية التوسع|スケーリング|확장성|扩容|Skalabilitas|Schaalbaarheid|הרחבת רשתות|Skalowanie",
+            ),
+            (
+                "protocol-upgrades",
+                "Protocol upgrades|Actualizaciones de protocolo|Mises à niveau du protocole|Protokoll-Upgrades|Atualizações de protocolo|Aggiornamenti del protocollo|Обновления протоколов|Protokol yükseltmeleri|ترقيات البروتوكول|プロトコル更新|프로토콜 업그레이드|协议升级|Peningkatan protokol|Protocolupgrades|שדרוגי פרוטוקול|Aktualizacje protokołów",
+            ),
+            (
+                "mining",
+                "Mining|Minería|Minage|Krypto-Mining|Mineração|Estrazione|Майнинг|Madencilik|التعدين|マイニング|채굴|挖矿|Penambangan|Mijnbouw|כרייה|Kopanie kryptowalut",
+            ),
+            (
+                "security",
+                "Security|Seguridad|Sécurité|Sicherheit|Segurança|Sicurezza|Безопасность|Güvenlik|الأمن|セキュリティ|보안|安全|Keamanan|Beveiliging|אבטחה|Bezpieczeństwo",
+            ),
+            (
+                "developer-tools",
+                "Developer tools|Herramientas para desarrolladores|Outils pour développeurs|Entwicklerwerkzeuge|Ferramentas para desenvolvedores|Strumenti per sviluppatori|Инструменты разработчиков|Geliştirici araçları|أدوات المطورين|開発者ツール|개발자 도구|开发者工具|Alat pengembang|Ontwikkelaarstools|כלי פיתוח|Narzędzia deweloperskie",
+            ),
         ),
     ),
     (
         "defi",
         "Decentralized finance|Finanzas descentralizadas|Finance décentralisée|Dezentrale Finanzen|Finanças descentralizadas|Finanza decentralizzata|Децентрализованные финансы|Merkeziyetsiz finans|التمويل اللامركزي|分散型金融|탈중앙화 금융|去中心化金融|Keuangan terdesentralisasi|Gedecentraliseerde financiën|מימון מבוזר|Zdecentralizowane finanse",
         (
-            ("lending", "Lending|Préstamos|Prêts|Kreditvergabe|Empréstimos|Prestiti|Кредитование|Borç verme|الإقراض|レンディング|대출|借贷|Pinjaman|Uitlenen|הלוואות|Pożyczki"),
-            ("decentralized-exchanges", "Decentralized exchanges|Exchanges descentralizados|Plateformes d'échange décentralisées|Dezentrale Börsen|Corretoras descentralizadas|Exchange decentralizzati|Децентрализованные биржи|Merkeziyetsiz borsalar|المنصات اللامركزية|分散型取引所|탈중앙화 거래소|去中心化交易所|Bursa terdesentralisasi|Gedecentraliseerde beurzen|בורסות מבוזרות|Zdecentralizowane giełdy"),
-            ("staking-rewards", "Staking rewards|Recompensas por staking|Récompenses de staking|Staking-Erträge|Recompensas de staking|Ricompense di staking|Доход от стейкинга|Staking ödülleri|مكافآت التخزين|ステーキング報酬|스테이킹 보상|质押奖励|Imbalan staking|Stakingbeloningen|תגמולי סטייקינג|Nagrody za staking"),
-            ("stablecoins", "Stablecoins|Monedas estables|Cryptomonnaies stables|Stabile Kryptowährungen|Moedas estáveis|Monete stabili|Стейблкоины|Sabit paralar|العملات المستقرة|ステーブルコイン|스테이블코인|稳定币|Koin stabil|Stabiele munten|מטבעות יציבים|Stablecoiny"),
-            ("yield-strategies", "Yield strategies|Estrategias de rendimiento|Stratégies de rendement|Renditestrategien|Estratégias de rendimento|Strategie di rendimento|Стратегии доходности|Getiri stratejileri|استراتيجيات العائد|利回り戦略|수익 전략|收益策略|Strategi imbal hasil|Rendementsstrategieën|אסטרטגיות תשואה|Strategie zysku"),
+            (
+                "lending",
+                "Lending|Préstamos|Prêts|Kreditvergabe|Empréstimos|Prestiti|Кредитование|Borç verme|الإقراض|レンディング|대출|借贷|Pinjaman|Uitlenen|הלוואות|Pożyczki",
+            ),
+            (
+                "decentralized-exchanges",
+                "Decentralized exchanges|Exchanges descentralizados|Plateformes d'échange décentralisées|Dezentrale Börsen|Corretoras descentralizadas|Exchange decentralizzati|Децентрализованные биржи|Merkeziyetsiz borsalar|المنصات اللامركزية|分散型取引所|탈중앙화 거래소|去中心化交易所|Bursa terdesentralisasi|Gedecentraliseerde beurzen|בורסות מבוזרות|Zdecentralizowane giełdy",
+            ),
+            (
+                "staking-rewards",
+                "Staking rewards|Recompensas por staking|Récompenses de staking|Staking-Erträge|Recompensas de staking|Ricompense di staking|Доход от стейкинга|Staking ödülleri|مكافآت التخزين|ステーキング報酬|스테이킹 보상|质押奖励|Imbalan staking|Stakingbeloningen|תגמולי סטייקינג|Nagrody za staking",
+            ),
+            (
+                "stablecoins",
+                "Stablecoins|Monedas estables|Cryptomonnaies stables|Stabile Kryptowährungen|Moedas estáveis|Monete stabili|Стейблкоины|Sabit paralar|العملات المستقرة|ステーブルコイン|스테이블코인|稳定币|Koin stabil|Stabiele munten|מטבעות יציבים|Stablecoiny",
+            ),
+            (
+                "yield-strategies",
+                "Yield strategies|Estrategias de rendimiento|Stratégies de rendement|Renditestrategien|Estratégias de rendimento|Strategie di rendimento|Стратегии доходности|Getiri stratejileri|استراتيجيات العائد|利回り戦略|수익 전략|收益策略|Strategi imbal hasil|Rendementsstrategieën|אסטרטגיות תשואה|Strategie zysku",
+            ),
         ),
     ),
     (
         "regulation",
         "Regulation|Regulación|Réglementation|Regulierung|Regulação|Regolamentazione|Регулирование|Düzenleme|التنظيم|規制|규제|监管|Regulasi|Regelgeving|רגולציה|Regulacje",
         (
-            ("legislation", "Legislation|Legislación|Législation|Gesetzgebung|Legislação|Legislazione|Законодательство|Mevzuat|التشريعات|法整備|입법|立法|Legislasi|Wetgeving|חקיקה|Ustawodawstwo"),
-            ("enforcement", "Enforcement|Aplicación de la ley|Application de la loi|Durchsetzung|Fiscalização|Controlli e sanzioni|Правоприменение|Yaptırımlar|إنفاذ القانون|法執行|법 집행|执法|Penegakan hukum|Handhaving|אכיפה|Egzekwowanie prawa"),
-            ("taxation", "Taxation|Fiscalidad|Fiscalité|Besteuerung|Tributação|Fiscalità|Налогообложение|Vergilendirme|الضرائب|税制|과세|税收|Perpajakan|Belastingen|מיסוי|Opodatkowanie"),
-            ("licensing", "Licensing|Licencias|Licences|Lizenzierung|Licenciamento|Licenze|Лицензирование|Lisanslama|التراخيص|ライセンス|인허가|牌照|Perizinan|Vergunningen|רישוי|Licencje"),
-            ("central-banks", "Central banks|Bancos centrales|Banques centrales|Zentralbanken|Bancos centrais|Banche centrali|Центральные банки|Merkez bankaları|البنوك المركزية|中央銀行|중앙은행|中央银行|Bank sentral|Centrale banken|בנקים מרכזיים|Banki centralne"),
+            (
+                "legislation",
+                "Legislation|Legislación|Législation|Gesetzgebung|Legislação|Legislazione|Законодательство|Mevzuat|التشريعات|法整備|입법|立法|Legislasi|Wetgeving|חקיקה|Ustawodawstwo",
+            ),
+            (
+                "enforcement",
+                "Enforcement|Aplicación de la ley|Application de la loi|Durchsetzung|Fiscalização|Controlli e sanzioni|Правоприменение|Yaptırımlar|إنفاذ القانون|法執行|법 집행|执法|Penegakan hukum|Handhaving|אכיפה|Egzekwowanie prawa",
+            ),
+            (
+                "taxation",
+                "Taxation|Fiscalidad|Fiscalité|Besteuerung|Tributação|Fiscalità|Налогообложение|Vergilendirme|الضرائب|税制|과세|税收|Perpajakan|Belastingen|מיסוי|Opodatkowanie",
+            ),
+            (
+                "licensing",
+                "Licensing|Licencias|Licences|Lizenzierung|Licenciamento|Licenze|Лицензирование|Lisanslama|التراخيص|ライセンス|인허가|牌照|Perizinan|Vergunningen|רישוי|Licencje",
+            ),
+            (
+                "central-banks",
+                "Central banks|Bancos centrales|Banques centrales|Zentralbanken|Bancos centrais|Banche centrali|Центральные банки|Merkez bankaları|البنوك المركزية|中央銀行|중앙은행|中央银行|Bank sentral|Centrale banken|בנקים מרכזיים|Banki centralne",
+            ),
         ),
     ),
     (
         "business",
         "Business|Negocios|Entreprises|Unternehmen|Negócios|Imprese|Бизнес|İş dünyası|الأعمال|ビジネス|비즈니스|商业|Bisnis|Bedrijven|עסקים|Biznes",
         (
-            ("exchanges", "Exchanges|Plataformas de intercambio|Plateformes d'échange|Börsen|Corretoras|Piattaforme di scambio|Биржи|Borsalar|منصات التداول|取引所|거래소|交易所|Bursa kripto|Beurzen|בורסות קריפטו|Giełdy"),
-            ("funding-rounds", "Funding rounds|Rondas de financiación|Levées de fonds|Finanzierungsrunden|Rodadas de investimento|Round di finanziamento|Раунды финансирования|Yatırım turları|جولات التمويل|資金調達|투자 유치|融资|Putaran pendanaan|Financieringsrondes|סבבי גיוס|Rundy finansowania"),
-            ("partnerships", "Partnerships|Alianzas|Partenariats|Partnerschaften|Parcerias|Collaborazioni|Партнёрства|Ortaklıklar|الشراكات|提携|파트너십|合作|Kemitraan|Samenwerkingen|שותפויות|Partnerstwa"),
-            ("earnings", "Earnings|Resultados financieros|Résultats financiers|Quartalszahlen|Resultados trimestrais|Risultati finanziari|Финансовые результаты|Kazançlar|الأرباح|決算|실적|财报|Laba perusahaan|Kwartaalcijfers|דוחות כספיים|Wyniki finansowe"),
-            ("mergers", "Mergers and acquisitions|Fusiones y adquisiciones|Fusions et acquisitions|Fusionen und Übernahmen|Fusões e aquisições|Fusioni e acquisizioni|Слияния и поглощения|Birleşme ve satın almalar|الاندماج والاستحواذ|合併・買収|인수합병|并购|Merger dan akuisisi|Fusies en overnames|מיזוגים ורכישות|Fuzje i przejęcia"),
+            (
+                "exchanges",
+                "Exchanges|Plataformas de intercambio|Plateformes d'échange|Börsen|Corretoras|Piattaforme di scambio|Биржи|Borsalar|منصات التداول|取引所|거래소|交易所|Bursa kripto|Beurzen|בורסות קריפטו|Giełdy",
+            ),
+            (
+                "funding-rounds",
+                "Funding rounds|Rondas de financiación|Levées de fonds|Finanzierungsrunden|Rodadas de investimento|Round di finanziamento|Раунды финансирования|Yatırım turları|جولات التمويل|資金調達|투자 유치|融资|Putaran pendanaan|Financieringsrondes|סבבי גיוס|Rundy finansowania",
+            ),
+            (
+                "partnerships",
+                "Partnerships|Alianzas|Partenariats|Partnerschaften|Parcerias|Collaborazioni|Партнёрства|Ortaklıklar|الشراكات|提携|파트너십|合作|Kemitraan|Samenwerkingen|שותפויות|Partnerstwa",
+            ),
+            (
+                "earnings",
+                "Earnings|Resultados financieros|Résultats financiers|Quartalszahlen|Resultados trimestrais|Risultati finanziari|Финансовые результаты|Kazançlar|الأرباح|決算|실적|财报|Laba perusahaan|Kwartaalcijfers|דוחות כספיים|Wyniki finansowe",
+            ),
+            (
+                "mergers",
+                "Mergers and acquisitions|Fusiones y adquisiciones|Fusions et acquisitions|Fusionen und Übernahmen|Fusões e aquisições|Fusioni e acquisizioni|Слияния и поглощения|Birleşme ve satın almalar|الاندماج والاستحواذ|合併・買収|인수합병|并购|Merger dan akuisisi|Fusies en overnames|מיזוגים ורכישות|Fuzje i przejęcia",
+            ),
         ),
     ),
     (
         "community",
         "Community|Comunidad|Communauté|Gemeinschaft|Comunidade|Comunità|Сообщество|Topluluk|المجتمع|コミュニティ|커뮤니티|社区|Komunitas|Gemeenschap|קהילה|Społeczność",
         (
-            ("digital-collectibles", "Digital collectibles|Coleccionables digitales|Objets de collection numériques|Digitale Sammlerstücke|Colecionáveis digitais|Oggetti da collezione digitali|Цифровые коллекционные предметы|Dijital koleksiyonlar|المقتنيات الرقمية|デジタルコレクティブル|디지털 수집품|数字藏品|Koleksi digital|Digitale verzamelobjecten|פריטי אספנות דיגיטליים|Cyfrowe kolekcje"),
-            ("gaming", "Gaming|Videojuegos|Jeux vidéo|Spiele|Jogos|Videogiochi|Игры|Oyunlar|الألعاب|ゲーム|게임|游戏|Permainan|Games|גיימינג|Gry"),
-            ("memecoins", "Meme coins|Monedas meme|Cryptos mèmes|Meme-Coins|Moedas meme|Monete meme|Мемкоины|Meme paralar|عملات الميم|ミームコイン|밈코인|模因币|Koin meme|Memecoins|מטבעות מם|Memecoiny"),
-            ("social-media", "Social media|Redes sociales|Réseaux sociaux|Soziale Medien|Redes sociais|Reti sociali|Социальные сети|Sosyal medya|وسائل التواصل الاجتماعي|ソーシャルメディア|소셜 미디어|社交媒体|Media sosial|Sociale media|רשתות חברתיות|Media społecznościowe"),
-            ("conferences", "Conferences|Conferencias|Conférences|Konferenzen|Conferências|Conferenze|Конференции|Konferanslar|المؤتمرات|カンファレンス|컨퍼런스|会议|Konferensi|Conferenties|כנסים|Konferencje"),
+            (
+                "digital-collectibles",
+                "Digital collectibles|Coleccionables digitales|Objets de collection numériques|Digitale Sammlerstücke|Colecionáveis digitais|Oggetti da collezione digitali|Цифровые коллекционные предметы|Dijital koleksiyonlar|المقتنيات الرقمية|デジタルコレクティブル|디지털 수집품|数字藏品|Koleksi digital|Digitale verzamelobjecten|פריטי אספנות דיגיטליים|Cyfrowe kolekcje",
+            ),
+            (
+                "gaming",
+                "Gaming|Videojuegos|Jeux vidéo|Spiele|Jogos|Videogiochi|Игры|Oyunlar|الألعاب|ゲーム|게임|游戏|Permainan|Games|גיימינג|Gry",
+            ),
+            (
+                "memecoins",
+                "Meme coins|Monedas meme|Cryptos mèmes|Meme-Coins|Moedas meme|Monete meme|Мемкоины|Meme paralar|عملات الميم|ミームコイン|밈코인|模因币|Koin meme|Memecoins|מטבעות מם|Memecoiny",
+            ),
+            (
+                "social-media",
+                "Social media|Redes sociales|Réseaux sociaux|Soziale Medien|Redes sociais|Reti sociali|Социальные сети|Sosyal medya|وسائل التواصل الاجتماعي|ソーシャルメディア|소셜 미디어|社交媒体|Media sosial|Sociale media|רשתות חברתיות|Media społecznościowe",
+            ),
+            (
+                "conferences",
+                "Conferences|Conferencias|Conférences|Konferenzen|Conferências|Conferenze|Конференции|Konferanslar|المؤتمرات|カンファレンス|컨퍼런스|会议|Konferensi|Conferenties|כנסים|Konferencje",
+            ),
         ),
     ),
     (
         "investing",
         "Investing|Inversión|Investissement|Geldanlage|Investimentos|Investimenti|Инвестиции|Yatırım|الاستثمار|投資|투자|投资|Investasi|Beleggen|השקעות|Inwestowanie",
         (
-            ("etfs", "Exchange-traded funds|Fondos cotizados|Fonds négociés en bourse|Börsengehandelte Fonds|Fundos negociados em bolsa|Fondi negoziati in borsa|Биржевые фонды|Borsa yatırım fonları|صناديق المؤشرات المتداولة|上場投資信託|상장지수펀드|交易所交易基金|Reksa dana yang diperdagangkan di bursa|Beursgenoteerde fondsen|קרנות סל|Fundusze ETF"),
-            ("institutional", "Institutional adoption|Adopción institucional|Adoption institutionnelle|Institutionelle Akzeptanz|Adoção institucional|Adozione istituzionale|Институциональное внедрение|Kurumsal benimseme|التبني المؤسسي|機関投資家の参入|기관 채택|机构采用|Adopsi institusional|Institutionele adoptie|אימוץ מוסדי|Adopcja instytucjonalna"),
-            ("portfolio", "Portfolio strategy|Estrategia de cartera|Stratégie de portefeuille|Portfoliostrategie|Estratégia de carteira|Strategia di portafoglio|Портфельная стратегия|Portföy stratejisi|استراتيجية المحفظة|ポートフォリオ戦略|포트폴리오 전략|投资组合策略|Strategi portofolio|Portefeuillestrategie|ניהול תיק השקעות|Strategia portfela"),
-            ("research", "Research reports|Informes de investigación|Rapports de recherche|Forschungsberichte|Relatórios de pesquisa|Report di ricerca|Аналитические отчёты|Araştırma raporları|تقارير بحثية|調査レポート|리서치 보고서|研究报告|Laporan riset|Onderzoeksrapporten|דוחות מחקר|Raporty badawcze"),
-            ("personal-finance", "Personal finance|Finanzas personales|Finances personnelles|Private Finanzen|Finanças pessoais|Finanza personale|Личные финансы|Kişisel finans|التمويل الشخصي|個人金融|개인 금융|个人理财|Keuangan pribadi|Persoonlijke financiën|פיננסים אישיים|Finanse osobiste"),
+            (
+                "etfs",
+                "Exchange-traded funds|Fondos cotizados|Fonds négociés en bourse|Börsengehandelte Fonds|Fundos negociados em bolsa|Fondi negoziati in borsa|Биржевые фонды|Borsa yatırım fonları|صناديق المؤشرات المتداولة|上場投資信託|상장지수펀드|交易所交易基金|Reksa dana yang diperdagangkan di bursa|Beursgenoteerde fondsen|קרנות סל|Fundusze ETF",
+            ),
+            (
+                "institutional",
+                "Institutional adoption|Adopción institucional|Adoption institutionnelle|Institutionelle Akzeptanz|Adoção institucional|Adozione istituzionale|Институциональное внедрение|Kurumsal benimseme|التبني المؤسسي|機関投資家の参入|기관 채택|机构采用|Adopsi institusional|Institutionele adoptie|אימוץ מוסדי|Adopcja instytucjonalna",
+            ),
+            (
+                "portfolio",
+                "Portfolio strategy|Estrategia de cartera|Stratégie de portefeuille|Portfoliostrategie|Estratégia de carteira|Strategia di portafoglio|Портфельная стратегия|Portföy stratejisi|استراتيجية المحفظة|ポートフォリオ戦略|포트폴리오 전략|投资组合策略|Strategi portofolio|Portefeuillestrategie|ניהול תיק השקעות|Strategia portfela",
+            ),
+            (
+                "research",
+                "Research reports|Informes de investigación|Rapports de recherche|Forschungsberichte|Relatórios de pesquisa|Report di ricerca|Аналитические отчёты|Araştırma raporları|تقارير بحثية|調査レポート|리서치 보고서|研究报告|Laporan riset|Onderzoeksrapporten|דוחות מחקר|Raporty badawcze",
+            ),
+            (
+                "personal-finance",
+                "Personal finance|Finanzas personales|Finances personnelles|Private Finanzen|Finanças pessoais|Finanza personale|Личные финансы|Kişisel finans|التمويل الشخصي|個人金融|개인 금융|个人理财|Keuangan pribadi|Persoonlijke financiën|פיננסים אישיים|Finanse osobiste",
+            ),
         ),
     ),
 )
@@ -424,7 +538,9 @@ def _genesis(rng: random.Random, ident: _Identity, now: datetime) -> date | None
     return _FIRST_GENESIS + timedelta(days=int(rng.random() * span))
 
 
-def _description(rng: random.Random, ident: _Identity, tags: tuple[str, ...], ecosystem: Ecosystem | None) -> str | None:
+def _description(
+    rng: random.Random, ident: _Identity, tags: tuple[str, ...], ecosystem: Ecosystem | None
+) -> str | None:
     """Upstream prose, or null when the scrub step rejected every sentence (about 7%)."""
     if rng.random() < 0.07:
         return None
@@ -545,10 +661,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("holds steady", "trades sideways", "consolidates", "steadies"),
         clauses=("amid {topic}", "after {topic}", "despite {topic}"),
         topics=(
-            "ETF inflows", "halving speculation", "staking yields", "regulation talks",
-            "exchange outflows", "whale accumulation", "miner selling", "stablecoin growth",
-            "options expiry", "rate cut bets", "network upgrade plans", "rising on-chain activity",
-            "liquidity concerns", "security exploit fallout",
+            "ETF inflows",
+            "halving speculation",
+            "staking yields",
+            "regulation talks",
+            "exchange outflows",
+            "whale accumulation",
+            "miner selling",
+            "stablecoin growth",
+            "options expiry",
+            "rate cut bets",
+            "network upgrade plans",
+            "rising on-chain activity",
+            "liquidity concerns",
+            "security exploit fallout",
         ),  # fmt: skip
         actors=("traders", "analysts", "investors", "developers", "miners", "fund managers"),
         lede="{name} {verb} {clause}, with {actor} watching {topic2} closely.",
@@ -572,13 +698,29 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("se mantiene estable", "cotiza sin rumbo", "se consolida", "se estabiliza"),
         clauses=("en medio de {topic}", "tras {topic}", "pese a {topic}"),
         topics=(
-            "las entradas en ETF", "la especulación sobre el halving", "los rendimientos del staking",
-            "las conversaciones regulatorias", "las salidas de los exchanges", "la acumulación de ballenas",
-            "las ventas de los mineros", "la expansión de las stablecoins", "los vencimientos de opciones",
-            "las apuestas por recortes de tipos", "los planes de actualización de la red",
-            "la mayor actividad on-chain", "las dudas sobre la liquidez", "las secuelas de un hackeo",
+            "las entradas en ETF",
+            "la especulación sobre el halving",
+            "los rendimientos del staking",
+            "las conversaciones regulatorias",
+            "las salidas de los exchanges",
+            "la acumulación de ballenas",
+            "las ventas de los mineros",
+            "la expansión de las stablecoins",
+            "los vencimientos de opciones",
+            "las apuestas por recortes de tipos",
+            "los planes de actualización de la red",
+            "la mayor actividad on-chain",
+            "las dudas sobre la liquidez",
+            "las secuelas de un hackeo",
         ),  # fmt: skip
-        actors=("los traders", "los analistas", "los inversores", "los desarrolladores", "los mineros", "los gestores de fondos"),
+        actors=(
+            "los traders",
+            "los analistas",
+            "los inversores",
+            "los desarrolladores",
+            "los mineros",
+            "los gestores de fondos",
+        ),
         lede="{name} {verb} {clause}, mientras {actor} siguen de cerca {topic2}.",
         sentences=(
             "{name} {verb} {clause}, mientras {actor} evalúan {topic2}.",
@@ -601,13 +743,29 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("reste stable", "évolue sans direction", "se consolide", "se stabilise"),
         clauses=("dans un contexte marqué par {topic}", "après {topic}", "malgré {topic}"),
         topics=(
-            "les entrées dans les ETF", "la spéculation sur le halving", "les rendements du staking",
-            "les discussions réglementaires", "les sorties des plateformes", "l'accumulation des baleines",
-            "les ventes des mineurs", "la croissance des stablecoins", "l'échéance des options",
-            "les paris sur une baisse des taux", "les projets de mise à niveau du réseau",
-            "la hausse de l'activité on-chain", "les inquiétudes sur la liquidité", "les retombées d'un piratage",
+            "les entrées dans les ETF",
+            "la spéculation sur le halving",
+            "les rendements du staking",
+            "les discussions réglementaires",
+            "les sorties des plateformes",
+            "l'accumulation des baleines",
+            "les ventes des mineurs",
+            "la croissance des stablecoins",
+            "l'échéance des options",
+            "les paris sur une baisse des taux",
+            "les projets de mise à niveau du réseau",
+            "la hausse de l'activité on-chain",
+            "les inquiétudes sur la liquidité",
+            "les retombées d'un piratage",
         ),  # fmt: skip
-        actors=("les traders", "les analystes", "les investisseurs", "les développeurs", "les mineurs", "les gérants de fonds"),
+        actors=(
+            "les traders",
+            "les analystes",
+            "les investisseurs",
+            "les développeurs",
+            "les mineurs",
+            "les gérants de fonds",
+        ),
         lede="{name} {verb} {clause}, tandis que {actor} surveillent de près {topic2}.",
         sentences=(
             "{name} {verb} {clause}, alors que {actor} évaluent {topic2}.",
@@ -630,10 +788,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("bleibt stabil", "tritt auf der Stelle", "konsolidiert", "stabilisiert sich"),
         clauses=("inmitten von {topic}", "nach {topic}", "trotz {topic}"),
         topics=(
-            "ETF-Zuflüssen", "Spekulationen über das Halving", "Staking-Renditen", "Regulierungsgesprächen",
-            "Abflüssen von Börsen", "Käufen großer Wale", "Verkäufen von Minern", "wachsendem Stablecoin-Angebot",
-            "dem Optionsverfall", "Wetten auf Zinssenkungen", "geplanten Netzwerk-Upgrades",
-            "steigender On-Chain-Aktivität", "Sorgen um die Liquidität", "den Folgen eines Hacks",
+            "ETF-Zuflüssen",
+            "Spekulationen über das Halving",
+            "Staking-Renditen",
+            "Regulierungsgesprächen",
+            "Abflüssen von Börsen",
+            "Käufen großer Wale",
+            "Verkäufen von Minern",
+            "wachsendem Stablecoin-Angebot",
+            "dem Optionsverfall",
+            "Wetten auf Zinssenkungen",
+            "geplanten Netzwerk-Upgrades",
+            "steigender On-Chain-Aktivität",
+            "Sorgen um die Liquidität",
+            "den Folgen eines Hacks",
         ),  # fmt: skip
         actors=("Händler", "Analysten", "Anleger", "Entwickler", "Miner", "Fondsmanager"),
         lede="{name} {verb} {clause}, während {actor} die Entwicklung bei {topic2} genau beobachten.",
@@ -658,10 +826,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("fica estável", "anda de lado", "se consolida", "se estabiliza"),
         clauses=("em meio a {topic}", "após {topic}", "apesar de {topic}"),
         topics=(
-            "entradas em ETFs", "especulação sobre o halving", "rendimentos de staking", "negociações regulatórias",
-            "saídas das corretoras", "acumulação de baleias", "vendas de mineradores", "crescimento das stablecoins",
-            "vencimento de opções", "apostas em corte de juros", "planos de atualização da rede",
-            "aumento da atividade on-chain", "preocupações com liquidez", "consequências de um ataque hacker",
+            "entradas em ETFs",
+            "especulação sobre o halving",
+            "rendimentos de staking",
+            "negociações regulatórias",
+            "saídas das corretoras",
+            "acumulação de baleias",
+            "vendas de mineradores",
+            "crescimento das stablecoins",
+            "vencimento de opções",
+            "apostas em corte de juros",
+            "planos de atualização da rede",
+            "aumento da atividade on-chain",
+            "preocupações com liquidez",
+            "consequências de um ataque hacker",
         ),  # fmt: skip
         actors=("traders", "analistas", "investidores", "desenvolvedores", "mineradores", "gestores de fundos"),
         lede="{name} {verb} {clause}, com {actor} de olho em {topic2}.",
@@ -686,11 +864,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("resta stabile", "si muove in laterale", "consolida", "si stabilizza"),
         clauses=("tra {topic}", "dopo {topic}", "nonostante {topic}"),
         topics=(
-            "gli afflussi negli ETF", "la speculazione sull'halving", "i rendimenti dello staking",
-            "i colloqui sulla regolamentazione", "i deflussi dagli exchange", "l'accumulo delle balene",
-            "le vendite dei miner", "la crescita delle stablecoin", "la scadenza delle opzioni",
-            "le scommesse sul taglio dei tassi", "i piani di aggiornamento della rete",
-            "l'aumento dell'attività on-chain", "i timori sulla liquidità", "le conseguenze di un attacco hacker",
+            "gli afflussi negli ETF",
+            "la speculazione sull'halving",
+            "i rendimenti dello staking",
+            "i colloqui sulla regolamentazione",
+            "i deflussi dagli exchange",
+            "l'accumulo delle balene",
+            "le vendite dei miner",
+            "la crescita delle stablecoin",
+            "la scadenza delle opzioni",
+            "le scommesse sul taglio dei tassi",
+            "i piani di aggiornamento della rete",
+            "l'aumento dell'attività on-chain",
+            "i timori sulla liquidità",
+            "le conseguenze di un attacco hacker",
         ),  # fmt: skip
         actors=("i trader", "gli analisti", "gli investitori", "gli sviluppatori", "i miner", "i gestori di fondi"),
         lede="{name} {verb} {clause}, mentre {actor} seguono da vicino {topic2}.",
@@ -715,10 +902,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("держится стабильно", "торгуется в боковике", "консолидируется", "стабилизируется"),
         clauses=("на фоне {topic}", "после {topic}", "в условиях {topic}"),
         topics=(
-            "притока средств в ETF", "спекуляций вокруг халвинга", "доходности стейкинга", "переговоров о регулировании",
-            "оттока с бирж", "накопления китами", "продаж майнеров", "роста стейблкоинов", "экспирации опционов",
-            "ожиданий снижения ставок", "планов обновления сети", "роста ончейн-активности",
-            "опасений по поводу ликвидности", "последствий взлома",
+            "притока средств в ETF",
+            "спекуляций вокруг халвинга",
+            "доходности стейкинга",
+            "переговоров о регулировании",
+            "оттока с бирж",
+            "накопления китами",
+            "продаж майнеров",
+            "роста стейблкоинов",
+            "экспирации опционов",
+            "ожиданий снижения ставок",
+            "планов обновления сети",
+            "роста ончейн-активности",
+            "опасений по поводу ликвидности",
+            "последствий взлома",
         ),  # fmt: skip
         actors=("трейдеры", "аналитики", "инвесторы", "разработчики", "майнеры", "управляющие фондами"),
         lede="{name} {verb} {clause}; {actor} внимательно следят за развитием {topic2}.",
@@ -743,10 +940,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("yatay seyretti", "dengede kaldı", "konsolide oldu", "istikrar kazandı"),
         clauses=("{topic} ortasında", "{topic} sonrasında", "{topic} gölgesinde"),
         topics=(
-            "ETF girişleri", "halving spekülasyonu", "staking getirileri", "düzenleme görüşmeleri",
-            "borsalardan çıkışlar", "balina birikimi", "madenci satışları", "stablecoin büyümesi", "opsiyon vadesi",
-            "faiz indirimi beklentileri", "ağ yükseltme planları", "artan zincir üstü hareketlilik",
-            "likidite endişeleri", "bir saldırının yankıları",
+            "ETF girişleri",
+            "halving spekülasyonu",
+            "staking getirileri",
+            "düzenleme görüşmeleri",
+            "borsalardan çıkışlar",
+            "balina birikimi",
+            "madenci satışları",
+            "stablecoin büyümesi",
+            "opsiyon vadesi",
+            "faiz indirimi beklentileri",
+            "ağ yükseltme planları",
+            "artan zincir üstü hareketlilik",
+            "likidite endişeleri",
+            "bir saldırının yankıları",
         ),  # fmt: skip
         actors=("trader'lar", "analistler", "yatırımcılar", "geliştiriciler", "madenciler", "fon yöneticileri"),
         lede="{name} {clause} {verb}; {actor} {topic2} konusunu yakından izliyor.",
@@ -772,10 +979,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("يستقر", "يتحرك بشكل عرضي", "يتماسك", "يحافظ على استقراره"),
         clauses=("وسط {topic}", "بعد {topic}", "رغم {topic}"),
         topics=(
-            "تدفقات صناديق المؤشرات", "التكهنات بشأن التنصيف", "عوائد التخزين", "محادثات التنظيم",
-            "التدفقات الخارجة من المنصات", "تجميع الحيتان", "مبيعات المعدّنين", "نمو العملات المستقرة",
-            "انتهاء عقود الخيارات", "الرهانات على خفض الفائدة", "خطط ترقية الشبكة", "ارتفاع النشاط على السلسلة",
-            "المخاوف بشأن السيولة", "تداعيات اختراق أمني",
+            "تدفقات صناديق المؤشرات",
+            "التكهنات بشأن التنصيف",
+            "عوائد التخزين",
+            "محادثات التنظيم",
+            "التدفقات الخارجة من المنصات",
+            "تجميع الحيتان",
+            "مبيعات المعدّنين",
+            "نمو العملات المستقرة",
+            "انتهاء عقود الخيارات",
+            "الرهانات على خفض الفائدة",
+            "خطط ترقية الشبكة",
+            "ارتفاع النشاط على السلسلة",
+            "المخاوف بشأن السيولة",
+            "تداعيات اختراق أمني",
         ),  # fmt: skip
         actors=("المتداولون", "المحللون", "المستثمرون", "المطورون", "المعدّنون", "مديرو الصناديق"),
         lede="{name} {verb} {clause}، فيما يراقب {actor} {topic2} عن كثب.",
@@ -800,9 +1017,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("横ばい推移", "小動き", "値固め", "安定推移"),
         clauses=("{topic}を背景に", "{topic}を受けて", "{topic}にもかかわらず"),
         topics=(
-            "ETFへの資金流入", "半減期への思惑", "ステーキング利回り", "規制協議", "取引所からの資金流出",
-            "クジラによる買い集め", "マイナーの売り", "ステーブルコインの拡大", "オプションの満期", "利下げ観測",
-            "ネットワーク更新計画", "オンチェーン活動の活発化", "流動性への懸念", "ハッキング被害の余波",
+            "ETFへの資金流入",
+            "半減期への思惑",
+            "ステーキング利回り",
+            "規制協議",
+            "取引所からの資金流出",
+            "クジラによる買い集め",
+            "マイナーの売り",
+            "ステーブルコインの拡大",
+            "オプションの満期",
+            "利下げ観測",
+            "ネットワーク更新計画",
+            "オンチェーン活動の活発化",
+            "流動性への懸念",
+            "ハッキング被害の余波",
         ),  # fmt: skip
         actors=("トレーダー", "アナリスト", "投資家", "開発者", "マイナー", "ファンドマネージャー"),
         lede="{name}は{clause}{verb}し、{actor}は{topic2}を注視している。",
@@ -829,9 +1057,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("보합", "횡보", "숨 고르기", "안정세"),
         clauses=("{topic} 속", "{topic} 이후", "{topic}에도"),
         topics=(
-            "ETF 자금 유입", "반감기 기대감", "스테이킹 수익률", "규제 논의", "거래소 자금 유출", "고래 매집",
-            "채굴자 매도", "스테이블코인 확대", "옵션 만기", "금리 인하 기대", "네트워크 업그레이드 계획",
-            "온체인 활동 증가", "유동성 우려", "해킹 사태 여파",
+            "ETF 자금 유입",
+            "반감기 기대감",
+            "스테이킹 수익률",
+            "규제 논의",
+            "거래소 자금 유출",
+            "고래 매집",
+            "채굴자 매도",
+            "스테이블코인 확대",
+            "옵션 만기",
+            "금리 인하 기대",
+            "네트워크 업그레이드 계획",
+            "온체인 활동 증가",
+            "유동성 우려",
+            "해킹 사태 여파",
         ),  # fmt: skip
         actors=("트레이더들", "애널리스트들", "투자자들", "개발자들", "채굴자들", "펀드매니저들"),
         lede="{name}: {clause} {verb}. {actor}은 {topic2}에 주목하고 있다.",
@@ -857,8 +1096,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("持稳", "横盘整理", "盘整", "企稳"),
         clauses=("在{topic}之际", "在{topic}之后", "尽管{topic}仍"),
         topics=(
-            "ETF资金流入", "减半预期", "质押收益", "监管磋商", "交易所资金流出", "巨鲸增持", "矿工抛售",
-            "稳定币扩张", "期权到期", "降息押注", "网络升级计划", "链上活动增加", "流动性担忧", "黑客攻击余波",
+            "ETF资金流入",
+            "减半预期",
+            "质押收益",
+            "监管磋商",
+            "交易所资金流出",
+            "巨鲸增持",
+            "矿工抛售",
+            "稳定币扩张",
+            "期权到期",
+            "降息押注",
+            "网络升级计划",
+            "链上活动增加",
+            "流动性担忧",
+            "黑客攻击余波",
         ),  # fmt: skip
         actors=("交易员", "分析师", "投资者", "开发者", "矿工", "基金经理"),
         lede="{name}{clause}{verb}，{actor}正密切关注{topic2}。",
@@ -885,12 +1136,29 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("bertahan stabil", "bergerak mendatar", "berkonsolidasi", "mulai stabil"),
         clauses=("di tengah {topic}", "setelah {topic}", "meski ada {topic}"),
         topics=(
-            "arus masuk ETF", "spekulasi halving", "imbal hasil staking", "pembahasan regulasi",
-            "arus keluar dari bursa", "akumulasi oleh paus", "aksi jual penambang", "pertumbuhan stablecoin",
-            "jatuh tempo opsi", "taruhan pemangkasan suku bunga", "rencana peningkatan jaringan",
-            "meningkatnya aktivitas on-chain", "kekhawatiran likuiditas", "dampak peretasan",
+            "arus masuk ETF",
+            "spekulasi halving",
+            "imbal hasil staking",
+            "pembahasan regulasi",
+            "arus keluar dari bursa",
+            "akumulasi oleh paus",
+            "aksi jual penambang",
+            "pertumbuhan stablecoin",
+            "jatuh tempo opsi",
+            "taruhan pemangkasan suku bunga",
+            "rencana peningkatan jaringan",
+            "meningkatnya aktivitas on-chain",
+            "kekhawatiran likuiditas",
+            "dampak peretasan",
         ),  # fmt: skip
-        actors=("para trader", "para analis", "para investor", "para pengembang", "para penambang", "para manajer dana"),
+        actors=(
+            "para trader",
+            "para analis",
+            "para investor",
+            "para pengembang",
+            "para penambang",
+            "para manajer dana",
+        ),
         lede="{name} {verb} {clause}, sementara {actor} mencermati {topic2}.",
         sentences=(
             "{name} {verb} {clause}, sementara {actor} menimbang {topic2}.",
@@ -913,10 +1181,20 @@ _LEXICONS: dict[str, _Lexicon] = {
         flat=("blijft stabiel", "beweegt zijwaarts", "consolideert", "stabiliseert"),
         clauses=("te midden van {topic}", "na {topic}", "ondanks {topic}"),
         topics=(
-            "ETF-instroom", "speculatie over de halving", "stakingrendementen", "regelgevingsoverleg",
-            "uitstroom van beurzen", "accumulatie door walvissen", "verkopen door miners", "groei van stablecoins",
-            "aflopende opties", "gokken op renteverlagingen", "plannen voor een netwerkupgrade",
-            "toenemende on-chainactiviteit", "zorgen over liquiditeit", "nasleep van een hack",
+            "ETF-instroom",
+            "speculatie over de halving",
+            "stakingrendementen",
+            "regelgevingsoverleg",
+            "uitstroom van beurzen",
+            "accumulatie door walvissen",
+            "verkopen door miners",
+            "groei van stablecoins",
+            "aflopende opties",
+            "gokken op renteverlagingen",
+            "plannen voor een netwerkupgrade",
+            "toenemende on-chainactiviteit",
+            "zorgen over liquiditeit",
+            "nasleep van een hack",
         ),  # fmt: skip
         actors=("handelaren", "analisten", "beleggers", "ontwikkelaars", "miners", "fondsbeheerders"),
         lede="{name} {verb} {clause}, terwijl {actor} {topic2} nauwlettend volgen.",
@@ -962,7 +1240,17 @@ _CYRILLIC = dict(
         "a b v g d e e zh z i y k l m n o p r s t u f kh ts ch sh shch - y - e yu ya".split(" "),
     )
 )
-_ASCII_FOLD = str.maketrans({**{k: ("" if v == "-" else v) for k, v in _CYRILLIC.items()}, "ß": "ss", "ı": "i", "ø": "o", "æ": "ae", "œ": "oe", "ł": "l"})
+_ASCII_FOLD = str.maketrans(
+    {
+        **{k: ("" if v == "-" else v) for k, v in _CYRILLIC.items()},
+        "ß": "ss",
+        "ı": "i",
+        "ø": "o",
+        "æ": "ae",
+        "œ": "oe",
+        "ł": "l",
+    }
+)
 
 
 def _slugify(text: str, max_len: int = 80) -> str:
@@ -1059,7 +1347,9 @@ class _Writer:
         self.clause = lex.clauses[story.clause].format(topic=lex.topics[story.topic])
 
     def title(self) -> str:
-        return _capitalize(self.lex.title.format(subject=self.subject.title(self.lex), verb=self.verb, clause=self.clause))
+        return _capitalize(
+            self.lex.title.format(subject=self.subject.title(self.lex), verb=self.verb, clause=self.clause)
+        )
 
     def lede(self) -> str:
         return self._sentence(self.lex.lede, self.story.paragraphs[0][0], self.subject.lede(self.lex))
@@ -1100,7 +1390,9 @@ def _translation(lang: str, post_id: int, story: _Story, subject: _Subject, tags
     lex = _LEXICONS[lang]
     writer = _Writer(lex, story, subject)
     title = writer.title()
-    slug = _slug(lang, post_id, title if lex.romanizable else _Writer(_LEXICONS[DEFAULT_LOCALE], story, subject).title())
+    slug = _slug(
+        lang, post_id, title if lex.romanizable else _Writer(_LEXICONS[DEFAULT_LOCALE], story, subject).title()
+    )
     return PostTranslation(
         lang=lang,
         slug=slug,
@@ -1235,7 +1527,9 @@ def _category_events(now: datetime) -> list[CategoryEvent]:
     """Each group, then its leaves; positions order groups, and leaves within their group."""
     categories = []
     for group_pos, (group, _, leaves) in enumerate(_TAXONOMY):
-        categories.append(Category(slug=group, is_group=True, group_slug=None, position=group_pos, names=_CATEGORY_NAMES[group]))
+        categories.append(
+            Category(slug=group, is_group=True, group_slug=None, position=group_pos, names=_CATEGORY_NAMES[group])
+        )
         categories.extend(
             Category(slug=leaf, is_group=False, group_slug=group, position=leaf_pos, names=_CATEGORY_NAMES[leaf])
             for leaf_pos, (leaf, _) in enumerate(leaves)
@@ -1243,7 +1537,9 @@ def _category_events(now: datetime) -> list[CategoryEvent]:
     return [CategoryEvent(version=1, emitted_at=now, data=cat) for cat in categories]
 
 
-def catalog_events(seed: int = 7, *, now: datetime, tokens: int = 3000) -> list[LocaleEvent | CategoryEvent | TokenEvent]:
+def catalog_events(
+    seed: int = 7, *, now: datetime, tokens: int = 3000
+) -> list[LocaleEvent | CategoryEvent | TokenEvent]:
     """Locales, then categories, then ``tokens`` tokens (ranked ones first by rank)."""
     token_events = [TokenEvent(version=1, emitted_at=now, data=token) for token in _tokens(seed, tokens, now)]
     return [*_locale_events(now), *_category_events(now), *token_events]
@@ -1274,8 +1570,12 @@ def access_events(
     key = ApiKey(id=key_id, workspace_id=workspace_id, key_hash=key_hash, display_prefix=display_prefix, issued_at=now)
     heartbeat = Heartbeat(embed_id=embed_id, workspace_id=workspace_id, landed_at=now)
     return [
-        WorkspaceEvent(version=1, emitted_at=now, data=Workspace(id=workspace_id, name="Demo workspace", status="active")),
+        WorkspaceEvent(
+            version=1, emitted_at=now, data=Workspace(id=workspace_id, name="Demo workspace", status="active")
+        ),
         ApiKeyEvent(version=1, emitted_at=now, data=key),
-        EmbedEvent(version=1, emitted_at=now, data=Embed(id=embed_id, workspace_id=workspace_id, kind="badge", created_at=now)),
+        EmbedEvent(
+            version=1, emitted_at=now, data=Embed(id=embed_id, workspace_id=workspace_id, kind="badge", created_at=now)
+        ),
         HeartbeatEvent(version=int(now.timestamp() * 1000), emitted_at=now, data=heartbeat),
     ]

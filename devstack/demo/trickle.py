@@ -104,7 +104,11 @@ class Newsroom:
             events.append(self._record(self._edit(now, self.rng.choice(editable))))
         else:
             backdated = roll < EDIT_SHARE + BACKDATED_SHARE
-            at = now - self.rng.uniform(*(b.total_seconds() for b in BACKDATED_BY)) * timedelta(seconds=1) if backdated else now
+            at = (
+                now - self.rng.uniform(*(b.total_seconds() for b in BACKDATED_BY)) * timedelta(seconds=1)
+                if backdated
+                else now
+            )
             events.append(self._record(self._new(now, at, partial=self.rng.random() < PARTIAL_SHARE)))
         while len(self.latest) > RECENT:
             del self.latest[min(self.latest)]
@@ -124,9 +128,11 @@ class Newsroom:
         count = len(full.data.translations)
         if not partial or count < 2:
             return full
-        pending = _Pending(full, self.rng.randint(1, max(1, min(3, count - 1))), self.tick + self.rng.randint(*LAND_AFTER_TICKS))
+        pending = _Pending(
+            full, self.rng.randint(1, max(1, min(3, count - 1))), self.tick + self.rng.randint(*LAND_AFTER_TICKS)
+        )
         self.pending.append(pending)
-        return _version(full, 1, now, full.data.translations[:pending.out], PostStatus.partial)
+        return _version(full, 1, now, full.data.translations[: pending.out], PostStatus.partial)
 
     def _land(self, pending: _Pending, now: datetime) -> PostEvent:
         """The next translations of a partial post land (all of them, or some and more later)."""
@@ -136,18 +142,32 @@ class Newsroom:
         pending.due = self.tick + self.rng.randint(*LAND_AFTER_TICKS)
         done = pending.out == len(translations)
         version = self.versions[pending.full.data.id] + 1
-        return _version(pending.full, version, now, translations[:pending.out], PostStatus.published if done else PostStatus.partial)
+        return _version(
+            pending.full,
+            version,
+            now,
+            translations[: pending.out],
+            PostStatus.published if done else PostStatus.partial,
+        )
 
     def _edit(self, now: datetime, post_id: int) -> PostEvent:
         """A recent post's titles are updated (same translations, same status)."""
         last = self.latest[post_id]
-        edited = tuple(t.model_copy(update={"title": t.title.removesuffix(" (updated)") + " (updated)"}) for t in last.data.translations)
+        edited = tuple(
+            t.model_copy(update={"title": t.title.removesuffix(" (updated)") + " (updated)"})
+            for t in last.data.translations
+        )
         return _version(last, self.versions[last.data.id] + 1, now, edited, last.data.status)
 
 
-def _version(event: PostEvent, version: int, now: datetime, translations: Sequence[PostTranslation], status: PostStatus) -> PostEvent:
-    return PostEvent(version=version, emitted_at=now,
-                     data=event.data.model_copy(update={"translations": tuple(translations), "status": status}))
+def _version(
+    event: PostEvent, version: int, now: datetime, translations: Sequence[PostTranslation], status: PostStatus
+) -> PostEvent:
+    return PostEvent(
+        version=version,
+        emitted_at=now,
+        data=event.data.model_copy(update={"translations": tuple(translations), "status": status}),
+    )
 
 
 async def _stopped(stop: asyncio.Event, timeout: float) -> bool:
@@ -179,6 +199,15 @@ async def run_trickle(
         for event in newsroom.step(datetime.now(timezone.utc)):
             await publish(event)
             post = event.data
-            log.info("published demo post", extra={"fields": {
-                "post_id": post.id, "version": event.version, "status": post.status.value,
-                "langs": len(post.translations), "published_at": post.published_at.isoformat() if post.published_at else None}})
+            log.info(
+                "published demo post",
+                extra={
+                    "fields": {
+                        "post_id": post.id,
+                        "version": event.version,
+                        "status": post.status.value,
+                        "langs": len(post.translations),
+                        "published_at": post.published_at.isoformat() if post.published_at else None,
+                    }
+                },
+            )

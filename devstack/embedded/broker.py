@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .errors import EmbeddedError
 from .child import ChildServer
+from .errors import EmbeddedError
 from .ports import LOCALHOST, ensure_running, listens_on, pick_port, spawn
 
 log = logging.getLogger(__name__)

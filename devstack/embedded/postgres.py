@@ -32,8 +32,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from .errors import EmbeddedError
 from .child import ChildServer
+from .errors import EmbeddedError
 from .ports import LOCALHOST, ensure_running, pick_port, spawn, wait_for_port
 
 log = logging.getLogger(__name__)
@@ -189,20 +189,50 @@ class EmbeddedReplica(EmbeddedPostgres):
     label = "PostgreSQL replica"
 
     def __init__(
-        self, primary_dsn: str, data_dir: Path, port: int | None = None, log_path: Path | None = None, *, apply_delay_ms: int = 0
+        self,
+        primary_dsn: str,
+        data_dir: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+        *,
+        apply_delay_ms: int = 0,
     ) -> None:
         super().__init__(data_dir, port, log_path, settings=REPLICA_SETTINGS)
         self._primary = urlsplit(primary_dsn)
         self._apply_delay_ms = apply_delay_ms
 
     def _initialize(self, bindir: Path, account: pwd.struct_passwd | None) -> None:
-        argv = [str(bindir / "pg_basebackup"), "-D", str(self._data_dir), "-h", self._primary.hostname or LOCALHOST,
-                "-p", str(self._primary.port or 5432), "-U", self._primary.username or SUPERUSER,
-                "-X", "stream", "-R", "--checkpoint=fast", "--no-sync"]
-        log.info("copying the primary %s:%s into %s (pg_basebackup)", self._primary.hostname, self._primary.port, self._data_dir)
-        result = subprocess.run(argv, capture_output=True, text=True, cwd=self._data_dir,
-                                user=account.pw_uid if account else None, group=account.pw_gid if account else None,
-                                extra_groups=[] if account else None)
+        argv = [
+            str(bindir / "pg_basebackup"),
+            "-D",
+            str(self._data_dir),
+            "-h",
+            self._primary.hostname or LOCALHOST,
+            "-p",
+            str(self._primary.port or 5432),
+            "-U",
+            self._primary.username or SUPERUSER,
+            "-X",
+            "stream",
+            "-R",
+            "--checkpoint=fast",
+            "--no-sync",
+        ]
+        log.info(
+            "copying the primary %s:%s into %s (pg_basebackup)",
+            self._primary.hostname,
+            self._primary.port,
+            self._data_dir,
+        )
+        result = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd=self._data_dir,
+            user=account.pw_uid if account else None,
+            group=account.pw_gid if account else None,
+            extra_groups=[] if account else None,
+        )
         if result.returncode != 0:
             raise EmbeddedError(f"pg_basebackup failed for {self._data_dir}:\n{result.stdout}{result.stderr}".rstrip())
         (self._data_dir / "postgres.log").unlink(missing_ok=True)  # the primary's log, copied with its data
@@ -409,8 +439,17 @@ def _check_version(bindir: Path, data_dir: Path) -> None:
 
 def _initdb(bindir: Path, data_dir: Path, account: pwd.struct_passwd | None) -> None:
     """Initialize an empty data directory: trust auth, superuser ``postgres``, UTF8, C locale."""
-    argv = [str(bindir / "initdb"), "-D", str(data_dir), "--auth=trust", f"-U{SUPERUSER}", "-E", "UTF8",
-            "--no-locale", "--no-sync"]
+    argv = [
+        str(bindir / "initdb"),
+        "-D",
+        str(data_dir),
+        "--auth=trust",
+        f"-U{SUPERUSER}",
+        "-E",
+        "UTF8",
+        "--no-locale",
+        "--no-sync",
+    ]
     log.info("initializing PostgreSQL data directory %s", data_dir)
     try:
         result = subprocess.run(

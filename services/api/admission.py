@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 
 import asyncpg
 
-from ..readmodel.access import Principal
 from ..common.db import CONNECTION_ERRORS, open_connection
 from ..common.runtime.errors import StorageUnavailable
 from ..common.runtime.retry import backoff_delays
+from ..readmodel.access import Principal
 from .limits import Usage
 from .metrics import ApiMetrics
 
@@ -80,8 +80,15 @@ def hand_out(row: asyncpg.Record | dict, pending: list[_Pending]) -> list[Usage]
 
 class Admissions:
     def __init__(
-        self, dsn: str, *, default_rate: int, default_quota: int, max_batch: int = 512, timeout_s: float = 5.0,
-        metrics: ApiMetrics | None = None, connections: int = 2,
+        self,
+        dsn: str,
+        *,
+        default_rate: int,
+        default_quota: int,
+        max_batch: int = 512,
+        timeout_s: float = 5.0,
+        metrics: ApiMetrics | None = None,
+        connections: int = 2,
     ) -> None:
         self._connections = connections
         self._up: set[int] = set()
@@ -172,8 +179,12 @@ class Admissions:
             by_ws.setdefault(p.workspace_id, []).append(p)
         ids = list(by_ws)
         rows = await conn.fetch(
-            SETTLE, ids, [len(by_ws[w]) for w in ids], [by_ws[w][-1].rate for w in ids],
-            [by_ws[w][-1].quota for w in ids], timeout=self._timeout_s,
+            SETTLE,
+            ids,
+            [len(by_ws[w]) for w in ids],
+            [by_ws[w][-1].rate for w in ids],
+            [by_ws[w][-1].quota for w in ids],
+            timeout=self._timeout_s,
         )
         self.batches += 1
         if self._metrics is not None:
@@ -208,7 +219,8 @@ class Admissions:
             batch: list[_Pending] = []
             try:
                 conn = await open_connection(
-                    self._dsn, timeout=5,
+                    self._dsn,
+                    timeout=5,
                     settings={"synchronous_commit": "off", "application_name": "tickerwire-admission"},
                 )
                 self._up.add(number)
@@ -216,7 +228,9 @@ class Admissions:
                 if failing_since is None:
                     log.info("admission connection %d up", number)
                 else:
-                    log.warning("admission connection %d up again after %.1f s", number, time.monotonic() - failing_since)
+                    log.warning(
+                        "admission connection %d up again after %.1f s", number, time.monotonic() - failing_since
+                    )
                     failing_since = None
                 while True:
                     await self._wake.wait()
@@ -245,7 +259,11 @@ class Admissions:
                         log.error("admission connection %d lost: %s; reconnecting", number, cause)
                         failing_since = time.monotonic()
                     elif failing_since is None:  # at start, or the first reconnect after a loss that was not news
-                        log.error("admission connection %d cannot connect: %s; retrying (said again when it is up)", number, cause)
+                        log.error(
+                            "admission connection %d cannot connect: %s; retrying (said again when it is up)",
+                            number,
+                            cause,
+                        )
                         failing_since = time.monotonic()
                 else:
                     log.exception("admission worker %d crashed; restarting", number)

@@ -14,27 +14,39 @@ from aiohttp import web
 
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..readmodel.access import Principals
-from ..common.runtime.config import Config
 from ..common.db import reader_pool
+from ..common.db.replicas import Replicas
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
-from ..common.db.replicas import Replicas
-from ..readmodel import stamps as stamp
-from ..readmodel.stamps import StampWatcher
+from ..common.runtime.config import Config
 from ..common.runtime.supervise import Supervisor, supervisor_of
+from ..readmodel import stamps as stamp
+from ..readmodel.access import Principals
+from ..readmodel.stamps import StampWatcher
 from . import handlers, openapi
-from .docs import add_docs_routes
-from .gates import PARTNER
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed
+from .docs import add_docs_routes
 from .errors import routes
+from .gates import PARTNER
 from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
 from .pipeline import request_middleware
-from .state import ADMISSIONS, CATALOG, COMPRESSED, CONFIG, LISTINGS, METRICS, PAGES, POOL, PRINCIPALS, REPLICAS, WATCHER
+from .state import (
+    ADMISSIONS,
+    CATALOG,
+    COMPRESSED,
+    CONFIG,
+    LISTINGS,
+    METRICS,
+    PAGES,
+    POOL,
+    PRINCIPALS,
+    REPLICAS,
+    WATCHER,
+)
 
 
 def add_partner_routes(app: web.Application, base: str) -> None:
@@ -93,18 +105,28 @@ def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Applica
     app[METRICS] = metrics
     metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
-    app[PRINCIPALS] = principals = Principals(on_fallback=metrics.access_fallbacks.inc, acquire_timeout_s=config.db_acquire_timeout_s)
+    app[PRINCIPALS] = principals = Principals(
+        on_fallback=metrics.access_fallbacks.inc, acquire_timeout_s=config.db_acquire_timeout_s
+    )
     app[WATCHER] = principals.watcher = StampWatcher(
         config.database_url, lambda: _refresh(app), on_listening=lambda up: metrics.listener_up.set(int(up))
     )
     metrics.principals.set_function(lambda: len(principals.by_hash))
     metrics.access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
     app[ADMISSIONS] = Admissions(
-        config.database_url, default_rate=config.default_rate_limit_per_minute, default_quota=config.default_daily_quota,
-        metrics=metrics, timeout_s=config.db_statement_timeout_s,  # a request waits no longer than any other statement
+        config.database_url,
+        default_rate=config.default_rate_limit_per_minute,
+        default_quota=config.default_daily_quota,
+        metrics=metrics,
+        timeout_s=config.db_statement_timeout_s,  # a request waits no longer than any other statement
     )
-    app[REPLICAS] = Replicas(config, app[CATALOG].log_topic, leave_after_s=config.replica_max_lag_s,
-                             rejoin_below_s=config.replica_max_lag_s / 4, registry=metrics.registry)
+    app[REPLICAS] = Replicas(
+        config,
+        app[CATALOG].log_topic,
+        leave_after_s=config.replica_max_lag_s,
+        rejoin_below_s=config.replica_max_lag_s / 4,
+        registry=metrics.registry,
+    )
     app.cleanup_ctx.append(_pool_ctx)
     supervisor = supervisor_of(app)
     if app[REPLICAS]:

@@ -20,8 +20,8 @@ from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
 
 from ..common.db import storage_errors
-from ..common.http.querystring import bcp47_case
 from ..common.db.replicas import Replicas
+from ..common.http.querystring import bcp47_case
 from ..readmodel import stamps as stamp
 from ..readmodel.taxonomy import categories, listed_locales
 from . import queries
@@ -52,16 +52,20 @@ class Languages:
         return self.default
 
 
-
 def languages_of(rows: list[asyncpg.Record]) -> Languages:
     """The supported languages from the listed locales' rows (:func:`..readmodel.taxonomy.listed_locales`).
 
     More than the spec's 14 are listed all the same, with an ERROR: the platform's data breaks
     the spec, and hiding a locale whose posts ``?lang=`` serves would make it worse."""
     if len(rows) > MAX_LISTED_LOCALES:
-        log.error("%d locales are listed (active on the web channel); the spec allows at most %d, so /languages "
-                  "breaks its documented maxItems until the platform deactivates %d: %s", len(rows), MAX_LISTED_LOCALES,
-                  len(rows) - MAX_LISTED_LOCALES, ", ".join(r["code"] for r in rows))
+        log.error(
+            "%d locales are listed (active on the web channel); the spec allows at most %d, so /languages "
+            "breaks its documented maxItems until the platform deactivates %d: %s",
+            len(rows),
+            MAX_LISTED_LOCALES,
+            len(rows) - MAX_LISTED_LOCALES,
+            ", ".join(r["code"] for r in rows),
+        )
     default = default_locale((r["code"], r["is_default"]) for r in rows)
     body = orjson.dumps(partner.languages(rows, default))
     codes = frozenset(r["code"] for r in rows)
@@ -118,7 +122,8 @@ class Tokens:
 
 def _tokens(rows: list[asyncpg.Record]) -> Tokens:
     decoded = [
-        {**r, "primary_ecosystem": orjson.loads(r["primary_ecosystem"]) if r["primary_ecosystem"] else None} for r in rows
+        {**r, "primary_ecosystem": orjson.loads(r["primary_ecosystem"]) if r["primary_ecosystem"] else None}
+        for r in rows
     ]
     by_ticker = {r["ticker"].upper(): Body.of(partner.token_detail(r)) for r in decoded}
     return Tokens(Body.of(partner.tokens([partner.token_item(r) for r in decoded])), by_ticker)
@@ -141,7 +146,9 @@ class Catalog:
     def _changed(self, stamps: dict[str, int], *names: str) -> bool:
         return not self.loaded.is_set() or any(stamps.get(n) != self.stamps.get(n) for n in names)
 
-    async def refresh(self, pool: asyncpg.Pool, replicas: Replicas | None = None, access_held: int | None = None) -> asyncpg.Pool:
+    async def refresh(
+        self, pool: asyncpg.Pool, replicas: Replicas | None = None, access_held: int | None = None
+    ) -> asyncpg.Pool:
         """Read the stamps (on ``pool``, the primary), reload what moved, and return where that
         was read: a replica in rotation that has replayed the stamps' WAL position (waited for
         at most ``STAMP_WAIT_S``), else ``pool``. ``access_held``: the access stamp of the
@@ -149,7 +156,9 @@ class Catalog:
         with storage_errors("catalog refresh"):
             rows = await pool.fetch(queries.SELECT_STAMPS, self.log_topic)
             stamps = {r["name"]: r["stamp"] for r in rows}
-            moved = stamps.get(stamp.ACCESS) != access_held or self._changed(stamps, stamp.LOCALES, stamp.CATEGORIES, stamp.TOKENS)
+            moved = stamps.get(stamp.ACCESS) != access_held or self._changed(
+                stamps, stamp.LOCALES, stamp.CATEGORIES, stamp.TOKENS
+            )
             if replicas and rows and moved:
                 replica = await replicas.replica_at_lsn(rows[0]["lsn"], STAMP_WAIT_S)
                 if replica is not None and replica.pool is not None:

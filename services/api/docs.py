@@ -72,7 +72,9 @@ def static_dir() -> Path:
     spec = importlib.util.find_spec("swagger_ui")
     folder = Path(next(iter(spec.submodule_search_locations or []), "")) / "static" if spec else None
     if folder is None or not all((folder / name).is_file() for name in ASSETS):
-        raise ConfigError("the swagger-ui-py package (Swagger UI assets for /docs) is not installed; pip install swagger-ui-py")
+        raise ConfigError(
+            "the swagger-ui-py package (Swagger UI assets for /docs) is not installed; pip install swagger-ui-py"
+        )
     return folder
 
 
@@ -82,12 +84,16 @@ def add_docs_routes(app: web.Application, base: str) -> None:
 
     async def page(_: web.Request) -> web.Response:
         return web.Response(
-            body=PAGE, content_type="text/html", charset="utf-8",
+            body=PAGE,
+            content_type="text/html",
+            charset="utf-8",
             headers={"Cache-Control": "public, max-age=300", "Content-Security-Policy": PAGE_POLICY},
         )
 
     async def init(_: web.Request) -> web.Response:
-        return web.Response(body=INIT_JS, content_type="text/javascript", headers={"Cache-Control": "public, max-age=300"})
+        return web.Response(
+            body=INIT_JS, content_type="text/javascript", headers={"Cache-Control": "public, max-age=300"}
+        )
 
     def asset(path: Path, content_type: str):
         async def serve(_: web.Request) -> web.FileResponse:

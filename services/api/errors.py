@@ -31,4 +31,3 @@ def routes(base_path: str) -> Routes:
         allow="GET, HEAD",
         preflight=NO_CORS,
     )
-

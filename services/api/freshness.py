@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..common.http.envelope import ApiError
 from ..common.db.replicas import at_least, parse_marks
+from ..common.http.envelope import ApiError
 from .state import CATALOG, MIN_LOG_POSITION, WATCHER
 
 MIN_LOG_POSITION_HEADER = "X-Min-Log-Position"
@@ -29,7 +29,9 @@ async def honour(request: web.Request) -> None:
     try:
         want = parse_marks(raw)
     except ValueError as exc:
-        raise ApiError(422, "VALIDATION_FAILED", f"{MIN_LOG_POSITION_HEADER}: {exc}", field=MIN_LOG_POSITION_HEADER) from None
+        raise ApiError(
+            422, "VALIDATION_FAILED", f"{MIN_LOG_POSITION_HEADER}: {exc}", field=MIN_LOG_POSITION_HEADER
+        ) from None
     if not want:
         return
     request[MIN_LOG_POSITION] = want
@@ -38,8 +40,12 @@ async def honour(request: web.Request) -> None:
         return
     await request.app[WATCHER].refreshed_now(CATALOG_WAIT_S)
     if not at_least(parse_marks(catalog.log_position), want):
-        raise ApiError(503, "SERVICE_UNAVAILABLE", f"No data as fresh as the {MIN_LOG_POSITION_HEADER} sent is available "
-                       "yet; retry shortly.", retry_after_sec=1)
+        raise ApiError(
+            503,
+            "SERVICE_UNAVAILABLE",
+            f"No data as fresh as the {MIN_LOG_POSITION_HEADER} sent is available yet; retry shortly.",
+            retry_after_sec=1,
+        )
 
 
 def fresh_enough(request: web.Request, mark: str) -> bool:

@@ -15,17 +15,17 @@ from multidict import CIMultiDict
 from tickerwire.schemas import partner
 from tickerwire.schemas.readmodel import text_search_config
 from tickerwire.schemas.searchtext import query_text
+
 from ..common.db import storage_errors
-from ..common.http.envelope import ApiError
-from ..readmodel import cursors
 from ..common.db.replicas import at_least, parse_marks
-from ..readmodel import stamps as stamp
+from ..common.http.envelope import ApiError
+from ..readmodel import cursors, stamps as stamp
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
-from .params import Filters, Page, parse_changes, parse_filters, parse_page, parse_q, text_key
-from .pages import Page as CachedPage
 from .freshness import fresh_enough
+from .pages import Page as CachedPage
+from .params import Filters, Page, parse_changes, parse_filters, parse_page, parse_q, text_key
 from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
@@ -38,7 +38,9 @@ def json_bytes(body: bytes, *, cache: str = PRIVATE, etag: str | None = None) ->
     # parse and re-set the content type for every response.
     if etag is None:
         return web.Response(body=body, headers=CIMultiDict((("Cache-Control", cache), ("Content-Type", JSON))))
-    return web.Response(body=body, headers=CIMultiDict((("Cache-Control", cache), ("ETag", etag), ("Content-Type", JSON))))
+    return web.Response(
+        body=body, headers=CIMultiDict((("Cache-Control", cache), ("ETag", etag), ("Content-Type", JSON)))
+    )
 
 
 def cached(body: Body, cache: str = PRIVATE) -> web.Response:
@@ -93,13 +95,19 @@ def _current(request: web.Request, mark: str) -> bool:
     return at_least(parse_marks(mark), parse_marks(request.app[CATALOG].log_position))
 
 
-async def _page(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> web.Response:
+async def _page(
+    request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None
+) -> web.Response:
     if search is None and page.after is None:  # the stream's gap-fill (after=) always reads the database
-        return await _cached(request, ("posts", lang, filters, page), lambda: _page_body(request, what, lang, filters, page, None))
+        return await _cached(
+            request, ("posts", lang, filters, page), lambda: _page_body(request, what, lang, filters, page, None)
+        )
     return json_bytes(await _page_body(request, what, lang, filters, page, search))
 
 
-async def _page_body(request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None) -> bytes:
+async def _page_body(
+    request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None
+) -> bytes:
     sql, args = queries.page_query(lang, filters, page, search, log_topic=_log_topic(request))
     with storage_errors(what):
         rows = await db(request).fetch(sql, *args)
@@ -108,13 +116,19 @@ async def _page_body(request: web.Request, what: str, lang: str, filters: Filter
         request[REQUEST_LOG_POSITION] = mark
     items = [r for r in rows if r["kind"] == queries.ITEM]
     flags = {r["kind"] for r in rows}
-    for kind, name, value in ((queries.MISSING_AFTER, "after", page.after), (queries.MISSING_BEFORE, "before", page.before)):
+    for kind, name, value in (
+        (queries.MISSING_AFTER, "after", page.after),
+        (queries.MISSING_BEFORE, "before", page.before),
+    ):
         if kind in flags:
-            raise ApiError(404, "NOT_FOUND", f"The {name} cursor {value} names no post this API has published.", field=name)
+            raise ApiError(
+                404, "NOT_FOUND", f"The {name} cursor {value} names no post this API has published.", field=name
+            )
     next_cursor = items[-1]["post_id"] if items and queries.OLDER in flags else None
     prev_cursor = items[0]["post_id"] if items and queries.NEWER in flags else None
     body = (
-        '{"posts":[' + ",".join(r["lean"] for r in items)
+        '{"posts":['
+        + ",".join(r["lean"] for r in items)
         + f'],"next_cursor":{_cursor(next_cursor)},"prev_cursor":{_cursor(prev_cursor)}}}'
     )
     return body.encode()
@@ -131,7 +145,9 @@ async def search(request: web.Request) -> web.Response:
     text = parse_q(query)
     page, filters = parse_page(query), parse_filters(query)
     lang = _lang(request)
-    return await _page(request, "search", lang, filters, page, queries.Search(text_search_config(lang), query_text(text)))
+    return await _page(
+        request, "search", lang, filters, page, queries.Search(text_search_config(lang), query_text(text))
+    )
 
 
 async def post_detail(request: web.Request) -> web.Response:
@@ -170,12 +186,20 @@ async def changes(request: web.Request) -> web.Response:
     limit = q.limit + 1 if q.cursor is not None else 0
     with storage_errors("changes"):
         read = await cursors.read_changes(
-            db(request), _log_topic(request), marks, langs, tickers=q.tickers, categories=q.categories, limit=limit,
+            db(request),
+            _log_topic(request),
+            marks,
+            langs,
+            tickers=q.tickers,
+            categories=q.categories,
+            limit=limit,
         )
-    request[REQUEST_LOG_POSITION] = ",".join(f"{p}:{o}" for p, o in sorted(read.frontier.items()))  # as positions.mark_sql
+    request[REQUEST_LOG_POSITION] = ",".join(
+        f"{p}:{o}" for p, o in sorted(read.frontier.items())
+    )  # as positions.mark_sql
     if q.cursor is not None and q.cursor.epoch != read.epoch:
         raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
-    items = read.items[:q.limit]
+    items = read.items[: q.limit]
     has_more = len(read.items) > q.limit
     if not has_more:  # everything committed below the frontier that matches was returned
         for partition, next_offset in read.frontier.items():
@@ -183,8 +207,13 @@ async def changes(request: web.Request) -> web.Response:
     for item in items:
         cursors.advance(marks, item.partition, (item.offset, item.lang))
     body = (
-        '{"posts":[' + ",".join(item.lean for item in items) + '],"cursor":"' + cursors.encode(read.epoch, marks)
-        + '","has_more":' + ("true" if has_more else "false") + "}"
+        '{"posts":['
+        + ",".join(item.lean for item in items)
+        + '],"cursor":"'
+        + cursors.encode(read.epoch, marks)
+        + '","has_more":'
+        + ("true" if has_more else "false")
+        + "}"
     )
     return json_bytes(body.encode())
 

@@ -59,8 +59,14 @@ class Usage:
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> "Usage":
         return cls(
-            row["outcome"], row["rate_limit"], row["minute_used"], row["minute_reset"],
-            row["quota"], row["day_used"], row["day_reset"], row["db_now"],
+            row["outcome"],
+            row["rate_limit"],
+            row["minute_used"],
+            row["minute_reset"],
+            row["quota"],
+            row["day_used"],
+            row["day_reset"],
+            row["db_now"],
         )
 
     @property
@@ -71,7 +77,9 @@ class Usage:
         """The pacing headers; ``refused`` (a 429's code) reports that window as used up."""
         minute_left = 0 if refused == "RATE_LIMITED" else max(0, self.rate_limit - self.minute_used)
         day_left = 0 if refused == "QUOTA_EXHAUSTED" else max(0, self.quota - self.day_used)
-        limit, minute_reset, quota, day_reset, policy = _fixed(self.rate_limit, self.minute_reset, self.quota, self.day_reset)
+        limit, minute_reset, quota, day_reset, policy = _fixed(
+            self.rate_limit, self.minute_reset, self.quota, self.day_reset
+        )
         return {
             "X-RateLimit-Limit": limit,
             "X-RateLimit-Remaining": str(minute_left),

@@ -37,11 +37,15 @@ class RequestStats(Collector):
         series[-1] += seconds
 
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily("tickerwire_api_requests_total", "Partner requests by route and status", labels=["route", "status"])
+        requests = CounterMetricFamily(
+            "tickerwire_api_requests_total", "Partner requests by route and status", labels=["route", "status"]
+        )
         for (route, status), n in sorted(self._counts.items()):
             requests.add_metric([route, str(status)], n)
         yield requests
-        latency = HistogramMetricFamily("tickerwire_api_request_seconds", "Time to answer a partner request", labels=["route"])
+        latency = HistogramMetricFamily(
+            "tickerwire_api_request_seconds", "Time to answer a partner request", labels=["route"]
+        )
         for route, series in sorted(self._latency.items()):
             cumulative, buckets = 0, []
             for bound, n in zip([*map(str, self._bounds), "+Inf"], series[:-1]):
@@ -75,7 +79,9 @@ class ApiMetrics:
         )
         self.principals = Gauge("tickerwire_api_principals", "API keys held in memory", registry=r)
         self.access_stamp = Gauge(
-            "tickerwire_access_stamp", "The access change stamp of the principals this process serves (-1: none yet)", registry=r
+            "tickerwire_access_stamp",
+            "The access change stamp of the principals this process serves (-1: none yet)",
+            registry=r,
         )
         self.access_fallbacks = Counter(
             "tickerwire_api_access_fallback_total",
@@ -88,10 +94,17 @@ class ApiMetrics:
         self.admissions = Counter(
             "tickerwire_api_admissions_total", "Admissions by where they were decided", ["decided"], registry=r
         )
-        self.listener_up = Gauge("tickerwire_api_stamp_listener_up", "1 while the change-stamp listener is connected", registry=r)
+        self.listener_up = Gauge(
+            "tickerwire_api_stamp_listener_up", "1 while the change-stamp listener is connected", registry=r
+        )
 
     def count_page_cache(self, read: Callable[[], dict[str, float]]) -> None:
         """``tickerwire_api_page_cache_total{result}``: pages answered from memory (hit) or built (miss)."""
-        self.registry.register(CountsCollector(
-            "tickerwire_api_page_cache_total", "Post pages and details answered from memory (hit) or built (miss)", "result", read,
-        ))
+        self.registry.register(
+            CountsCollector(
+                "tickerwire_api_page_cache_total",
+                "Post pages and details answered from memory (hit) or built (miss)",
+                "result",
+                read,
+            )
+        )

@@ -25,7 +25,9 @@ def handler(base_path: str):
 
     async def openapi(_: web.Request) -> web.Response:
         return web.Response(
-            body=body.data, content_type="application/json", headers={"Cache-Control": "public, max-age=300", "ETag": body.etag}
+            body=body.data,
+            content_type="application/json",
+            headers={"Cache-Control": "public, max-age=300", "ETag": body.etag},
         )
 
     return openapi

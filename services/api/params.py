@@ -15,8 +15,8 @@ from typing import Callable, Mapping
 from tickerwire.schemas.partner import SENTIMENTS
 from tickerwire.schemas.readmodel import hashtag_key
 
-from ..common.runtime.errors import InvalidParameter
 from ..common.http.querystring import bcp47_case, csv_values, tickers
+from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
 from .errors import validation_failed
 from .lru import BoundedLRU
@@ -76,7 +76,9 @@ def _integer(query: Mapping[str, str], name: str, low: int, high: int, default: 
         raise validation_failed(name, f"{name} must be an integer from {low} to {high}; got {raw[:40]!r}.")
     value = int(m[1] + m[2]) if m[2] else 0
     if not low <= value <= high:
-        raise validation_failed(name, f"{name} must be an integer from {low} to {high}; got {value if abs(value) < 10**12 else raw[:40]}.")
+        raise validation_failed(
+            name, f"{name} must be an integer from {low} to {high}; got {value if abs(value) < 10**12 else raw[:40]}."
+        )
     return value
 
 
@@ -102,7 +104,8 @@ def parse_since(raw: str | None) -> datetime | None:
     if not m:
         hint = " (a '+' in a query string is sent as %2B; unencoded it reads as a space)" if " " in raw else ""
         raise validation_failed(
-            "since", f"since must be an ISO 8601 timestamp with a UTC offset, e.g. 2024-05-01T12:00:00Z; got {raw[:60]!r}{hint}."
+            "since",
+            f"since must be an ISO 8601 timestamp with a UTC offset, e.g. 2024-05-01T12:00:00Z; got {raw[:60]!r}{hint}.",
         )
     year, month, day, hour = (int(m[g]) for g in ("y", "mo", "d", "h"))
     minute, second = int(m["mi"] or 0), int(m["s"] or 0)
@@ -149,7 +152,9 @@ def parse_filters(query: Mapping[str, str]) -> Filters:
         # Named as sent (the CSV grammar keeps an over-long value only as "matches nothing").
         value = next(v for v in query["sentiment"].split(",") if v and v not in SENTIMENTS)
         shown = repr(value[:40]) + (f" (cut; {len(value)} characters)" if len(value) > 40 else "")
-        raise validation_failed("sentiment", f"Unknown sentiment value {shown}; allowed values are {', '.join(SENTIMENTS)}.")
+        raise validation_failed(
+            "sentiment", f"Unknown sentiment value {shown}; allowed values are {', '.join(SENTIMENTS)}."
+        )
     ticker = _shared(tickers, query, "ticker")
     hashtag = _csv(query, "hashtag")
     return Filters(
@@ -215,7 +220,9 @@ def parse_q(query: Mapping[str, str]) -> str:
         raise validation_failed("q", f"q is at most {MAX_QUERY} characters long; got {len(raw)}.")
     text = raw.strip(QUERY_BLANKS)
     if len(text) < MIN_QUERY:
-        raise validation_failed("q", f"q must be at least {MIN_QUERY} characters long (after trimming); got {len(text)}.")
+        raise validation_failed(
+            "q", f"q must be at least {MIN_QUERY} characters long (after trimming); got {len(text)}."
+        )
     return text.replace("\x00", " ")
 
 
@@ -247,12 +254,18 @@ def parse_changes(query: Mapping[str, str]) -> ChangesQuery:
         try:
             cursor = cursors.decode(raw)
         except cursors.InvalidCursor:
-            raise validation_failed("cursor", "cursor must be a cursor token returned by /changes or the stream "
-                                              f"(cursor or post.created cursor); got {raw[:40]!r}.") from None
+            raise validation_failed(
+                "cursor",
+                "cursor must be a cursor token returned by /changes or the stream "
+                f"(cursor or post.created cursor); got {raw[:40]!r}.",
+            ) from None
     langs = _csv(query, "lang")
     limit = _integer(query, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
     assert limit is not None
     return ChangesQuery(
-        cursor, frozenset(bcp47_case(v).lower() for v in langs) if langs is not None else None,
-        _shared(tickers, query, "tickers"), _csv(query, "categories"), limit,
+        cursor,
+        frozenset(bcp47_case(v).lower() for v in langs) if langs is not None else None,
+        _shared(tickers, query, "tickers"),
+        _csv(query, "categories"),
+        limit,
     )

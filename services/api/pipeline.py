@@ -23,9 +23,9 @@ from aiohttp import web
 
 from ..common.http import requestlog
 from ..common.http.envelope import Handler, Routes, answer, body_error, from_failure, header_error, refuse_body
-from .gates import PARTNER, gated
 from .compression import Compressed, negotiate
 from .conditional import evaluate
+from .gates import PARTNER, gated
 from .metrics import RequestStats
 
 

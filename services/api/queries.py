@@ -12,13 +12,10 @@ from ..common.db import replicas as replica_lsn
 from ..readmodel import positions
 from .params import Filters, Page
 
-
 # The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the
 # cached bodies are current for, and the primary's WAL position, at or past the commit of every
 # stamp read: a replica that has replayed it holds what the stamps say (or later).
-SELECT_STAMPS = (
-    f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position, {replica_lsn.INSERT_LSN_SQL} AS lsn FROM change_stamps"
-)
+SELECT_STAMPS = f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position, {replica_lsn.INSERT_LSN_SQL} AS lsn FROM change_stamps"
 
 # Spec 2.4: every token, zero-post ones included; ranked tokens first by rank, then unranked by ticker.
 SELECT_TOKENS = """
@@ -36,7 +33,7 @@ SELECT sentiment, COALESCE(sum(count), 0)::bigint AS n, NULL AS log_position
 FROM sentiment_buckets
 WHERE bucket > $1::timestamptz - interval '24 hours' AND bucket <= $1::timestamptz
 GROUP BY sentiment
-UNION ALL SELECT NULL, NULL, {positions.mark_sql('$2')}
+UNION ALL SELECT NULL, NULL, {positions.mark_sql("$2")}
 """
 
 # By id (when the segment is a number) or by slug in any locale (the requested locale's own
@@ -47,7 +44,7 @@ WHERE t.lang = $1 AND t.visible AND t.post_id = (
     SELECT s.post_id FROM post_translations s
     WHERE s.post_id = $2::bigint OR s.slug = $3
     ORDER BY (s.post_id = $2::bigint) IS TRUE DESC, (s.lang = $1) DESC, s.visible DESC, s.post_id DESC
-    LIMIT 1)) AS detail, {positions.mark_sql('$4')} AS log_position
+    LIMIT 1)) AS detail, {positions.mark_sql("$4")} AS log_position
 """
 
 # Row kinds of a page statement's result.
@@ -245,11 +242,15 @@ def _search_query(lang: str, filters: Filters, page: Page, search: Search, log_t
         for k in order
     )
     ctes.append(f"fetched AS (SELECT * FROM ({branches}) u LIMIT {fetch})")
-    ctes.append(f"page AS (SELECT * FROM fetched ORDER BY k0 {'DESC' if towards_best else 'ASC'}, k1 {within}, k2 {within} LIMIT {limit})")
+    ctes.append(
+        f"page AS (SELECT * FROM fetched ORDER BY k0 {'DESC' if towards_best else 'ASC'}, k1 {within}, k2 {within} LIMIT {limit})"
+    )
     flags = _missing_flags(page)
     beyond = []
     if plus_one:
-        flags.append(f"SELECT {OLDER}, NULL::bigint, NULL::text, 0::bigint WHERE (SELECT count(*) FROM fetched) > {limit}")
+        flags.append(
+            f"SELECT {OLDER}, NULL::bigint, NULL::text, 0::bigint WHERE (SELECT count(*) FROM fetched) > {limit}"
+        )
     else:
         # The page's last item in search order, and whether anything lies past it.
         ctes.append("lo AS (SELECT k0 AS tier, k1 AS at, k2 AS id FROM page ORDER BY k0 DESC, k1 ASC, k2 ASC LIMIT 1)")

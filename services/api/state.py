@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncpg
 from aiohttp import web
 
-from ..readmodel.access import Principals
-from ..common.runtime.config import Config
 from ..common.db import BoundedReader
 from ..common.db.replicas import ReplicaReader, Replicas
+from ..common.runtime.config import Config
+from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed
+from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
-from .metrics import ApiMetrics
 
 CONFIG = web.AppKey("config", Config)
 POOL = web.AppKey("pool", asyncpg.Pool)
@@ -44,6 +44,7 @@ def db(request: web.Request) -> BoundedReader | ReplicaReader:
     if not app[REPLICAS]:
         return primary
     return ReplicaReader(app[REPLICAS], primary, request.get(MIN_LOG_POSITION))
+
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
 #: handler read it in the same statement as that data; otherwise the catalog's mark applies.

@@ -67,7 +67,9 @@ async def workspace_event(
         id=workspace_id,
         name=name or current.get("name") or workspace_id,
         status=status or current.get("status") or "active",
-        rate_limit_per_minute=rate_limit_per_minute if rate_limit_per_minute is not None else current.get("rate_limit_per_minute"),
+        rate_limit_per_minute=rate_limit_per_minute
+        if rate_limit_per_minute is not None
+        else current.get("rate_limit_per_minute"),
         daily_quota=daily_quota if daily_quota is not None else current.get("daily_quota"),
         stream_connection_limit=stream_connection_limit
         if stream_connection_limit is not None
@@ -127,13 +129,19 @@ async def require_embed(conn: asyncpg.Connection, embed_id: str, workspace_id: s
 
 def embed_event(embed_id: str, workspace_id: str, kind: EmbedKind = "badge") -> EmbedEvent:
     at = now()
-    return EmbedEvent(version=next_version(None), emitted_at=at, data=Embed(id=embed_id, workspace_id=workspace_id, kind=kind, created_at=at))
+    return EmbedEvent(
+        version=next_version(None),
+        emitted_at=at,
+        data=Embed(id=embed_id, workspace_id=workspace_id, kind=kind, created_at=at),
+    )
 
 
 def heartbeat_event(embed_id: str, workspace_id: str, landed_at: datetime | None = None) -> HeartbeatEvent:
     landed = landed_at or now()
     if landed > now():
-        raise BadArgument(f"--landed-at {landed.isoformat()} is in the future; a heartbeat records a ping that has landed")
+        raise BadArgument(
+            f"--landed-at {landed.isoformat()} is in the future; a heartbeat records a ping that has landed"
+        )
     return HeartbeatEvent(
         version=max(int(landed.timestamp() * 1000), 1),
         emitted_at=now(),

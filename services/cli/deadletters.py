@@ -18,8 +18,8 @@ import asyncpg
 
 from tickerwire.schemas.models import registry_framing
 
-from ..common.runtime.config import Config
 from ..common.kafka import ensure_declared_before, started_producer
+from ..common.runtime.config import Config
 from ..projector.apply import Record, decode_records
 from .admin import AdminError, BadArgument
 
@@ -46,25 +46,34 @@ class Letter:
 
     def line(self) -> str:
         reason = self.reason if len(self.reason) <= LIST_REASON_CHARS else self.reason[: LIST_REASON_CHARS - 1] + "…"
-        return "\t".join((str(self.id), self.where, self.reason_kind, self.received_at.isoformat(timespec="seconds"), reason))
+        return "\t".join(
+            (str(self.id), self.where, self.reason_kind, self.received_at.isoformat(timespec="seconds"), reason)
+        )
 
     def details(self) -> str:
-        return "\n".join((
-            f"id:          {self.id}",
-            f"record:      {self.where}",
-            f"received at: {self.received_at.isoformat()}",
-            f"reason kind: {self.reason_kind}",
-            f"reason:      {self.reason}",
-            f"key:         {_shown(self.key)}",
-            f"value:       {_shown(self.value)}",
-        ))
+        return "\n".join(
+            (
+                f"id:          {self.id}",
+                f"record:      {self.where}",
+                f"received at: {self.received_at.isoformat()}",
+                f"reason kind: {self.reason_kind}",
+                f"reason:      {self.reason}",
+                f"key:         {_shown(self.key)}",
+                f"value:       {_shown(self.value)}",
+            )
+        )
 
     def refusal(self) -> str | None:
         """Why a retry would be refused today, by the projector's own decoding; None if it would be applied."""
         if self.value is None:
-            return ("its value was never read (the consumer could not decode the batch): publish it again "
-                    "from its producer once the cause is fixed") if self.reason_kind in ("codec", "corrupt_batch") else (
-                "it has no value (tombstone)")
+            return (
+                (
+                    "its value was never read (the consumer could not decode the batch): publish it again "
+                    "from its producer once the cause is fixed"
+                )
+                if self.reason_kind in ("codec", "corrupt_batch")
+                else ("it has no value (tombstone)")
+            )
         _, dead = decode_records([Record(self.offset, self.key, self.value)], self.topic)
         return dead[0].reason if dead else None
 
@@ -81,22 +90,36 @@ def _shown(raw: bytes | None) -> str:
 
 
 def _letter(row: asyncpg.Record) -> Letter:
-    return Letter(row["id"], row["topic"], row["partition"], row["offset"], row["key"], row["value"],
-                  row["reason_kind"], row["reason"], row["received_at"])
+    return Letter(
+        row["id"],
+        row["topic"],
+        row["partition"],
+        row["offset"],
+        row["key"],
+        row["value"],
+        row["reason_kind"],
+        row["reason"],
+        row["received_at"],
+    )
 
 
 async def list_letters(conn: asyncpg.Connection, *, kind: str | None, topic: str | None, limit: int) -> list[Letter]:
     rows = await conn.fetch(
         f"SELECT {_COLUMNS} FROM dead_letters WHERE ($1::text IS NULL OR reason_kind = $1) "
         "AND ($2::text IS NULL OR topic = $2) ORDER BY id LIMIT $3",
-        kind, topic, limit,
+        kind,
+        topic,
+        limit,
     )
     return [_letter(r) for r in rows]
 
 
 async def letters(conn: asyncpg.Connection, ids: list[int]) -> list[Letter]:
     """The letters with these ids, in the order asked; an id with none is a bad argument."""
-    found = {r["id"]: _letter(r) for r in await conn.fetch(f"SELECT {_COLUMNS} FROM dead_letters WHERE id = ANY($1::bigint[])", ids)}
+    found = {
+        r["id"]: _letter(r)
+        for r in await conn.fetch(f"SELECT {_COLUMNS} FROM dead_letters WHERE id = ANY($1::bigint[])", ids)
+    }
     missing = [str(i) for i in ids if i not in found]
     if missing:
         raise BadArgument(f"no dead letter with id {', '.join(missing)} (see tickerwire dead-letters list)")
@@ -106,7 +129,9 @@ async def letters(conn: asyncpg.Connection, ids: list[int]) -> list[Letter]:
 async def retry(config: Config, conn: asyncpg.Connection, chosen: list[Letter]) -> list[str]:
     """Publish again every chosen letter that today's contract accepts, and remove it; refuse
     all of them, publishing nothing, when one would be refused again."""
-    refused = [f"dead letter {letter.id} ({letter.where}): {why}" for letter in chosen if (why := letter.refusal()) is not None]
+    refused = [
+        f"dead letter {letter.id} ({letter.where}): {why}" for letter in chosen if (why := letter.refusal()) is not None
+    ]
     if refused:
         raise AdminError("; ".join(refused) + "; nothing was published")
     if not chosen:
@@ -117,5 +142,7 @@ async def retry(config: Config, conn: asyncpg.Connection, chosen: list[Letter]) 
         for letter in chosen:
             meta = await (await producer.send(letter.topic, value=letter.value, key=letter.key))
             await conn.execute("DELETE FROM dead_letters WHERE id = $1", letter.id)
-            done.append(f"dead letter {letter.id} ({letter.where}) published again at {meta.topic}[{meta.partition}]@{meta.offset}")
+            done.append(
+                f"dead letter {letter.id} ({letter.where}) published again at {meta.topic}[{meta.partition}]@{meta.offset}"
+            )
     return done

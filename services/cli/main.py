@@ -85,7 +85,9 @@ def _run(command: str, coro) -> int:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"]) or "value"
-        return _fail(command, f"invalid {where} {err.get('input')!r}: {err['msg']} (see tickerwire {command} --help)", 2)
+        return _fail(
+            command, f"invalid {where} {err.get('input')!r}: {err['msg']} (see tickerwire {command} --help)", 2
+        )
     except BadArgument as exc:
         return _fail(command, str(exc), 2)
     except AdminError as exc:
@@ -102,7 +104,9 @@ async def _read_conn(config: Config, *, read_only: bool = True):
     from ..common.db import command_connection, storage_errors
 
     async with command_connection(
-        config.database_url, schema=config.read_model_schema, read_only=read_only,
+        config.database_url,
+        schema=config.read_model_schema,
+        read_only=read_only,
         what=f"connect to {_where(config.database_url)}",
     ) as conn:
         with storage_errors("query the read model"):
@@ -244,7 +248,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
         config = _config()
         with storage_errors(f"migrate {_where(config.database_url)}"):
-            async with command_connection(config.database_url, statement_timeout_s=MIGRATION_STATEMENT_TIMEOUT_S) as conn:
+            async with command_connection(
+                config.database_url, statement_timeout_s=MIGRATION_STATEMENT_TIMEOUT_S
+            ) as conn:
                 applied = await migrate(conn, config.read_model_schema)
         print("\n".join(applied) or "up to date")
         return 0
@@ -264,7 +270,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
         for diff in differences:
             print(diff)
         if differences:
-            print(f"tickerwire topics {args.action}: {len(differences)} difference(s) from the declaration", file=sys.stderr)
+            print(
+                f"tickerwire topics {args.action}: {len(differences)} difference(s) from the declaration",
+                file=sys.stderr,
+            )
             return 1
         print("topics match the declaration")
         return 0
@@ -282,8 +291,10 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
                 found = await deadletters.list_letters(conn, kind=args.kind, topic=args.topic, limit=args.limit)
                 for letter in found:
                     print(letter.line())
-                print(f"{len(found)} dead letter(s)" + (f" (the first {args.limit})" if len(found) == args.limit else ""),
-                      file=sys.stderr)
+                print(
+                    f"{len(found)} dead letter(s)" + (f" (the first {args.limit})" if len(found) == args.limit else ""),
+                    file=sys.stderr,
+                )
                 return 0
             if args.action == "show":
                 print("\n\n".join(letter.details() for letter in await deadletters.letters(conn, args.ids)))
@@ -406,11 +417,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     proj = sub.add_parser("projector", help="run the projector (the only writer of the read model)")
-    proj.add_argument("action", nargs="?", choices=["run", "rebuild", "accept-log"], default="run",
-                      help="run (default); rebuild the read model from the log; accept-log: move stored positions "
-                           "the log no longer holds (after a log reset) to its start or end")
-    proj.add_argument("--from", dest="start_from", choices=["earliest", "latest"], default="earliest",
-                      help="accept-log: re-read from the log start (default) or skip to its end")
+    proj.add_argument(
+        "action",
+        nargs="?",
+        choices=["run", "rebuild", "accept-log"],
+        default="run",
+        help="run (default); rebuild the read model from the log; accept-log: move stored positions "
+        "the log no longer holds (after a log reset) to its start or end",
+    )
+    proj.add_argument(
+        "--from",
+        dest="start_from",
+        choices=["earliest", "latest"],
+        default="earliest",
+        help="accept-log: re-read from the log start (default) or skip to its end",
+    )
     proj.set_defaults(func=_service("projector"))
     sub.add_parser("api", help="run the read API").set_defaults(func=_service("api"))
     sub.add_parser("stream", help="run the WebSocket stream").set_defaults(func=_service("stream"))
@@ -423,9 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("action", choices=["create", "suspend", "reinstate", "update"], help="what to do")
     ws.add_argument("id", type=_entity_id, help="workspace id (letters, digits, _ and -)")
     ws.add_argument("--name", help="display name (default: the id, or the current name)")
-    ws.add_argument("--rate-limit", type=_bounded_int(1, 1_000_000), help="requests per minute, 1..1000000 (default 60)")
-    ws.add_argument("--daily-quota", type=_bounded_int(1, 1_000_000_000), help="requests per UTC day, 1..1000000000 (default 5000)")
-    ws.add_argument("--stream-connections", type=_bounded_int(1, 10_000), help="concurrent stream connections, 1..10000 (default 5)")
+    ws.add_argument(
+        "--rate-limit", type=_bounded_int(1, 1_000_000), help="requests per minute, 1..1000000 (default 60)"
+    )
+    ws.add_argument(
+        "--daily-quota", type=_bounded_int(1, 1_000_000_000), help="requests per UTC day, 1..1000000000 (default 5000)"
+    )
+    ws.add_argument(
+        "--stream-connections", type=_bounded_int(1, 10_000), help="concurrent stream connections, 1..10000 (default 5)"
+    )
     ws.set_defaults(func=cmd_workspace)
 
     key = sub.add_parser("key", help="issue or revoke an API key")
@@ -446,30 +473,46 @@ def build_parser() -> argparse.ArgumentParser:
     hb = sub.add_parser("heartbeat", help="record a badge heartbeat of an existing embed")
     hb.add_argument("embed", type=_embed_id, help="embed id, bdg_<id>, registered for the workspace")
     hb.add_argument("workspace", type=_entity_id, help="the embed's workspace id")
-    hb.add_argument("--landed-at", type=_timestamp,
-                    help="when the ping landed (ISO 8601 with offset, not in the future); default now")
+    hb.add_argument(
+        "--landed-at",
+        type=_timestamp,
+        help="when the ping landed (ISO 8601 with offset, not in the future); default now",
+    )
     hb.set_defaults(func=cmd_heartbeat)
 
     dl = sub.add_parser("dead-letters", help="list, show or retry the records the projector set aside")
     dl_sub = dl.add_subparsers(dest="action", required=True, metavar="ACTION")
     letter_id = _bounded_int(1, 2**63 - 1)
-    dl_list = dl_sub.add_parser("list", help="one line each: id, topic[partition]@offset, reason kind, received at, reason")
+    dl_list = dl_sub.add_parser(
+        "list", help="one line each: id, topic[partition]@offset, reason kind, received at, reason"
+    )
     dl_show = dl_sub.add_parser("show", help="everything stored of the given dead letters: reason, key, value")
     dl_show.add_argument("ids", nargs="+", type=letter_id, metavar="ID", help="dead letter id, as `list` prints it")
-    dl_retry = dl_sub.add_parser("retry", help="publish the given dead letters again, after a fix, and remove them "
-                                               "(all or none: refused when today's contract would refuse one)")
+    dl_retry = dl_sub.add_parser(
+        "retry",
+        help="publish the given dead letters again, after a fix, and remove them "
+        "(all or none: refused when today's contract would refuse one)",
+    )
     dl_retry.add_argument("ids", nargs="*", type=letter_id, metavar="ID", help="dead letter id, as `list` prints it")
     dl_retry.add_argument("--all", action="store_true", help="every dead letter (that --kind and --topic select)")
     for cmd in (dl_list, dl_retry):
-        cmd.add_argument("--kind", type=_dead_letter_kind, help="only this reason kind (codec, corrupt_batch, schema_registry, "
-                                                                 "undecodable, unknown_type, schema, wrong_topic, rejected)")
+        cmd.add_argument(
+            "--kind",
+            type=_dead_letter_kind,
+            help="only this reason kind (codec, corrupt_batch, schema_registry, "
+            "undecodable, unknown_type, schema, wrong_topic, rejected)",
+        )
         cmd.add_argument("--topic", help="only this topic")
-        cmd.add_argument("--limit", type=_bounded_int(1, 100_000), default=1000, help="at most this many (default 1000)")
+        cmd.add_argument(
+            "--limit", type=_bounded_int(1, 100_000), default=1000, help="at most this many (default 1000)"
+        )
     dl.set_defaults(func=cmd_dead_letters)
 
     sub.add_parser("sweep", help="run one badge-sweeper tick now").set_defaults(func=cmd_sweep)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
-    top = sub.add_parser("topics", help="create the declared topics, or compare a cluster's topics with the declaration")
+    top = sub.add_parser(
+        "topics", help="create the declared topics, or compare a cluster's topics with the declaration"
+    )
     top.add_argument(
         "action",
         choices=["ensure", "check"],
@@ -477,7 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(func=cmd_topics)
     cfg = sub.add_parser("config", help="list the settings (environment variables) and defaults")
-    cfg.add_argument("--markdown", action="store_true", help="print docs/configuration.md: every setting, its default and meaning")
+    cfg.add_argument(
+        "--markdown", action="store_true", help="print docs/configuration.md: every setting, its default and meaning"
+    )
     cfg.set_defaults(func=cmd_config)
 
     sch = sub.add_parser("schemas", help="write the JSON Schema files of the event contract")
@@ -487,12 +532,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and broker unless configured)")
     # Their defaults come from the environment when `up` starts (services/cli/up.py: up_main).
-    up.add_argument("--state-dir",
-                    help=f"where logs, the embedded data and up.json go (default TICKERWIRE_STATE_DIR or {STATE_DIR_DEFAULT})")
-    up.add_argument("--database-url",
-                    help="use this PostgreSQL instead of the embedded one (default TICKERWIRE_DATABASE_URL)")
-    up.add_argument("--kafka", dest="kafka_bootstrap_servers",
-                    help="use this Kafka instead of the embedded broker (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)")
+    up.add_argument(
+        "--state-dir",
+        help=f"where logs, the embedded data and up.json go (default TICKERWIRE_STATE_DIR or {STATE_DIR_DEFAULT})",
+    )
+    up.add_argument(
+        "--database-url", help="use this PostgreSQL instead of the embedded one (default TICKERWIRE_DATABASE_URL)"
+    )
+    up.add_argument(
+        "--kafka",
+        dest="kafka_bootstrap_servers",
+        help="use this Kafka instead of the embedded broker (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)",
+    )
     port = _bounded_int(1, 65535)
     for flag, what, var, default in (
         ("--api-port", "partner API", "API_PORT", 8080),
@@ -501,18 +552,33 @@ def build_parser() -> argparse.ArgumentParser:
         ("--stream-admin-port", "stream admin", "STREAM_ADMIN_PORT", 9081),
         ("--projector-admin-port", "projector admin", "PROJECTOR_ADMIN_PORT", 9082),
     ):
-        up.add_argument(flag, type=port, help=f"{what} port (default TICKERWIRE_{var} or {default}; a free one if taken)")
-    up.add_argument("--posts", type=_bounded_int(0, 1_000_000), default=2000, help="demo posts to publish (default 2000)")
-    up.add_argument("--tokens", type=_bounded_int(0, 100_000), default=3000, help="demo tokens to publish (default 3000)")
+        up.add_argument(
+            flag, type=port, help=f"{what} port (default TICKERWIRE_{var} or {default}; a free one if taken)"
+        )
+    up.add_argument(
+        "--posts", type=_bounded_int(0, 1_000_000), default=2000, help="demo posts to publish (default 2000)"
+    )
+    up.add_argument(
+        "--tokens", type=_bounded_int(0, 100_000), default=3000, help="demo tokens to publish (default 3000)"
+    )
     up.add_argument("--no-demo", action="store_true", help="publish no demo dataset")
-    up.add_argument("--demo", action="store_true",
-                    help="publish the demo key, dataset and trickle even to a configured broker (the default only "
-                         "with the embedded one)")
-    up.add_argument("--replicas", type=_bounded_int(0, 8), default=0,
-                    help="also start this many streaming replicas of the embedded PostgreSQL, the API reading from "
-                         "them (TICKERWIRE_DATABASE_READ_URLS; default 0)")
+    up.add_argument(
+        "--demo",
+        action="store_true",
+        help="publish the demo key, dataset and trickle even to a configured broker (the default only "
+        "with the embedded one)",
+    )
+    up.add_argument(
+        "--replicas",
+        type=_bounded_int(0, 8),
+        default=0,
+        help="also start this many streaming replicas of the embedded PostgreSQL, the API reading from "
+        "them (TICKERWIRE_DATABASE_READ_URLS; default 0)",
+    )
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
-    up.add_argument("--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)")
+    up.add_argument(
+        "--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)"
+    )
     up.set_defaults(func=cmd_up)
     return p
 
@@ -521,8 +587,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "dead-letters" and args.action == "retry" and bool(args.ids) == bool(args.all):
-        parser.exit(2, "tickerwire dead-letters retry: give dead letter ids or --all, not both nor neither "
-                       "(see tickerwire dead-letters retry --help)\n")
+        parser.exit(
+            2,
+            "tickerwire dead-letters retry: give dead letter ids or --all, not both nor neither "
+            "(see tickerwire dead-letters retry --help)\n",
+        )
     try:
         return args.func(args)
     except ConfigError as exc:

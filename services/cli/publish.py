@@ -10,8 +10,8 @@ from aiokafka import AIOKafkaProducer
 
 from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, entity_key, topic_for_event_type
 
-from ..common.runtime.config import Config
 from ..common.kafka import ensure_declared_before, started_producer
+from ..common.runtime.config import Config
 
 
 @dataclass(frozen=True, slots=True)

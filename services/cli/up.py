@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Iterator
 import orjson
 
 from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
-from ..common.runtime.process import cancel_on_signals
 from ..common.runtime.logs import setup_logging
+from ..common.runtime.process import cancel_on_signals
 from ..common.runtime.retry import Backoff, backoff_delays
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
@@ -157,8 +157,10 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
     dsn = args.database_url
     replicas = getattr(args, "replicas", 0) or 0
     if dsn and replicas:
-        raise UpError("--replicas starts replicas of the embedded PostgreSQL; a configured database's replicas are "
-                      "configured with TICKERWIRE_DATABASE_READ_URLS")
+        raise UpError(
+            "--replicas starts replicas of the embedded PostgreSQL; a configured database's replicas are "
+            "configured with TICKERWIRE_DATABASE_READ_URLS"
+        )
     bootstrap = args.kafka_bootstrap_servers
     if dsn and not bootstrap:
         # The embedded broker keeps the log in memory: its next start would be an empty log
@@ -169,7 +171,9 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         )
     parts = Embedded()
     if not bootstrap:
-        broker, bootstrap = _start_server(lambda port: EmbeddedBroker(port=port, log_path=stack.state_dir / "broker.log"), 19092)
+        broker, bootstrap = _start_server(
+            lambda port: EmbeddedBroker(port=port, log_path=stack.state_dir / "broker.log"), 19092
+        )
         stack.embedded.append(broker)
         parts.broker = broker
     if not dsn:
@@ -178,14 +182,21 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         shutil.rmtree(data, ignore_errors=True)
         settings = PRIMARY_REPLICATION_SETTINGS if replicas else None
         pg, dsn = _start_server(
-            lambda port: EmbeddedPostgres(data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings), 5433
+            lambda port: EmbeddedPostgres(
+                data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings
+            ),
+            5433,
         )
         stack.embedded.append(pg)
         parts.postgres = pg
         for n in range(1, replicas + 1):
             shutil.rmtree(stack.state_dir / f"pgreplica{n}", ignore_errors=True)
-            replica = EmbeddedReplica(dsn, stack.state_dir / f"pgreplica{n}", port=_port(5433 + n),
-                                      log_path=stack.state_dir / f"postgres-replica{n}.log")
+            replica = EmbeddedReplica(
+                dsn,
+                stack.state_dir / f"pgreplica{n}",
+                port=_port(5433 + n),
+                log_path=stack.state_dir / f"postgres-replica{n}.log",
+            )
             replica.start()
             stack.embedded.append(replica)
             parts.replicas.append(replica)
@@ -230,14 +241,19 @@ async def prepare(config: Config) -> None:
 
 async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
     """Publish the demo dataset and a demo workspace; returns (api key, last post id, marks)."""
-    from ..common.http.keys import display_prefix, generate_key, hash_key
     from tickerwire.devstack.demo import dataset
+
+    from ..common.http.keys import display_prefix, generate_key, hash_key
     from .publish import publish
 
     now = datetime.now(timezone.utc)
     key = generate_key()
     access = dataset.access_events(
-        now=now, workspace_id=DEMO_WORKSPACE, key_hash=hash_key(key), display_prefix=display_prefix(key), embed_id=DEMO_EMBED
+        now=now,
+        workspace_id=DEMO_WORKSPACE,
+        key_hash=hash_key(key),
+        display_prefix=display_prefix(key),
+        embed_id=DEMO_EMBED,
     )
     events: list[AnyEvent] = list(access)
     last_id = 0
@@ -250,7 +266,9 @@ async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
     return key, last_id, marks
 
 
-async def wait_projected(config: Config, marks: dict[tuple[str, int], int] | None = None, timeout: float = 120.0) -> None:
+async def wait_projected(
+    config: Config, marks: dict[tuple[str, int], int] | None = None, timeout: float = 120.0
+) -> None:
     """Until the projector's stored positions reach the end of every partition of every topic.
 
     ``marks`` are offsets a publisher was acknowledged for; they are exact, whereas a broker's
@@ -305,8 +323,9 @@ class Trickle:
                 await asyncio.sleep(delay)
 
     async def _run(self) -> None:
-        from ..common.kafka import started_producer
         from tickerwire.devstack.demo.trickle import run_trickle
+
+        from ..common.kafka import started_producer
         from .publish import send_events
 
         async with started_producer(self.config) as producer:
@@ -354,14 +373,17 @@ def exited_at_start(child: Child) -> UpError:
     assert child.proc is not None
     line = last_line(child.log_path)
     kind = PortTaken if "cannot listen on" in line else UpError
-    return kind(f"the {child.name} exited at start-up with status {child.proc.returncode}: "
-                f"{line or '(its log is empty)'} (log: {child.log_path})")
+    return kind(
+        f"the {child.name} exited at start-up with status {child.proc.returncode}: "
+        f"{line or '(its log is empty)'} (log: {child.log_path})"
+    )
 
 
 async def wait_healthy(probes: list[Probe], children: list[Child], timeout: float = 60.0) -> None:
     """Until each probe's URL answers 200 from its own child: a child that exits meanwhile, or
     an answer from another process holding the child's port, ends the wait at once."""
     import aiohttp
+
     from tickerwire.devstack.embedded.ports import listens_on
 
     deadline = time.monotonic() + timeout
@@ -439,9 +461,18 @@ async def run(args, stack: Stack, base: Config) -> None:
         probes = [
             Probe(children["projector"], admin["projector"] + "/healthz", config.projector_admin_port),
             Probe(children["api"], admin["api"] + "/readyz", config.api_admin_port),
-            Probe(children["api"], f"http://{config.host}:{config.api_port}{config.base_path}/openapi.json", config.api_port),
+            Probe(
+                children["api"],
+                f"http://{config.host}:{config.api_port}{config.base_path}/openapi.json",
+                config.api_port,
+            ),
             Probe(children["stream"], admin["stream"] + "/readyz", config.stream_admin_port),
-            Probe(children["stream"], f"http://{config.host}:{config.stream_port}{config.base_path}/stream", config.stream_port, None),
+            Probe(
+                children["stream"],
+                f"http://{config.host}:{config.stream_port}{config.base_path}/stream",
+                config.stream_port,
+                None,
+            ),
         ]
         try:
             await wait_healthy(probes, list(children.values()))
@@ -475,12 +506,18 @@ async def run(args, stack: Stack, base: Config) -> None:
     }
     state_file = stack.state_dir / "up.json"
     write_state(state_file, info, stack)
-    lines = ["Tickerwire is up.", f"  base URL:   {info['base_url']}", f"  stream URL: {info['stream_url']}",
-             f"  docs:       {info['docs_url']}"]
+    lines = [
+        "Tickerwire is up.",
+        f"  base URL:   {info['base_url']}",
+        f"  stream URL: {info['stream_url']}",
+        f"  docs:       {info['docs_url']}",
+    ]
     if key:
         lines.append(f"  API key:    {key}")
     else:
-        lines.append("  API key:    none (no demo data on a configured broker; pass --demo, or issue one: tickerwire key issue)")
+        lines.append(
+            "  API key:    none (no demo data on a configured broker; pass --demo, or issue one: tickerwire key issue)"
+        )
     lines.append(f"  admin:      {', '.join(f'{n} {u}' for n, u in admin.items())} (/healthz /readyz /metrics)")
     lines.append(f"  state:      {state_file}")
     if key:
@@ -548,8 +585,10 @@ class Supervision:
                     child.delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
                 delay = next(child.delays)
                 child.restart_at = now + delay
-                say(f"{child.name} exited (status {child.proc.returncode if child.proc else '?'}); "
-                    f"restarting it in {delay:.1f}s (log: {child.log_path})")
+                say(
+                    f"{child.name} exited (status {child.proc.returncode if child.proc else '?'}); "
+                    f"restarting it in {delay:.1f}s (log: {child.log_path})"
+                )
             elif now >= child.restart_at:
                 proc = child.spawn()
                 child.restarts += 1
@@ -576,8 +615,8 @@ class Supervision:
         say(f"embedded {what} restarted in {time.monotonic() - started:.1f}s (pid {server.pid})")
 
     async def _recover_broker(self) -> None:
-        from ..projector.accept import accept_log
         from ..common.kafka import ensure_topics
+        from ..projector.accept import accept_log
 
         if self._trickle_task is not None:
             self._trickle_task.cancel()
@@ -595,9 +634,11 @@ class Supervision:
                 delay = next(delays)
                 say(f"re-syncing with the new log failed ({exc}); retrying in {delay:.1f}s")
                 await asyncio.sleep(delay)
-        say("the embedded broker keeps its log in memory, so it came back empty: topics re-created; "
+        say(
+            "the embedded broker keeps its log in memory, so it came back empty: topics re-created; "
             f"projector positions moved to the new log's start ({len(accepted.moved)} partition(s)); the read model "
-            "keeps what it had projected and the demo key keeps working; new posts are projected from the new log")
+            "keeps what it had projected and the demo key keeps working; new posts are projected from the new log"
+        )
         self._start_trickle()
 
 
@@ -645,8 +686,11 @@ def up_main(args) -> int:
         print(f"tickerwire up: cannot use the state directory {state_dir}: {exc.strerror}", file=sys.stderr)
         return 1
     if lock is None:
-        print(f"tickerwire up: another tickerwire up{_lock_holder(state_dir)} is running with the state directory "
-              f"{state_dir}; stop it first, or pass another --state-dir", file=sys.stderr)
+        print(
+            f"tickerwire up: another tickerwire up{_lock_holder(state_dir)} is running with the state directory "
+            f"{state_dir}; stop it first, or pass another --state-dir",
+            file=sys.stderr,
+        )
         return 1
     stack = Stack(state_dir)
 

@@ -20,12 +20,12 @@ from aiokafka import TopicPartition
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.runtime.config import Config
 from ..common.db import command_connection
+from ..common.kafka.declaration import declared_topics
 from ..common.kafka.logcheck import LogProbe, discontinuity
+from ..common.runtime.config import Config
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import command_failed
-from ..common.kafka.declaration import declared_topics
 from ..readmodel import cursors, positions
 
 
@@ -56,8 +56,11 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
     try:
         async with command_connection(config.database_url, schema=config.read_model_schema) as conn:
             stored = await positions.load(conn)
-            gaps = {tp: gap for tp in tps
-                    if (gap := discontinuity(tp, stored.get((tp.topic, tp.partition), 0), starts[tp], ends[tp]))}
+            gaps = {
+                tp: gap
+                for tp in tps
+                if (gap := discontinuity(tp, stored.get((tp.topic, tp.partition), 0), starts[tp], ends[tp]))
+            }
             # Some brokers report end offsets far behind what they hold: ask the log itself. Before
             # any row is locked: a running projector's commits must not queue behind a broker call.
             held = await probe.held({tp: g.position - 1 for tp, g in gaps.items() if g.position > g.log_end})
@@ -73,17 +76,26 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
                 # A posts partition whose log ends before its position holds another log (reset or
                 # re-created): a new cursor epoch begins (docs/resume.md).
                 posts = topic_name(config.topic_prefix, POSTS)
-                renewed = {tp.partition: targets[tp] for tp, gap in gaps.items() if tp.topic == posts and gap.position > gap.log_end}
+                renewed = {
+                    tp.partition: targets[tp]
+                    for tp, gap in gaps.items()
+                    if tp.topic == posts and gap.position > gap.log_end
+                }
                 if renewed:
                     await cursors.new_log(conn, renewed)
     finally:
         await probe.close()
         await consumer.stop()
     return Accepted(
-        [f"{tp.topic}[{tp.partition}]: position {gap.position} -> {targets[tp]} (log holds {gap.log_start}..{gap.log_end})"
-         for tp, gap in gaps.items()],
-        [f"{tp.topic}[{tp.partition}]: left alone: its position moved while this command ran (is a projector "
-         "writing it?); run the command again" for tp in moved],
+        [
+            f"{tp.topic}[{tp.partition}]: position {gap.position} -> {targets[tp]} (log holds {gap.log_start}..{gap.log_end})"
+            for tp, gap in gaps.items()
+        ],
+        [
+            f"{tp.topic}[{tp.partition}]: left alone: its position moved while this command ran (is a projector "
+            "writing it?); run the command again"
+            for tp in moved
+        ],
     )
 
 

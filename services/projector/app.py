@@ -13,14 +13,14 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import web
 
-from ..common.runtime.config import Config
 from ..common.db import CONNECT_POSTGRES, create_pool, storage_errors
-from ..readmodel.migrate import migrate
+from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
+from ..common.runtime.config import Config
 from ..common.runtime.retry import retry_transient
 from ..common.runtime.supervise import Supervisor, supervisor_of
-from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
+from ..readmodel.migrate import migrate
 from .metrics import ProjectorMetrics
 from .runner import Projector, ensure_topics_with_retry
 from .sweeper import run_sweeper
@@ -43,8 +43,13 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         # "Durability of the read model"). A commit's latency no longer follows the disk's
         # flush tail under a checkpoint.
         pool = await create_pool(
-            config.database_url, config.read_model_schema, min_size=config.db_pool_min, max_size=config.db_pool_max,
-            connect_timeout_s=config.db_connect_timeout_s, stateless=True, asynchronous_commit=True,
+            config.database_url,
+            config.read_model_schema,
+            min_size=config.db_pool_min,
+            max_size=config.db_pool_max,
+            connect_timeout_s=config.db_connect_timeout_s,
+            stateless=True,
+            asynchronous_commit=True,
         )
         with storage_errors("migrate"):
             async with pool.acquire() as conn:
@@ -75,7 +80,9 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
     app.cleanup_ctx.append(projector_ctx)
     supervisor = supervisor_of(app)
     app.cleanup_ctx.append(supervisor.task("consume", _consume))
-    app.cleanup_ctx.append(supervisor.task("sweeper", lambda a: run_sweeper(a[POOL], config.sweep_interval_s, a[METRICS])))
+    app.cleanup_ctx.append(
+        supervisor.task("sweeper", lambda a: run_sweeper(a[POOL], config.sweep_interval_s, a[METRICS]))
+    )
     add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
     return app
 

@@ -31,6 +31,7 @@ from typing import Generic, Iterable, TypeVar
 
 import asyncpg
 import orjson
+
 from tickerwire.schemas.models import (
     AnyEvent,
     ApiKeyEvent,
@@ -49,8 +50,7 @@ from tickerwire.schemas.models import (
 )
 from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
 
-from ..readmodel import positions
-from ..readmodel import stamps as stamp
+from ..readmodel import positions, stamps as stamp
 from ..readmodel.rows import (
     ApiKeyRow,
     EmbedRow,
@@ -148,8 +148,15 @@ def decode_records(records: Iterable[Record], topic: str | None) -> tuple[list[D
             continue
         home = type(event).topic.suffix
         if topic is not None and not topic.endswith("." + home):
-            dead.append(DeadLetter(rec.offset, rec.key, rec.value, "wrong_topic",
-                                   f"a {event.type} event belongs on the {home} topic, not on {topic}"))
+            dead.append(
+                DeadLetter(
+                    rec.offset,
+                    rec.key,
+                    rec.value,
+                    "wrong_topic",
+                    f"a {event.type} event belongs on the {home} topic, not on {topic}",
+                )
+            )
             continue
         events.append(Decoded(rec.offset, event))
     return events, dead
@@ -233,17 +240,20 @@ class Counters:
     def columns(self) -> tuple[list, list, list, list, list]:
         """Sorted, so that concurrent writers lock shared counter rows in one order."""
         tickers, buckets = sorted(self.tickers.items()), sorted(self.sentiment.items())
-        return ([t for t, _ in tickers], [n for _, n in tickers],
-                [b for (b, _), _ in buckets], [s for (_, s), _ in buckets], [n for _, n in buckets])
+        return (
+            [t for t, _ in tickers],
+            [n for _, n in tickers],
+            [b for (b, _), _ in buckets],
+            [s for (_, s), _ in buckets],
+            [n for _, n in buckets],
+        )
 
 
 SWITCH_LOCK = 0x7477_7377  # "twsw"
 TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
 
-async def apply_batch(
-    conn: asyncpg.Connection, topic: str, partition: int, records: list[Record]
-) -> BatchResult:
+async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, records: list[Record]) -> BatchResult:
     """Apply ``records`` (consecutive offsets of one partition) and store the new position."""
     result = BatchResult()
     if not records:
@@ -259,9 +269,7 @@ async def apply_batch(
         events, dead = decode_records(fresh, topic)
         result.dead = dead
         if dead:
-            await conn.executemany(
-                sql.INSERT_DEAD_LETTER, [d.row(topic, partition) for d in dead]
-            )
+            await conn.executemany(sql.INSERT_DEAD_LETTER, [d.row(topic, partition) for d in dead])
         posts: dict[int, list[Decoded[PostEvent]]] = defaultdict(list)
         for p in of_type(events, PostEvent):
             posts[p.event.data.id].append(p)
@@ -320,7 +328,11 @@ def post_facts(post: Post) -> PostFacts:
 
 
 async def _apply_posts(
-    conn: asyncpg.Connection, partition: int, chains: dict[int, list[Decoded[PostEvent]]], result: BatchResult, stamps: set[str],
+    conn: asyncpg.Connection,
+    partition: int,
+    chains: dict[int, list[Decoded[PostEvent]]],
+    result: BatchResult,
+    stamps: set[str],
     counters: Counters,
 ) -> None:
     if not chains:
@@ -358,8 +370,13 @@ def post_record(d: Decoded[PostEvent]) -> tuple:
     """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
     post: Post = d.event.data
     return PostRow(
-        id=post.id, version=d.event.version, status=post.status.value, published_at=post.published_at,
-        sentiment=post.sentiment.value, importance=post.importance, tickers=list(post.tickers),
+        id=post.id,
+        version=d.event.version,
+        status=post.status.value,
+        published_at=post.published_at,
+        sentiment=post.sentiment.value,
+        importance=post.importance,
+        tickers=list(post.tickers),
         snapshot=post.model_dump_json(),
     ).values()
 
@@ -415,7 +432,9 @@ def text_hash(config: str, title: str, lede: str, body: str) -> bytes:
 # --------------------------------------------------------------------------- catalog
 
 
-async def _apply_locales(conn: asyncpg.Connection, items: list[Decoded[LocaleEvent]], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_locales(
+    conn: asyncpg.Connection, items: list[Decoded[LocaleEvent]], result: BatchResult, stamps: set[str]
+) -> None:
     if not items:
         return
     default_before = await load_default_locale(conn)
@@ -430,14 +449,22 @@ async def _apply_locales(conn: asyncpg.Connection, items: list[Decoded[LocaleEve
         await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_WITH_CATEGORIES))
 
 
-async def _apply_categories(conn: asyncpg.Connection, items: list[Decoded[CategoryEvent]], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_categories(
+    conn: asyncpg.Connection, items: list[Decoded[CategoryEvent]], result: BatchResult, stamps: set[str]
+) -> None:
     if not items:
         return
     changed: list[str] = []
     for d in items:
         c = d.event.data
         slug = await conn.fetchval(
-            sql.UPSERT_CATEGORY, c.slug, d.event.version, c.is_group, c.group_slug, c.position, orjson.dumps(c.names).decode()
+            sql.UPSERT_CATEGORY,
+            c.slug,
+            d.event.version,
+            c.is_group,
+            c.group_slug,
+            c.position,
+            orjson.dumps(c.names).decode(),
         )
         if slug is not None:
             changed.append(slug)
@@ -455,13 +482,17 @@ async def rerender_posts_for_categories(conn: asyncpg.Connection, changed: list[
     await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_BY_CATEGORY, sorted(affected)), taxonomy)
 
 
-async def rerender_posts(conn: asyncpg.Connection, rows: list[asyncpg.Record], taxonomy: Taxonomy | None = None) -> None:
+async def rerender_posts(
+    conn: asyncpg.Connection, rows: list[asyncpg.Record], taxonomy: Taxonomy | None = None
+) -> None:
     if rows:
         posts = [Rendering(Post.model_validate_json(r["snapshot"])) for r in rows]
         await write_translations(conn, posts, None, taxonomy or await load_taxonomy(conn))
 
 
-async def _apply_tokens(conn: asyncpg.Connection, items: list[Decoded[TokenEvent]], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_tokens(
+    conn: asyncpg.Connection, items: list[Decoded[TokenEvent]], result: BatchResult, stamps: set[str]
+) -> None:
     if not items:
         return
     changed = await conn.fetch(sql.UPSERT_TOKEN, *TokenRow.arrays([token_row(d.event) for d in items]))
@@ -473,19 +504,33 @@ async def _apply_tokens(conn: asyncpg.Connection, items: list[Decoded[TokenEvent
 def locale_row(e: LocaleEvent) -> LocaleRow:
     l = e.data
     return LocaleRow(
-        code=l.code, version=e.version, name=l.name, native_name=l.native_name, country_code=l.country_code,
-        direction=l.direction, active=l.active, web_channel=l.web_channel, is_default=l.is_default, position=l.position,
+        code=l.code,
+        version=e.version,
+        name=l.name,
+        native_name=l.native_name,
+        country_code=l.country_code,
+        direction=l.direction,
+        active=l.active,
+        web_channel=l.web_channel,
+        is_default=l.is_default,
+        position=l.position,
     )
 
 
 def token_row(e: TokenEvent) -> TokenRow:
     t = e.data
     return TokenRow(
-        ticker=t.ticker, version=e.version, name=t.name, logo_url=t.logo_url, market_cap_rank=t.market_cap_rank,
-        exchange_listings=orjson.dumps(t.exchange_listings).decode(), categories=orjson.dumps(t.categories).decode(),
+        ticker=t.ticker,
+        version=e.version,
+        name=t.name,
+        logo_url=t.logo_url,
+        market_cap_rank=t.market_cap_rank,
+        exchange_listings=orjson.dumps(t.exchange_listings).decode(),
+        categories=orjson.dumps(t.categories).decode(),
         genesis_date=t.genesis_date,
         primary_ecosystem=t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None,
-        homepage_url=t.homepage_url, description=t.description,
+        homepage_url=t.homepage_url,
+        description=t.description,
     )
 
 
@@ -501,35 +546,57 @@ def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
 def workspace_row(e: WorkspaceEvent) -> WorkspaceRow:
     w = e.data
     return WorkspaceRow(
-        id=w.id, version=e.version, name=w.name, status=w.status, rate_limit_per_minute=w.rate_limit_per_minute,
-        daily_quota=w.daily_quota, stream_connection_limit=w.stream_connection_limit,
+        id=w.id,
+        version=e.version,
+        name=w.name,
+        status=w.status,
+        rate_limit_per_minute=w.rate_limit_per_minute,
+        daily_quota=w.daily_quota,
+        stream_connection_limit=w.stream_connection_limit,
     )
 
 
 def api_key_row(e: ApiKeyEvent) -> ApiKeyRow:
     k = e.data
     return ApiKeyRow(
-        id=k.id, version=e.version, workspace_id=k.workspace_id, key_hash=k.key_hash,
-        display_prefix=k.display_prefix, issued_at=k.issued_at, revoked_at=k.revoked_at,
+        id=k.id,
+        version=e.version,
+        workspace_id=k.workspace_id,
+        key_hash=k.key_hash,
+        display_prefix=k.display_prefix,
+        issued_at=k.issued_at,
+        revoked_at=k.revoked_at,
     )
 
 
 def embed_row(e: EmbedEvent) -> EmbedRow:
-    return EmbedRow(id=e.data.id, version=e.version, workspace_id=e.data.workspace_id, kind=e.data.kind,
-                    created_at=e.data.created_at)
+    return EmbedRow(
+        id=e.data.id,
+        version=e.version,
+        workspace_id=e.data.workspace_id,
+        kind=e.data.kind,
+        created_at=e.data.created_at,
+    )
 
 
 def heartbeat_row(e: HeartbeatEvent) -> HeartbeatRow:
     return HeartbeatRow(embed_id=e.data.embed_id, workspace_id=e.data.workspace_id, landed_at=e.data.landed_at)
 
 
-async def _apply_access(conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]], result: BatchResult, stamps: set[str]) -> None:
+async def _apply_access(
+    conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]], result: BatchResult, stamps: set[str]
+) -> None:
     workspaces = [d.event for d in of_type(latest, WorkspaceEvent)]
     keys = [d.event for d in of_type(latest, ApiKeyEvent)]
     embeds = [d.event for d in of_type(latest, EmbedEvent)]
     beats = [d.event for d in of_type(latest, HeartbeatEvent)]
     statements = [
-        ("workspace", sql.UPSERT_WORKSPACE, len(workspaces), WorkspaceRow.arrays([workspace_row(e) for e in workspaces])),
+        (
+            "workspace",
+            sql.UPSERT_WORKSPACE,
+            len(workspaces),
+            WorkspaceRow.arrays([workspace_row(e) for e in workspaces]),
+        ),
         ("api_key", sql.UPSERT_API_KEY, len(keys), ApiKeyRow.arrays([api_key_row(e) for e in keys])),
         ("embed", sql.UPSERT_EMBED, len(embeds), EmbedRow.arrays([embed_row(e) for e in embeds])),
         ("heartbeat", sql.UPSERT_HEARTBEAT, len(beats), HeartbeatRow.arrays([heartbeat_row(e) for e in beats])),
@@ -539,4 +606,6 @@ async def _apply_access(conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]
             changed = await conn.fetch(statement, *cols)
             _count(result, kind, offered, len(changed))
             if changed and kind in ("workspace", "api_key"):
-                stamps.add(stamp.ACCESS)  # what the API and stream hold per key (embeds and heartbeats act via the sweeper)
+                stamps.add(
+                    stamp.ACCESS
+                )  # what the API and stream hold per key (embeds and heartbeats act via the sweeper)

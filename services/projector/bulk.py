@@ -50,17 +50,18 @@ from typing import Any, AsyncIterator
 
 import asyncpg
 from aiokafka import TopicPartition
+
 from tickerwire.schemas.models import Post, PostEvent
 from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
-from ..common.runtime.config import Config
 from ..common.db import create_pool, quote_ident
+from ..common.runtime.config import Config
 from ..common.runtime.errors import TickerwireError
 from ..common.runtime.logs import setup_logging
-from ..readmodel import positions
-from ..readmodel import stamps as stamp
+from ..readmodel import positions, stamps as stamp
 from ..readmodel.rows import TranslationRow
+from . import sql
 from .apply import (
     DeadLetter,
     Decoded,
@@ -75,7 +76,6 @@ from .apply import (
 )
 from .derive import merge, sentiment_deltas, ticker_deltas
 from .logread import read_until
-from . import sql
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,10 @@ class Progress:
         elapsed = now - self.started
         work = 2 * max(self.total, 1)  # two passes
         eta = f"{elapsed / self.read * (work - self.read):.0f} s" if self.read else "?"
-        line = (f"rebuild: {self.phase}: {self.read:,}/{work:,} records read (two passes), "
-                f"{self.loaded:,} rows loaded, {elapsed:.0f} s elapsed, ETA {eta}")
+        line = (
+            f"rebuild: {self.phase}: {self.read:,}/{work:,} records read (two passes), "
+            f"{self.loaded:,} rows loaded, {elapsed:.0f} s elapsed, ETA {eta}"
+        )
         tty = self.out.isatty()
         print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n", file=self.out, flush=True)
 
@@ -172,9 +174,13 @@ class Progress:
             print(file=self.out)
 
 
-async def _read(config: Config, tps: list[TopicPartition], ends: dict[TopicPartition, int]) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
+async def _read(
+    config: Config, tps: list[TopicPartition], ends: dict[TopicPartition, int]
+) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
     """Every record of ``tps`` from the beginning up to (not including) the measured ends."""
-    consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max)
+    consumer = kafka.consumer(
+        config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max
+    )
     await consumer.start()
     try:
         consumer.assign(tps)
@@ -221,7 +227,11 @@ def workers_for(partitions: int) -> int:
 
 
 async def bulk_load_posts(
-    config: Config, pool: asyncpg.Pool, schema: str, tps: list[TopicPartition], ends: dict[TopicPartition, int],
+    config: Config,
+    pool: asyncpg.Pool,
+    schema: str,
+    tps: list[TopicPartition],
+    ends: dict[TopicPartition, int],
     reuse_from: str | None = None,
 ) -> BulkReport:
     """Load the posts partitions ``tps`` up to ``ends`` into the (empty, migrated) ``schema`` of ``pool``.
@@ -315,8 +325,10 @@ async def _run_workers(
             receiver, sender = context.Pipe(duplex=False)
             counts = context.RawArray("q", 2)
             process = context.Process(
-                target=_worker, args=(config, schema, share, vectors, counts, sender),
-                name=f"tickerwire-rebuild-{'-'.join(str(tp.partition) for tp, _ in share)}", daemon=True,
+                target=_worker,
+                args=(config, schema, share, vectors, counts, sender),
+                name=f"tickerwire-rebuild-{'-'.join(str(tp.partition) for tp, _ in share)}",
+                daemon=True,
             )
             process.start()
             sender.close()
@@ -353,7 +365,9 @@ def _died(process: multiprocessing.process.BaseProcess) -> str:
     return f"rebuild worker {process.name} exited with status {process.exitcode} before reporting"
 
 
-def _worker(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts, pipe: Connection) -> None:
+def _worker(
+    config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts, pipe: Connection
+) -> None:
     """A worker process: reduce and load ``share``, then send ("ok", PartitionLoad) or
     ("error", exception) to the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles an interrupt and stops its workers
@@ -370,7 +384,9 @@ def _worker(config: Config, schema: str, share: list[tuple[TopicPartition, int]]
         pipe.close()
 
 
-async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts) -> PartitionLoad:
+async def _load_share(
+    config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
+) -> PartitionLoad:
     result = PartitionLoad()
     tps, ends = [tp for tp, _ in share], dict(share)
     started = time.perf_counter()
@@ -380,7 +396,9 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
         result.letters.setdefault(tp, []).extend(poison)
         for decoded in events:
             if decoded.event.type != "post":
-                raise NotBulkable(f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event")
+                raise NotBulkable(
+                    f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event"
+                )
         for p in of_type(events, PostEvent):
             reduce_event(plans[tp], p)
         result.records += len(records)
@@ -413,7 +431,9 @@ async def _load_share(config: Config, schema: str, share: list[tuple[TopicPartit
                             continue
                         post: Post = d.event.data
                         dropped = [(held.pop(o).event.data, langs) for o, langs in sorted(plan.sources().items())]
-                        rendered, _ = translation_records(renderings_of(post, plan.announce, dropped), tp.partition, taxonomy)
+                        rendered, _ = translation_records(
+                            renderings_of(post, plan.announce, dropped), tp.partition, taxonomy
+                        )
                         rows.extend(rendered)
                         posts_rows.append(post_record(d))
                         facts = post_facts(post)
@@ -482,7 +502,9 @@ async def _loader(pool: asyncpg.Pool, queue: asyncio.Queue, counts: Counts, vect
                         await conn.copy_records_to_table("posts", records=posts_rows, columns=sql.POST_COLUMNS)
                     computed = await conn.fetch(vectors, *inputs)
                     records = [(*(row[i] for i in _STORED_AT), v["tsv"]) for row, v in zip(rows, computed, strict=True)]
-                    await conn.copy_records_to_table("post_translations", records=records, columns=sql.TRANSLATION_COPY_COLUMNS)
+                    await conn.copy_records_to_table(
+                        "post_translations", records=records, columns=sql.TRANSLATION_COPY_COLUMNS
+                    )
                 counts[LOADED] += len(rows)
         finally:
             await conn.reset_type_codec("tsvector", schema="pg_catalog")

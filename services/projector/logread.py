@@ -22,9 +22,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from ..common import kafka
+from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
 from ..common.runtime.config import Config
 from ..common.runtime.errors import BrokerUnavailable
-from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
 from .apply import Record
 
 #: No partition position moving for this long, short of its target, ends the read.
@@ -34,7 +34,11 @@ FETCH_TIMEOUT_MS = 500
 
 
 async def read_until(
-    consumer: AIOKafkaConsumer, targets: dict[TopicPartition, int], *, max_records: int, stall_s: float = STALL_S,
+    consumer: AIOKafkaConsumer,
+    targets: dict[TopicPartition, int],
+    *,
+    max_records: int,
+    stall_s: float = STALL_S,
 ) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
     """Fetch whole batches of the assigned partitions until each position in ``targets`` has
     reached its target offset (records past a target are yielded too; the caller decides). A
@@ -52,7 +56,9 @@ async def read_until(
             consumer.seek(tp, unread[tp])
 
     while pending:
-        batches, bad = await kafka.fetch(consumer, rewind, *pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records)
+        batches, bad = await kafka.fetch(
+            consumer, rewind, *pending, timeout_ms=FETCH_TIMEOUT_MS, max_records=max_records
+        )
         for tp, records in batches.items():
             if records:
                 unread[tp] = records[-1].offset + 1
@@ -68,7 +74,9 @@ async def read_until(
             if position >= targets[tp]:
                 pending.discard(tp)
         if pending and time.monotonic() - moved > stall_s:
-            short = ", ".join(f"{tp.topic}[{tp.partition}] at {positions[tp]} of {targets[tp]}" for tp in sorted(pending))
+            short = ", ".join(
+                f"{tp.topic}[{tp.partition}] at {positions[tp]} of {targets[tp]}" for tp in sorted(pending)
+            )
             raise BrokerUnavailable(
                 f"the log stopped delivering records for {stall_s:.0f} s short of the offsets to read ({short}): "
                 "the broker is unreachable or the log ends earlier than it reported"

@@ -13,7 +13,14 @@ from ..common import kafka
 #: schema_registry), not a known event (unknown_type) or not valid (schema), it travels on the
 #: wrong topic (wrong_topic), or the read model refused it (rejected).
 DEAD_LETTER_KINDS = (
-    kafka.CODEC, kafka.CORRUPT_BATCH, "undecodable", "schema_registry", "unknown_type", "schema", "wrong_topic", "rejected",
+    kafka.CODEC,
+    kafka.CORRUPT_BATCH,
+    "undecodable",
+    "schema_registry",
+    "unknown_type",
+    "schema",
+    "wrong_topic",
+    "rejected",
 )
 #: The label values the alerts read, created at 0 so that the first increase is seen (a series
 #: born at 1 has no increase) and a projector that applied nothing still has a series.
@@ -31,22 +38,31 @@ class ProjectorMetrics:
             "tickerwire_projector_events_stale_total", "Events ignored because a newer version was stored", registry=r
         )
         self.redelivered = Counter(
-            "tickerwire_projector_records_redelivered_total", "Records skipped because their offset was already stored", registry=r
+            "tickerwire_projector_records_redelivered_total",
+            "Records skipped because their offset was already stored",
+            registry=r,
         )
         self.dead_lettered = Counter(
-            "tickerwire_projector_dead_lettered_total", "Records set aside in dead_letters, by reason kind", ["reason"], registry=r
+            "tickerwire_projector_dead_lettered_total",
+            "Records set aside in dead_letters, by reason kind",
+            ["reason"],
+            registry=r,
         )
         for kind in DEAD_LETTER_KINDS:  # every series exists from the start, at 0: alerts need it
             self.dead_lettered.labels(kind)
         for kind in APPLIED_TYPES:
             self.events_applied.labels(kind)
         self.batch_size = Histogram(
-            "tickerwire_projector_batch_size", "Records per applied batch",
-            buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000), registry=r,
+            "tickerwire_projector_batch_size",
+            "Records per applied batch",
+            buckets=(1, 5, 10, 50, 100, 500, 1000, 2000, 5000),
+            registry=r,
         )
         self.batch_seconds = Histogram(
-            "tickerwire_projector_batch_seconds", "Time to apply and commit one batch",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5), registry=r,
+            "tickerwire_projector_batch_seconds",
+            "Time to apply and commit one batch",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
         )
         self.position = Gauge(
             "tickerwire_projector_position", "Next offset to apply, per partition", ["topic", "partition"], registry=r
@@ -54,23 +70,24 @@ class ProjectorMetrics:
         self.lag = Gauge(
             "tickerwire_projector_lag",
             "Offsets between the stored position and the partition's last stable offset (0 once every readable record is applied)",
-            ["topic", "partition"], registry=r
+            ["topic", "partition"],
+            registry=r,
         )
         self.log_discontinuity = Gauge(
             "tickerwire_projector_log_discontinuity",
             "1 while a partition's projection is stopped because the log no longer holds its stored position "
             "(log reset, topic re-created, records deleted unread); see `tickerwire projector accept-log`",
-            ["topic", "partition"], registry=r,
+            ["topic", "partition"],
+            registry=r,
         )
         self.newest_event_age = Gauge(
             "tickerwire_projector_newest_event_age_seconds",
-            "Age of the newest projected event (now - its emitted_at), at scrape time", registry=r,
+            "Age of the newest projected event (now - its emitted_at), at scrape time",
+            registry=r,
         )
         self._newest_emitted: datetime | None = None
         self.newest_event_age.set_function(self._newest_age)
-        self.retries = Counter(
-            "tickerwire_projector_retries_total", "Transient failures retried", ["what"], registry=r
-        )
+        self.retries = Counter("tickerwire_projector_retries_total", "Transient failures retried", ["what"], registry=r)
         self.sweeps = Counter("tickerwire_projector_badge_sweeps_total", "Badge sweeper ticks", registry=r)
 
     def saw_event(self, emitted_at: datetime) -> None:

@@ -40,19 +40,19 @@ from typing import Collection
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.runtime.config import Config
 from ..common.db import connect, create_pool, is_migrated, storage_errors
-from ..readmodel import cursors
-from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
+from ..common.kafka.declaration import declared_topics
+from ..common.kafka.topicgate import require_safe_topics
+from ..common.runtime.config import Config
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import command_failed
 from ..common.runtime.retry import retry_transient
-from ..common.kafka.topicgate import require_safe_topics
-from ..common.kafka.declaration import declared_topics
-from ..readmodel import positions
+from ..readmodel import cursors, positions
+from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, Record, apply_batch
 from .bulk import BulkReport, NotBulkable
@@ -132,7 +132,10 @@ class Replayer:
 
 
 async def _live_positions(
-    conn: asyncpg.Connection, live: str, tps: list[TopicPartition], lost: Collection[TopicPartition] = (),
+    conn: asyncpg.Connection,
+    live: str,
+    tps: list[TopicPartition],
+    lost: Collection[TopicPartition] = (),
 ) -> dict[TopicPartition, int]:
     """The live schema's stored positions, as targets to catch up with: 0 for the ``lost``
     partitions, whose stored positions the log does not hold."""
@@ -183,7 +186,11 @@ async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
 
 
 async def replay_into(
-    config: Config, schema: str, *, switch_from: str | None = None, catch_up_with: str | None = None,
+    config: Config,
+    schema: str,
+    *,
+    switch_from: str | None = None,
+    catch_up_with: str | None = None,
     bulk: bool = False,
 ) -> RebuildReport:
     """Replay the whole log into a fresh ``schema``; with ``catch_up_with``, also until the stored
@@ -227,11 +234,15 @@ async def _replay_into(
                 await replayer.until(await _live_positions(conn, catch_up_with, replayer.tps, lost))
         if switch_from is not None:
             async with connect(config.database_url, schema=schema) as conn:
-                await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost))  # unlocked, most of the gap
+                await replayer.until(
+                    await _live_positions(conn, switch_from, replayer.tps, lost)
+                )  # unlocked, most of the gap
                 # Records applied from here on are applied alike to both schemas.
                 if not await cursors.carry_epoch(conn, switch_from, schema):
-                    log.warning("rebuild: announcement positions differ from the live read model's (a reset or "
-                                "trimmed log); resume cursors of the old epoch will be refused after the switch")
+                    log.warning(
+                        "rebuild: announcement positions differ from the live read model's (a reset or "
+                        "trimmed log); resume cursors of the old epoch will be refused after the switch"
+                    )
                 await conn.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
                 try:
                     await replayer.until(await _live_positions(conn, switch_from, replayer.tps, lost), conn)
@@ -247,7 +258,12 @@ async def _replay_into(
 
 
 async def _bulk(
-    config: Config, pool: asyncpg.Pool, schema: str, report: RebuildReport, floor: dict[TopicPartition, int], live: str | None
+    config: Config,
+    pool: asyncpg.Pool,
+    schema: str,
+    report: RebuildReport,
+    floor: dict[TopicPartition, int],
+    live: str | None,
 ) -> None:
     """The catalog and access topics event by event, then the posts topic bulk-loaded up to its
     end offsets, or to the live positions (``floor``) where those are further (a broker's end

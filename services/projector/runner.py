@@ -16,13 +16,14 @@ import time
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
+
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
 from ..common import kafka
-from ..common.runtime import retry
-from ..common.runtime.config import Config
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.kafka.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
+from ..common.runtime import retry
+from ..common.runtime.config import Config
 from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
@@ -66,7 +67,12 @@ class Projector:
     """Consumes every topic in one consumer group and applies batches to the read model."""
 
     def __init__(
-        self, config: Config, pool: asyncpg.Pool, metrics: ProjectorMetrics, *, client_id: str = "tickerwire-projector",
+        self,
+        config: Config,
+        pool: asyncpg.Pool,
+        metrics: ProjectorMetrics,
+        *,
+        client_id: str = "tickerwire-projector",
         failing: Failing | None = None,
     ):
         #: The operations being retried now (this service's, shown by its readiness).
@@ -110,7 +116,10 @@ class Projector:
             self._stored(tp, stored.get((tp.topic, tp.partition), 0))
             self._settled.pop(tp, None)
             self.metrics.lag.labels(tp.topic, str(tp.partition)).set_function(functools.partial(self.lag, tp))
-        log.info("assigned and seeked: %s", {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned})
+        log.info(
+            "assigned and seeked: %s",
+            {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned},
+        )
         for tp in list(self.stopped):
             if tp not in assigned:  # another process owns it now, and checks it itself
                 self._clear_stop(tp)
@@ -121,7 +130,12 @@ class Projector:
             with storage_errors("load positions"):
                 return await positions.load(self.pool, {tp.topic for tp in tps})
 
-        return await retry_transient(load, what="load positions", failing=self.failing, on_retry=lambda _: self.metrics.retries.labels("positions").inc())
+        return await retry_transient(
+            load,
+            what="load positions",
+            failing=self.failing,
+            on_retry=lambda _: self.metrics.retries.labels("positions").inc(),
+        )
 
     async def check_log(self, tps) -> None:
         """Stop the projection of every partition whose stored position the log no longer
@@ -133,14 +147,26 @@ class Projector:
         if not tps:
             return
         stored = await self._stored_offsets(tps)
-        suspected = await find_discontinuities(self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps})
+        suspected = await find_discontinuities(
+            self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
+        )
         found = self._confirmer.observe(tps, suspected)
         for tp, gap in found.items():
             if self.stopped.get(tp) != gap:
-                log.error("%s; projection of this partition is stopped. After checking the log, run "
-                          "`tickerwire projector accept-log --from earliest` (or rebuild)", gap.reason,
-                          extra={"fields": {"topic": tp.topic, "partition": tp.partition, "stored_position": gap.position,
-                                            "log_start": gap.log_start, "log_end": gap.log_end}})
+                log.error(
+                    "%s; projection of this partition is stopped. After checking the log, run "
+                    "`tickerwire projector accept-log --from earliest` (or rebuild)",
+                    gap.reason,
+                    extra={
+                        "fields": {
+                            "topic": tp.topic,
+                            "partition": tp.partition,
+                            "stored_position": gap.position,
+                            "log_start": gap.log_start,
+                            "log_end": gap.log_end,
+                        }
+                    },
+                )
             self.stopped[tp] = gap
             self.consumer.pause(tp)
             self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(1)
@@ -149,18 +175,30 @@ class Projector:
                 continue
             offset = stored.get((tp.topic, tp.partition), 0)
             if tp in self.stopped:
-                log.warning("%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset)
+                log.warning(
+                    "%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset
+                )
             elif (fetching := await self._fetch_position(tp)) is None or fetching == offset:
                 continue
             elif offset == self.stored_positions.get(tp, offset) or tp in self._applying:
                 # The stored position is the one this process wrote (or is writing): only the
                 # consumer is elsewhere, e.g. a rebalance sought it to the stored position while
                 # a batch was being applied. An ordinary re-seek, said at DEBUG.
-                log.debug("%s[%d]: reading from the stored position %d (the consumer was at %d)",
-                          tp.topic, tp.partition, offset, fetching)
+                log.debug(
+                    "%s[%d]: reading from the stored position %d (the consumer was at %d)",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                    fetching,
+                )
             else:  # the stored position was moved under us (accept-log): it is the truth
-                log.warning("%s[%d]: stored position moved from %d to %d (projector accept-log?); reading from there",
-                            tp.topic, tp.partition, self.stored_positions[tp], offset)
+                log.warning(
+                    "%s[%d]: stored position moved from %d to %d (projector accept-log?); reading from there",
+                    tp.topic,
+                    tp.partition,
+                    self.stored_positions[tp],
+                    offset,
+                )
             self.stored_positions[tp] = offset
             self._settled.pop(tp, None)
             self.consumer.seek(tp, offset)
@@ -194,7 +232,9 @@ class Projector:
         except REFUSALS as exc:
             # Not transient: some record breaks a read-model constraint. Find it by applying
             # one record at a time; the offender is set aside, everything else is applied.
-            log.error("batch %s[%d]@%d refused (%s); isolating the record", tp.topic, tp.partition, records[0].offset, exc)
+            log.error(
+                "batch %s[%d]@%d refused (%s); isolating the record", tp.topic, tp.partition, records[0].offset, exc
+            )
             for record in records:
                 await self._apply_or_reject(tp, record)
             return
@@ -228,7 +268,10 @@ class Projector:
             return result
 
         return await retry_transient(
-            attempt, what=f"apply {tp.topic}[{tp.partition}]", failing=self.failing, on_retry=lambda _: self.metrics.retries.labels("apply").inc()
+            attempt,
+            what=f"apply {tp.topic}[{tp.partition}]",
+            failing=self.failing,
+            on_retry=lambda _: self.metrics.retries.labels("apply").inc(),
         )
 
     def _observe(self, tp: TopicPartition, records: list[Record], result: BatchResult) -> None:
@@ -256,9 +299,16 @@ class Projector:
         """Dead-letter a record the consumer could not decode and read on past it: the partition
         moves on, the others never waited."""
         tp = bad.tp
-        log.error("%s[%d]@%d cannot be decoded: %s; it is dead-lettered and the partition reads on past it",
-                  tp.topic, tp.partition, bad.offset, bad.reason,
-                  extra={"fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}})
+        log.error(
+            "%s[%d]@%d cannot be decoded: %s; it is dead-lettered and the partition reads on past it",
+            tp.topic,
+            tp.partition,
+            bad.offset,
+            bad.reason,
+            extra={
+                "fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}
+            },
+        )
         await self.apply_records(tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))])
         if self.consumer is not None:
             self.consumer.seek(tp, max(bad.offset + 1, self.stored_positions.get(tp, 0)))
@@ -345,15 +395,21 @@ class Projector:
         assert self.consumer is not None
         while True:
             honour_cancellation()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(
+                self.config.projector_log_check_interval_s
+            ):
                 await self.check_log(self.consumer.assignment())
             # A fetch position out of the log's range makes the consumer jump to the log start;
             # what it then reads lies below the stored position and is skipped, never applied,
             # until the check stops the partition. Nothing is lost: accept-log re-reads it.
             # A batch that cannot be decoded is found and set aside; the other partitions go on.
-            batches, bad = await kafka.fetch(self.consumer, self._rewind, timeout_ms=500, max_records=self.config.projector_batch_max)
+            batches, bad = await kafka.fetch(
+                self.consumer, self._rewind, timeout_ms=500, max_records=self.config.projector_batch_max
+            )
             self.fetched_at = time.monotonic()
-            await self._apply_concurrently({tp: [Record(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs})
+            await self._apply_concurrently(
+                {tp: [Record(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
+            )
             if bad is not None:
                 await self.set_aside(bad)
             for tp, msgs in batches.items():
@@ -383,7 +439,9 @@ class Projector:
         if self._failing_since is None:
             self._failing_since = now
         failing_for = now - self._failing_since
-        if failing_for >= retry.ERROR_AFTER_S and (self._fault_said_at is None or now - self._fault_said_at >= retry.ERROR_EVERY_S):
+        if failing_for >= retry.ERROR_AFTER_S and (
+            self._fault_said_at is None or now - self._fault_said_at >= retry.ERROR_EVERY_S
+        ):
             self._fault_said_at = now
             log.error("the projector has not applied a fetch for %.0f s: %s; retrying", failing_for, fault)
         elif warning is not None:
@@ -407,7 +465,9 @@ class Projector:
             ((tp, records),) = batches.items()
             await self.apply_records(tp, records)
             return
-        outcomes = await asyncio.gather(*(self.apply_records(tp, records) for tp, records in batches.items()), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(self.apply_records(tp, records) for tp, records in batches.items()), return_exceptions=True
+        )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -443,4 +503,3 @@ class Projector:
 
 async def ensure_topics_with_retry(config: Config, failing: Failing | None = None) -> None:
     await retry_transient(lambda: kafka.ensure_topics(config), what="create topics", cap=2.0, failing=failing)
-

@@ -45,6 +45,7 @@ ON CONFLICT (id) DO UPDATE SET {", ".join(f"{c} = EXCLUDED.{c}" for c in PostRow
 WHERE posts.version < EXCLUDED.version
 """
 
+
 # The first event that makes a translation visible is remembered forever (COALESCE):
 # the stream announces post.created for exactly that event, and never again.
 # The tsvector (title A, lede B, body C; migration 0002 derives the per-tier vectors from it)
@@ -130,7 +131,8 @@ WHERE t.post_id = $1 AND t.visible AND t.lang <> ALL($2::text[])
 # their locks are held until the commit) and the partition's position. Arrays: $4/$5 ticker
 # deltas, $6/$7/$8 sentiment bucket deltas (each sorted, so writers lock in one order), $9 the
 # stamps to bump. A counter never goes below zero.
-FINISH_BATCH = """
+FINISH_BATCH = (
+    """
 WITH tickers AS (
     INSERT INTO ticker_post_counts AS c (ticker, post_count)
     SELECT u.ticker, GREATEST(u.delta, 0) FROM unnest($4::text[], $5::integer[]) AS u(ticker, delta)
@@ -145,9 +147,14 @@ WITH tickers AS (
         SELECT u.delta FROM unnest($6::timestamptz[], $7::text[], $8::integer[]) AS u(bucket, sentiment, delta)
         WHERE u.bucket = EXCLUDED.bucket AND u.sentiment = EXCLUDED.sentiment), 0)
 ), stamps AS (
-    """ + _BUMP_STAMPS.format(names="$9") + """
+    """
+    + _BUMP_STAMPS.format(names="$9")
+    + """
 )
-""" + positions.SAVE_SQL + "\n"
+"""
+    + positions.SAVE_SQL
+    + "\n"
+)
 
 SELECT_POST_SNAPSHOTS_BY_CATEGORY = """
 SELECT snapshot FROM posts WHERE snapshot->'categories' ?| $1::text[] ORDER BY id
@@ -176,11 +183,16 @@ UPSERT_LOCALE = upsert_from_arrays(LocaleRow, "code", "t.version < EXCLUDED.vers
 ENSURE_SEARCH_INDEXES = "SELECT ensure_search_indexes(code) FROM unnest($1::text[]) AS code"
 
 # The list and object columns arrive as JSON text.
-UPSERT_TOKEN = upsert_from_arrays(TokenRow, "ticker", "t.version < EXCLUDED.version", select={
-    "exchange_listings": "ARRAY(SELECT jsonb_array_elements_text(u.exchange_listings::jsonb))",
-    "categories": "ARRAY(SELECT jsonb_array_elements_text(u.categories::jsonb))",
-    "primary_ecosystem": "u.primary_ecosystem::jsonb",
-})
+UPSERT_TOKEN = upsert_from_arrays(
+    TokenRow,
+    "ticker",
+    "t.version < EXCLUDED.version",
+    select={
+        "exchange_listings": "ARRAY(SELECT jsonb_array_elements_text(u.exchange_listings::jsonb))",
+        "categories": "ARRAY(SELECT jsonb_array_elements_text(u.categories::jsonb))",
+        "primary_ecosystem": "u.primary_ecosystem::jsonb",
+    },
+)
 
 # --------------------------------------------------------------------------- access
 

@@ -53,8 +53,16 @@ class Denial:
     message: str
 
 
-NOT_AUTHENTICATED = Denial(401, "NOT_AUTHENTICATED", "Missing or invalid API key. Send the header 'Authorization: Bearer <API_KEY>' (on the stream, the query parameter key=<API_KEY> works too).")
-WORKSPACE_SUSPENDED = Denial(403, "WORKSPACE_SUSPENDED", "This workspace has been suspended by an administrator. Contact support to reinstate it.")
+NOT_AUTHENTICATED = Denial(
+    401,
+    "NOT_AUTHENTICATED",
+    "Missing or invalid API key. Send the header 'Authorization: Bearer <API_KEY>' (on the stream, the query parameter key=<API_KEY> works too).",
+)
+WORKSPACE_SUSPENDED = Denial(
+    403,
+    "WORKSPACE_SUSPENDED",
+    "This workspace has been suspended by an administrator. Contact support to reinstate it.",
+)
 BADGE_MISSING = Denial(403, "BADGE_MISSING", BADGE_RECOVERY)
 
 
@@ -72,8 +80,14 @@ class Principal:
     @classmethod
     def from_row(cls, r: asyncpg.Record) -> "Principal":
         return cls(
-            r["key_hash"], r["workspace_id"], r["revoked"], r["status"], r["badge_status"],
-            r["rate_limit_per_minute"], r["daily_quota"], r["stream_connection_limit"],
+            r["key_hash"],
+            r["workspace_id"],
+            r["revoked"],
+            r["status"],
+            r["badge_status"],
+            r["rate_limit_per_minute"],
+            r["daily_quota"],
+            r["stream_connection_limit"],
         )
 
 

@@ -56,7 +56,11 @@ async def announced(pool: Queryable, records: Iterable[tuple[int, int, int]]) ->
     served = await served_locales(pool) if rows else frozenset()
     return [
         Announcement(
-            r["announced_partition"], r["announced_offset"], r["lang"], r["lean"], tuple(r["tickers"]),
+            r["announced_partition"],
+            r["announced_offset"],
+            r["lang"],
+            r["lean"],
+            tuple(r["tickers"]),
             tuple(r["category_slugs"]),
         )
         for r in rows

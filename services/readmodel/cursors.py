@@ -81,7 +81,7 @@ def decode(token: str) -> Cursor:
     A partition named twice keeps its furthest mark."""
     if len(token) > MAX_TOKEN or not _TOKEN.fullmatch(token):
         raise InvalidCursor("not a cursor")
-    epoch, *items = token[len(PREFIX):].split("~")
+    epoch, *items = token[len(PREFIX) :].split("~")
     marks: dict[int, Mark] = {}
     for item in items:
         partition, offset, *lang = item.split(".", 2)
@@ -204,13 +204,15 @@ UNION ALL
 CHANGES_SQL = _CHANGES.format(
     # IS TRUE: the locale test is never an index condition, so no plan (a generic one included)
     # reads the per-locale index and sorts what it read instead of reading this one in order.
-    ranges="cur CROSS JOIN LATERAL (", locale="(lower(t.lang) = ANY($6::text[])) IS TRUE",
+    ranges="cur CROSS JOIN LATERAL (",
+    locale="(lower(t.lang) = ANY($6::text[])) IS TRUE",
     order='t.announced_partition, t.announced_offset, t.lang COLLATE "C"',
 )
 #: One or two locales: one range per (locale, partition) of post_translations_announced, so a
 #: rare locale is as cheap as a common one.
 CHANGES_BY_LOCALE_SQL = _CHANGES.format(
-    ranges="cur CROSS JOIN unnest($6::text[]) AS lg(code) CROSS JOIN LATERAL (", locale="lower(t.lang) = lg.code",
+    ranges="cur CROSS JOIN unnest($6::text[]) AS lg(code) CROSS JOIN LATERAL (",
+    locale="lower(t.lang) = lg.code",
     order="lower(t.lang), t.announced_partition, t.announced_offset",
 )
 #: Up to this many locales, a read takes one index range per (locale, partition).
@@ -226,8 +228,14 @@ class Changes:
 
 
 async def read_changes(
-    db: Queryable, topic: str, marks: Mapping[int, Mark], langs: Iterable[str], *,
-    tickers: Iterable[str] | None = None, categories: Iterable[str] | None = None, limit: int,
+    db: Queryable,
+    topic: str,
+    marks: Mapping[int, Mark],
+    langs: Iterable[str],
+    *,
+    tickers: Iterable[str] | None = None,
+    categories: Iterable[str] | None = None,
+    limit: int,
     upto: Mapping[int, Mark] | None = None,
 ) -> Changes:
     """At most ``limit`` announcements after ``marks`` (and at or below ``upto``, when given),
@@ -238,12 +246,17 @@ async def read_changes(
     langs = sorted({lang.lower() for lang in langs})
     rows = await db.fetch(
         CHANGES_BY_LOCALE_SQL if len(langs) <= BY_LOCALE_UP_TO else CHANGES_SQL,
-        given, [marks.get(p, START)[0] for p in given], [marks.get(p, START)[1] for p in given],
-        [u[0] if u else None for u in ups], [u[1] if u else None for u in ups],
+        given,
+        [marks.get(p, START)[0] for p in given],
+        [marks.get(p, START)[1] for p in given],
+        [u[0] if u else None for u in ups],
+        [u[1] if u else None for u in ups],
         langs,
         sorted(set(tickers)) if tickers is not None else None,
         sorted(set(categories)) if categories is not None else None,
-        limit, topic, upto is not None,
+        limit,
+        topic,
+        upto is not None,
     )
     epoch = ""
     frontier: dict[int, int] = {}
@@ -254,5 +267,9 @@ async def read_changes(
         elif r["kind"] == 1:
             frontier[r["partition"]] = r["offset"]
         else:
-            items.append(Announcement(r["partition"], r["offset"], r["lang"], r["lean"], tuple(r["tickers"]), tuple(r["category_slugs"])))
+            items.append(
+                Announcement(
+                    r["partition"], r["offset"], r["lang"], r["lean"], tuple(r["tickers"]), tuple(r["category_slugs"])
+                )
+            )
     return Changes(epoch, frontier, items)

@@ -160,8 +160,13 @@ class TranslationRow(Row, mapping.MappedTranslation):
 
     @classmethod
     def written(
-        cls, row: mapping.MappedTranslation, *, visible: bool, announced_partition: int | None,
-        announced_offset: int | None, text_hash: bytes,
+        cls,
+        row: mapping.MappedTranslation,
+        *,
+        visible: bool,
+        announced_partition: int | None,
+        announced_offset: int | None,
+        text_hash: bytes,
     ) -> "TranslationRow":
         values: list[Any] = list(_getter(type(row))(row))
         values[_VISIBLE] = visible

@@ -181,7 +181,11 @@ class StampWatcher:
             if value:
                 log.info("change-stamp listener up")
             else:
-                log.error("change-stamp listener down%s; polling every %g s and reconnecting", f" ({cause})" if cause else "", self.poll_s)
+                log.error(
+                    "change-stamp listener down%s; polling every %g s and reconnecting",
+                    f" ({cause})" if cause else "",
+                    self.poll_s,
+                )
             if self._on_listening is not None:
                 self._on_listening(value)
         elif cause:

@@ -18,21 +18,21 @@ from aiohttp import WSMsgType, web
 
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..common.http.keys import authorization, bearer_key
-from ..readmodel.access import AccessDenied, Principals
-from ..common.runtime.config import Config
 from ..common.db import reader_pool, storage_errors
-from ..common.http.envelope import envelope
-from ..common.runtime.errors import InvalidParameter, StorageUnavailable
-from ..common.operator.endpoints import add_ops_routes, run_app
-from ..common.http.requestlog import WORKSPACE_KEY, add_request_log
-from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.db.replicas import Replicas
+from ..common.http.envelope import envelope
+from ..common.http.keys import authorization, bearer_key
+from ..common.http.requestlog import WORKSPACE_KEY, add_request_log
+from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
+from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.readiness import Readiness, failing_of, service_readiness
+from ..common.runtime.config import Config
+from ..common.runtime.errors import InvalidParameter, StorageUnavailable
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import cursors
+from ..readmodel.access import AccessDenied, Principals
 from ..readmodel.stamps import StampWatcher
 from ..readmodel.taxonomy import served_locales
-from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from . import protocol
 from .errors import error_middleware
 from .feed import Feed
@@ -85,8 +85,13 @@ def requested_resume(request: web.Request) -> tuple[bool, cursors.Cursor | None]
             return True, cursors.decode(token)
         except cursors.InvalidCursor:
             request.app[METRICS].refused.labels("VALIDATION_FAILED").inc()
-            return envelope(422, "VALIDATION_FAILED", "resume must be a cursor token from this stream (ready or "
-                            f"post.created cursor) or GET /changes; got {token[:40]!r}.", field="resume")
+            return envelope(
+                422,
+                "VALIDATION_FAILED",
+                "resume must be a cursor token from this stream (ready or "
+                f"post.created cursor) or GET /changes; got {token[:40]!r}.",
+                field="resume",
+            )
     flag = request.query.get("cursors", "").lower()
     if flag not in ("", "true", "1", "false", "0"):
         request.app[METRICS].refused.labels("VALIDATION_FAILED").inc()
@@ -131,10 +136,13 @@ async def stream(request: web.Request) -> web.StreamResponse:
     # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
     # client whose network vanished frees its slot instead of holding it until TCP gives up.
     # compress: permessage-deflate when the client offers it and TICKERWIRE_STREAM_COMPRESS is on.
-    ws = web.WebSocketResponse(compress=app[CONFIG].stream_compress, autoping=True, max_msg_size=4096,
-                               heartbeat=app[CONFIG].stream_heartbeat_s)
+    ws = web.WebSocketResponse(
+        compress=app[CONFIG].stream_compress, autoping=True, max_msg_size=4096, heartbeat=app[CONFIG].stream_heartbeat_s
+    )
     if not ws.can_prepare(request).ok:
-        return envelope(426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.", headers={"Upgrade": "websocket"})
+        return envelope(
+            426, "UPGRADE_REQUIRED", "This endpoint speaks WebSocket only.", headers={"Upgrade": "websocket"}
+        )
     session_id = "ses_" + secrets.token_urlsafe(12)
     limit = principal.stream_connection_limit
     if limit is None:
@@ -150,8 +158,16 @@ async def stream(request: web.Request) -> web.StreamResponse:
         transport = request.transport
         limit_send_buffer(transport)
         await ws.prepare(request)
-        conn = hub.open(ws, transport, principal.workspace_id, principal.key_hash, session_id, stream_filter,
-                        cursors=with_cursors, replaying=resume is not None)
+        conn = hub.open(
+            ws,
+            transport,
+            principal.workspace_id,
+            principal.key_hash,
+            session_id,
+            stream_filter,
+            cursors=with_cursors,
+            replaying=resume is not None,
+        )
         # Read with no await since the registration: every announcement above it reaches the connection live.
         start = cursors.Cursor(feed.epoch, dict(feed.marks))
         if resume is not None:
@@ -185,23 +201,39 @@ async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor
             first = True
             while True:
                 page = await cursors.read_changes(
-                    feed.db, feed.topic, marks, langs, tickers=conn.filter.tickers, categories=conn.filter.categories,
-                    limit=RESUME_PAGE, upto=start.marks,
+                    feed.db,
+                    feed.topic,
+                    marks,
+                    langs,
+                    tickers=conn.filter.tickers,
+                    categories=conn.filter.categories,
+                    limit=RESUME_PAGE,
+                    upto=start.marks,
                 )
                 if first:
                     first = False
                     if page.epoch != resume.epoch or page.epoch != start.epoch:
                         metrics.resumes.labels("refused").inc()
                         conn.skip = None
-                        await conn.queue.put(protocol.ready(conn.session_id, start.encode(), False,
-                                                            (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE)))
+                        await conn.queue.put(
+                            protocol.ready(
+                                conn.session_id,
+                                start.encode(),
+                                False,
+                                (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE),
+                            )
+                        )
                         break
                     # Announcements the cursor already holds that the feed has not passed yet are not sent again live.
                     conn.skip = {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None
                     await conn.queue.put(protocol.ready(conn.session_id, resume.encode(), True))
                 for item in page.items:
                     cursors.advance(marks, item.partition, (item.offset, item.lang))
-                    await conn.queue.put(protocol.post_created(item.lean, item.partition, item.offset, cursors.encode(resume.epoch, marks)))
+                    await conn.queue.put(
+                        protocol.post_created(
+                            item.lean, item.partition, item.offset, cursors.encode(resume.epoch, marks)
+                        )
+                    )
                 metrics.replayed.inc(len(page.items))
                 if len(page.items) < RESUME_PAGE:
                     metrics.resumes.labels("resumed").inc()
@@ -223,7 +255,9 @@ async def _pinger(app: web.Application) -> None:
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     app[POOL] = await reader_pool(config, failing_of(app))
-    app[LEASES] = Leases(app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s)
+    app[LEASES] = Leases(
+        app[POOL], config.stream_lease_ttl_s, config.stream_lease_renew_s, acquire_timeout_s=config.db_acquire_timeout_s
+    )
     app[FEED] = Feed(config, app[POOL], app[HUB], app[METRICS])
     if app[REPLICAS]:  # read-your-stream through the API's replicas (replicated.py)
         app[FEED].before_announce = lambda records: replicated(app[REPLICAS], records)
@@ -246,7 +280,10 @@ async def _close_connections(app: web.Application) -> None:
 
 
 def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Application:
-    app = web.Application(middlewares=[error_middleware(config.base_path, max_body=config.max_body_bytes)], client_max_size=config.max_body_bytes)
+    app = web.Application(
+        middlewares=[error_middleware(config.base_path, max_body=config.max_body_bytes)],
+        client_max_size=config.max_body_bytes,
+    )
     add_request_log(app)
     app[CONFIG] = config
     app[METRICS] = metrics or StreamMetrics()
@@ -264,7 +301,11 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
     app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
     app.cleanup_ctx.append(supervisor.task("pinger", _pinger))
     app.cleanup_ctx.append(supervisor.task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
-    app.cleanup_ctx.append(supervisor.task("access-watchdog", lambda a: run_watchdog(a[PRINCIPALS], a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)))
+    app.cleanup_ctx.append(
+        supervisor.task(
+            "access-watchdog", lambda a: run_watchdog(a[PRINCIPALS], a[POOL], a[HUB], a[CONFIG].stream_access_recheck_s)
+        )
+    )
     app.on_shutdown.append(_close_connections)
     app.router.add_get(config.base_path + "/stream", stream, name="partner:stream")
     add_ops_routes(app, app[METRICS].registry, readiness(app, supervisor))
@@ -304,4 +345,6 @@ def _on_lease_lost(hub: Hub):
 
 
 async def serve(config: Config) -> None:
-    await run_app(create_app(config), config, name="stream", port=config.stream_port, admin_port=config.stream_admin_port)
+    await run_app(
+        create_app(config), config, name="stream", port=config.stream_port, admin_port=config.stream_admin_port
+    )

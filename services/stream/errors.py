@@ -7,8 +7,11 @@ from ..common.http.envelope import Routes, error_middleware as envelope_middlewa
 
 
 def error_middleware(base_path: str, max_body: int):
-    return envelope_middleware(Routes(
-        not_found=f"No such endpoint. The stream is served at {base_path}/stream?key=<API_KEY>.",
-        method_not_allowed="The stream accepts only GET (a WebSocket upgrade).",
-        allow="GET",
-    ), max_body=max_body)
+    return envelope_middleware(
+        Routes(
+            not_found=f"No such endpoint. The stream is served at {base_path}/stream?key=<API_KEY>.",
+            method_not_allowed="The stream accepts only GET (a WebSocket upgrade).",
+            allow="GET",
+        ),
+        max_body=max_body,
+    )

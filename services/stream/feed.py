@@ -29,9 +29,9 @@ from tickerwire.schemas.models import InvalidEvent, decode_event
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.runtime.config import Config
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
 from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
+from ..common.runtime.config import Config
 from ..common.runtime.retry import Backoff, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import cursors, positions
@@ -59,7 +59,9 @@ class Pending:
 
 
 class Feed:
-    def __init__(self, config: Config, pool: asyncpg.Pool, hub: Hub, metrics: StreamMetrics, poll_s: float = 0.02) -> None:
+    def __init__(
+        self, config: Config, pool: asyncpg.Pool, hub: Hub, metrics: StreamMetrics, poll_s: float = 0.02
+    ) -> None:
         self.config = config
         self.pool = pool
         #: Its statements, each wait for a pooled connection bounded (the handshakes share the pool).
@@ -131,8 +133,10 @@ class Feed:
         if self.paused_since is not None:
             # Ready, with the reason: connected clients are still served, only late; taking
             # the process out of rotation would not make the projector catch up sooner.
-            return True, (f"paused for {time.monotonic() - self.paused_since:.0f}s: {len(self._pending)} records "
-                          "wait for the projector to commit them; posts are announced late")
+            return True, (
+                f"paused for {time.monotonic() - self.paused_since:.0f}s: {len(self._pending)} records "
+                "wait for the projector to commit them; posts are announced late"
+            )
         return True, "ok"
 
     def _pause(self) -> None:
@@ -140,8 +144,11 @@ class Feed:
         if self.paused_since is None:
             self.paused_since = time.monotonic()
             self.metrics.feed_paused.set(1)
-            log.warning("stream feed paused: %d records wait for the projector to commit them "
-                        "(TICKERWIRE_STREAM_MAX_PENDING); reading resumes at half that", len(self._pending))
+            log.warning(
+                "stream feed paused: %d records wait for the projector to commit them "
+                "(TICKERWIRE_STREAM_MAX_PENDING); reading resumes at half that",
+                len(self._pending),
+            )
 
     def _resume(self) -> None:
         self._room.set()
@@ -153,7 +160,9 @@ class Feed:
     async def _consume_forever(self) -> None:
         while True:
             honour_cancellation()  # a stop requested while the last consumer stopped
-            consumer = kafka.consumer(self.config, group_id=None, client_id="tickerwire-stream", auto_offset_reset="none")
+            consumer = kafka.consumer(
+                self.config, group_id=None, client_id="tickerwire-stream", auto_offset_reset="none"
+            )
             try:
                 await consumer.start()
                 await self._consume(consumer)  # returns only to be replaced by a new consumer
@@ -184,8 +193,11 @@ class Feed:
                 self._topic_missing_since = time.monotonic()
             elif not self._topic_missing_logged and time.monotonic() - self._topic_missing_since >= TOPIC_WAIT_WARN_S:
                 self._topic_missing_logged = True  # once: readiness keeps saying "feed starting" meanwhile
-                log.warning("stream feed: topic %s does not exist on the broker yet; waiting for it "
-                            "(create it with `tickerwire topics ensure`)", self.topic)
+                log.warning(
+                    "stream feed: topic %s does not exist on the broker yet; waiting for it "
+                    "(create it with `tickerwire topics ensure`)",
+                    self.topic,
+                )
             await asyncio.sleep(0.5)
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
@@ -200,8 +212,11 @@ class Feed:
         while True:
             honour_cancellation()
             await self._room.wait()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.projector_log_check_interval_s):
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(
+                self.config.projector_log_check_interval_s
+            ):
                 await self._check_log(consumer, tps)
+
             async def rewind(tps: list[TopicPartition]) -> None:
                 for tp in tps:
                     consumer.seek(tp, self._next.get(tp.partition, 0))
@@ -246,7 +261,9 @@ class Feed:
         the projector skipped (``accept-log --from latest``) announces nothing."""
         self._checked_at = time.monotonic()
         await self.refresh_epoch()  # an idle feed learns a new epoch within one check interval
-        suspected = await find_discontinuities(consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps})
+        suspected = await find_discontinuities(
+            consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps}
+        )
         found = self._confirmer.observe(tps, suspected)
         if not suspected:
             if self.stopped:
@@ -263,8 +280,13 @@ class Feed:
             if tp in again:
                 continue
             start = await self._reread_from(consumer, tp, found[tp])
-            log.warning("stream feed %s; reading it again from offset %d (log start %d, the projector at %d)",
-                        found[tp].reason, start, found[tp].log_start, projector.get(tp.partition, 0))
+            log.warning(
+                "stream feed %s; reading it again from offset %d (log start %d, the projector at %d)",
+                found[tp].reason,
+                start,
+                found[tp].log_start,
+                projector.get(tp.partition, 0),
+            )
             self.metrics.feed_log_restarts.labels(str(tp.partition)).inc()
             self._next[tp.partition] = start
             self.marks[tp.partition] = min(self.marks.get(tp.partition, cursors.START), (start, ""))
@@ -291,8 +313,13 @@ class Feed:
             async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
                 found = (await consumer.offsets_for_times({tp: seen + 1})).get(tp)
         except (KafkaError, TimeoutError, ValueError) as exc:
-            log.warning("stream feed: the broker could not say which records of %s[%d] are newer than the last one "
-                        "read (%s); reading the whole log again", tp.topic, tp.partition, exc)
+            log.warning(
+                "stream feed: the broker could not say which records of %s[%d] are newer than the last one "
+                "read (%s); reading the whole log again",
+                tp.topic,
+                tp.partition,
+                exc,
+            )
             return reread_from(gap, None, looked_up=False)
         # A record stamped before the target is no answer (one broker says "offset 0, timestamp -1"
         # where Apache Kafka says "none").
@@ -305,6 +332,7 @@ class Feed:
 
     async def _stored(self) -> dict[positions.Key, int]:
         """The projector's stored positions of the posts topic."""
+
         async def load():
             with storage_errors("projector positions"):
                 return await positions.load(self.db, [self.topic])
@@ -341,13 +369,18 @@ class Feed:
     async def refresh_epoch(self) -> None:
         """The read model's epoch; when it changed (a new log accepted), the marks of the
         partitions whose log was replaced move back to where the new log is read from."""
+
         async def load():
             with storage_errors("log epoch"):
                 return await cursors.current_epoch(self.db)
 
         now = await retry_transient(load, what="log epoch", cap=2.0)
         if now.epoch != self.epoch and self.epoch:
-            log.warning("stream feed: the log epoch changed (%s -> %s); cursors of the old one are refused", self.epoch, now.epoch)
+            log.warning(
+                "stream feed: the log epoch changed (%s -> %s); cursors of the old one are refused",
+                self.epoch,
+                now.epoch,
+            )
             for partition, start in now.starts.items():
                 self.marks[partition] = min(self.marks.get(partition, cursors.START), (start, ""))
         self.epoch = now.epoch
@@ -364,9 +397,17 @@ class Feed:
         for n, a in enumerate(found, start=1):
             facts = PostFacts.of(a.lang, a.tickers, a.category_slugs)
             cursors.advance(marks, a.partition, (a.offset, a.lang))
-            with_cursor = (protocol.post_created(a.lean, a.partition, a.offset, cursors.encode(self.epoch, marks))
-                           if self.hub.cursor_connections else None)
-            self.hub.publish(protocol.post_created(a.lean, a.partition, a.offset), facts, with_cursor, (a.partition, a.offset, a.lang))
+            with_cursor = (
+                protocol.post_created(a.lean, a.partition, a.offset, cursors.encode(self.epoch, marks))
+                if self.hub.cursor_connections
+                else None
+            )
+            self.hub.publish(
+                protocol.post_created(a.lean, a.partition, a.offset),
+                facts,
+                with_cursor,
+                (a.partition, a.offset, a.lang),
+            )
             self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(a.partition, a.offset)])
             if n % self.yield_every == 0:
                 # Let every writer hand the queued messages to its socket: a burst never

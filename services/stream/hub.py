@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
 
-from . import protocol
 from ..readmodel.cursors import START, Mark
+from . import protocol
 from .filters import EVERYTHING, PostFacts, StreamFilter
 from .metrics import StreamMetrics
 
@@ -66,16 +66,35 @@ class Hub:
         self.groups: dict[StreamFilter, dict[str, Connection]] = {}
         self._closers: set[asyncio.Task] = set()
         # Keyed by bytes 9..13 of the encoded message: b'{"type":"' is followed by the type.
-        self._sent = {kind.encode()[:4]: metrics.messages_sent.labels(kind) for kind in ("ready", "ping", "post.created")}
+        self._sent = {
+            kind.encode()[:4]: metrics.messages_sent.labels(kind) for kind in ("ready", "ping", "post.created")
+        }
 
     def open(
-        self, ws: web.WebSocketResponse, transport, workspace_id: str, key_hash: str, session_id: str,
-        stream_filter: StreamFilter = EVERYTHING, *, cursors: bool = False, replaying: bool = False,
+        self,
+        ws: web.WebSocketResponse,
+        transport,
+        workspace_id: str,
+        key_hash: str,
+        session_id: str,
+        stream_filter: StreamFilter = EVERYTHING,
+        *,
+        cursors: bool = False,
+        replaying: bool = False,
     ) -> Connection:
         """Register a connection: from now on it gets every message published (held, with
         ``replaying``, until :meth:`go_live`)."""
-        conn = Connection(ws, transport, workspace_id, key_hash, session_id, asyncio.Queue(self.queue_size), stream_filter,
-                          cursors=cursors, held=[] if replaying else None)
+        conn = Connection(
+            ws,
+            transport,
+            workspace_id,
+            key_hash,
+            session_id,
+            asyncio.Queue(self.queue_size),
+            stream_filter,
+            cursors=cursors,
+            held=[] if replaying else None,
+        )
         self.cursor_connections += cursors
         conn.writer = asyncio.create_task(self._write(conn), name=f"ws-writer-{session_id}")
         self.connections[session_id] = conn
@@ -125,7 +144,9 @@ class Hub:
             self._slow(conn)
         return len(self.connections) - len(slow)
 
-    def publish(self, message: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None) -> int:
+    def publish(
+        self, message: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None
+    ) -> int:
         """Queue a post.created to every connection whose filter admits ``post``; returns how many got it.
 
         Connections that opted in to cursors get ``with_cursor`` (the same message with its
@@ -164,7 +185,9 @@ class Hub:
 
     def _slow(self, conn: Connection) -> None:
         self.metrics.slow_closed.inc()
-        log.info("closing slow client", extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}})
+        log.info(
+            "closing slow client", extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}}
+        )
         self.close(conn, protocol.CLOSE_SLOW_CONSUMER, protocol.SLOW_CONSUMER_REASON)
 
     def close(self, conn: Connection, code: int, reason: str) -> None:
@@ -225,7 +248,10 @@ class Hub:
         try:
             await self._drain(conn)
         except Exception:  # noqa: BLE001 - the task's last word; CancelledError passes
-            log.exception("stream writer failed", extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}})
+            log.exception(
+                "stream writer failed",
+                extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}},
+            )
             self.close(conn, protocol.CLOSE_INTERNAL_ERROR, protocol.INTERNAL_ERROR_REASON)
 
     async def _drain(self, conn: Connection) -> None:

@@ -66,7 +66,9 @@ class Grants:
         entry = (ask, future)
         queue.append(entry)
         if workspace_id not in self._settling:
-            self._settling[workspace_id] = asyncio.create_task(self._drain(workspace_id), name=f"stream-grants-{workspace_id}")
+            self._settling[workspace_id] = asyncio.create_task(
+                self._drain(workspace_id), name=f"stream-grants-{workspace_id}"
+            )
         try:
             async with asyncio.timeout(timeout_s):
                 return await asyncio.shield(future)
@@ -74,7 +76,8 @@ class Grants:
             if self._take_back(workspace_id, queue, entry):
                 raise StorageUnavailable(
                     f"acquire stream lease: the workspace's grant did not start within {timeout_s:g} s "
-                    f"({len(queue) + 1} of its handshakes queued)") from None
+                    f"({len(queue) + 1} of its handshakes queued)"
+                ) from None
             return await future  # taken: bounded by its statement's own bounds
         except asyncio.CancelledError:
             if not self._take_back(workspace_id, queue, entry):
@@ -109,8 +112,11 @@ class Grants:
                     try:
                         await self._undo(gave_up)
                     except Exception:  # noqa: BLE001 - a defect (transient errors are handled there); the next handshakes still get served
-                        log.exception("could not release %d slot(s) granted to handshakes that gave up; "
-                                      "they are freed when their leases expire", len(gave_up))
+                        log.exception(
+                            "could not release %d slot(s) granted to handshakes that gave up; "
+                            "they are freed when their leases expire",
+                            len(gave_up),
+                        )
         finally:  # cancelled (the stream stopping): nobody is left waiting
             stopping = StorageUnavailable("acquire stream lease: the stream is stopping")
             _fail(queue or [], stopping)
@@ -166,7 +172,12 @@ class Leases:
                 await conn.execute(sql.LOCK_WORKSPACE_SLOTS, workspace_id)
                 await conn.execute(sql.DELETE_EXPIRED_OF_WORKSPACE, workspace_id)
                 rows = await conn.fetch(
-                    sql.INSERT_LEASES_IF_FREE, workspace_id, [s for s, _ in asks], [n for _, n in asks], self.holder, self.ttl_s
+                    sql.INSERT_LEASES_IF_FREE,
+                    workspace_id,
+                    [s for s, _ in asks],
+                    [n for _, n in asks],
+                    self.holder,
+                    self.ttl_s,
                 )
         granted = {r["session_id"] for r in rows}
         return [s in granted for s, _ in asks]
@@ -220,8 +231,11 @@ class Leases:
                     await self.db.execute(sql.DELETE_EXPIRED_LEASES)
             except TransientError as exc:
                 lost = set(self.held) if time.monotonic() - renewed_at >= self.ttl_s else set()
-                log.warning("stream lease renewal failed%s: %s",
-                            f"; {len(lost)} lease(s) expired unrenewed" if lost else ", retrying", exc)
+                log.warning(
+                    "stream lease renewal failed%s: %s",
+                    f"; {len(lost)} lease(s) expired unrenewed" if lost else ", retrying",
+                    exc,
+                )
             if lost:
                 log.warning("%d stream lease(s) lost", len(lost))
                 for s in lost:

@@ -11,13 +11,19 @@ class StreamMetrics:
         r = self.registry
         self.connections = Gauge("tickerwire_stream_connections", "Open stream connections", registry=r)
         self.access_stamp = Gauge(
-            "tickerwire_access_stamp", "The access change stamp of the principals this process serves (-1: none yet)", registry=r
+            "tickerwire_access_stamp",
+            "The access change stamp of the principals this process serves (-1: none yet)",
+            registry=r,
         )
         self.filter_groups = Gauge(
-            "tickerwire_stream_filter_groups", "Distinct filter sets among open connections (one match per message each)", registry=r
+            "tickerwire_stream_filter_groups",
+            "Distinct filter sets among open connections (one match per message each)",
+            registry=r,
         )
         self.feed_pending = Gauge(
-            "tickerwire_stream_feed_pending", "Post records read from the log that wait for the projector to commit them", registry=r
+            "tickerwire_stream_feed_pending",
+            "Post records read from the log that wait for the projector to commit them",
+            registry=r,
         )
         self.feed_paused = Gauge(
             "tickerwire_stream_feed_paused",
@@ -33,7 +39,8 @@ class StreamMetrics:
         self.feed_log_restarts = Counter(
             "tickerwire_stream_feed_log_restarts_total",
             "Post-log partitions the feed read again (from the first record not read yet) after a log reset or deleted records",
-            ["partition"], registry=r,
+            ["partition"],
+            registry=r,
         )
         self.messages_sent = Counter(
             "tickerwire_stream_messages_sent_total", "Messages written to clients", ["type"], registry=r
@@ -42,21 +49,28 @@ class StreamMetrics:
             "tickerwire_stream_slow_clients_closed_total", "Clients closed because they stopped reading", registry=r
         )
         self.resumes = Counter(
-            "tickerwire_stream_resumes_total", "Handshakes asking to resume from a cursor, by outcome (resumed, refused)",
-            ["outcome"], registry=r,
+            "tickerwire_stream_resumes_total",
+            "Handshakes asking to resume from a cursor, by outcome (resumed, refused)",
+            ["outcome"],
+            registry=r,
         )
         self.replayed = Counter(
-            "tickerwire_stream_replayed_total", "post.created messages replayed from the read model to resuming connections",
+            "tickerwire_stream_replayed_total",
+            "post.created messages replayed from the read model to resuming connections",
             registry=r,
         )
         self.refused = Counter(
             "tickerwire_stream_refused_total", "Connections refused at the handshake", ["code"], registry=r
         )
         self.closed = Counter(
-            "tickerwire_stream_closed_total", "Connections closed by the server, by WebSocket close code", ["code"], registry=r
+            "tickerwire_stream_closed_total",
+            "Connections closed by the server, by WebSocket close code",
+            ["code"],
+            registry=r,
         )
         self.delivery_seconds = Histogram(
             "tickerwire_stream_event_to_send_seconds",
             "From the post event's arrival at the stream process to its post.created being queued to every connection",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
         )

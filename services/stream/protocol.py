@@ -42,7 +42,9 @@ def _now() -> str:
 RESUME_EPOCH_CHANGED = "CURSOR_EPOCH_CHANGED"
 
 
-def ready(session_id: str, cursor: str | None = None, resumed: bool | None = None, reason: tuple[str, str] | None = None) -> bytes:
+def ready(
+    session_id: str, cursor: str | None = None, resumed: bool | None = None, reason: tuple[str, str] | None = None
+) -> bytes:
     """The spec's ready; with cursors opted in, also ``cursor`` (where this connection starts)
     and, when asked to resume, ``resumed`` and (when false) ``reason`` {code, message}."""
     message: dict[str, object] = {"type": "ready", "ts": _now(), "session_id": session_id}
@@ -68,8 +70,12 @@ def post_created(lean_json: str, partition: int, offset: int, cursor: str | None
     just after this message.
     """
     return (
-        b'{"type":"post.created","ts":"' + _now().encode()
-        + b'","log_position":"' + f"{partition}:{offset}".encode()
+        b'{"type":"post.created","ts":"'
+        + _now().encode()
+        + b'","log_position":"'
+        + f"{partition}:{offset}".encode()
         + (b'","cursor":"' + cursor.encode() if cursor is not None else b"")
-        + b'","data":' + lean_json.encode() + b"}"
+        + b'","data":'
+        + lean_json.encode()
+        + b"}"
     )

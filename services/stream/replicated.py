@@ -25,8 +25,14 @@ REJOIN_FACTOR = 0.5
 
 
 def stream_replicas(config, topic: str, registry) -> Replicas:
-    return Replicas(config, topic, leave_after_s=config.replica_max_lag_s * LEAVE_FACTOR,
-                    rejoin_below_s=config.replica_max_lag_s * REJOIN_FACTOR, registry=registry, reads=False)
+    return Replicas(
+        config,
+        topic,
+        leave_after_s=config.replica_max_lag_s * LEAVE_FACTOR,
+        rejoin_below_s=config.replica_max_lag_s * REJOIN_FACTOR,
+        registry=registry,
+        reads=False,
+    )
 
 
 async def replicated(replicas: Replicas, records: Iterable[tuple[int, int]]) -> None:
@@ -45,7 +51,10 @@ async def replicated(replicas: Replicas, records: Iterable[tuple[int, int]]) -> 
         if all(at_least(r.marks, want) for r in behind if r.in_rotation):
             return
         if time.monotonic() > deadline:
-            log.warning("announcing posts that replica(s) %s have not replayed after %.1f s",
-                        ", ".join(r.name for r in behind), 2 * replicas.leave_after_s)
+            log.warning(
+                "announcing posts that replica(s) %s have not replayed after %.1f s",
+                ", ".join(r.name for r in behind),
+                2 * replicas.leave_after_s,
+            )
             return
         await asyncio.sleep(POLL_S)

@@ -14,8 +14,8 @@ import logging
 
 import asyncpg
 
-from ..readmodel.access import Principals, gate
 from ..common.runtime.errors import TransientError
+from ..readmodel.access import Principals, gate
 from . import protocol
 from .hub import Hub
 

@@ -17,12 +17,12 @@ import orjson
 import pytest
 from openapi_spec_validator import validate as validate_spec
 
-from tickerwire.devstack.demo import dataset
-from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.readmodel import cursors
 from tests.support.apps import ReadModel, api_served
 from tests.support.events import visible_feed
 from tests.support.stack import BASE, auth
+from tickerwire.devstack.demo import dataset
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.readmodel import cursors
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
@@ -48,8 +48,16 @@ def test_document_is_valid_openapi_31():
     assert doc["openapi"].startswith("3.1")
     validate_spec(doc)
     assert set(doc["paths"]) == {
-        "/posts", "/posts/{id_or_slug}", "/categories", "/categories/{slug}", "/tokens", "/tokens/{ticker}",
-        "/sentiment-pulse", "/languages", "/search", "/changes",
+        "/posts",
+        "/posts/{id_or_slug}",
+        "/categories",
+        "/categories/{slug}",
+        "/tokens",
+        "/tokens/{ticker}",
+        "/sentiment-pulse",
+        "/languages",
+        "/search",
+        "/changes",
     }
 
 
@@ -91,23 +99,38 @@ async def test_real_responses_validate_against_the_document(live):
     doc = orjson.loads(DOC_PATH.read_bytes())
     post = visible_feed(posts)[0]
     calls = [
-        ("/posts", "/posts", {}, "200"), ("/posts", "/posts", {"limit": "3", "before": str(post.id)}, "200"),
-        ("/posts/{id_or_slug}", f"/posts/{post.id}", {}, "200"), ("/posts/{id_or_slug}", "/posts/missing", {}, "404"),
-        ("/categories", "/categories", {"lang": "ja-JP"}, "200"), ("/categories/{slug}", "/categories/markets", {}, "200"),
-        ("/categories/{slug}", "/categories/lending", {}, "200"), ("/tokens", "/tokens", {}, "200"),
-        ("/tokens/{ticker}", "/tokens/btc", {}, "200"), ("/sentiment-pulse", "/sentiment-pulse", {}, "200"),
-        ("/languages", "/languages", {}, "200"), ("/search", "/search", {"q": post.translations[0].title}, "200"),
-        ("/search", "/search", {"q": "x"}, "422"), ("/posts", "/posts", {"sentiment": "SAD"}, "422"),
-        ("/changes", "/changes", {}, "200"), ("/changes", "/changes", {"cursor": "c1~X"}, "422"),
+        ("/posts", "/posts", {}, "200"),
+        ("/posts", "/posts", {"limit": "3", "before": str(post.id)}, "200"),
+        ("/posts/{id_or_slug}", f"/posts/{post.id}", {}, "200"),
+        ("/posts/{id_or_slug}", "/posts/missing", {}, "404"),
+        ("/categories", "/categories", {"lang": "ja-JP"}, "200"),
+        ("/categories/{slug}", "/categories/markets", {}, "200"),
+        ("/categories/{slug}", "/categories/lending", {}, "200"),
+        ("/tokens", "/tokens", {}, "200"),
+        ("/tokens/{ticker}", "/tokens/btc", {}, "200"),
+        ("/sentiment-pulse", "/sentiment-pulse", {}, "200"),
+        ("/languages", "/languages", {}, "200"),
+        ("/search", "/search", {"q": post.translations[0].title}, "200"),
+        ("/search", "/search", {"q": "x"}, "422"),
+        ("/posts", "/posts", {"sentiment": "SAD"}, "422"),
+        ("/changes", "/changes", {}, "200"),
+        ("/changes", "/changes", {"cursor": "c1~X"}, "422"),
         ("/changes", "/changes", {"cursor": "c1~0ther~0.1"}, "409"),
-        ("/changes", "/changes", {"cursor": cursors.encode(await current_epoch(url, key), {}), "lang": "de-DE,ja-JP"}, "200"),
+        (
+            "/changes",
+            "/changes",
+            {"cursor": cursors.encode(await current_epoch(url, key), {}), "lang": "de-DE,ja-JP"},
+            "200",
+        ),
     ]
     async with aiohttp.ClientSession() as http:
         for template, path, params, status in calls:
             async with http.get(url + BASE + path, params=params, headers=auth(key)) as resp:
                 assert str(resp.status) == status, (path, resp.status)
                 body = orjson.loads(await resp.read())
-                missing = {h.lower() for h in _declared_headers(doc, template, status)} - {h.lower() for h in resp.headers}
+                missing = {h.lower() for h in _declared_headers(doc, template, status)} - {
+                    h.lower() for h in resp.headers
+                }
                 assert not missing, (path, status, missing)
             errors = sorted(_validator(doc, template, status).iter_errors(body), key=str)
             assert not errors, (path, [e.message for e in errors[:3]])
@@ -125,11 +148,26 @@ async def test_schemathesis_finds_no_failure(live, tmp_path):
     url, key, posts = live
     report = tmp_path / "schemathesis.txt"
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("st")), "run", f"{url}{BASE}/openapi.json",
-        "--url", f"{url}{BASE}", "-H", f"Authorization: Bearer {key}",
-        "--max-examples", "30", "--seed", "4", "--workers", "1", "--request-timeout", "10",
-        "--suppress-health-check", "all",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"},
+        str(Path(sys.executable).with_name("st")),
+        "run",
+        f"{url}{BASE}/openapi.json",
+        "--url",
+        f"{url}{BASE}",
+        "-H",
+        f"Authorization: Bearer {key}",
+        "--max-examples",
+        "30",
+        "--seed",
+        "4",
+        "--workers",
+        "1",
+        "--request-timeout",
+        "10",
+        "--suppress-health-check",
+        "all",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1"},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout=600)
@@ -166,8 +204,11 @@ class DocumentClient:
     async def call(self, op_id: str, **params) -> dict:
         path, _ = self.ops[op_id]
         assert set(params) <= self._param_names(op_id)
-        async with self.http.get(self.base + path, params={k: str(v) for k, v in params.items()},
-                                 headers={"Authorization": f"Bearer {self.key}"}) as resp:
+        async with self.http.get(
+            self.base + path,
+            params={k: str(v) for k, v in params.items()},
+            headers={"Authorization": f"Bearer {self.key}"},
+        ) as resp:
             assert resp.status == 200, await resp.text()
             return await resp.json()
 

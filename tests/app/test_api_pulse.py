@@ -7,13 +7,15 @@ from datetime import datetime, timedelta, timezone
 
 import aiohttp
 
-from tickerwire.devstack.embedded.postgres import scratch_database
 from tests.support.apps import ReadModel, api_served
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, auth
+from tickerwire.devstack.embedded.postgres import scratch_database
 
 
-async def pulse(http: aiohttp.ClientSession, url: str, key: str, etag: str | None = None) -> tuple[int, str, dict | None]:
+async def pulse(
+    http: aiohttp.ClientSession, url: str, key: str, etag: str | None = None
+) -> tuple[int, str, dict | None]:
     headers = {**auth(key), **({"If-None-Match": etag} if etag else {})}
     async with http.get(f"{url}{BASE}/sentiment-pulse", headers=headers) as resp:
         return resp.status, resp.headers["ETag"], (await resp.json() if resp.status == 200 else None)

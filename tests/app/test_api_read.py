@@ -16,18 +16,40 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
-from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, TokenEvent
-from tickerwire.devstack.demo import dataset
-from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.api.compression import MIN_BYTES
 from tests.support.apps import ReadModel, Served, api_served
 from tests.support.events import visible_feed
 from tests.support.forward import Forwarder
 from tests.support.stack import BASE, auth
+from tickerwire.devstack.demo import dataset
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.schemas.models import LIVE_STATUSES, VISIBLE_STATUSES, TokenEvent
+from tickerwire.services.api.compression import MIN_BYTES
 
-LEAN_KEYS = ["id", "slug", "published_at", "lang", "canonical_url", "title", "lede", "cover_image_url", "categories", "importance", "sentiment"]
+LEAN_KEYS = [
+    "id",
+    "slug",
+    "published_at",
+    "lang",
+    "canonical_url",
+    "title",
+    "lede",
+    "cover_image_url",
+    "categories",
+    "importance",
+    "sentiment",
+]
 DETAIL_KEYS = LEAN_KEYS + ["body", "og_image_url", "gallery_urls", "tags", "hashtags", "byline", "source_url"]
-TOKEN_KEYS = ["ticker", "name", "logo_url", "post_count", "market_cap_rank", "exchange_listings", "categories", "genesis_date", "primary_ecosystem"]
+TOKEN_KEYS = [
+    "ticker",
+    "name",
+    "logo_url",
+    "post_count",
+    "market_cap_rank",
+    "exchange_listings",
+    "categories",
+    "genesis_date",
+    "primary_ecosystem",
+]
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
 POSTS = 400
 TOKENS = 3000
@@ -38,7 +60,9 @@ class Client:
         self.http, self.url, self.key = http, url, key
 
     async def get(self, path: str, params=None, headers=None, *, status: int = 200):
-        async with self.http.get(self.url + BASE + path, params=params, headers={**auth(self.key), **(headers or {})}) as resp:
+        async with self.http.get(
+            self.url + BASE + path, params=params, headers={**auth(self.key), **(headers or {})}
+        ) as resp:
             body = await resp.read()
             assert resp.status == status, (resp.status, body[:500])
             return resp, (orjson.loads(body) if body else None)
@@ -145,8 +169,12 @@ async def test_filters_or_within_and_between(world):
             if cursor is None:
                 return out
 
-    assert await all_ids(category="markets") == _matching(posts, c=lambda p: any(groups.get(s) == "markets" for s in p.categories))
-    assert await all_ids(category="mining,lending") == _matching(posts, c=lambda p: {"mining", "lending"} & set(p.categories))
+    assert await all_ids(category="markets") == _matching(
+        posts, c=lambda p: any(groups.get(s) == "markets" for s in p.categories)
+    )
+    assert await all_ids(category="mining,lending") == _matching(
+        posts, c=lambda p: {"mining", "lending"} & set(p.categories)
+    )
     assert await all_ids(category="no-such-category") == []
     some_tickers = sorted({t for p in feed[:30] for t in p.tickers})[:2]
     expected = _matching(posts, t=lambda p: set(some_tickers) & set(p.tickers))
@@ -157,8 +185,12 @@ async def test_filters_or_within_and_between(world):
     assert await all_ids(ticker="X" * 101) == [] and await all_ids(category="y" * 300) == []
     assert await all_ids(ticker=",".join([*some_tickers, "Z" * 150])) == expected
     tag = next(h for p in feed for h in p.hashtags)
-    assert await all_ids(hashtag=tag.upper()) == _matching(posts, h=lambda p: tag.lower() in {h.lower() for h in p.hashtags})
-    assert await all_ids(sentiment="BULLISH,BEARISH") == _matching(posts, s=lambda p: p.sentiment.value in {"BULLISH", "BEARISH"})
+    assert await all_ids(hashtag=tag.upper()) == _matching(
+        posts, h=lambda p: tag.lower() in {h.lower() for h in p.hashtags}
+    )
+    assert await all_ids(sentiment="BULLISH,BEARISH") == _matching(
+        posts, s=lambda p: p.sentiment.value in {"BULLISH", "BEARISH"}
+    )
     assert await all_ids(importance_min=70) == _matching(posts, i=lambda p: p.importance >= 70)
     since = feed[40].published_at
     assert await all_ids(since=since.isoformat()) == [p.id for p in feed[:41]]
@@ -167,7 +199,9 @@ async def test_filters_or_within_and_between(world):
     assert await all_ids(since=basic) == [p.id for p in feed[:41]]
     both = await all_ids(sentiment="NEUTRAL", importance_min=40, category="technology")
     assert both == _matching(
-        posts, s=lambda p: p.sentiment.value == "NEUTRAL", i=lambda p: p.importance >= 40,
+        posts,
+        s=lambda p: p.sentiment.value == "NEUTRAL",
+        i=lambda p: p.importance >= 40,
         c=lambda p: any(groups.get(s) == "technology" for s in p.categories),
     )
 
@@ -175,14 +209,28 @@ async def test_filters_or_within_and_between(world):
 @pytest.mark.parametrize(
     ("params", "field"),
     [
-        ({"limit": "0"}, "limit"), ({"limit": "-3"}, "limit"), ({"limit": "51"}, "limit"), ({"limit": "2.5"}, "limit"),
-        ({"limit": "ten"}, "limit"), ({"limit": ""}, "limit"), ({"since": ""}, "since"), ({"limit": "9" * 400}, "limit"),
-        ({"importance_min": "101"}, "importance_min"), ({"importance_min": "-1"}, "importance_min"),
-        ({"since": "yesterday"}, "since"), ({"since": "2024-05-01T12:00:00"}, "since"), ({"since": "2024-02-30T00:00:00Z"}, "since"),
-        ({"sentiment": "BULLISH,HAPPY"}, "sentiment"), ({"after": "abc"}, "after"), ({"before": "0"}, "before"),
-        ({"category": ",".join(f"c{i}" for i in range(21))}, "category"), ({"hashtag": ",".join(f"h{i}" for i in range(21))}, "hashtag"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "-3"}, "limit"),
+        ({"limit": "51"}, "limit"),
+        ({"limit": "2.5"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"limit": ""}, "limit"),
+        ({"since": ""}, "since"),
+        ({"limit": "9" * 400}, "limit"),
+        ({"importance_min": "101"}, "importance_min"),
+        ({"importance_min": "-1"}, "importance_min"),
+        ({"since": "yesterday"}, "since"),
+        ({"since": "2024-05-01T12:00:00"}, "since"),
+        ({"since": "2024-02-30T00:00:00Z"}, "since"),
+        ({"sentiment": "BULLISH,HAPPY"}, "sentiment"),
+        ({"after": "abc"}, "after"),
+        ({"before": "0"}, "before"),
+        ({"category": ",".join(f"c{i}" for i in range(21))}, "category"),
+        ({"hashtag": ",".join(f"h{i}" for i in range(21))}, "hashtag"),
         # Over Python's 4,300-digit conversion limit (was a 500), and zeros before a valid value.
-        ({"after": "1" * 5000}, "after"), ({"before": "-" + "7" * 5000}, "before"), ({"importance_min": "0" * 20000 + "101"}, "importance_min"),
+        ({"after": "1" * 5000}, "after"),
+        ({"before": "-" + "7" * 5000}, "before"),
+        ({"importance_min": "0" * 20000 + "101"}, "importance_min"),
     ],
 )
 async def test_invalid_list_parameters_get_422_naming_the_field(world, params, field):
@@ -231,7 +279,9 @@ async def test_cursor_walks_both_ways_and_gap_fill(world):
     assert up == expected[:-1]
     # after=X returns the posts right after X, newest first; prev_cursor null at the top.
     ids, doc = await client.ids(limit=5, after=expected[100])
-    assert ids == expected[95:100] and doc["prev_cursor"] == str(expected[95]) and doc["next_cursor"] == str(expected[99])
+    assert (
+        ids == expected[95:100] and doc["prev_cursor"] == str(expected[95]) and doc["next_cursor"] == str(expected[99])
+    )
     ids, doc = await client.ids(limit=5, after=expected[3])
     assert ids == expected[:3] and doc["prev_cursor"] is None
     # Both cursors: the posts strictly between them, nearest to `before` first.
@@ -316,7 +366,9 @@ async def test_tokens_all_rows_in_documented_order(world):
     tokens = doc["tokens"]
     assert len(tokens) == TOKENS and all(list(t) == TOKEN_KEYS for t in tokens)
     published = {e.data.ticker: e.data for e in catalog if isinstance(e, TokenEvent)}
-    ranked = sorted((t for t in published.values() if t.market_cap_rank is not None), key=lambda t: (t.market_cap_rank, t.ticker))
+    ranked = sorted(
+        (t for t in published.values() if t.market_cap_rank is not None), key=lambda t: (t.market_cap_rank, t.ticker)
+    )
     unranked = sorted((t for t in published.values() if t.market_cap_rank is None), key=lambda t: t.ticker)
     assert [t["ticker"] for t in tokens] == [t.ticker for t in ranked + unranked]
     counts: dict[str, int] = {}
@@ -350,9 +402,21 @@ async def test_categories_tree_group_and_leaf(world):
     assert tree["groups"][0]["leaves"][0] == {"slug": "spot-trading", "name": "Marché au comptant"}
     _, group = await client.get("/categories/markets", {"lang": "de-DE"})
     assert group == {"slug": "markets", "name": "Märkte", "is_group": True, "group": None, "leaves": group["leaves"]}
-    assert [l["slug"] for l in group["leaves"]] == ["spot-trading", "derivatives", "price-analysis", "fund-flows", "macroeconomics"]
+    assert [l["slug"] for l in group["leaves"]] == [
+        "spot-trading",
+        "derivatives",
+        "price-analysis",
+        "fund-flows",
+        "macroeconomics",
+    ]
     _, leaf = await client.get("/categories/derivatives")
-    assert leaf == {"slug": "derivatives", "name": "Derivatives", "is_group": False, "group": {"slug": "markets", "name": "Markets"}, "leaves": None}
+    assert leaf == {
+        "slug": "derivatives",
+        "name": "Derivatives",
+        "is_group": False,
+        "group": {"slug": "markets", "name": "Markets"},
+        "leaves": None,
+    }
     await client.get("/categories/nope", status=404)
 
 
@@ -386,7 +450,16 @@ async def test_sentiment_pulse_counts_last_24h(world):
 
 async def test_conditional_requests(world):
     w, client, catalog, posts = world
-    for path in ["/posts", "/posts/1", "/categories", "/categories/markets", "/tokens", "/tokens/BTC", "/languages", "/search?q=bitcoin"]:
+    for path in [
+        "/posts",
+        "/posts/1",
+        "/categories",
+        "/categories/markets",
+        "/tokens",
+        "/tokens/BTC",
+        "/languages",
+        "/search?q=bitcoin",
+    ]:
         resp, _ = await client.get(path, status=200) if path != "/posts/1" else (await _first_detail(client), None)
         etag = resp.headers["ETag"]
         assert etag.startswith('"') and etag.endswith('"') and not etag.startswith("W/")
@@ -415,7 +488,9 @@ class Answer:
         return orjson.loads(self.body)["error"]
 
 
-async def call(client: Client, method: str, path: str, headers: CIMultiDict[str] | dict[str, str] | None = None) -> Answer:
+async def call(
+    client: Client, method: str, path: str, headers: CIMultiDict[str] | dict[str, str] | None = None
+) -> Answer:
     """``method path`` as sent (``path`` is not re-quoted beyond what aiohttp does), with the key
     unless ``headers`` carries its own Authorization."""
     sent = CIMultiDict(auth(client.key)) if headers is None or "Authorization" not in headers else CIMultiDict()
@@ -456,11 +531,14 @@ async def test_a_refused_request_is_answered_with_the_error_envelope(world, meth
     assert error["code"] == code
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(f"{BASE}/posts?%%%&&==", id="a-query-of-junk"),
-    pytest.param(f"{BASE}/posts?category=%00", id="a-nul-category"),
-    pytest.param(f"{BASE}/search?q=%00%00%00", id="a-search-for-nuls"),
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(f"{BASE}/posts?%%%&&==", id="a-query-of-junk"),
+        pytest.param(f"{BASE}/posts?category=%00", id="a-nul-category"),
+        pytest.param(f"{BASE}/search?q=%00%00%00", id="a-search-for-nuls"),
+    ],
+)
 async def test_junk_that_names_nothing_is_an_answer_not_an_error(world, path):
     w, client, catalog, posts = world
     answer = await call(client, "GET", path)
@@ -480,7 +558,9 @@ async def test_an_over_long_enum_value_is_named_in_the_error(world):
     assert "'YYYY" in message and "101 characters" in message
 
 
-@pytest.mark.parametrize("valid_first", [pytest.param(True, id="the-valid-key-first"), pytest.param(False, id="the-valid-key-second")])
+@pytest.mark.parametrize(
+    "valid_first", [pytest.param(True, id="the-valid-key-first"), pytest.param(False, id="the-valid-key-second")]
+)
 async def test_two_authorization_headers_are_refused(world, valid_first):
     """Before: the first one counted."""
     w, client, catalog, posts = world
@@ -562,15 +642,19 @@ async def _bump_posts_stamp(w: World) -> None:
 
 
 async def _raw(client: Client, path: str, params: dict, headers: dict | None = None) -> tuple[int, dict, bytes]:
-    async with client.http.get(client.url + BASE + path, params=params, headers={**auth(client.key), **(headers or {})}) as resp:
+    async with client.http.get(
+        client.url + BASE + path, params=params, headers={**auth(client.key), **(headers or {})}
+    ) as resp:
         return resp.status, resp.headers.copy(), await resp.read()
 
 
 async def test_a_page_from_memory_is_byte_identical_to_a_fresh_one(world):
     w, client, catalog, posts = world
-    for path, params in [("/posts", {"lang": "de-DE", "limit": "9", "sentiment": "BULLISH,NEUTRAL"}),
-                         ("/posts", {"limit": "5", "before": str(visible_feed(posts)[7].id)}),
-                         (f"/posts/{visible_feed(posts)[3].id}", {"lang": "en-US"})]:
+    for path, params in [
+        ("/posts", {"lang": "de-DE", "limit": "9", "sentiment": "BULLISH,NEUTRAL"}),
+        ("/posts", {"limit": "5", "before": str(visible_feed(posts)[7].id)}),
+        (f"/posts/{visible_feed(posts)[3].id}", {"lang": "en-US"}),
+    ]:
         before = await _page_cache(w)
         status, headers, body = await _raw(client, path, params)
         assert status == 200
@@ -611,7 +695,9 @@ async def test_large_bodies_are_gzipped_when_accepted_and_revalidate_by_their_ow
                 assert gz_tag != plain_tag and gz_tag.startswith('"') and gz_tag.endswith('"')
         async with raw.get(url, headers={**auth(client.key), "Accept-Encoding": "gzip;q=0"}) as resp:
             assert "Content-Encoding" not in resp.headers and await resp.read() == plain
-        async with raw.get(url, headers={**auth(client.key), "Accept-Encoding": "gzip", "If-None-Match": gz_tag}) as resp:
+        async with raw.get(
+            url, headers={**auth(client.key), "Accept-Encoding": "gzip", "If-None-Match": gz_tag}
+        ) as resp:
             assert resp.status == 304 and resp.headers["ETag"] == gz_tag and resp.headers["Vary"] == "Accept-Encoding"
         small = client.url + BASE + "/categories/markets"
         async with raw.get(small, headers={**auth(client.key), "Accept-Encoding": "identity"}) as resp:
@@ -627,8 +713,12 @@ async def test_two_posts_of_one_millisecond_are_ordered_by_id_and_each_is_after_
     from tests.support.events import locale_ev, post_ev
 
     at = NOW + timedelta(minutes=5)
-    events = [locale_ev("en-US", default=True), post_ev(1, at=at + timedelta(microseconds=900)),
-              post_ev(2, at=at + timedelta(microseconds=100)), post_ev(3, at=at + timedelta(milliseconds=1))]
+    events = [
+        locale_ev("en-US", default=True),
+        post_ev(1, at=at + timedelta(microseconds=900)),
+        post_ev(2, at=at + timedelta(microseconds=100)),
+        post_ev(3, at=at + timedelta(milliseconds=1)),
+    ]
     async with scratch_database(pg_dsn) as dsn:
         model = ReadModel(dsn)
         await model.project(events)

@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.cli.publish import publish
 from tests.support.apps import ReadModel, config_for, stream_served
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, auth, gauge
 from tests.support.ws import handshake, refusal, upgrade_headers
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.cli.publish import publish
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,9 @@ async def feed_readiness(http, stream) -> tuple[int, dict]:
         return resp.status, (await resp.json())["checks"]["feed"]
 
 
-async def test_a_feed_paused_by_back_pressure_says_so_in_a_gauge_and_readiness_until_it_resumes(pg_dsn, kafka_bootstrap, http):
+async def test_a_feed_paused_by_back_pressure_says_so_in_a_gauge_and_readiness_until_it_resumes(
+    pg_dsn, kafka_bootstrap, http
+):
     """More posts waiting for the projector than TICKERWIRE_STREAM_MAX_PENDING pause the feed's
     reading: visible, and the process stays ready (it still serves, only late)."""
     prefix = f"streampause{os.getpid()}"
@@ -105,7 +107,9 @@ async def test_a_feed_paused_by_back_pressure_says_so_in_a_gauge_and_readiness_u
         async with stream_served(dsn, kafka_bootstrap, prefix, **settings) as stream:
             assert await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 0
             # Published, not yet projected: the feed holds them and stops reading at 3.
-            await publish(config_for(dsn, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, **settings), posts)
+            await publish(
+                config_for(dsn, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, **settings), posts
+            )
             for _ in range(200):
                 if await gauge(stream.admin_url, "tickerwire_stream_feed_paused") == 1:
                     break
@@ -154,7 +158,9 @@ async def test_a_client_that_stops_answering_is_closed_and_frees_its_slot(pg_dsn
                         await asyncio.sleep(0.05)
 
             async with asyncio.timeout(1):  # the slot is freed as the server ends the closed connection
-                silent = await once_free(lambda: http.ws_connect(url, headers=auth(key), autoping=False))  # never answers a ping
+                silent = await once_free(
+                    lambda: http.ws_connect(url, headers=auth(key), autoping=False)
+                )  # never answers a ping
             connected = asyncio.get_running_loop().time()
             async with asyncio.timeout(10):  # taken until the server gives the silent client up
                 again = await once_free(lambda: handshake(http, url, headers=auth(key)))

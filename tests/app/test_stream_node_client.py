@@ -12,12 +12,12 @@ import os
 
 import pytest
 
-from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.common.runtime.config import Config
 from tests.support.apps import ReadModel, stream_served
 from tests.support.events import locale_ev
 from tests.support.fieldtools import node_modules_with
 from tests.support.stack import BASE
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.common.runtime.config import Config
 
 #: Connects as a partner would (ws's defaults: permessage-deflate offered), prints what the
 #: server answered in Sec-WebSocket-Extensions and the first message, then closes.
@@ -37,8 +37,13 @@ ws.on('error', (err) => { console.error(String(err)); process.exit(1); });
 async def node_client(url: str) -> dict:
     modules = node_modules_with("ws")
     proc = await asyncio.create_subprocess_exec(
-        "node", "-e", CLIENT, url, env={**os.environ, "NODE_PATH": str(modules)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        "node",
+        "-e",
+        CLIENT,
+        url,
+        env={**os.environ, "NODE_PATH": str(modules)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()

@@ -36,6 +36,7 @@ from .common import raise_nofile
 
 def any_get_app(handler) -> web.Application:
     """``handler`` for every GET, and a ``/readyz`` for the harness to wait on."""
+
     async def ready(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -54,7 +55,14 @@ def http_app(body: bytes) -> web.Application:
 
 #: The product's response headers that change from request to request; the floor formats them
 #: for each request. The framework writes Content-Length, Date and Server itself.
-PER_REQUEST = {"x-ratelimit-remaining", "x-ratelimit-reset", "x-quota-remaining", "x-quota-reset", "ratelimit", "x-request-id"}
+PER_REQUEST = {
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "x-quota-remaining",
+    "x-quota-reset",
+    "ratelimit",
+    "x-request-id",
+}
 FRAMEWORK = {"content-length", "date", "server", "connection", "keep-alive"}
 
 
@@ -76,7 +84,9 @@ def floor_app(body: bytes, headers: list[tuple[str, str]], key: str, access_log:
         started = time.perf_counter()
         workspace = workspaces.get(request.headers.get("Authorization", ""))
         if workspace is None:
-            return web.Response(status=401, body=b'{"error":{"code":"NOT_AUTHENTICATED"}}', content_type="application/json")
+            return web.Response(
+                status=401, body=b'{"error":{"code":"NOT_AUTHENTICATED"}}', content_type="application/json"
+            )
         used[0] += 1
         used[1] += 1
         now = time.time()
@@ -84,22 +94,42 @@ def floor_app(body: bytes, headers: list[tuple[str, str]], key: str, access_log:
         minute_left, day_left = rate_limit - used[0], quota - used[1]
         rid = f"req_0123456789ab{next(ids):012x}"
         h = CIMultiDict(fixed)
-        h.extend((
-            ("X-RateLimit-Remaining", str(minute_left)), ("X-RateLimit-Reset", str(minute_reset)),
-            ("X-Quota-Remaining", str(day_left)), ("X-Quota-Reset", str(day_reset)),
-            ("RateLimit", f'"minute";r={minute_left};t={max(1, int(minute_reset - now))}, "day";r={day_left};t={max(1, int(day_reset - now))}'),
-            ("X-Request-Id", rid),
-        ))
+        h.extend(
+            (
+                ("X-RateLimit-Remaining", str(minute_left)),
+                ("X-RateLimit-Reset", str(minute_reset)),
+                ("X-Quota-Remaining", str(day_left)),
+                ("X-Quota-Reset", str(day_reset)),
+                (
+                    "RateLimit",
+                    f'"minute";r={minute_left};t={max(1, int(minute_reset - now))}, "day";r={day_left};t={max(1, int(day_reset - now))}',
+                ),
+                ("X-Request-Id", rid),
+            )
+        )
         response = web.Response(body=body, headers=h)
         if not access_log:
             return response
         if not pending:
             asyncio.get_running_loop().call_later(0.05, flush)
-        pending.append(orjson.dumps({
-            "ts": now, "level": "info", "service": "floor", "logger": "tickerwire.access", "msg": f"GET {request.path} 200",
-            "request_id": rid, "method": "GET", "route": request.path, "status": 200,
-            "duration_ms": int((time.perf_counter() - started) * 100_000 + 0.5) / 100, "workspace_id": workspace,
-        }) + b"\n")
+        pending.append(
+            orjson.dumps(
+                {
+                    "ts": now,
+                    "level": "info",
+                    "service": "floor",
+                    "logger": "tickerwire.access",
+                    "msg": f"GET {request.path} 200",
+                    "request_id": rid,
+                    "method": "GET",
+                    "route": request.path,
+                    "status": 200,
+                    "duration_ms": int((time.perf_counter() - started) * 100_000 + 0.5) / 100,
+                    "workspace_id": workspace,
+                }
+            )
+            + b"\n"
+        )
         return response
 
     return any_get_app(handler)

@@ -35,12 +35,29 @@ from .common import Context, Result, percentile
 
 NAME = "changes"
 
-LOCALES = ("en-US", "es-ES", "fr-FR", "de-DE", "pt-BR", "it-IT", "ru-RU", "tr-TR", "ar-SA", "ja-JP", "ko-KR", "zh-CN", "id-ID", "nl-NL")
+LOCALES = (
+    "en-US",
+    "es-ES",
+    "fr-FR",
+    "de-DE",
+    "pt-BR",
+    "it-IT",
+    "ru-RU",
+    "tr-TR",
+    "ar-SA",
+    "ja-JP",
+    "ko-KR",
+    "zh-CN",
+    "id-ID",
+    "nl-NL",
+)
 PARTITIONS = 4
 TOPIC = "bench.posts.v1"
-LEAN = ('{"id":%d,"slug":"post-%d-%s","published_at":"2026-01-05T14:30:00.000Z","lang":"%s","canonical_url":"https://news.example/%s/post-%d",'
-        '"title":"Spot bitcoin ETFs log record inflows as the market turns","lede":"US spot bitcoin ETFs took in a record amount on Monday as BTC neared its high.",'
-        '"cover_image_url":"https://img.example/posts/%d/cover.jpg","categories":[{"slug":"bitcoin-etfs","name":"Bitcoin ETFs"}],"importance":82,"sentiment":"BULLISH"}')
+LEAN = (
+    '{"id":%d,"slug":"post-%d-%s","published_at":"2026-01-05T14:30:00.000Z","lang":"%s","canonical_url":"https://news.example/%s/post-%d",'
+    '"title":"Spot bitcoin ETFs log record inflows as the market turns","lede":"US spot bitcoin ETFs took in a record amount on Monday as BTC neared its high.",'
+    '"cover_image_url":"https://img.example/posts/%d/cover.jpg","categories":[{"slug":"bitcoin-etfs","name":"Bitcoin ETFs"}],"importance":82,"sentiment":"BULLISH"}'
+)
 
 
 def size(smoke: bool) -> int:
@@ -62,8 +79,10 @@ async def rows(count: int, frontier: dict[int, int]) -> AsyncIterator[bytes]:
         for n, lang in enumerate(langs):
             offset = first if n < later else first + rng.randint(4, 60)
             lean = LEAN % (post_id, post_id, lang.lower(), lang, lang, post_id, post_id)
-            chunk.append(f"{post_id}\t{lang}\tp-{post_id}-{lang}\t2026-01-05 14:30:00+00\t50\tNEUTRAL\tt\t{{}}\t{{BTC}}\t{{}}\t\t"
-                         f"{lean}\t{lean}\t{partition}\t{offset}\n")
+            chunk.append(
+                f"{post_id}\t{lang}\tp-{post_id}-{lang}\t2026-01-05 14:30:00+00\t50\tNEUTRAL\tt\t{{}}\t{{BTC}}\t{{}}\t\t"
+                f"{lean}\t{lean}\t{partition}\t{offset}\n"
+            )
             frontier[partition] = max(frontier[partition], offset + 1)
         made += len(langs)
         if len(chunk) >= 20_000:
@@ -74,25 +93,48 @@ async def rows(count: int, frontier: dict[int, int]) -> AsyncIterator[bytes]:
 
 
 async def load(conn: asyncpg.Connection, count: int) -> dict[int, int]:
-    indexes = await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'rm' AND tablename = 'post_translations' AND indexname NOT LIKE '%pkey'")
+    indexes = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'rm' AND tablename = 'post_translations' AND indexname NOT LIKE '%pkey'"
+    )
     for r in indexes:
         await conn.execute(f'DROP INDEX rm."{r["indexname"]}"')
     frontier: dict[int, int] = {}
     await conn.copy_to_table(
-        "post_translations", schema_name="rm", source=rows(count, frontier),
-        columns=["post_id", "lang", "slug", "published_at", "importance", "sentiment", "visible", "category_slugs", "tickers",
-                 "hashtags", "tsv", "lean", "detail", "announced_partition", "announced_offset"],
+        "post_translations",
+        schema_name="rm",
+        source=rows(count, frontier),
+        columns=[
+            "post_id",
+            "lang",
+            "slug",
+            "published_at",
+            "importance",
+            "sentiment",
+            "visible",
+            "category_slugs",
+            "tickers",
+            "hashtags",
+            "tsv",
+            "lean",
+            "detail",
+            "announced_partition",
+            "announced_offset",
+        ],
     )
     await conn.execute("SET maintenance_work_mem = '256MB'")
     for r in indexes:
         await conn.execute(r["indexdef"])
-    await conn.executemany("INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, $3)",
-                           [(TOPIC, p, o) for p, o in frontier.items()])
+    await conn.executemany(
+        "INSERT INTO positions (topic, partition, next_offset) VALUES ($1, $2, $3)",
+        [(TOPIC, p, o) for p, o in frontier.items()],
+    )
     await conn.execute("VACUUM ANALYZE rm.post_translations")
     return frontier
 
 
-async def timed_pages(conn: asyncpg.Connection, cursors_: list[dict[int, cursors.Mark]], langs: list[str]) -> list[float]:
+async def timed_pages(
+    conn: asyncpg.Connection, cursors_: list[dict[int, cursors.Mark]], langs: list[str]
+) -> list[float]:
     out = []
     for marks in cursors_:
         started = time.perf_counter()
@@ -102,7 +144,9 @@ async def timed_pages(conn: asyncpg.Connection, cursors_: list[dict[int, cursors
     return out
 
 
-async def replay(conn: asyncpg.Connection, start: dict[int, cursors.Mark], upto: dict[int, cursors.Mark]) -> tuple[float, int]:
+async def replay(
+    conn: asyncpg.Connection, start: dict[int, cursors.Mark], upto: dict[int, cursors.Mark]
+) -> tuple[float, int]:
     """A stream resume's reads: pages of 1,000 up to ``upto``; (ms, announcements read)."""
     marks, read = dict(start), 0
     started = time.perf_counter()
@@ -122,43 +166,80 @@ async def run(ctx: Context) -> Result:
     label = f"{count / 1e6:.1f}M" if count >= 1_000_000 else f"{count // 1000}k"
     rng = random.Random("bench/changes/cursors")
     queries = s.pick(20, 300)
-    every = {q: result.metric(f"/changes page, every locale, p{q} @ {label} rows", "ms", higher_is_better=False) for q in (50, 99)}
-    one = {q: result.metric(f"/changes page, lang=de-DE, p{q} @ {label} rows", "ms", higher_is_better=False) for q in (50, 99)}
-    head = {q: result.metric(f"/changes page near the head, p{q} @ {label} rows", "ms", higher_is_better=False) for q in (50, 99)}
+    every = {
+        q: result.metric(f"/changes page, every locale, p{q} @ {label} rows", "ms", higher_is_better=False)
+        for q in (50, 99)
+    }
+    one = {
+        q: result.metric(f"/changes page, lang=de-DE, p{q} @ {label} rows", "ms", higher_is_better=False)
+        for q in (50, 99)
+    }
+    head = {
+        q: result.metric(f"/changes page near the head, p{q} @ {label} rows", "ms", higher_is_better=False)
+        for q in (50, 99)
+    }
     for metric in (every[99], one[99], head[99]):
         metric.target = "< 10 ms"
         metric.check = lambda p, r: p < 10
-    replayed = result.metric(f"replay of 10,000 announcements (read model) @ {label} rows", "ms", higher_is_better=False,
-                             target="< 2000 ms")
+    replayed = result.metric(
+        f"replay of 10,000 announcements (read model) @ {label} rows", "ms", higher_is_better=False, target="< 2000 ms"
+    )
     replayed.check = lambda p, r: p < 2000
     async with ctx.read_model() as conn:
         started = time.perf_counter()
         frontier = await load(conn, count)
         total = await conn.fetchval("SELECT count(*) FROM post_translations")
-        result.notes.append(f"{label}: {total:,} rows over {len(LOCALES)} locales and {PARTITIONS} partitions (frontier "
-                            f"{dict(sorted(frontier.items()))}); loaded and indexed in {time.perf_counter() - started:.0f} s; "
-                            f"{queries} pages per run and kind; statement: services/readmodel/cursors.py read_changes")
+        result.notes.append(
+            f"{label}: {total:,} rows over {len(LOCALES)} locales and {PARTITIONS} partitions (frontier "
+            f"{dict(sorted(frontier.items()))}); loaded and indexed in {time.perf_counter() - started:.0f} s; "
+            f"{queries} pages per run and kind; statement: services/readmodel/cursors.py read_changes"
+        )
         anywhere = [{p: (rng.randrange(end), "") for p, end in frontier.items()} for _ in range(queries)]
         near = [{p: (max(0, end - rng.randint(1, 30)), "") for p, end in frontier.items()} for _ in range(queries)]
         await timed_pages(conn, anywhere[:20], list(LOCALES))  # warm the cache once
         # 10,000 announcements in every locale: 2,500 after a random point of each partition.
         starts = [{p: (rng.randrange(end // 2), "") for p, end in frontier.items()} for _ in range(s.pick(1, 5))]
-        ends = [{p: (await conn.fetchval(
-            "SELECT announced_offset FROM post_translations WHERE visible AND announced_partition = $1 AND announced_offset >= $2 "
-            'ORDER BY announced_offset, lang COLLATE "C" OFFSET 2499 LIMIT 1', p, m[0]) or 0, "~") for p, m in start.items()}
-            for start in starts]
+        ends = [
+            {
+                p: (
+                    await conn.fetchval(
+                        "SELECT announced_offset FROM post_translations WHERE visible AND announced_partition = $1 AND announced_offset >= $2 "
+                        'ORDER BY announced_offset, lang COLLATE "C" OFFSET 2499 LIMIT 1',
+                        p,
+                        m[0],
+                    )
+                    or 0,
+                    "~",
+                )
+                for p, m in start.items()
+            }
+            for start in starts
+        ]
         for run_number in range(s.runs):
-            for metrics, sample, langs in ((every, anywhere, list(LOCALES)), (one, anywhere, ["de-DE"]), (head, near, list(LOCALES))):
+            for metrics, sample, langs in (
+                (every, anywhere, list(LOCALES)),
+                (one, anywhere, ["de-DE"]),
+                (head, near, list(LOCALES)),
+            ):
                 lat = await timed_pages(conn, sample, langs)
                 for q in (50, 99):
                     metrics[q].product.append(percentile(lat, q))
             runs = [await replay(conn, start, end) for start, end in zip(starts, ends)]
             replayed.product.append(max(ms for ms, _ in runs))
             if run_number == 0:
-                result.notes.append(f"replay, first run: {', '.join(f'{n:,} announcements in {ms:.0f} ms' for ms, n in runs)}")
-        for name, sql, langs in (("every locale", cursors.CHANGES_SQL, [lang.lower() for lang in LOCALES]),
-                                 ("one locale", cursors.CHANGES_BY_LOCALE_SQL, ["de-de"])):
-            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, [0], [0], [""], [None], [None], langs, None, None, 21, TOPIC, False))
+                result.notes.append(
+                    f"replay, first run: {', '.join(f'{n:,} announcements in {ms:.0f} ms' for ms, n in runs)}"
+                )
+        for name, sql, langs in (
+            ("every locale", cursors.CHANGES_SQL, [lang.lower() for lang in LOCALES]),
+            ("one locale", cursors.CHANGES_BY_LOCALE_SQL, ["de-de"]),
+        ):
+            plan = "\n".join(
+                r[0]
+                for r in await conn.fetch(
+                    "EXPLAIN " + sql, [0], [0], [""], [None], [None], langs, None, None, 21, TOPIC, False
+                )
+            )
             used = sorted({w for w in plan.split() if w.startswith("post_translations_announced")})
             result.notes.append(f"plan of a page in {name} reads {', '.join(used) or 'no announcement index'}")
         result.notes.append(f"server {await conn.fetchval('SHOW server_version')}")

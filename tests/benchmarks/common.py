@@ -21,21 +21,21 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import asyncpg
 
-from tickerwire.schemas.models import PostStatus
+from tests.support.stack import ServiceStack, wait_http
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
+from tickerwire.schemas.models import PostStatus
 from tickerwire.services.readmodel.migrate import migrate
-from tests.support.stack import ServiceStack, wait_http
 
 log = logging.getLogger("bench")
 
@@ -176,7 +176,9 @@ async def output_within(proc: asyncio.subprocess.Process, seconds: float, what: 
         raise RuntimeError(f"{what} did not finish within {seconds:g} s") from None
 
 
-async def alternate(runs: int, product: Callable[[int], Awaitable[None]], baseline: Callable[[int], Awaitable[None]]) -> None:
+async def alternate(
+    runs: int, product: Callable[[int], Awaitable[None]], baseline: Callable[[int], Awaitable[None]]
+) -> None:
     """Run product, baseline, product, baseline... ``runs`` times each (each call records its own metrics)."""
     for i in range(runs):
         await product(i)
@@ -399,7 +401,9 @@ async def open_loop_process(url: str, headers: dict[str, str], rate: float, seco
     cmd = [sys.executable, "-m", "tests.benchmarks.openloop", url, "--rate", f"{rate:.1f}", "--seconds", f"{seconds:g}"]
     for name, value in headers.items():
         cmd += ["--header", f"{name}: {value}"]
-    proc = await asyncio.create_subprocess_exec(*cmd, cwd=REPO, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, cwd=REPO, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+    )
     out = await output_within(proc, seconds + 120, f"the open-loop generator's {seconds:g} s run")
     if proc.returncode != 0:
         raise RuntimeError(f"open-loop generator exited {proc.returncode}")
@@ -414,7 +418,10 @@ async def pg_settings(dsn: str) -> dict[str, str]:
 
     conn = await asyncpg.connect(dsn)
     try:
-        return {name: await conn.fetchval(f"SHOW {name}") for name in ("fsync", "synchronous_commit", "full_page_writes", "server_version")}
+        return {
+            name: await conn.fetchval(f"SHOW {name}")
+            for name in ("fsync", "synchronous_commit", "full_page_writes", "server_version")
+        }
     finally:
         await conn.close()
 
@@ -427,9 +434,11 @@ async def db_transactions(dsn: str) -> int:
     try:
         await asyncio.sleep(1.2)  # backends flush their pending statistics at most every second
         await conn.execute("SELECT pg_stat_clear_snapshot()")
-        return int(await conn.fetchval(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-        ))
+        return int(
+            await conn.fetchval(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            )
+        )
     finally:
         await conn.close()
 
@@ -454,7 +463,13 @@ def posts(first_id: int, count: int, locales: tuple[str, ...] = THREE_LOCALES, s
     for i in range(count):
         at = now + timedelta(microseconds=i)
         event = dataset.build_post(
-            rng, post_id=first_id + i, status=PostStatus.published, published_at=at, emitted_at=at, locales=locales, pool=pool
+            rng,
+            post_id=first_id + i,
+            status=PostStatus.published,
+            published_at=at,
+            emitted_at=at,
+            locales=locales,
+            pool=pool,
         )
         assert len(event.data.translations) == len(locales)
         out.append(event)

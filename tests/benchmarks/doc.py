@@ -21,9 +21,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: The header lines that describe a run.
-RUN_LINES = ("- Date:", "- Commit:", "- Machine:", "- Load average at start:", "- PostgreSQL:", "- Mode:", "- Load average at end:")
-TABLE_HEADER = ["| benchmark | metric | unit | product median (min..max) | baseline median (min..max) | ratio | target | met |",
-                "|---|---|---|---|---|---|---|---|"]
+RUN_LINES = (
+    "- Date:",
+    "- Commit:",
+    "- Machine:",
+    "- Load average at start:",
+    "- PostgreSQL:",
+    "- Mode:",
+    "- Load average at end:",
+)
+TABLE_HEADER = [
+    "| benchmark | metric | unit | product median (min..max) | baseline median (min..max) | ratio | target | met |",
+    "|---|---|---|---|---|---|---|---|",
+]
 NOTES = "## Notes per benchmark"
 CARRIED = "## Earlier runs, carried over (benchmarks not run in this invocation)"
 _LEGACY = "## Earlier run, carried over"
@@ -40,7 +50,9 @@ class Block:
     notes: list[str] = field(default_factory=list)
 
     def date(self) -> str:
-        return next((line.split(":", 1)[1].strip() for line in self.run if line.startswith("- Date:")), "an unrecorded date")
+        return next(
+            (line.split(":", 1)[1].strip() for line in self.run if line.startswith("- Date:")), "an unrecorded date"
+        )
 
 
 def _benchmark(row: str) -> str:
@@ -88,11 +100,17 @@ def blocks(document: str) -> dict[str, Block]:
                 at_table = next((i for i, line in enumerate(body) if line.startswith("| ")), len(body))
                 found[name] = Block(
                     run=[line for line in body[:at_table] if line.startswith("- ")],
-                    rows=[line for line in body if line.startswith("| ") and not line.startswith(("| benchmark |", "|---"))],
+                    rows=[
+                        line
+                        for line in body
+                        if line.startswith("| ") and not line.startswith(("| benchmark |", "|---"))
+                    ],
                     notes=[line for line in body[at_table:] if line.startswith("- ")],
                 )
         elif heading.startswith(_LEGACY):
-            for row in (line for line in lines if line.startswith("| ") and not line.startswith(("| benchmark |", "|---"))):
+            for row in (
+                line for line in lines if line.startswith("| ") and not line.startswith(("| benchmark |", "|---"))
+            ):
                 found.setdefault(_benchmark(row), Block(run=[_UNKNOWN])).rows.append(row)
     return found
 

@@ -14,11 +14,10 @@ import time
 import aiohttp
 import orjson
 
+from tests.support.stack import BASE
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
-
-from tests.support.stack import BASE
 
 from .common import Context, Deadline, Result, RssSampler, catalog, percentile, posts, provision_wide_open
 from .projector import posts_end
@@ -26,7 +25,9 @@ from .projector import posts_end
 NAME = "freshness"
 
 
-async def product_run(stack, api_url: str, ws_url: str, key: str, producer, topic: str, first_id: int, count: int) -> tuple[list[float], list[float]]:
+async def product_run(
+    stack, api_url: str, ws_url: str, key: str, producer, topic: str, first_id: int, count: int
+) -> tuple[list[float], list[float]]:
     headers = {"Authorization": f"Bearer {key}"}
     visible: list[float] = []
     streamed: list[float] = []
@@ -89,9 +90,15 @@ async def run(ctx: Context) -> Result:
     count = s.pick(5, 40)
     result.notes.append(f"{count} posts per run, one at a time; baseline = produce -> raw aiokafka consumer")
     metrics = {
-        (kind, q): result.metric(f"produce -> {kind} p{q}", "ms", higher_is_better=False,
-                                 target="< 150 ms" if q == 99 else "", check=(lambda p, r: p < 150) if q == 99 else None)
-        for kind in ("GET /posts", "stream") for q in (50, 99)
+        (kind, q): result.metric(
+            f"produce -> {kind} p{q}",
+            "ms",
+            higher_is_better=False,
+            target="< 150 ms" if q == 99 else "",
+            check=(lambda p, r: p < 150) if q == 99 else None,
+        )
+        for kind in ("GET /posts", "stream")
+        for q in (50, 99)
     }
     next_id = 1
     async with ctx.stack() as stack:

@@ -24,7 +24,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.readmodel.migrate import migrate
 
-from .common import log, Context, Deadline, Result, RssSampler, catalog, percentile, posts
+from .common import Context, Deadline, Result, RssSampler, catalog, log, percentile, posts
 
 NAME = "projector"
 
@@ -42,18 +42,67 @@ BEGIN
 END $$;
 CREATE TRIGGER copy_tsv BEFORE INSERT ON copy_translations FOR EACH ROW EXECUTE FUNCTION copy_tsv();
 """
-TR_COLUMNS = ["post_id", "lang", "slug", "published_at", "importance", "sentiment", "visible", "category_slugs", "tickers",
-              "hashtags", "lean", "detail", "announced_partition", "announced_offset", "ts_config", "title", "lede", "body"]
+TR_COLUMNS = [
+    "post_id",
+    "lang",
+    "slug",
+    "published_at",
+    "importance",
+    "sentiment",
+    "visible",
+    "category_slugs",
+    "tickers",
+    "hashtags",
+    "lean",
+    "detail",
+    "announced_partition",
+    "announced_offset",
+    "ts_config",
+    "title",
+    "lede",
+    "body",
+]
 
 
 def copy_rows(events, taxonomy: Taxonomy) -> tuple[list[tuple], list[tuple]]:
     post_rows, tr_rows = [], []
     for offset, event in enumerate(events):
         p = event.data
-        post_rows.append((p.id, event.version, p.status.value, p.published_at, p.sentiment.value, p.importance, list(p.tickers), p.model_dump_json()))
+        post_rows.append(
+            (
+                p.id,
+                event.version,
+                p.status.value,
+                p.published_at,
+                p.sentiment.value,
+                p.importance,
+                list(p.tickers),
+                p.model_dump_json(),
+            )
+        )
         for r in translation_rows(p, taxonomy):
-            tr_rows.append((r.post_id, r.lang, r.slug, r.published_at, r.importance, r.sentiment, r.visible, list(r.category_slugs),
-                            list(r.tickers), list(r.hashtags), r.lean, r.detail, 0, offset, r.ts_config, r.title, r.lede, r.body))
+            tr_rows.append(
+                (
+                    r.post_id,
+                    r.lang,
+                    r.slug,
+                    r.published_at,
+                    r.importance,
+                    r.sentiment,
+                    r.visible,
+                    list(r.category_slugs),
+                    list(r.tickers),
+                    list(r.hashtags),
+                    r.lean,
+                    r.detail,
+                    0,
+                    offset,
+                    r.ts_config,
+                    r.title,
+                    r.lede,
+                    r.body,
+                )
+            )
     return post_rows, tr_rows
 
 
@@ -88,8 +137,12 @@ async def product_throughput(ctx: Context, stack, total: int, rss: RssSampler) -
     # broker (Tansu) holds a fetch open for up to that wait even when records are there (Apache
     # Kafka answers as soon as fetch.min.bytes is met), so the default 50 ms would charge the
     # broker's wait to the projector and not to the baseline.
-    service = await stack.start("projector", TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_PROJECTOR_GROUP=f"bench-{uuid.uuid4().hex[:8]}",
-                                TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS=str(LATENCY_FETCH_WAIT_MS))
+    service = await stack.start(
+        "projector",
+        TICKERWIRE_DATABASE_URL=dsn,
+        TICKERWIRE_PROJECTOR_GROUP=f"bench-{uuid.uuid4().hex[:8]}",
+        TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS=str(LATENCY_FETCH_WAIT_MS),
+    )
     rss.watch("projector", service.proc.pid)
     first_seen = first_t = None
     deadline = Deadline(120 + total / 20, f"projecting {total:,} events")
@@ -136,7 +189,9 @@ async def raw_copy(conn: asyncpg.Connection, post_rows, tr_rows) -> float:
     return len(post_rows) / (time.perf_counter() - started)
 
 
-async def steady_latency(stack, conn: asyncpg.Connection | None, first_id: int, seconds: float, rate: float = 100.0) -> list[float]:
+async def steady_latency(
+    stack, conn: asyncpg.Connection | None, first_id: int, seconds: float, rate: float = 100.0
+) -> list[float]:
     """Publish posts at ``rate``/s; latency to the committed row (conn given) or to a raw consumer (conn None)."""
     events = posts(first_id, int(seconds * rate))
     sent: dict[int, float] = {}
@@ -156,7 +211,9 @@ async def steady_latency(stack, conn: asyncpg.Connection | None, first_id: int, 
             await asyncio.sleep(0.002)
 
     async def watch_log() -> None:
-        consumer = kafka.consumer(stack.config, group_id=None, client_id="bench-tail", fetch_max_wait_ms=LATENCY_FETCH_WAIT_MS)
+        consumer = kafka.consumer(
+            stack.config, group_id=None, client_id="bench-tail", fetch_max_wait_ms=LATENCY_FETCH_WAIT_MS
+        )
         await consumer.start()
         try:
             consumer.assign(list(ends))
@@ -195,15 +252,28 @@ async def run(ctx: Context) -> Result:
     s = ctx.settings
     result = Result(NAME)
     total = s.pick(400, 10_000)
-    result.notes.append(f"projector and raw-consumer baseline both poll with fetch_max_wait_ms {LATENCY_FETCH_WAIT_MS} "
-                        "(Tansu holds a fetch open up to that wait even with records waiting; Apache Kafka does not)")
-    result.notes.append(f"{total} post events x 3 locales; ceiling = min(raw aiokafka consume-and-discard, raw COPY into an equivalent table)")
-    result.notes.append("the projector's sessions commit with synchronous_commit = off (docs/api.md, \"Durability of the read model\"); "
-                        "the raw COPY ceiling commits with the server's setting")
-    throughput = result.metric("events/s (topic -> committed rows)", "events/s", target=">= 0.5x ceiling", check=lambda p, r: r is not None and r >= 0.5)
+    result.notes.append(
+        f"projector and raw-consumer baseline both poll with fetch_max_wait_ms {LATENCY_FETCH_WAIT_MS} "
+        "(Tansu holds a fetch open up to that wait even with records waiting; Apache Kafka does not)"
+    )
+    result.notes.append(
+        f"{total} post events x 3 locales; ceiling = min(raw aiokafka consume-and-discard, raw COPY into an equivalent table)"
+    )
+    result.notes.append(
+        'the projector\'s sessions commit with synchronous_commit = off (docs/api.md, "Durability of the read model"); '
+        "the raw COPY ceiling commits with the server's setting"
+    )
+    throughput = result.metric(
+        "events/s (topic -> committed rows)",
+        "events/s",
+        target=">= 0.5x ceiling",
+        check=lambda p, r: r is not None and r >= 0.5,
+    )
     consume = result.metric("raw consume-and-discard (ceiling part)", "events/s")
     copy = result.metric("raw COPY of the same rows (ceiling part)", "events/s")
-    latency = result.metric("event-to-row p99 @ 100 ev/s", "ms", higher_is_better=False, target="< 100 ms", check=lambda p, r: p < 100)
+    latency = result.metric(
+        "event-to-row p99 @ 100 ev/s", "ms", higher_is_better=False, target="< 100 ms", check=lambda p, r: p < 100
+    )
     latency50 = result.metric("event-to-row p50 @ 100 ev/s", "ms", higher_is_better=False)
     events = posts(1, total)
     cat = catalog(tokens=0)
@@ -223,7 +293,9 @@ async def run(ctx: Context) -> Result:
                         # The log's end now, after every earlier round's steady events: the
                         # latency phase must start with the projector caught up, not draining.
                         ends = await posts_end(ctx, stack)
-                        rate, (service, conn, db), _topic = await product_throughput(ctx, stack, sum(ends.values()), rss)
+                        rate, (service, conn, db), _topic = await product_throughput(
+                            ctx, stack, sum(ends.values()), rss
+                        )
                         throughput.product.append(rate)
                         log.info("projector: %.0f events/s; steady latency next", rate)
                         try:

@@ -29,8 +29,18 @@ import time
 from tests.support.stack import BASE
 
 from .common import (
-    Context, LoadResult, Result, RssSampler, baseline_process, catalog, closed_loop, open_loop_process, posts, probe,
-    provision_wide_open, require_wrk,
+    Context,
+    LoadResult,
+    Result,
+    RssSampler,
+    baseline_process,
+    catalog,
+    closed_loop,
+    open_loop_process,
+    posts,
+    probe,
+    provision_wide_open,
+    require_wrk,
 )
 
 NAME = "read_api"
@@ -57,7 +67,9 @@ def wrk_peak(url: str, key: str | None, seconds: float, connections: int = 32) -
     started = time.perf_counter()
     proc = subprocess.Popen(
         ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", lua.name, url],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -68,14 +80,18 @@ def wrk_peak(url: str, key: str | None, seconds: float, connections: int = 32) -
         raise RuntimeError(f"wrk output not understood:\n{out}")
     requests = int(float(m.group(1)) * seconds)
     non2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", out)
-    return LoadResult(requests, int(non2xx.group(1)) if non2xx else 0, seconds, [], (usage.ru_utime + usage.ru_stime) * seconds / wall)
+    return LoadResult(
+        requests, int(non2xx.group(1)) if non2xx else 0, seconds, [], (usage.ru_utime + usage.ru_stime) * seconds / wall
+    )
 
 
 async def peak(ctx: Context, url: str, key: str | None, use_wrk: bool) -> LoadResult:
     s = ctx.settings
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     seconds = s.pick(1.0, 3.0)
-    return wrk_peak(url, key, seconds) if use_wrk else await closed_loop(url, headers, seconds, connections=s.pick(8, 32))
+    return (
+        wrk_peak(url, key, seconds) if use_wrk else await closed_loop(url, headers, seconds, connections=s.pick(8, 32))
+    )
 
 
 async def at_rate(ctx: Context, url: str, key: str | None, rate: float) -> dict:
@@ -107,12 +123,26 @@ async def run(ctx: Context) -> Result:
             for label, path in endpoints(events[-1].data.id, word):
                 url = api.url + BASE + path
                 status, body, missing, sent_headers = await probe(url, headers)
-                throughput = result.metric(f"{label} throughput", "req/s", target=f">= {TARGET_RATIO[label]}x baseline" if label in TARGET_RATIO else "",
-                                           check=(lambda p, r, t=TARGET_RATIO.get(label): r is not None and r >= t) if label in TARGET_RATIO else None)
+                throughput = result.metric(
+                    f"{label} throughput",
+                    "req/s",
+                    target=f">= {TARGET_RATIO[label]}x baseline" if label in TARGET_RATIO else "",
+                    check=(lambda p, r, t=TARGET_RATIO.get(label): r is not None and r >= t)
+                    if label in TARGET_RATIO
+                    else None,
+                )
                 p50 = result.metric(f"{label} p50 @ half peak", "ms", higher_is_better=False)
-                p99 = result.metric(f"{label} p99 @ half peak", "ms", higher_is_better=False, target="< 10 ms", check=lambda p, r: p < 10)
+                p99 = result.metric(
+                    f"{label} p99 @ half peak",
+                    "ms",
+                    higher_is_better=False,
+                    target="< 10 ms",
+                    check=lambda p, r: p < 10,
+                )
                 floors = {
-                    log: result.metric(f"{label} floor throughput, {'headers and log line' if log else 'headers only'}", "req/s")
+                    log: result.metric(
+                        f"{label} floor throughput, {'headers and log line' if log else 'headers only'}", "req/s"
+                    )
                     for log in (False, True)
                 }
                 if missing:
@@ -123,9 +153,11 @@ async def run(ctx: Context) -> Result:
                 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as hh:
                     json.dump(sent_headers, hh)
                 floor_args = ("--body", fh.name, "--headers", hh.name, "--key", key)
-                async with (baseline_process("http", "--body", fh.name) as (_, base_url),
-                            baseline_process("floor", *floor_args, "--no-access-log") as (_, bare_floor_url),
-                            baseline_process("floor", *floor_args) as (_, floor_url)):
+                async with (
+                    baseline_process("http", "--body", fh.name) as (_, base_url),
+                    baseline_process("floor", *floor_args, "--no-access-log") as (_, bare_floor_url),
+                    baseline_process("floor", *floor_args) as (_, floor_url),
+                ):
                     notes = []
                     base_target = base_url + BASE + path
                     for _ in range(ctx.settings.runs):
@@ -139,7 +171,9 @@ async def run(ctx: Context) -> Result:
                         throughput.product.append((mine.requests - mine.errors) / mine.seconds)
                         throughput.baseline.append((bare.requests - bare.errors) / bare.seconds)
                         if mine.errors or bare.errors:
-                            notes.append(f"non-200 answers at peak: product {mine.errors}, baseline {bare.errors} (not counted)")
+                            notes.append(
+                                f"non-200 answers at peak: product {mine.errors}, baseline {bare.errors} (not counted)"
+                            )
                         rate = max(1.0, mine.rps / 2)
                         for side, target_url, k in (("product", url, key), ("baseline", base_target, None)):
                             run_ = await at_rate(ctx, target_url, k, rate)
@@ -153,10 +187,14 @@ async def run(ctx: Context) -> Result:
                                 f"generator cpu {run_['cpu_share']:.2f}"
                             )
                         notes.append(f"peak generator cpu: product {mine.cpu_share:.2f}, baseline {bare.cpu_share:.2f}")
-                    throughput.note = f"{len(body)} B body" + "".join(f"; {n}" for n in notes if n.startswith("non-200"))
-                    floors[False].note = ("product column: bare aiohttp plus only the headers every counted 200 carries "
-                                          "(tests/benchmarks/baselines.py, floor --no-access-log), the most any "
-                                          "implementation on aiohttp could reach; baseline column: bare aiohttp")
+                    throughput.note = f"{len(body)} B body" + "".join(
+                        f"; {n}" for n in notes if n.startswith("non-200")
+                    )
+                    floors[False].note = (
+                        "product column: bare aiohttp plus only the headers every counted 200 carries "
+                        "(tests/benchmarks/baselines.py, floor --no-access-log), the most any "
+                        "implementation on aiohttp could reach; baseline column: bare aiohttp"
+                    )
                     floors[True].note = "the same plus one access-log line per request (baselines.py, floor)"
                     p99.note = "; ".join(notes[-3:])
                     for m in (p50, p99):

@@ -22,14 +22,13 @@ from typing import Iterator
 
 import asyncpg
 
-from tickerwire.schemas.models import PostStatus
 from tickerwire.devstack.demo import dataset
+from tickerwire.schemas.models import PostStatus
 from tickerwire.services.projector.rebuild import replay_into
 
 from .common import Context, Deadline, Result, catalog, log
 
 NAME = "rebuild"
-
 
 
 def posts(count: int) -> Iterator:
@@ -38,8 +37,15 @@ def posts(count: int) -> Iterator:
     pool = dataset.ticker_pool(7)
     now = datetime.now(timezone.utc)
     for i in range(count):
-        yield dataset.build_post(rng, post_id=i + 1, status=PostStatus.published, published_at=now + timedelta(microseconds=i),
-                                 emitted_at=now, locales=dataset.LISTED_LOCALES, pool=pool)
+        yield dataset.build_post(
+            rng,
+            post_id=i + 1,
+            status=PostStatus.published,
+            published_at=now + timedelta(microseconds=i),
+            emitted_at=now,
+            locales=dataset.LISTED_LOCALES,
+            pool=pool,
+        )
 
 
 #: Posts per publish call.
@@ -87,8 +93,13 @@ async def run(ctx: Context) -> Result:
     s = ctx.settings
     result = Result(NAME)
     count = post_count(s.smoke)
-    seconds = result.metric(f"rebuild of {count:,} posts over 14 locales", "s", higher_is_better=False,
-                            target=">= 5x faster than replay, equal read model", check=lambda p, r: r is not None and r >= 5)
+    seconds = result.metric(
+        f"rebuild of {count:,} posts over 14 locales",
+        "s",
+        higher_is_better=False,
+        target=">= 5x faster than replay, equal read model",
+        check=lambda p, r: r is not None and r >= 5,
+    )
     rate = result.metric("rebuild rows/s (bulk vs replay)", "rows/s")
     cat = catalog(tokens=200)
     async with ctx.stack() as stack:
@@ -107,8 +118,10 @@ async def run(ctx: Context) -> Result:
         projector = await stack.start("projector", TICKERWIRE_PROJECTOR_GROUP=f"bench-{uuid.uuid4().hex[:8]}")
         started = time.perf_counter()
         await wait_projected(stack.database_url, total, projector.proc)
-        result.notes.append(f"{total:,} records ({count:,} posts, {rows:,} translation rows over 14 locales, {len(edits):,} edits, catalog); "
-                            f"the live projector took {time.perf_counter() - started:.0f} s")
+        result.notes.append(
+            f"{total:,} records ({count:,} posts, {rows:,} translation rows over 14 locales, {len(edits):,} edits, catalog); "
+            f"the live projector took {time.perf_counter() - started:.0f} s"
+        )
         stack.stop(projector)
         digests = {}
         for _ in range(s.runs):
@@ -123,12 +136,16 @@ async def run(ctx: Context) -> Result:
                 digests[side] = await digest(stack.database_url, schema)
                 if bulk and report.bulk is not None:
                     b = report.bulk
-                    result.notes.append(f"bulk phases: reduce {b.seconds_reduce:.1f} s, load {b.seconds_load:.1f} s "
-                                        f"({b.rows:,} rows), counters+indexes+ANALYZE {b.seconds_index:.1f} s")
+                    result.notes.append(
+                        f"bulk phases: reduce {b.seconds_reduce:.1f} s, load {b.seconds_load:.1f} s "
+                        f"({b.rows:,} rows), counters+indexes+ANALYZE {b.seconds_index:.1f} s"
+                    )
         live = await digest(stack.database_url, "rm")
         equal = digests["product"] == digests["baseline"] == live
-        result.notes.append(f"read model equal (hash of posts, translations, counters, tokens, categories): "
-                            f"bulk = replay = live projector: {'yes' if equal else 'NO'}")
+        result.notes.append(
+            f"read model equal (hash of posts, translations, counters, tokens, categories): "
+            f"bulk = replay = live projector: {'yes' if equal else 'NO'}"
+        )
         if not equal:
             result.status = "error"
     return result

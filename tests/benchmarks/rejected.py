@@ -24,10 +24,19 @@ import time
 
 import aiohttp
 
-from tickerwire.services.common.http.keys import generate_key
 from tests.support.stack import BASE
+from tickerwire.services.common.http.keys import generate_key
 
-from .common import Context, Result, catalog, db_transactions, open_loop_process, output_within, posts, provision_wide_open
+from .common import (
+    Context,
+    Result,
+    catalog,
+    db_transactions,
+    open_loop_process,
+    output_within,
+    posts,
+    provision_wide_open,
+)
 
 NAME = "rejected"
 
@@ -38,9 +47,9 @@ async def _flood(url: str, keys: list[str], rate: float, seconds: float) -> list
     flood does not starve the server of the shared cores); without it (smoke mode only): one
     Python open-loop process per key. Returns reports with ``achieved_rate`` and ``held``."""
     if shutil.which("wrk") is None:
-        return await asyncio.gather(*(
-            open_loop_process(url, {"Authorization": f"Bearer {k}"}, rate / len(keys), seconds) for k in keys
-        ))
+        return await asyncio.gather(
+            *(open_loop_process(url, {"Authorization": f"Bearer {k}"}, rate / len(keys), seconds) for k in keys)
+        )
     connections = 300  # a long pause per connection (150 ms at 2,000/s), so response times hardly slow the pace
     pause_ms = 1000 * connections / rate
     headers = ", ".join(f'{{["Authorization"] = "Bearer {k}"}}' for k in keys)
@@ -54,8 +63,15 @@ async def _flood(url: str, keys: list[str], rate: float, seconds: float) -> list
         lua.write(script)
     try:
         proc = await asyncio.create_subprocess_exec(
-            "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", lua.name, url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "-s",
+            lua.name,
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         out = (await output_within(proc, seconds + 60, f"wrk's {seconds:.0f} s flood")).decode()
     finally:
@@ -88,8 +104,13 @@ async def run(ctx: Context) -> Result:
                     await resp.read()
 
         # Cost per rejected request, in database transactions.
-        cost = result.metric("db transactions per rejected request", "xact/req", higher_is_better=False,
-                             target="< 0.05", check=lambda p, r: p < 0.05)
+        cost = result.metric(
+            "db transactions per rejected request",
+            "xact/req",
+            higher_is_better=False,
+            target="< 0.05",
+            check=lambda p, r: p < 0.05,
+        )
         for _ in range(s.runs):
             t0 = await db_transactions(stack.database_url)
             started = time.perf_counter()
@@ -103,18 +124,26 @@ async def run(ctx: Context) -> Result:
             elapsed = time.perf_counter() - started
             sent = sum(r["requests"] for r in runs)
             cost.product.append(max(0.0, busy - idle_rate * elapsed) / max(sent, 1))
-            cost.note = (f"{sent} rejected requests in {elapsed:.1f} s (a new UTC minute re-admits the noisy workspace's "
-                         f"60, which count here too); background {idle_rate:.1f} xact/s subtracted; "
-                         f"generators held the rate: {all(r['held'] for r in runs)}")
+            cost.note = (
+                f"{sent} rejected requests in {elapsed:.1f} s (a new UTC minute re-admits the noisy workspace's "
+                f"60, which count here too); background {idle_rate:.1f} xact/s subtracted; "
+                f"generators held the rate: {all(r['held'] for r in runs)}"
+            )
 
         # The quiet partner, alone and under a 20x flood.
-        p99 = result.metric("quiet partner p99 under a 20x rejected flood", "ms", higher_is_better=False,
-                            target="within 2x of alone", check=lambda p, r: r is not None and r >= 0.5)
+        p99 = result.metric(
+            "quiet partner p99 under a 20x rejected flood",
+            "ms",
+            higher_is_better=False,
+            target="within 2x of alone",
+            check=lambda p, r: r is not None and r >= 0.5,
+        )
         notes = []
         for _ in range(s.runs):
             alone = await open_loop_process(url, {"Authorization": f"Bearer {quiet_key}"}, quiet_rate, seconds)
             quiet_task = asyncio.create_task(
-                open_loop_process(url, {"Authorization": f"Bearer {quiet_key}"}, quiet_rate, seconds))
+                open_loop_process(url, {"Authorization": f"Bearer {quiet_key}"}, quiet_rate, seconds)
+            )
             flood = await _flood(url, [unknown, noisy_key], 20 * quiet_rate, seconds)
             flooded = await quiet_task
             if alone["held"] and flooded["held"] and all(f["held"] for f in flood):
@@ -125,5 +154,7 @@ async def run(ctx: Context) -> Result:
                 f"flood {sum(f['achieved_rate'] for f in flood):,.0f}/s achieved of {20 * quiet_rate:,.0f}/s; "
                 f"all generators held: {alone['held'] and flooded['held'] and all(f['held'] for f in flood)}"
             )
-        p99.note = ("baseline column = the quiet partner alone; " if p99.product else "n/a (a generator did not hold its rate) ") + notes[-1]
+        p99.note = (
+            "baseline column = the quiet partner alone; " if p99.product else "n/a (a generator did not hold its rate) "
+        ) + notes[-1]
     return result

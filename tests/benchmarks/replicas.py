@@ -21,15 +21,20 @@ import time
 import aiohttp
 import asyncpg
 
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
-
 from tests.support.events import locale_ev, post_ev, token_ev
 from tests.support.replicas import replicated_cluster, replicated_stack
 from tests.support.stack import BASE, auth
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
 
 #: The mix: a listing (page-cached), a detail (page-cached once read), a search and a page after
 #: a cursor (both always read the database), and the pulse.
-PATHS = ("/posts?limit=20", "/posts/{id}", "/search?q=bitcoin&limit=10", "/posts?after={id}&limit=20", "/sentiment-pulse")
+PATHS = (
+    "/posts?limit=20",
+    "/posts/{id}",
+    "/search?q=bitcoin&limit=10",
+    "/posts?after={id}&limit=20",
+    "/sentiment-pulse",
+)
 
 
 async def committed(dsn: str) -> int:
@@ -84,9 +89,13 @@ async def main(kafka_bootstrap: str, posts: int, requests: int, concurrency: int
     print("| API reads from | 200s | seconds | primary statements | per request | replica statements | per request |")
     print("|---|---|---|---|---|---|---|")
     for label, ok, seconds, on_primary, on_replica in rows:
-        print(f"| {label} | {ok} | {seconds:.1f} | {on_primary} | {on_primary / ok:.3f} | {on_replica} | {on_replica / ok:.3f} |")
-    print(f"offload: the primary runs {rows[1][3] / rows[1][1] / (rows[0][3] / rows[0][1]):.2f}x the statements per request "
-          "with the replica that it runs without")
+        print(
+            f"| {label} | {ok} | {seconds:.1f} | {on_primary} | {on_primary / ok:.3f} | {on_replica} | {on_replica / ok:.3f} |"
+        )
+    print(
+        f"offload: the primary runs {rows[1][3] / rows[1][1] / (rows[0][3] / rows[0][1]):.2f}x the statements per request "
+        "with the replica that it runs without"
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,22 @@ from .common import Context, Result, percentile
 
 NAME = "search"
 
-LOCALES = ("en-US", "es-ES", "fr-FR", "de-DE", "pt-BR", "it-IT", "ru-RU", "tr-TR", "ar-SA", "ja-JP", "ko-KR", "zh-CN", "id-ID", "nl-NL")
+LOCALES = (
+    "en-US",
+    "es-ES",
+    "fr-FR",
+    "de-DE",
+    "pt-BR",
+    "it-IT",
+    "ru-RU",
+    "tr-TR",
+    "ar-SA",
+    "ja-JP",
+    "ko-KR",
+    "zh-CN",
+    "id-ID",
+    "nl-NL",
+)
 VOCABULARY = 20_000
 WORDS_PER_DOC = 40
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
@@ -76,7 +91,9 @@ async def rows(count: int, words: list[str], cum: list[float]) -> AsyncIterator[
         tsv = " ".join(f"{w}:{','.join(p)}" for w, p in positions.items())
         lean = '{"id":%d,"title":"%s"}' % (post_id, " ".join(doc[:8]))
         published = f"2026-01-{1 + i % 28:02d} {i % 24:02d}:{i % 60:02d}:00+00"
-        chunk.append(f"{post_id}\t{lang}\ts-{post_id}-{lang}\t{published}\t50\tNEUTRAL\tt\t{{}}\t{{}}\t{{}}\t{tsv}\t{lean}\t{lean}\n")
+        chunk.append(
+            f"{post_id}\t{lang}\ts-{post_id}-{lang}\t{published}\t50\tNEUTRAL\tt\t{{}}\t{{}}\t{{}}\t{tsv}\t{lean}\t{lean}\n"
+        )
         if len(chunk) == 20_000:
             yield "".join(chunk).encode()
             chunk = []
@@ -86,12 +103,30 @@ async def rows(count: int, words: list[str], cum: list[float]) -> AsyncIterator[
 
 async def load(conn: asyncpg.Connection, count: int, words: list[str], cum: list[float]) -> None:
     await conn.execute("SELECT ensure_search_indexes(code) FROM unnest($1::text[]) AS code", list(LOCALES))
-    indexes = await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'rm' AND tablename = 'post_translations' AND indexname NOT LIKE '%pkey'")
+    indexes = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'rm' AND tablename = 'post_translations' AND indexname NOT LIKE '%pkey'"
+    )
     for r in indexes:
         await conn.execute(f'DROP INDEX rm."{r["indexname"]}"')
     await conn.copy_to_table(
-        "post_translations", schema_name="rm", source=rows(count, words, cum),
-        columns=["post_id", "lang", "slug", "published_at", "importance", "sentiment", "visible", "category_slugs", "tickers", "hashtags", "tsv", "lean", "detail"],
+        "post_translations",
+        schema_name="rm",
+        source=rows(count, words, cum),
+        columns=[
+            "post_id",
+            "lang",
+            "slug",
+            "published_at",
+            "importance",
+            "sentiment",
+            "visible",
+            "category_slugs",
+            "tickers",
+            "hashtags",
+            "tsv",
+            "lean",
+            "detail",
+        ],
     )
     await conn.execute("SET maintenance_work_mem = '256MB'")
     for r in indexes:
@@ -151,12 +186,23 @@ async def run(ctx: Context) -> Result:
                 f"{sum(len(v) for v in queries.values())} one-word queries per run; statement: {ranked_statement('en-US', 'x')[2]}"
             )
             for cls, sample in queries.items():
-                matches = [await conn.fetchval(
-                    "SELECT count(*) FROM post_translations WHERE lang = $1 AND visible AND tsv @@ to_tsquery('simple', $2)", lang, word)
-                    for lang, word in sample[:5]]
-                result.notes.append(f"{label}: {cls} words match {min(matches):,}-{max(matches):,} rows of their locale (first 5 queries)")
-            product = {cls: [ranked_statement(lang, word)[:2] for lang, word in sample] for cls, sample in queries.items()}
-            baseline = {cls: [(UNRANKED, [lang, "simple", word]) for lang, word in sample] for cls, sample in queries.items()}
+                matches = [
+                    await conn.fetchval(
+                        "SELECT count(*) FROM post_translations WHERE lang = $1 AND visible AND tsv @@ to_tsquery('simple', $2)",
+                        lang,
+                        word,
+                    )
+                    for lang, word in sample[:5]
+                ]
+                result.notes.append(
+                    f"{label}: {cls} words match {min(matches):,}-{max(matches):,} rows of their locale (first 5 queries)"
+                )
+            product = {
+                cls: [ranked_statement(lang, word)[:2] for lang, word in sample] for cls, sample in queries.items()
+            }
+            baseline = {
+                cls: [(UNRANKED, [lang, "simple", word]) for lang, word in sample] for cls, sample in queries.items()
+            }
             for cls in CLASSES:
                 await timed(conn, product[cls][:10] + baseline[cls][:10])  # warm the cache once
             for _ in range(s.runs):
@@ -167,7 +213,10 @@ async def run(ctx: Context) -> Result:
                             getattr(metrics[cls, q], side).append(percentile(lat, q))
             plans = await conn.fetchrow(
                 "SELECT sum(custom_plans) AS custom, sum(generic_plans) AS generic FROM pg_prepared_statements "
-                "WHERE statement LIKE 'WITH fetched%'")
-            result.notes.append(f"{label}: plans of the search statements: {plans['custom']} custom, {plans['generic']} generic; "
-                                f"server {await conn.fetchval('SHOW server_version')}")
+                "WHERE statement LIKE 'WITH fetched%'"
+            )
+            result.notes.append(
+                f"{label}: plans of the search statements: {plans['custom']} custom, {plans['generic']} generic; "
+                f"server {await conn.fetchval('SHOW server_version')}"
+            )
     return result

@@ -28,14 +28,25 @@ import time
 import aiohttp
 import orjson
 
+from tests.support.stack import BASE
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.runtime.retry import backoff_delays
 
-from tests.support.stack import BASE
-
-from .common import REPO, Context, Result, RssSampler, baseline_process, catalog, percentile, posts, proc_rss_mb, provision_wide_open, raise_nofile
+from .common import (
+    REPO,
+    Context,
+    Result,
+    RssSampler,
+    baseline_process,
+    catalog,
+    percentile,
+    posts,
+    proc_rss_mb,
+    provision_wide_open,
+    raise_nofile,
+)
 
 NAME = "stream"
 
@@ -103,10 +114,25 @@ class Clients:
         self.deflated = 0  # connections with permessage-deflate, once ready
         per = [total // processes + (1 if i < total % processes else 0) for i in range(processes)]
         self.procs = [
-            subprocess.Popen([sys.executable, "-m", "tests.benchmarks.stream", "client", url, str(n), str(expect), str(timeout),
-                              str(compress)],
-                             cwd=REPO, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-            for n in per if n
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.benchmarks.stream",
+                    "client",
+                    url,
+                    str(n),
+                    str(expect),
+                    str(timeout),
+                    str(compress),
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
+            for n in per
+            if n
         ]
 
     async def _line(self, p: subprocess.Popen, what: str) -> str:
@@ -179,13 +205,17 @@ async def run(ctx: Context) -> Result:
     burst = s.pick(3, 10)
     procs = s.pick(2, 4)
     timeout = s.pick(30.0, 90.0)
-    result.notes.append("permessage-deflate: the stream runs with TICKERWIRE_STREAM_COMPRESS on; each size is measured with clients that "
-                        "do not offer it (the delivery figures against the baseline) and with clients that do (context takeover, "
-                        "aiohttp's per-connection compressor: aiohttp has no way to send one compressed frame to many connections, "
-                        "so compressing once per message and filter group is not possible with it). Bytes: the stream process's "
-                        "write calls (/proc/PID/io wchar) per delivery; CPU: its user + system time per delivery")
-    result.notes.append(f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream; "
-                        f"stream started with TICKERWIRE_MAX_CONNECTIONS={max(sizes) + CONNECTION_MARGIN}")
+    result.notes.append(
+        "permessage-deflate: the stream runs with TICKERWIRE_STREAM_COMPRESS on; each size is measured with clients that "
+        "do not offer it (the delivery figures against the baseline) and with clients that do (context takeover, "
+        "aiohttp's per-connection compressor: aiohttp has no way to send one compressed frame to many connections, "
+        "so compressing once per message and filter group is not possible with it). Bytes: the stream process's "
+        "write calls (/proc/PID/io wchar) per delivery; CPU: its user + system time per delivery"
+    )
+    result.notes.append(
+        f"burst of {burst} one-locale posts per run; {procs} client processes; product path includes log + projector + stream; "
+        f"stream started with TICKERWIRE_MAX_CONNECTIONS={max(sizes) + CONNECTION_MARGIN}"
+    )
     next_id = 1
     retried: dict[int, int] = {}
     async with ctx.stack() as stack:
@@ -195,33 +225,66 @@ async def run(ctx: Context) -> Result:
         # The partner listener's connection bound (TICKERWIRE_MAX_CONNECTIONS, 1,000 by default)
         # is a deployment setting: sized here for the largest run, as a deployment holding that
         # many clients per process would size it (the process fits its fd limit to it).
-        server = await stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(max(sizes) + CONNECTION_MARGIN), TICKERWIRE_STREAM_COMPRESS="1")
+        server = await stack.start(
+            "stream", TICKERWIRE_MAX_CONNECTIONS=str(max(sizes) + CONNECTION_MARGIN), TICKERWIRE_STREAM_COMPRESS="1"
+        )
         product_url = server.url.replace("http", "ws") + BASE + f"/stream?key={key}"
         topic = topic_name(stack.topic_prefix, POSTS)
-        async with baseline_process("broadcast") as (bproc, base_url), kafka.started_producer(stack.config, linger_ms=0) as producer:
+        async with (
+            baseline_process("broadcast") as (bproc, base_url),
+            kafka.started_producer(stack.config, linger_ms=0) as producer,
+        ):
             with RssSampler() as rss:
                 rss.watch("stream", server.proc.pid)
                 rss.watch("projector", projector.proc.pid)
                 for size in sizes:
-                    rate = result.metric(f"{size} clients deliveries/s", "msg/s", target=">= 0.7x baseline", check=lambda p, r: r is not None and r >= 0.7)
+                    rate = result.metric(
+                        f"{size} clients deliveries/s",
+                        "msg/s",
+                        target=">= 0.7x baseline",
+                        check=lambda p, r: r is not None and r >= 0.7,
+                    )
                     p50 = result.metric(f"{size} clients publish-to-receive p50", "ms", higher_is_better=False)
-                    p99 = result.metric(f"{size} clients publish-to-receive p99", "ms", higher_is_better=False,
-                                        target="< 250 ms" if size >= 5000 else "", check=(lambda p, r: p < 250) if size >= 5000 else None)
+                    p99 = result.metric(
+                        f"{size} clients publish-to-receive p99",
+                        "ms",
+                        higher_is_better=False,
+                        target="< 250 ms" if size >= 5000 else "",
+                        check=(lambda p, r: p < 250) if size >= 5000 else None,
+                    )
                     # A smoke run proves the harness with one phase, the compressed one (as many phases as before it).
                     offers = s.pick(("on",), ("off", "on"))
-                    wire = {offer: (result.metric(f"{size} clients bytes written per delivery, deflate {offer}", "B", higher_is_better=False),
-                                    result.metric(f"{size} clients stream CPU per delivery, deflate {offer}", "us", higher_is_better=False),
-                                    result.metric(f"{size} clients stream RSS per 1,000 connections, deflate {offer}", "MB", higher_is_better=False))
-                            for offer in offers}
+                    wire = {
+                        offer: (
+                            result.metric(
+                                f"{size} clients bytes written per delivery, deflate {offer}",
+                                "B",
+                                higher_is_better=False,
+                            ),
+                            result.metric(
+                                f"{size} clients stream CPU per delivery, deflate {offer}", "us", higher_is_better=False
+                            ),
+                            result.metric(
+                                f"{size} clients stream RSS per 1,000 connections, deflate {offer}",
+                                "MB",
+                                higher_is_better=False,
+                            ),
+                        )
+                        for offer in offers
+                    }
                     per_k = []
                     for _ in range(s.runs):
                         # product, without and then with permessage-deflate offered by the clients
                         for offer in offers:
                             idle = proc_rss_mb(server.proc.pid)
-                            clients = Clients(product_url, size, burst, procs, timeout, compress=15 if offer == "on" else 0)
+                            clients = Clients(
+                                product_url, size, burst, procs, timeout, compress=15 if offer == "on" else 0
+                            )
                             retried[size] = retried.get(size, 0) + await clients.ready()
                             if clients.deflated != (size if offer == "on" else 0):
-                                raise RuntimeError(f"permessage-deflate negotiated on {clients.deflated} of {size} connections (offered: {offer})")
+                                raise RuntimeError(
+                                    f"permessage-deflate negotiated on {clients.deflated} of {size} connections (offered: {offer})"
+                                )
                             await asyncio.sleep(0.5)
                             growth = (proc_rss_mb(server.proc.pid) - idle) / size * 1000
                             wire[offer][2].product.append(growth)
@@ -253,15 +316,23 @@ async def run(ctx: Context) -> Result:
                             t0 = time.monotonic()
                             async with session.post(base_url + "/publish", data=body) as resp:
                                 await resp.read()
-                        for metric, value in zip((rate, p50, p99), figures(await clients.receipts(), {i: t0 for i in ids})):
+                        for metric, value in zip(
+                            (rate, p50, p99), figures(await clients.receipts(), {i: t0 for i in ids})
+                        ):
                             metric.baseline.append(value)
                     ctx.memory.setdefault("stream RSS growth per 1,000 connections", []).extend(per_k)
-                    result.notes.append(f"{size} clients: {retried.get(size, 0):,} handshakes refused (503/429) and retried over "
-                                        f"{s.runs} run(s); one workspace's slots are granted under its lock in PostgreSQL, a process's "
-                                        "queued handshakes of that workspace together in one statement (services/stream/leases.py)")
+                    result.notes.append(
+                        f"{size} clients: {retried.get(size, 0):,} handshakes refused (503/429) and retried over "
+                        f"{s.runs} run(s); one workspace's slots are granted under its lock in PostgreSQL, a process's "
+                        "queued handshakes of that workspace together in one statement (services/stream/leases.py)"
+                    )
             ctx.record_rss(rss, "stream load: ")
     return result
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["client"]:
-    asyncio.run(client_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int((sys.argv[6:7] or ["0"])[0])))
+    asyncio.run(
+        client_main(
+            sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), int((sys.argv[6:7] or ["0"])[0])
+        )
+    )

@@ -17,11 +17,11 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import PostEvent
-from tickerwire.services.cli import admin
-from tickerwire.devstack.demo import dataset
 from tests.support.events import fresh_post_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tickerwire.devstack.demo import dataset
+from tickerwire.schemas.models import PostEvent
+from tickerwire.services.cli import admin
 from tickerwire_client import (
     AsyncClient,
     Category,
@@ -89,16 +89,22 @@ def flow_post(post_id: int, tickers: tuple[str, ...] = ("BTC",)) -> PostEvent:
 async def test_every_endpoint_returns_typed_models_equal_to_the_wire(stack: ServiceStack, key: str):
     async with AsyncClient(api_url(stack), key) as client:
         languages = await client.languages()
-        assert [x.code for x in languages.languages] == [x["code"] for x in (await raw(stack, key, "/languages"))["languages"]]
+        assert [x.code for x in languages.languages] == [
+            x["code"] for x in (await raw(stack, key, "/languages"))["languages"]
+        ]
         assert languages.default.code == "en-US" and len(languages.languages) == 14
 
         page = await client.posts(lang="de-DE", limit=5)
         wire = await raw(stack, key, "/posts", lang="de-DE", limit="5")
-        assert [p.id for p in page.posts] == [p["id"] for p in wire["posts"]] and page.next_cursor == wire["next_cursor"]
+        assert [p.id for p in page.posts] == [p["id"] for p in wire["posts"]] and page.next_cursor == wire[
+            "next_cursor"
+        ]
         assert all(p.lang == "de-DE" and isinstance(p.sentiment, Sentiment) for p in page.posts)
         assert page.meta.log_position is not None and len(page.meta.log_position.offsets) == 4  # the consistency mark
         limits = page.meta.limits
-        assert limits.rate_limit == 1_000_000 and limits.rate_remaining < 1_000_000 and limits.quota_limit == 1_000_000_000
+        assert (
+            limits.rate_limit == 1_000_000 and limits.rate_remaining < 1_000_000 and limits.quota_limit == 1_000_000_000
+        )
 
         first = page.posts[0]
         detail = await client.post(first.id, lang="de-DE")
@@ -124,7 +130,9 @@ async def test_every_endpoint_returns_typed_models_equal_to_the_wire(stack: Serv
 
         word = next(w for w in first.title.split() if len(w) >= 4)
         found = await client.search(word, lang="de-DE", limit=10)
-        assert found.posts and [p.id for p in found.posts] == [p["id"] for p in (await raw(stack, key, "/search", q=word, lang="de-DE", limit="10"))["posts"]]
+        assert found.posts and [p.id for p in found.posts] == [
+            p["id"] for p in (await raw(stack, key, "/search", q=word, lang="de-DE", limit="10"))["posts"]
+        ]
 
         bullish = await client.posts(PostFilter(sentiment=[Sentiment.BULLISH], importance_min=50), lang="de-DE")
         wire = await raw(stack, key, "/posts", sentiment="BULLISH", importance_min="50", lang="de-DE")
@@ -175,7 +183,9 @@ async def test_iteration_walks_every_page_in_both_directions(stack: ServiceStack
         word = next(w for w in (await client.posts(limit=1)).posts[0].title.split() if len(w) >= 4)
         ranked = [p.id async for p in client.iter_search(word, limit=3)]
         assert len(ranked) > 3 and len(set(ranked)) == len(ranked)
-        assert [p.id async for p in client.iter_search(word, direction="newer", after=ranked[-1], limit=3)] == list(reversed(ranked[:-1]))
+        assert [p.id async for p in client.iter_search(word, direction="newer", after=ranked[-1], limit=3)] == list(
+            reversed(ranked[:-1])
+        )
 
 
 @pytest.mark.slow
@@ -189,9 +199,13 @@ async def test_a_429_is_retried_after_retry_after_and_limits_are_exposed(stack: 
         with pytest.raises(RateLimited) as exc:  # no retries allowed: raised, with its headers
             await strict.languages()
     retry_after = exc.value.retry_after
-    assert 1 <= retry_after <= 60 and exc.value.meta.limits.rate_remaining == 0 and exc.value.meta.limits.rate_limit == 3
+    assert (
+        1 <= retry_after <= 60 and exc.value.meta.limits.rate_remaining == 0 and exc.value.meta.limits.rate_limit == 3
+    )
     # A retrying client gets the 429 too, waits its Retry-After once and succeeds in the next minute.
-    async with AsyncClient(api_url(stack), key, retry=RetryPolicy(max_attempts=3, max_total_wait=65, max_call_time=70)) as client:
+    async with AsyncClient(
+        api_url(stack), key, retry=RetryPolicy(max_attempts=3, max_total_wait=65, max_call_time=70)
+    ) as client:
         started = time.monotonic()
         result = await client.languages()
         elapsed = time.monotonic() - started
@@ -263,7 +277,9 @@ class App:
         while any(set(expected) - set(self.seen.get(lang, [])) for lang in CONSUMED):
             if self.task.done():
                 self.task.result()
-            assert time.monotonic() < deadline, {lang: sorted(set(expected) - set(self.seen.get(lang, []))) for lang in CONSUMED}
+            assert time.monotonic() < deadline, {
+                lang: sorted(set(expected) - set(self.seen.get(lang, []))) for lang in CONSUMED
+            }
             await asyncio.sleep(0.1)
 
     async def until(self, condition, timeout: float = WAIT) -> None:
@@ -277,8 +293,14 @@ def stream_options() -> dict:
     # A 2 s reorder window: these tests run beside other xdist workers on two cores, where the
     # partitions' commits can drift further apart than the default 0.5 s (then a post arrives
     # marked late, by design: tests/clients/test_client_logic.py pins the window's rules).
-    return dict(langs=list(CONSUMED), silence_timeout=3.0, backoff_base=0.2, backoff_cap=1.0, connect_timeout=2.0,
-                reorder_window=2.0)
+    return dict(
+        langs=list(CONSUMED),
+        silence_timeout=3.0,
+        backoff_base=0.2,
+        backoff_cap=1.0,
+        connect_timeout=2.0,
+        reorder_window=2.0,
+    )
 
 
 def assert_exactly_once_in_order(app: App, published: list[int]) -> None:
@@ -348,7 +370,9 @@ async def test_stream_filters_reach_the_server_and_the_gap_fill(stack: ServiceSt
             await stack.publish([flow_post(400_001), flow_post(400_002, tickers=("ETH", "SOL"))])
             await app.until_seen([400_002])
             await asyncio.sleep(1.0)
-            assert {lang: [i for i in ids if i > 400_000] for lang, ids in app.seen.items()} == {lang: [400_002] for lang in CONSUMED}
+            assert {lang: [i for i in ids if i > 400_000] for lang, ids in app.seen.items()} == {
+                lang: [400_002] for lang in CONSUMED
+            }
 
 
 async def test_a_restarted_application_resumes_from_its_cursors_without_a_gap(stack: ServiceStack, key: str):
@@ -380,7 +404,9 @@ async def test_cursors_say_what_the_application_took_not_what_was_queued(stack: 
             start = stream.cursors()
             await stack.publish([flow_post(i) for i in (600_001, 600_002, 600_003)])
             # Every post delivered to the queue (3 per consumed locale), none taken yet.
-            await asyncio.wait_for(_until(lambda: all(line.counters.delivered >= 3 for line in stream.lines.values())), WAIT)
+            await asyncio.wait_for(
+                _until(lambda: all(line.counters.delivered >= 3 for line in stream.lines.values())), WAIT
+            )
             first = await asyncio.wait_for(anext(stream), WAIT)
             assert first.post.id == 600_001
             assert stream.cursors() == {**start, first.post.lang: 600_001}
@@ -405,7 +431,9 @@ async def test_an_exhausted_daily_quota_does_not_stop_the_stream(stack: ServiceS
             assert app.sources.get("stream", 0) >= 4 and stream.stats.connects == 1  # the connection was kept
 
 
-async def test_a_gap_longer_than_a_minutes_allowance_is_filled_over_minutes_even_across_a_reconnect(stack: ServiceStack, key: str):
+async def test_a_gap_longer_than_a_minutes_allowance_is_filled_over_minutes_even_across_a_reconnect(
+    stack: ServiceStack, key: str
+):
     """The gap-fill counts against the rate limit (3 a minute here); a gap of 160 posts needs
     more pages than a minute allows (the client does not retry: each 429 defers the fill). Each deferral resumes where the fill had read to (it
     used to start over from its first cursor, so such a gap was never filled), and so does the
@@ -414,7 +442,9 @@ async def test_a_gap_longer_than_a_minutes_allowance_is_filled_over_minutes_even
     limited = await stack.provision("ws_client_gap_limited", rate_limit_per_minute=3)
     service = stack.of("stream")[0]
     newest = (await raw(stack, key, "/posts", limit="1", lang="en-US"))["posts"][0]["id"]
-    async with AsyncClient(api_url(stack), limited, stream_url=stream_base(service.port), retry=RetryPolicy(max_attempts=1)) as client:
+    async with AsyncClient(
+        api_url(stack), limited, stream_url=stream_base(service.port), retry=RetryPolicy(max_attempts=1)
+    ) as client:
         async with client.stream(**(stream_options() | {"langs": ["en-US"], "start_after": newest})) as stream:
             app = App(stream)
             await app.until(lambda: stream.stats.connects >= 1 and stream.stats.gap_fill_requests >= 1)
@@ -433,7 +463,9 @@ async def test_a_gap_longer_than_a_minutes_allowance_is_filled_over_minutes_even
             await stack.start("stream", port=service.port)
             deadline = time.monotonic() + 4 * WAIT  # a few rate-limit minutes
             while set(gap + [800_200]) - set(app.seen.get("en-US", [])):
-                assert time.monotonic() < deadline and not app.task.done(), sorted(set(gap) - set(app.seen.get("en-US", [])))[:5]
+                assert time.monotonic() < deadline and not app.task.done(), sorted(
+                    set(gap) - set(app.seen.get("en-US", []))
+                )[:5]
                 await asyncio.sleep(0.2)
             await asyncio.sleep(1.0)
             ours = [i for i in app.seen["en-US"] if i >= 800_001]
@@ -466,7 +498,9 @@ async def test_a_call_to_a_server_that_never_answers_ends_within_max_call_time()
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}{BASE}"
     try:
-        async with AsyncClient(url, "tw_live_" + "x" * 43, timeout=15.0, retry=RetryPolicy(max_call_time=2.0)) as client:
+        async with AsyncClient(
+            url, "tw_live_" + "x" * 43, timeout=15.0, retry=RetryPolicy(max_call_time=2.0)
+        ) as client:
             started = time.monotonic()
             with pytest.raises(TransportError):
                 await client.languages()
@@ -509,12 +543,21 @@ async def test_the_readme_example_lists_posts_then_streams_new_ones(stack: Servi
     state = tmp_path / ".tickerwire"
     state.mkdir()
     port = stack.of("stream")[0].port
-    (state / "up.json").write_bytes(orjson.dumps({
-        "base_url": api_url(stack), "stream_url": f"{stream_base(port)}/stream?key={key}", "api_key": key}))
+    (state / "up.json").write_bytes(
+        orjson.dumps(
+            {"base_url": api_url(stack), "stream_url": f"{stream_base(port)}/stream?key={key}", "api_key": key}
+        )
+    )
     (tmp_path / "example.py").write_text(example)
     env = dict(os.environ, PYTHONPATH=str(README.parent / "src"))
-    proc = subprocess.Popen([sys.executable, "-u", "example.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "example.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines: list[str] = []
 

@@ -32,8 +32,8 @@ from tickerwire_client import (
     WorkspaceSuspended,
 )
 from tickerwire_client.errors import ClientError, error_from_response
-from tickerwire_client.ordering import LocaleLine
 from tickerwire_client.models import PostLean
+from tickerwire_client.ordering import LocaleLine
 from tickerwire_client.retry import Backoff, full_jitter
 from tickerwire_client.stream import stream_endpoint
 
@@ -43,10 +43,22 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def lean(post_id: int, lang: str = "en-US", at: datetime | None = None, **extra) -> dict:
     at = at or T0 + timedelta(seconds=post_id)
-    return dict(id=post_id, slug=f"p-{post_id}", published_at=at.isoformat().replace("+00:00", "Z"), lang=lang,
-                canonical_url=f"https://n.example/{post_id}", title=f"Post {post_id}", lede="L.",
-                cover_image_url="https://img.example/c.jpg", categories=[{"slug": "defi-lending", "name": "Lending"}],
-                importance=50, sentiment="BULLISH") | extra
+    return (
+        dict(
+            id=post_id,
+            slug=f"p-{post_id}",
+            published_at=at.isoformat().replace("+00:00", "Z"),
+            lang=lang,
+            canonical_url=f"https://n.example/{post_id}",
+            title=f"Post {post_id}",
+            lede="L.",
+            cover_image_url="https://img.example/c.jpg",
+            categories=[{"slug": "defi-lending", "name": "Lending"}],
+            importance=50,
+            sentiment="BULLISH",
+        )
+        | extra
+    )
 
 
 def post(post_id: int, **kw) -> PostLean:
@@ -70,24 +82,48 @@ def test_unknown_fields_and_enum_values_are_kept_not_refused():
     assert p.sentiment == "EUPHORIC" and not isinstance(p.sentiment, Sentiment)
     assert p.extra == {"reading_time": 3}
     assert PostLean.from_dict(lean(8)).sentiment is Sentiment.BULLISH
-    token = TokenDetail.from_dict(dict(
-        ticker="X", name="X", logo_url="https://l.example/x.png", post_count=0, market_cap_rank=None,
-        exchange_listings=["binance", "newdex"], categories=[], genesis_date="2020-01-02",
-        primary_ecosystem={"slug": "ecosystems-ton", "name": "TON"}, homepage_url="https://x.example", description=None,
-        audited=True))
+    token = TokenDetail.from_dict(
+        dict(
+            ticker="X",
+            name="X",
+            logo_url="https://l.example/x.png",
+            post_count=0,
+            market_cap_rank=None,
+            exchange_listings=["binance", "newdex"],
+            categories=[],
+            genesis_date="2020-01-02",
+            primary_ecosystem={"slug": "ecosystems-ton", "name": "TON"},
+            homepage_url="https://x.example",
+            description=None,
+            audited=True,
+        )
+    )
     assert token.exchange_listings == [Exchange.BINANCE, "newdex"]
     assert token.primary_ecosystem.slug == "ecosystems-ton" and token.extra == {"audited": True}
     assert token.genesis_date.isoformat() == "2020-01-02"
 
 
 def test_a_page_carries_its_limits_and_consistency_mark():
-    headers = {"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "59", "X-RateLimit-Reset": "1767225660",
-               "X-Quota-Limit": "5000", "X-Quota-Remaining": "4990", "X-Quota-Reset": "1767312000",
-               "X-Log-Position": "0:1523,1:1490,2:1611", "ETag": '"abc"'}
-    page = Page.from_dict({"posts": [lean(2), lean(1)], "next_cursor": "1", "prev_cursor": None},
-                          ResponseMeta.from_headers(200, headers))
+    headers = {
+        "X-RateLimit-Limit": "60",
+        "X-RateLimit-Remaining": "59",
+        "X-RateLimit-Reset": "1767225660",
+        "X-Quota-Limit": "5000",
+        "X-Quota-Remaining": "4990",
+        "X-Quota-Reset": "1767312000",
+        "X-Log-Position": "0:1523,1:1490,2:1611",
+        "ETag": '"abc"',
+    }
+    page = Page.from_dict(
+        {"posts": [lean(2), lean(1)], "next_cursor": "1", "prev_cursor": None}, ResponseMeta.from_headers(200, headers)
+    )
     limits = page.meta.limits
-    assert (limits.rate_limit, limits.rate_remaining, limits.quota_remaining, limits.quota_reset) == (60, 59, 4990, 1767312000)
+    assert (limits.rate_limit, limits.rate_remaining, limits.quota_remaining, limits.quota_reset) == (
+        60,
+        59,
+        4990,
+        1767312000,
+    )
     assert page.meta.log_position.offsets == {0: 1523, 1: 1490, 2: 1611}
     assert [p.id for p in page.posts] == [2, 1]
     bare = ResponseMeta.from_headers(200, {})  # today's server, or an uncounted response
@@ -105,13 +141,21 @@ def test_the_consistency_mark_covers_a_push_only_past_its_offset():
 # ---------------------------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize(("status", "code", "cls"), [
-    (401, "NOT_AUTHENTICATED", NotAuthenticated), (403, "WORKSPACE_SUSPENDED", WorkspaceSuspended),
-    (403, "BADGE_MISSING", BadgeMissing), (404, "NOT_FOUND", NotFound), (422, "VALIDATION_FAILED", ValidationFailed),
-    (429, "RATE_LIMITED", RateLimited), (429, "QUOTA_EXHAUSTED", QuotaExhausted),
-    (503, "SERVICE_UNAVAILABLE", ServiceUnavailable),
-    (418, "SOMETHING_NEW", ClientError), (502, None, ServerError),
-])
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        (401, "NOT_AUTHENTICATED", NotAuthenticated),
+        (403, "WORKSPACE_SUSPENDED", WorkspaceSuspended),
+        (403, "BADGE_MISSING", BadgeMissing),
+        (404, "NOT_FOUND", NotFound),
+        (422, "VALIDATION_FAILED", ValidationFailed),
+        (429, "RATE_LIMITED", RateLimited),
+        (429, "QUOTA_EXHAUSTED", QuotaExhausted),
+        (503, "SERVICE_UNAVAILABLE", ServiceUnavailable),
+        (418, "SOMETHING_NEW", ClientError),
+        (502, None, ServerError),
+    ],
+)
 def test_every_error_envelope_maps_to_its_exception(status, code, cls):
     body = {"error": {"code": code, "message": "m", "field": "sentiment"}} if code else "<html>bad gateway</html>"
     error = error_from_response(status, body, {})
@@ -219,20 +263,20 @@ def test_every_post_once_and_in_order_for_any_interleaving_of_pushes_and_fills()
         while committed < len(published) or line.waiting:
             now += 0.25
             if committed < len(published):
-                batch = published[committed:committed + rng.randint(1, 4)]
+                batch = published[committed : committed + rng.randint(1, 4)]
                 committed += len(batch)
                 pushes = rng.sample(batch, k=len(batch))  # committed across partitions in any order
                 pushes += rng.sample(pushes, k=rng.randint(0, 1))  # a push received twice
                 disconnect = rng.random() < 0.15
                 if disconnect:
-                    pushes = pushes[:rng.randint(0, len(pushes))]  # the connection drops mid-batch
+                    pushes = pushes[: rng.randint(0, len(pushes))]  # the connection drops mid-batch
                 for p in pushes:
                     seen += ids(line.push(post(p), None, now))
                 if disconnect:  # reconnect: one gap-fill of everything committed after the cursor
                     cursor = line.begin_fill()
                     newer = [p for p in published[:committed] if p > cursor]
                     for start in range(0, len(newer), 5):  # pages of 5, each newest first
-                        seen += ids(line.fill_page([post(p) for p in reversed(newer[start:start + 5])]))
+                        seen += ids(line.fill_page([post(p) for p in reversed(newer[start : start + 5])]))
                     seen += ids(line.end_fill(None, now))
             seen += ids(line.release(now))
         assert seen == published, seed
@@ -242,7 +286,13 @@ def test_every_post_once_and_in_order_for_any_interleaving_of_pushes_and_fills()
 def test_stream_locales_take_the_case_the_api_answers_with():
     from tickerwire_client.stream import bcp47_case
 
-    assert [bcp47_case(t) for t in ("de-de", "EN-us", "zh-hans-cn", "pt-BR", "fr")] == ["de-DE", "en-US", "zh-Hans-CN", "pt-BR", "fr"]
+    assert [bcp47_case(t) for t in ("de-de", "EN-us", "zh-hans-cn", "pt-BR", "fr")] == [
+        "de-DE",
+        "en-US",
+        "zh-Hans-CN",
+        "pt-BR",
+        "fr",
+    ]
 
 
 def test_an_interrupted_gap_fill_resumes_where_it_had_read_to_not_after_newer_pushes():

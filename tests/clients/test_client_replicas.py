@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tickerwire.services.common.db.replicas import at_least
 from tests.support.events import post_ev
 from tests.support.replicas import replicated_cluster, serving_stack
 from tests.support.stack import BASE
+from tickerwire.services.common.db.replicas import at_least
 from tickerwire_client import AsyncClient
 
 pytestmark = pytest.mark.e2e
@@ -36,10 +36,12 @@ async def test_the_python_client_sends_its_mark_and_never_reads_older(replicated
     async with AsyncClient(stack.of("api")[0].url + BASE, key) as client:
         async with stack.publisher() as send:
             for n in range(0, len(ids), 10):
-                await send([post_ev(i) for i in ids[n:n + 10]])
+                await send([post_ev(i) for i in ids[n : n + 10]])
                 for read in (lambda: client.posts(limit=5), client.sentiment_pulse, client.tokens):
                     meta = (await read()).meta
                     assert meta is not None
                     marks.append(dict(meta.log_position.offsets) if meta.log_position else {})
-    older = [(n, earlier, later) for n, (earlier, later) in enumerate(zip(marks, marks[1:])) if not at_least(later, earlier)]
+    older = [
+        (n, earlier, later) for n, (earlier, later) in enumerate(zip(marks, marks[1:])) if not at_least(later, earlier)
+    ]
     assert len(marks) == 36 and older == []

@@ -13,9 +13,9 @@ from datetime import timedelta
 
 import pytest
 
-from tickerwire.services.readmodel import cursors
 from tests.support.events import T0, locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
+from tickerwire.services.readmodel import cursors
 from tickerwire_client import AsyncClient, Client, ResumedPost, ResumePoint, ResumingStream
 
 pytestmark = pytest.mark.e2e
@@ -35,14 +35,17 @@ async def stack(pg_dsn, kafka_bootstrap):
 
 @pytest.fixture(scope="module")
 async def key(stack: ServiceStack) -> str:
-    key = await stack.provision("ws_client_resume", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000,
-                                stream_connection_limit=100)
+    key = await stack.provision(
+        "ws_client_resume", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, stream_connection_limit=100
+    )
     await asyncio.sleep(1.0)  # the API reloads its locale list shortly after a change
     return key
 
 
 def client(stack: ServiceStack, key: str) -> AsyncClient:
-    return AsyncClient(stack.of("api")[0].url + BASE, key, stream_url=f"ws://127.0.0.1:{stack.of('stream')[0].port}{BASE}")
+    return AsyncClient(
+        stack.of("api")[0].url + BASE, key, stream_url=f"ws://127.0.0.1:{stack.of('stream')[0].port}{BASE}"
+    )
 
 
 class App:
@@ -78,8 +81,12 @@ async def test_every_post_once_across_a_killed_stream_process_and_an_application
         # The stream process dies; meanwhile the partial post gains its German translation and
         # a backdated post appears (both sort behind post 101 for GET /posts?after=101).
         stack.stop(stack.of("stream")[0], signal.SIGKILL)
-        await stack.publish([post_ev(101, 2, langs=["en-US", "de-DE", "fr-FR"], at=T0 + timedelta(hours=1)),
-                             post_ev(102, 1, langs=["de-DE"], at=T0 - timedelta(days=1))])
+        await stack.publish(
+            [
+                post_ev(101, 2, langs=["en-US", "de-DE", "fr-FR"], at=T0 + timedelta(hours=1)),
+                post_ev(102, 1, langs=["de-DE"], at=T0 - timedelta(days=1)),
+            ]
+        )
         await stack.wait_projected()
         await stack.start("stream")
         api.stream_url = f"ws://127.0.0.1:{stack.of('stream')[0].port}{BASE}"  # the new process listens elsewhere
@@ -87,7 +94,9 @@ async def test_every_post_once_across_a_killed_stream_process_and_an_application
         assert stream.stats.resumed >= 1 and stream.stats.refused == 0
         await stream.close()
     # The application restarts from what it saved.
-    await stack.publish([post_ev(103, 1, langs=["en-US", "de-DE"], at=T0), post_ev(101, 3, langs=["en-US", "de-DE", "fr-FR"])])
+    await stack.publish(
+        [post_ev(103, 1, langs=["en-US", "de-DE"], at=T0), post_ev(101, 3, langs=["en-US", "de-DE", "fr-FR"])]
+    )
     await stack.wait_projected()
     async with client(stack, key) as api:
         stream = api.resuming_stream(langs=["en-US", "de-DE"], resume_from=ResumePoint.from_json(app.saved or ""))
@@ -96,7 +105,15 @@ async def test_every_post_once_across_a_killed_stream_process_and_an_application
         await app.take(stream, {(104, "en-US")}, ids)
         await stream.close()
     assert set(app.got.values()) == {1}, app.got
-    assert set(app.got) == {(100, "en-US"), (101, "en-US"), (101, "de-DE"), (102, "de-DE"), (103, "en-US"), (103, "de-DE"), (104, "en-US")}
+    assert set(app.got) == {
+        (100, "en-US"),
+        (101, "en-US"),
+        (101, "de-DE"),
+        (102, "de-DE"),
+        (103, "en-US"),
+        (103, "de-DE"),
+        (104, "en-US"),
+    }
     assert {item.source for item in app.items} == {"stream"}
 
 
@@ -115,7 +132,9 @@ async def test_a_refused_cursor_falls_back_to_the_gap_fill_and_says_so(stack, ke
         await stack.wait_projected()
         # A cursor of another epoch, as after a reset log: the last id still anchors the gap-fill.
         stale = ResumePoint(cursors.Cursor("0ther", cursors.decode(saved.cursor or "").marks).encode(), saved.after)
-        stream = api.resuming_stream(langs=["en-US"], resume_from=stale, on_refused=lambda code, _: refusals.append(code))
+        stream = api.resuming_stream(
+            langs=["en-US"], resume_from=stale, on_refused=lambda code, _: refusals.append(code)
+        )
         await app.take(stream, {(201, "en-US")}, ids)
         await stack.publish([post_ev(202, 1, langs=["en-US"], at=T0 + timedelta(days=3))])
         await app.take(stream, {(202, "en-US")}, ids)
@@ -135,7 +154,9 @@ async def test_the_blocking_resuming_stream_resumes_too(stack, key):
     await stack.wait_projected()
 
     def run() -> tuple[int, str, str | None]:
-        with Client(stack.of("api")[0].url + BASE, key, stream_url=f"ws://127.0.0.1:{stack.of('stream')[0].port}{BASE}") as sync:
+        with Client(
+            stack.of("api")[0].url + BASE, key, stream_url=f"ws://127.0.0.1:{stack.of('stream')[0].port}{BASE}"
+        ) as sync:
             with sync.resuming_stream(langs=["fr-FR"], resume_from=start) as blocking:
                 item = next(item for item in blocking if item.post.id == 300)
                 return item.post.id, item.source, blocking.position.cursor

@@ -19,7 +19,10 @@ CLIENT = Path(__file__).resolve().parents[2] / "clients" / "python"
 #: ``AsyncClient`` (inside ``async def``); ``where`` a ``PostFilter``.
 REVEALED = [
     ('client.posts(where, lang="en-US", limit=5)', "tickerwire_client.models.Page"),
-    ('client.posts(ticker=["BTC", "ETH"], sentiment=Sentiment.BULLISH, importance_min=50)', "tickerwire_client.models.Page"),
+    (
+        'client.posts(ticker=["BTC", "ETH"], sentiment=Sentiment.BULLISH, importance_min=50)',
+        "tickerwire_client.models.Page",
+    ),
     ('client.post(1, lang="de-DE")', "tickerwire_client.models.PostDetail"),
     ("client.categories()", "tickerwire_client.models.CategoryTree"),
     ('client.category("defi")', "tickerwire_client.models.Category"),
@@ -35,8 +38,8 @@ REVEALED = [
     ("client.posts().meta", "tickerwire_client.meta.ResponseMeta | None"),  # each call's own
     ('await aclient.posts(where, lang="en-US")', "tickerwire_client.models.Page"),
     ('await aclient.token("BTC")', "tickerwire_client.models.TokenDetail"),
-    ("aclient.iter_posts(category=\"defi\")", "typing.AsyncIterator[tickerwire_client.models.PostLean]"),
-    ("aclient.stream(tickers=[\"BTC\"])", "tickerwire_client.stream.PostStream"),
+    ('aclient.iter_posts(category="defi")', "typing.AsyncIterator[tickerwire_client.models.PostLean]"),
+    ('aclient.stream(tickers=["BTC"])', "tickerwire_client.stream.PostStream"),
 ]
 
 #: Calls a typed signature refuses (each would pass unnoticed through ``Callable[..., Any]``).
@@ -44,7 +47,7 @@ REFUSED = [
     'client.posts(tickr="BTC")',  # a misspelt filter
     'client.posts(limit="5")',  # a string where an int goes
     "client.post()",  # the id is required
-    'client.search(q=1)',  # the query is a string
+    "client.search(q=1)",  # the query is a string
     'client.stream(lang=["en-US"])',  # the option is langs
     "client.posts().postz",  # a page has no postz
     'client.token("BTC").ticker + 1',  # a ticker is a string
@@ -69,9 +72,24 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def mypy(cache: Path, cwd: Path, *targets: str) -> subprocess.CompletedProcess[str]:
     """``mypy --strict`` with the library's own configuration, the library found through MYPYPATH."""
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(CLIENT / "pyproject.toml"),
-         "--cache-dir", str(cache), "--no-error-summary", "--show-error-codes", *targets],
-        cwd=cwd, env=dict(os.environ, MYPYPATH=str(CLIENT / "src")), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--config-file",
+            str(CLIENT / "pyproject.toml"),
+            "--cache-dir",
+            str(cache),
+            "--no-error-summary",
+            "--show-error-codes",
+            *targets,
+        ],
+        cwd=cwd,
+        env=dict(os.environ, MYPYPATH=str(CLIENT / "src")),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -95,8 +113,10 @@ def test_the_client_package_is_mypy_strict_clean(cache: Path, tmp_path: Path):
 def test_every_call_reveals_its_model_type(cache: Path, tmp_path: Path):
     path, first = snippet(tmp_path, "revealed.py", [f"reveal_type({expr})" for expr, _ in REVEALED])
     run = mypy(cache, tmp_path, path.name)
-    notes = {line: optional(revealed) for line, revealed in
-             re.findall(r"^revealed\.py:(\d+): note: Revealed type is \"(.+)\"$", run.stdout, re.M)}
+    notes = {
+        line: optional(revealed)
+        for line, revealed in re.findall(r"^revealed\.py:(\d+): note: Revealed type is \"(.+)\"$", run.stdout, re.M)
+    }
     assert run.returncode == 0, run.stdout + run.stderr
     got = [notes.get(str(first + i)) for i in range(len(REVEALED))]
     assert got == [expected for _, expected in REVEALED], run.stdout
@@ -115,8 +135,11 @@ def test_the_modules_import_each_other_in_one_direction():
     so each can be read, typed and loaded on its own: the stream does not know the client."""
     package = CLIENT / "src" / "tickerwire_client"
     imports = {
-        path.stem: {node.module for node in ast.walk(ast.parse(path.read_text()))
-                    if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module}
+        path.stem: {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        }
         for path in package.glob("*.py")
     }
 

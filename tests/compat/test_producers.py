@@ -27,14 +27,14 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import encode_event, entity_key
-from tickerwire.schemas.topics import POSTS, topic_name
-from tickerwire.services.common import kafka
 from tests.support.containers import docker_available
 from tests.support.events import locale_ev, post_ev
 from tests.support.producers import Raw, librdkafka
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import session
+from tickerwire.schemas.models import encode_event, entity_key
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
 
 pytestmark = pytest.mark.e2e
 
@@ -54,9 +54,11 @@ HONOURS_ABORTS = bool(os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"))
 #: v0, which the embedded broker answers with UnknownError (librdkafka's newer request works):
 #: they are run against Apache Kafka only.
 AIOKAFKA_IDEMPOTENCE = HONOURS_ABORTS
-ABORT_SKIP = ("the embedded broker (Tansu 0.6.0) serves aborted transactions to read_committed consumers "
-              "(no aborted-transaction list in its fetch): provable on Apache Kafka only (a Docker engine, or "
-              "TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS)")
+ABORT_SKIP = (
+    "the embedded broker (Tansu 0.6.0) serves aborted transactions to read_committed consumers "
+    "(no aborted-transaction list in its fetch): provable on Apache Kafka only (a Docker engine, or "
+    "TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS)"
+)
 
 
 def raw(post_id: int, *, key: bytes | None | str = "entity", version: int = 1, **kw) -> Raw:
@@ -68,8 +70,13 @@ def large(post_id: int) -> Raw:
     """A post whose value is just under NEAR_MAX_BYTES: five long translations."""
     event = post_ev(post_id, langs=("en-US", "de-DE", "fr-FR", "es-ES", "it-IT"))
     body = "Markets moved as traders weighed the news. " * 5_000
-    data = event.data.model_copy(update={"translations": tuple(
-        tr.model_copy(update={"body": body[: (NEAR_MAX_BYTES - 5_000) // 5]}) for tr in event.data.translations)})
+    data = event.data.model_copy(
+        update={
+            "translations": tuple(
+                tr.model_copy(update={"body": body[: (NEAR_MAX_BYTES - 5_000) // 5]}) for tr in event.data.translations
+            )
+        }
+    )
     value = encode_event(event.model_copy(update={"data": data}))
     assert NEAR_MAX_BYTES - 10_000 < len(value) < NEAR_MAX_BYTES, len(value)
     return Raw(value, entity_key(event).encode())
@@ -104,7 +111,9 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def pushes(http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter) -> AsyncIterator[None]:
+async def pushes(
+    http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter
+) -> AsyncIterator[None]:
     """A stream connection for the length of the block, counting the posts pushed by id into ``pushed``."""
 
     async def collect(ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -128,14 +137,28 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
         ids = [100 + 10 * n + i for i in range(1, 5)]
         await librdkafka(bootstrap, topic, [raw(i) for i in ids], **IDEMPOTENT, **{"compression.type": codec})
         served[f"librdkafka {codec}"] = ids
-    await librdkafka(bootstrap, topic, [raw(141)], transaction="commit", **IDEMPOTENT, **{"transactional.id": "compat-commit"})
+    await librdkafka(
+        bootstrap, topic, [raw(141)], transaction="commit", **IDEMPOTENT, **{"transactional.id": "compat-commit"}
+    )
     served["librdkafka transaction committed"] = [141]
     if HONOURS_ABORTS:
-        await librdkafka(bootstrap, topic, [raw(151)], transaction="abort", **IDEMPOTENT, **{"transactional.id": "compat-abort"})
+        await librdkafka(
+            bootstrap, topic, [raw(151)], transaction="abort", **IDEMPOTENT, **{"transactional.id": "compat-abort"}
+        )
         never["librdkafka transaction aborted"] = [151]
-    await librdkafka(bootstrap, topic, [raw(161, headers=[("trace-id", b"abc"), ("content-type", b"application/json")])], **IDEMPOTENT)
+    await librdkafka(
+        bootstrap,
+        topic,
+        [raw(161, headers=[("trace-id", b"abc"), ("content-type", b"application/json")])],
+        **IDEMPOTENT,
+    )
     served["librdkafka headers"] = [161]
-    await librdkafka(bootstrap, topic, [raw(171, key=None), raw(172, key=b"not-a-post-key"), raw(173, key=b"\x00\xff\xfe")], **IDEMPOTENT)
+    await librdkafka(
+        bootstrap,
+        topic,
+        [raw(171, key=None), raw(172, key=b"not-a-post-key"), raw(173, key=b"\x00\xff\xfe")],
+        **IDEMPOTENT,
+    )
     served["librdkafka null and odd keys"] = [171, 172, 173]
     await librdkafka(bootstrap, topic, [large(181)], **IDEMPOTENT, **{"compression.type": "lz4"})
     served["librdkafka value near max.message.bytes"] = [181]
@@ -147,7 +170,9 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
     config = world.stack.config
     for n, codec in enumerate(CODECS):
         ids = [200 + 10 * n + i for i in range(1, 5)]
-        async with kafka.started_producer(config, compression_type=codec, enable_idempotence=AIOKAFKA_IDEMPOTENCE) as producer:
+        async with kafka.started_producer(
+            config, compression_type=codec, enable_idempotence=AIOKAFKA_IDEMPOTENCE
+        ) as producer:
             for r in [raw(i) for i in ids]:
                 await producer.send(topic, value=r.value, key=r.key)
         served[f"aiokafka {codec}"] = ids
@@ -181,7 +206,9 @@ async def world(pg_dsn, kafka_bootstrap):
                 waiting = {i for ids in world.served.values() for i in ids}
                 while waiting:
                     waiting = {i for i in waiting if await world.status(http, i) != 200}
-                    assert time.monotonic() - published < 60, f"not served in 60 s: {sorted(waiting)}\n{stack.logs()[-4000:]}"
+                    assert time.monotonic() - published < 60, (
+                        f"not served in 60 s: {sorted(waiting)}\n{stack.logs()[-4000:]}"
+                    )
                     await asyncio.sleep(0.1)
                 world.took = time.monotonic() - published
                 print(f"every post served {world.took:.2f} s after the last publish")
@@ -222,8 +249,14 @@ async def test_a_schema_registry_framed_value_is_a_dead_letter_naming_the_framin
 
 
 def cli(stack: ServiceStack, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tickerwire.services.cli.main", "dead-letters", *args],
-                          env=stack.env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", "dead-letters", *args],
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 async def test_dead_letters_are_listed_shown_and_retried_as_the_projector_applies_records(world: World):
@@ -235,17 +268,26 @@ async def test_dead_letters_are_listed_shown_and_retried_as_the_projector_applie
     shown = await asyncio.to_thread(cli, stack, "show", letter_id)
     assert shown.returncode == 0 and "framed by a schema-registry serializer" in shown.stdout
     refused = await asyncio.to_thread(cli, stack, "retry", letter_id)
-    assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1 and "nothing was published" in refused.stderr
+    assert (
+        refused.returncode == 1 and len(refused.stderr.splitlines()) == 1 and "nothing was published" in refused.stderr
+    )
 
     # Letters of a post that today's contract accepts (as after a widened contract): its
     # version 2, and its version 1 set aside later; then the post's version 2 set aside again.
     topic = topic_name(stack.topic_prefix, POSTS)
     conn = await stack.read_conn()
     try:
-        ids = [await conn.fetchval(
-            "INSERT INTO dead_letters (topic, partition, \"offset\", key, value, reason_kind, reason) "
-            "VALUES ($1, 0, $2, $3, $4, 'schema', 'refused by an older contract') RETURNING id",
-            topic, 1_000_000 + n, r.key, r.value) for n, r in enumerate((raw(301, version=2), raw(301, version=1), raw(301, version=2)))]
+        ids = [
+            await conn.fetchval(
+                'INSERT INTO dead_letters (topic, partition, "offset", key, value, reason_kind, reason) '
+                "VALUES ($1, 0, $2, $3, $4, 'schema', 'refused by an older contract') RETURNING id",
+                topic,
+                1_000_000 + n,
+                r.key,
+                r.value,
+            )
+            for n, r in enumerate((raw(301, version=2), raw(301, version=1), raw(301, version=2)))
+        ]
     finally:
         await conn.close()
     async with aiohttp.ClientSession() as http:
@@ -265,4 +307,8 @@ async def test_dead_letters_are_listed_shown_and_retried_as_the_projector_applie
             assert b"Bitcoin rallies 301 v2" in await resp.read()  # the newest version won
     assert pushed[301] == 1  # announced once, whatever the order and the repeats of the retries
     gone = await asyncio.to_thread(cli, stack, "retry", str(ids[0]))
-    assert gone.returncode == 2 and gone.stderr.strip() == f"tickerwire dead-letters: no dead letter with id {ids[0]} (see tickerwire dead-letters list)"
+    assert (
+        gone.returncode == 2
+        and gone.stderr.strip()
+        == f"tickerwire dead-letters: no dead letter with id {ids[0]} (see tickerwire dead-letters list)"
+    )

@@ -12,8 +12,8 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.services.cli import admin
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tickerwire.services.cli import admin
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,11 @@ def sweep_cli(stack: ServiceStack) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as cwd:  # no stray .tickerwire/up.json
         done = subprocess.run(
             [sys.executable, "-m", "tickerwire.services.cli.main", "sweep"],
-            env=stack.env(), cwd=cwd, capture_output=True, text=True, timeout=60,
+            env=stack.env(),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert done.returncode == 0, done.stderr
     return dict(line.split("\t") for line in done.stdout.splitlines() if line)
@@ -83,7 +87,10 @@ async def test_heartbeat_age_decides_the_badge_at_each_tick_and_a_fresh_one_rest
 
     statuses = await swept(stack)
     assert {ws: statuses[ws] for ws in ages} == {
-        "bdgok": "ok", "bdgwarn": "warning", "bdgmissing": "missing", "bdgnone": "unknown"
+        "bdgok": "ok",
+        "bdgwarn": "warning",
+        "bdgmissing": "missing",
+        "bdgnone": "unknown",
     }
     assert await answers(stack, keys["bdgok"]) == SERVED
     assert await answers(stack, keys["bdgwarn"]) == SERVED  # grace period
@@ -91,10 +98,12 @@ async def test_heartbeat_age_decides_the_badge_at_each_tick_and_a_fresh_one_rest
     assert await answers(stack, keys["bdgnone"]) == REFUSED
 
     # A heartbeat lands for the missing and the never-seen workspace: nothing changes until the next tick...
-    await stack.publish([
-        admin.heartbeat_event("bdg_bdgmissing", "bdgmissing"),
-        admin.heartbeat_event("bdg_bdgnone", "bdgnone"),
-    ])
+    await stack.publish(
+        [
+            admin.heartbeat_event("bdg_bdgmissing", "bdgmissing"),
+            admin.heartbeat_event("bdg_bdgnone", "bdgnone"),
+        ]
+    )
     await stack.wait_projected()
     assert await answers(stack, keys["bdgmissing"]) == REFUSED
     assert await answers(stack, keys["bdgnone"]) == REFUSED
@@ -114,8 +123,14 @@ async def test_a_heartbeat_of_another_workspaces_embed_does_not_count(stack):
         await conn.close()
     key, key_event = admin.issue_key("bdgforeign")
     # The embed belongs to bdgok; a heartbeat claiming bdgforeign through it proves nothing.
-    await stack.publish([ws_event, key_event, admin.embed_event("bdg_bdgforeign", "bdgforeign"),
-                         admin.heartbeat_event("bdg_bdgok", "bdgforeign")])
+    await stack.publish(
+        [
+            ws_event,
+            key_event,
+            admin.embed_event("bdg_bdgforeign", "bdgforeign"),
+            admin.heartbeat_event("bdg_bdgok", "bdgforeign"),
+        ]
+    )
     await stack.wait_projected()
     assert (await swept(stack))["bdgforeign"] == "unknown"
     assert await answers(stack, key) == REFUSED

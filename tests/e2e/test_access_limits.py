@@ -9,16 +9,20 @@ import itertools
 import aiohttp
 import pytest
 
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire.services.cli import admin
 from tickerwire.services.common.http.keys import generate_key, hash_key
-from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e
 
 API_PROCESSES = 3
 LIMIT_HEADERS = (
-    "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
-    "X-Quota-Limit", "X-Quota-Remaining", "X-Quota-Reset",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "X-Quota-Limit",
+    "X-Quota-Remaining",
+    "X-Quota-Reset",
 )
 
 
@@ -94,10 +98,12 @@ async def usage(stack: ServiceStack, ws: str) -> tuple[int, int]:
     conn = await stack.read_conn()
     try:
         minute = await conn.fetchval(
-            "SELECT coalesce(sum(count), 0) FROM usage_minute WHERE workspace_id = $1 AND minute = date_trunc('minute', now(), 'UTC')", ws
+            "SELECT coalesce(sum(count), 0) FROM usage_minute WHERE workspace_id = $1 AND minute = date_trunc('minute', now(), 'UTC')",
+            ws,
         )
         day = await conn.fetchval(
-            "SELECT coalesce(sum(count), 0) FROM usage_day WHERE workspace_id = $1 AND day = (now() AT TIME ZONE 'UTC')::date", ws
+            "SELECT coalesce(sum(count), 0) FROM usage_day WHERE workspace_id = $1 AND day = (now() AT TIME ZONE 'UTC')::date",
+            ws,
         )
         return int(minute), int(day)
     finally:

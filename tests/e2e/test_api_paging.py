@@ -9,12 +9,11 @@ from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from tickerwire.schemas.models import PostEvent
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, auth, running_stack
+from tickerwire.schemas.models import PostEvent
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +31,9 @@ class Feed:
     def make(self, count: int, at: datetime, status: str = "published") -> list[PostEvent]:
         events = []
         for _ in range(count):
-            events.append(post_ev(self.next_id, at=at, emitted_at=at, status=status, sentiment="NEUTRAL", tickers=(), hashtags=()))
+            events.append(
+                post_ev(self.next_id, at=at, emitted_at=at, status=status, sentiment="NEUTRAL", tickers=(), hashtags=())
+            )
             if status == "published":
                 self.keys.append((at, self.next_id))
             self.next_id += 1
@@ -54,12 +55,16 @@ async def paging(pg_dsn, kafka_bootstrap):
         yield stack, key, feed
 
 
-async def _walk(stack: ServiceStack, key: str, feed: Feed, limit: int, upward: bool, start: int, arrivals: list[int]) -> None:
+async def _walk(
+    stack: ServiceStack, key: str, feed: Feed, limit: int, upward: bool, start: int, arrivals: list[int]
+) -> None:
     url = stack.of("api")[0].url + BASE + "/posts"
     async with aiohttp.ClientSession() as http:
 
         async def page(**params) -> dict:
-            async with http.get(url, params={"limit": str(limit), **{k: str(v) for k, v in params.items()}}, headers=auth(key)) as resp:
+            async with http.get(
+                url, params={"limit": str(limit), **{k: str(v) for k, v in params.items()}}, headers=auth(key)
+            ) as resp:
                 assert resp.status == 200, await resp.text()
                 return await resp.json()
 

@@ -16,12 +16,12 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 
+from tests.support.stack import ServiceStack, started_stack
+from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import COMMAND_LOCK_TIMEOUT_S
 from tickerwire.services.readmodel.migrate import MIGRATION_LOCK
-from tickerwire.devstack.embedded.ports import free_port
-from tests.support.stack import started_stack, ServiceStack
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,11 @@ EXAMPLES = Path(__file__).parents[2] / "schemas" / "examples" / "events.jsonl"
 def cli(stack: ServiceStack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tickerwire.services.cli.main", *args],
-        env={**stack.env(), "TICKERWIRE_STATE_DIR": "/nonexistent"}, input=stdin, capture_output=True, text=True, timeout=60,
+        env={**stack.env(), "TICKERWIRE_STATE_DIR": "/nonexistent"},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -87,7 +91,9 @@ async def test_publishing_to_a_broker_without_the_topics_creates_them_as_declare
     result = subprocess.run(
         [sys.executable, "-m", "tickerwire.services.cli.main", "publish", str(EXAMPLES)],
         env={**stack.env(), "TICKERWIRE_STATE_DIR": "/nonexistent", "TICKERWIRE_TOPIC_PREFIX": prefix},
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert await kafka.check_topics(config) == []
@@ -137,7 +143,10 @@ async def test_a_migration_behind_a_held_lock_gives_up_with_one_line(stack):
         await holder.close()
     assert done.returncode == 1, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock" in done.stderr and "nothing was changed" in done.stderr
+    assert (
+        f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock" in done.stderr
+        and "nothing was changed" in done.stderr
+    )
     assert COMMAND_LOCK_TIMEOUT_S <= waited < COMMAND_LOCK_TIMEOUT_S + 20
     assert cli(stack, "migrate").returncode == 0  # the lock released: it runs
 
@@ -145,8 +154,11 @@ async def test_a_migration_behind_a_held_lock_gives_up_with_one_line(stack):
 def test_missing_configuration_fails_loudly():
     env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
     result = subprocess.run(
-        [sys.executable, "-m", "tickerwire.services.cli.main", "api"], env={**env, "TICKERWIRE_STATE_DIR": "/nonexistent"},
-        capture_output=True, text=True, timeout=30,
+        [sys.executable, "-m", "tickerwire.services.cli.main", "api"],
+        env={**env, "TICKERWIRE_STATE_DIR": "/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "TICKERWIRE_DATABASE_URL is required" in result.stderr
@@ -155,7 +167,11 @@ def test_missing_configuration_fails_loudly():
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tickerwire.services.cli.main", *args],
-        env={**env, "TICKERWIRE_STATE_DIR": "/nonexistent"}, input="", capture_output=True, text=True, timeout=60,
+        env={**env, "TICKERWIRE_STATE_DIR": "/nonexistent"},
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -193,9 +209,17 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
         (ok, ["up", "--api-port", "http"], 2, "--api-port"),
         (ok, ["schemas", "export", "--out", "/proc/tickerwire-nowhere"], 1, "cannot write"),
     ]
-    for args in (["workspace", "create", "ws_x"], ["workspace", "update", "ws_known"], ["key", "issue", "ws_known"],
-                 ["key", "revoke", "key_x"], ["embed", "bdg_x0001", "ws_known"], ["heartbeat", "bdg_x0001", "ws_known"],
-                 ["sweep"], ["migrate"], ["projector", "rebuild"]):
+    for args in (
+        ["workspace", "create", "ws_x"],
+        ["workspace", "update", "ws_known"],
+        ["key", "issue", "ws_known"],
+        ["key", "revoke", "key_x"],
+        ["embed", "bdg_x0001", "ws_known"],
+        ["heartbeat", "bdg_x0001", "ws_known"],
+        ["sweep"],
+        ["migrate"],
+        ["projector", "rebuild"],
+    ):
         cases.append((no_pg, args, 1, "PostgreSQL" if args[0] != "projector" else "connect"))
     for args in (["workspace", "create", "ws_y"], ["key", "issue", "ws_known"], ["embed", "bdg_y0001", "ws_known"]):
         cases.append((no_broker, args, 1, "broker"))
@@ -205,8 +229,11 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
     no_db = {**ok, "TICKERWIRE_DATABASE_URL": _with_database(ok["TICKERWIRE_DATABASE_URL"], "nosuchdb")}
     for args in (["migrate"], ["sweep"], ["projector", "rebuild"], ["projector", "accept-log"]):
         cases.append((no_db, args, 1, '"nosuchdb" does not exist'))
-    for url, word in (("mysql://x@127.0.0.1/t", "postgresql://"), ("postgresql://x@127.0.0.1:http/t", "invalid port"),
-                      (ok["TICKERWIRE_DATABASE_URL"] + "?sslmode=bogus", "sslmode")):
+    for url, word in (
+        ("mysql://x@127.0.0.1/t", "postgresql://"),
+        ("postgresql://x@127.0.0.1:http/t", "invalid port"),
+        (ok["TICKERWIRE_DATABASE_URL"] + "?sslmode=bogus", "sslmode"),
+    ):
         for args in (["migrate"], ["projector", "rebuild"], ["projector", "accept-log"]):
             cases.append(({**ok, "TICKERWIRE_DATABASE_URL": url}, args, 2, word))
     before = await log_size(stack)
@@ -238,9 +265,15 @@ async def test_a_service_refused_for_good_exits_with_one_error_record(stack, ser
     connection could use: the settings' one line and status 2. Before: a traceback, or retries
     forever."""
     ok = stack.env()
-    no_db = {**ok, "TICKERWIRE_DATABASE_URL": _with_database(ok["TICKERWIRE_DATABASE_URL"], "nosuchdb"),
-             "TICKERWIRE_API_ADMIN_PORT": "0", "TICKERWIRE_STREAM_ADMIN_PORT": "0", "TICKERWIRE_PROJECTOR_ADMIN_PORT": "0",
-             "TICKERWIRE_API_PORT": "0", "TICKERWIRE_STREAM_PORT": "0"}
+    no_db = {
+        **ok,
+        "TICKERWIRE_DATABASE_URL": _with_database(ok["TICKERWIRE_DATABASE_URL"], "nosuchdb"),
+        "TICKERWIRE_API_ADMIN_PORT": "0",
+        "TICKERWIRE_STREAM_ADMIN_PORT": "0",
+        "TICKERWIRE_PROJECTOR_ADMIN_PORT": "0",
+        "TICKERWIRE_API_PORT": "0",
+        "TICKERWIRE_STREAM_PORT": "0",
+    }
     result = await asyncio.to_thread(run_cli, no_db, service)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = orjson.loads(result.stderr.splitlines()[-1])
@@ -248,9 +281,13 @@ async def test_a_service_refused_for_good_exits_with_one_error_record(stack, ser
     bad_url = {**no_db, "TICKERWIRE_DATABASE_URL": ok["TICKERWIRE_DATABASE_URL"] + "?sslmode=bogus"}
     result = await asyncio.to_thread(run_cli, bad_url, service)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert [line for line in result.stderr.splitlines() if line.startswith("tickerwire: ") and "sslmode" in line], result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("tickerwire: ") and "sslmode" in line], (
+        result.stderr
+    )
 
 
 def test_version():
-    result = subprocess.run([sys.executable, "-m", "tickerwire.services.cli.main", "--version"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", "--version"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0 and result.stdout.startswith("tickerwire ")

@@ -112,8 +112,10 @@ async def flood(api: Service, key: str, idle: int, slow: int, seconds: float) ->
     try:
         ok, failures, latencies = await normal
         latencies.sort()
-        print(f"\n{idle} idle + {slow} slowloris: {ok} normal requests, {len(failures)} failed, latency median "
-              f"{latencies[len(latencies) // 2] * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms")
+        print(
+            f"\n{idle} idle + {slow} slowloris: {ok} normal requests, {len(failures)} failed, latency median "
+            f"{latencies[len(latencies) // 2] * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms"
+        )
         assert not failures, f"{len(failures)} normal requests failed ({ok} succeeded): {failures[:10]}"
         assert ok >= seconds * 5
         # Every slowloris connection was closed by the server: within the header-read
@@ -131,8 +133,11 @@ async def flood(api: Service, key: str, idle: int, slow: int, seconds: float) ->
 
 async def start_api(stack, fds: int, **env: str) -> Service:
     return await stack.start(
-        "api", preexec_fn=fd_limit(fds), TICKERWIRE_HTTP_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
-        TICKERWIRE_HTTP_KEEPALIVE_TIMEOUT_S="5", **env,
+        "api",
+        preexec_fn=fd_limit(fds),
+        TICKERWIRE_HTTP_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
+        TICKERWIRE_HTTP_KEEPALIVE_TIMEOUT_S="5",
+        **env,
     )
 
 
@@ -172,7 +177,10 @@ async def test_a_connection_beyond_the_bound_gets_a_503_when_all_are_busy(stack,
                     assert resp.headers["Server"] == "tickerwire" and resp.headers["Retry-After"] == "1"
                     assert (await resp.json())["error"]["code"] == "SERVICE_UNAVAILABLE"
             async with http.get(f"{stream.admin_url}/metrics") as resp:
-                assert 'tickerwire_http_connections_shed_total{listener="partner",reason="refused_busy"} 1.0' in await resp.text()
+                assert (
+                    'tickerwire_http_connections_shed_total{listener="partner",reason="refused_busy"} 1.0'
+                    in await resp.text()
+                )
     finally:
         stack.stop(stream)
 

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from tests.support.rawhttp import raw
-from tests.support.stack import started_stack, BASE
+from tests.support.stack import BASE, started_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,9 @@ LISTENERS = [("api", "partner"), ("api", "admin"), ("stream", "partner"), ("stre
 
 
 @pytest.mark.parametrize("service,listener", LISTENERS, ids=[f"{s}-{l}" for s, l in LISTENERS])
-@pytest.mark.parametrize("request_bytes", BAD_REQUESTS, ids=["nul-in-header", "huge-request-line", "garbage", "unknown-expect", "connect"])
+@pytest.mark.parametrize(
+    "request_bytes", BAD_REQUESTS, ids=["nul-in-header", "huge-request-line", "garbage", "unknown-expect", "connect"]
+)
 async def test_unparseable_requests_get_the_json_envelope(stack, service, listener, request_bytes):
     process = stack.of(service)[0]
     status, headers, body = await raw(process.port if listener == "partner" else process.admin_port, request_bytes)
@@ -51,7 +53,9 @@ PATHS = {("api", "partner"): BASE + "/languages", ("stream", "partner"): BASE + 
 
 @pytest.mark.parametrize("service,listener", LISTENERS, ids=[f"{s}-{l}" for s, l in LISTENERS])
 @pytest.mark.parametrize("version", ["HTTP/2.0", "HTTP/0.9"])
-async def test_a_request_line_of_another_http_version_gets_505_and_the_connection_is_closed(stack, service, listener, version):
+async def test_a_request_line_of_another_http_version_gets_505_and_the_connection_is_closed(
+    stack, service, listener, version
+):
     # aiohttp's parser accepts these request lines; without the refusal the API answered
     # "HTTP/2.0 200 OK" with the partner's data.
     process = stack.of(service)[0]
@@ -68,10 +72,25 @@ async def test_a_request_line_of_another_http_version_gets_505_and_the_connectio
 @pytest.mark.parametrize(
     "request_bytes,status,code",
     [
-        (b"GET " + BASE.encode() + b"/posts?q=" + b"a" * 140_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "URI_TOO_LONG"),
-        (b"GET " + BASE.encode() + b"/posts HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 9_000 + b"\r\n\r\n", 431, "HEADERS_TOO_LARGE"),
-        (b"GET " + BASE.encode() + b"/posts HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200)) + b"\r\n",
-         431, "HEADERS_TOO_LARGE"),
+        (
+            b"GET " + BASE.encode() + b"/posts?q=" + b"a" * 140_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            414,
+            "URI_TOO_LONG",
+        ),
+        (
+            b"GET " + BASE.encode() + b"/posts HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 9_000 + b"\r\n\r\n",
+            431,
+            "HEADERS_TOO_LARGE",
+        ),
+        (
+            b"GET "
+            + BASE.encode()
+            + b"/posts HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-%d: y\r\n" % i for i in range(200))
+            + b"\r\n",
+            431,
+            "HEADERS_TOO_LARGE",
+        ),
     ],
     ids=["request-line-over-128-kib", "header-over-8-kib", "200-headers"],
 )

@@ -11,9 +11,9 @@ import contextlib
 import aiohttp
 import pytest
 
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire.services.cli import admin
 from tickerwire.services.common.http.keys import KEY_PREFIX, generate_key, hash_key
-from tests.support.stack import BASE, ServiceStack, auth, started_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,9 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
     services = ("projector", "api", "api", "stream")
-    async with started_stack(pg_dsn, kafka_bootstrap, "access-nokeys", services=services, TICKERWIRE_LOG_LEVEL="DEBUG") as s:
+    async with started_stack(
+        pg_dsn, kafka_bootstrap, "access-nokeys", services=services, TICKERWIRE_LOG_LEVEL="DEBUG"
+    ) as s:
         yield s
 
 
@@ -67,7 +69,9 @@ async def exercise(stack: ServiceStack) -> list[str]:
     assert {200, 401, 403, 404, 422, 429} <= statuses  # every kind of answer was provoked
     for service in stack.of("api") + stack.of("stream"):
         await malformed_request(service.port, f"{BASE}/stream?key={key}", "Broken header line")
-        await malformed_request(service.port, f"{BASE}/posts", f"Authorization Bearer {key}")  # echoed in the parser's error
+        await malformed_request(
+            service.port, f"{BASE}/posts", f"Authorization Bearer {key}"
+        )  # echoed in the parser's error
     return keys
 
 
@@ -84,7 +88,7 @@ async def malformed_request(port: int, target: str, bad_line: str) -> None:
 
 def leaks(text: str, keys: list[str]) -> list[str]:
     """Every way a key could show up in a log line: whole, its random part, the stream's query string."""
-    found = [k for k in keys if k in text or k[len(KEY_PREFIX):] in text]
+    found = [k for k in keys if k in text or k[len(KEY_PREFIX) :] in text]
     if "key=" + KEY_PREFIX in text:
         found.append("key=" + KEY_PREFIX)
     return found

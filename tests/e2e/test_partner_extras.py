@@ -17,10 +17,10 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.schemas.models import CategoryEvent, PostEvent
-from tickerwire.devstack.demo import dataset, trickle
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import WAIT, handshake
+from tickerwire.devstack.demo import dataset, trickle
+from tickerwire.schemas.models import CategoryEvent, PostEvent
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,9 @@ async def stack(pg_dsn, kafka_bootstrap):
         s.catalog = dataset.catalog_events(5, now=NOW, tokens=40)
         await s.publish(s.catalog)
         await s.wait_projected()
-        s.key = await s.provision("ws_extras", rate_limit_per_minute=100_000, daily_quota=1_000_000, stream_connection_limit=20)
+        s.key = await s.provision(
+            "ws_extras", rate_limit_per_minute=100_000, daily_quota=1_000_000, stream_connection_limit=20
+        )
         yield s
 
 
@@ -52,8 +54,10 @@ def stream_url(stack: ServiceStack, query: str = "") -> str:
 
 def new_posts(first_id: int, count: int) -> list[PostEvent]:
     rng = random.Random(first_id)
-    return [trickle.next_post(rng, post_id=first_id + i, now=datetime.now(timezone.utc), locales=dataset.LISTED_LOCALES)
-            for i in range(count)]
+    return [
+        trickle.next_post(rng, post_id=first_id + i, now=datetime.now(timezone.utc), locales=dataset.LISTED_LOCALES)
+        for i in range(count)
+    ]
 
 
 def parse_mark(header: str) -> dict[int, int]:
@@ -66,7 +70,9 @@ def parse_mark(header: str) -> dict[int, int]:
 async def stored_positions(stack: ServiceStack) -> dict[int, int]:
     conn = await stack.read_conn()
     try:
-        rows = await conn.fetch("SELECT partition, next_offset FROM positions WHERE topic = $1", f"{stack.topic_prefix}.posts.v1")
+        rows = await conn.fetch(
+            "SELECT partition, next_offset FROM positions WHERE topic = $1", f"{stack.topic_prefix}.posts.v1"
+        )
     finally:
         await conn.close()
     return {r["partition"]: r["next_offset"] for r in rows}
@@ -107,8 +113,11 @@ async def test_filtered_connections_get_only_their_posts_and_an_unfiltered_one_g
 
     def matches(p, lang, *, langs=None, tickers=None, categories=None) -> bool:
         slugs = set(p.categories) | {groups[c] for c in p.categories if groups.get(c)}
-        return ((langs is None or lang in langs) and (tickers is None or bool(tickers & set(p.tickers)))
-                and (categories is None or bool(categories & slugs)))
+        return (
+            (langs is None or lang in langs)
+            and (tickers is None or bool(tickers & set(p.tickers)))
+            and (categories is None or bool(categories & slugs))
+        )
 
     filters = {
         "lang=de-DE,fr-FR": dict(langs={"de-DE", "fr-FR"}),
@@ -145,7 +154,9 @@ async def test_a_read_after_a_push_carries_a_mark_past_the_pushed_log_position(s
         async with http.get(f"{api}/posts/{post_id}", params={"lang": lang}, headers=auth(stack.key)) as resp:
             assert resp.status == 200
             assert parse_mark(resp.headers["X-Log-Position"])[partition] > offset
-        async with http.get(f"{api}/posts", params={"lang": lang, "after": str(post_id - 1), "limit": "1"}, headers=auth(stack.key)) as resp:
+        async with http.get(
+            f"{api}/posts", params={"lang": lang, "after": str(post_id - 1), "limit": "1"}, headers=auth(stack.key)
+        ) as resp:
             assert parse_mark(resp.headers["X-Log-Position"])[partition] > offset
     await ws.close()
 
@@ -154,9 +165,18 @@ async def test_the_mark_is_on_every_admitted_response_and_never_ahead_of_the_pro
     await stack.publish(new_posts(70_001, 4))
     await stack.wait_projected()
     api = stack.of("api")[0].url + BASE
-    calls = [("/posts", {}, 200), ("/search", {"q": "market"}, 200), ("/posts/70001", {}, 200), ("/tokens", {}, 200),
-             ("/categories", {}, 200), ("/languages", {}, 200), ("/sentiment-pulse", {}, 200), ("/posts/nope", {}, 404),
-             ("/posts", {"limit": "0"}, 422), ("/tokens/NOPE", {}, 404)]
+    calls = [
+        ("/posts", {}, 200),
+        ("/search", {"q": "market"}, 200),
+        ("/posts/70001", {}, 200),
+        ("/tokens", {}, 200),
+        ("/categories", {}, 200),
+        ("/languages", {}, 200),
+        ("/sentiment-pulse", {}, 200),
+        ("/posts/nope", {}, 404),
+        ("/posts", {"limit": "0"}, 422),
+        ("/tokens/NOPE", {}, 404),
+    ]
     for path, params, status in calls:
         async with http.get(api + path, params=params, headers=auth(stack.key)) as resp:
             assert resp.status == status, path
@@ -194,12 +214,20 @@ async def test_ratelimit_and_ratelimit_policy_on_every_counted_response_and_on_4
     if (wait := 60 - datetime.now(timezone.utc).second) < 10:
         await asyncio.sleep(wait)
     seen = []
-    for path, params in (("/posts", {}), ("/posts", {"limit": "0"}), ("/posts/nope", {}), ("/languages", {}), ("/posts", {})):
+    for path, params in (
+        ("/posts", {}),
+        ("/posts", {"limit": "0"}),
+        ("/posts/nope", {}),
+        ("/languages", {}),
+        ("/posts", {}),
+    ):
         async with http.get(api + path, params=params, headers=auth(key)) as resp:
             seen.append(resp.status)
             assert resp.headers["RateLimit-Policy"] == '"minute";q=4;w=60, "day";q=1000;w=86400'
             minute_r, minute_t, day_r, day_t = (int(g) for g in RATELIMIT.match(resp.headers["RateLimit"]).groups())
-            assert minute_r == int(resp.headers["X-RateLimit-Remaining"]) and day_r == int(resp.headers["X-Quota-Remaining"])
+            assert minute_r == int(resp.headers["X-RateLimit-Remaining"]) and day_r == int(
+                resp.headers["X-Quota-Remaining"]
+            )
             assert 1 <= minute_t <= 60 and 1 <= day_t <= 86400
             if resp.status == 429:
                 assert minute_r == 0 and minute_t == int(resp.headers["Retry-After"])

@@ -16,11 +16,11 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tickerwire.devstack.demo import dataset, trickle
-from tickerwire.services.common.runtime.logs import LOG_BURST
 from tests.support.rawhttp import raw, raw_head
 from tests.support.stack import BASE, Service, auth, started_stack
 from tests.support.ws import session
+from tickerwire.devstack.demo import dataset, trickle
+from tickerwire.services.common.runtime.logs import LOG_BURST
 
 pytestmark = pytest.mark.e2e
 
@@ -110,8 +110,12 @@ async def test_scrapes_are_not_partner_traffic(stack, key):
 async def test_no_response_names_a_version(stack, key):
     api, stream = stack.of("api")[0], stack.of("stream")[0]
     async with aiohttp.ClientSession() as http:
-        for url, headers in [(f"{api.url}{BASE}/languages", auth(key)), (f"{api.url}{BASE}/languages", {}),
-                             (f"{api.url}/nope", {}), (f"{stream.url}{BASE}/stream", {})]:
+        for url, headers in [
+            (f"{api.url}{BASE}/languages", auth(key)),
+            (f"{api.url}{BASE}/languages", {}),
+            (f"{api.url}/nope", {}),
+            (f"{stream.url}{BASE}/stream", {}),
+        ]:
             async with http.get(url, headers=headers) as resp:
                 assert resp.headers["Server"] == "tickerwire", url
     status, headers = await raw_head(stream.port, handshake(f"{BASE}/stream?key={key}"))
@@ -133,12 +137,21 @@ async def test_every_partner_request_has_an_access_line_with_its_request_id(stac
         async with session(http, f"{stream.url}{BASE}/stream?key={key}", headers={"X-Request-Id": "trace-ws"}):
             pass
 
-    line = await wait_for_line(api, lambda d: d.get("request_id") == "trace-abc.1" and d.get("logger") == "tickerwire.access")
-    assert (line["method"], line["route"], line["status"], line["workspace_id"]) == ("GET", BASE + "/posts/{id_or_slug}", 404, "ports_ws")
+    line = await wait_for_line(
+        api, lambda d: d.get("request_id") == "trace-abc.1" and d.get("logger") == "tickerwire.access"
+    )
+    assert (line["method"], line["route"], line["status"], line["workspace_id"]) == (
+        "GET",
+        BASE + "/posts/{id_or_slug}",
+        404,
+        "ports_ws",
+    )
     assert isinstance(line["duration_ms"], (int, float))
     line = await wait_for_line(api, lambda d: d.get("request_id") == generated)
     assert (line["route"], line["status"], line["workspace_id"]) == (BASE + "/languages", 401, None)
-    line = await wait_for_line(stream, lambda d: d.get("request_id") == "trace-ws" and d.get("logger") == "tickerwire.access")
+    line = await wait_for_line(
+        stream, lambda d: d.get("request_id") == "trace-ws" and d.get("logger") == "tickerwire.access"
+    )
     assert (line["route"], line["status"], line["workspace_id"]) == (BASE + "/stream", 101, "ports_ws")
     for service in (api, stream):
         text = service.log()
@@ -167,16 +180,29 @@ async def test_an_unparseable_request_is_at_most_one_log_line_without_a_tracebac
     assert "Traceback" not in api.log()
 
 
-def handshake(target: str, *extra: bytes, version: bytes = b"13", key: bytes | None = WS_KEY.encode(),
-              upgrade: bytes = b"websocket") -> bytes:
-    lines = [b"GET " + target.encode() + b" HTTP/1.1", b"Host: x", b"Connection: Upgrade", b"Upgrade: " + upgrade,
-             b"Sec-WebSocket-Version: " + version, *extra]
+def handshake(
+    target: str,
+    *extra: bytes,
+    version: bytes = b"13",
+    key: bytes | None = WS_KEY.encode(),
+    upgrade: bytes = b"websocket",
+) -> bytes:
+    lines = [
+        b"GET " + target.encode() + b" HTTP/1.1",
+        b"Host: x",
+        b"Connection: Upgrade",
+        b"Upgrade: " + upgrade,
+        b"Sec-WebSocket-Version: " + version,
+        *extra,
+    ]
     if key is not None:
         lines.append(b"Sec-WebSocket-Key: " + key)
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-@pytest.mark.parametrize("case", ["upgrade-not-utf8", "other-header-not-utf8", "version-12", "key-short", "key-missing"])
+@pytest.mark.parametrize(
+    "case", ["upgrade-not-utf8", "other-header-not-utf8", "version-12", "key-short", "key-missing"]
+)
 async def test_malformed_handshakes_are_400_with_the_envelope(stack, key, case):
     target = f"{BASE}/stream?key={key}"
     request = {
@@ -195,13 +221,19 @@ async def test_malformed_handshakes_are_400_with_the_envelope(stack, key, case):
 
 
 async def test_api_headers_that_are_not_utf8_are_400(stack, key):
-    request = (f"GET {BASE}/languages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n").encode() + b"X-Name: \xff\xfe\r\n\r\n"
+    request = (
+        f"GET {BASE}/languages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+    ).encode() + b"X-Name: \xff\xfe\r\n\r\n"
     status, headers, body = await raw(stack.of("api")[0].port, request)
     assert status == 400 and orjson.loads(body)["error"]["code"] == "VALIDATION_FAILED"
     # An Authorization header that is not UTF-8 is an invalid one: 401 (spec 5.1), not 400.
-    request = (f"GET {BASE}/languages HTTP/1.1\r\nHost: x\r\n").encode() + b"Authorization: Bearer tw_live_\xff\xfe\r\n\r\n"
+    request = (
+        f"GET {BASE}/languages HTTP/1.1\r\nHost: x\r\n"
+    ).encode() + b"Authorization: Bearer tw_live_\xff\xfe\r\n\r\n"
     status, headers, body = await raw(stack.of("api")[0].port, request)
-    assert status == 401 and orjson.loads(body)["error"]["code"] == "NOT_AUTHENTICATED" and "www-authenticate" in headers
+    assert (
+        status == 401 and orjson.loads(body)["error"]["code"] == "NOT_AUTHENTICATED" and "www-authenticate" in headers
+    )
 
 
 async def test_empty_csv_items_are_skipped_as_the_document_says(stack, key):
@@ -213,9 +245,15 @@ async def test_empty_csv_items_are_skipped_as_the_document_says(stack, key):
         assert "" in schema["items"].get("enum", [""]) and "skipped" in parameters[name]["description"]
     # Posts to filter: with none, every query below would equal the empty page whatever it did.
     now = datetime.now(timezone.utc)
-    await stack.publish([*dataset.catalog_events(now=now, tokens=40),
-                         *(trickle.next_post(random.Random(i), post_id=700_000 + i, now=now, locales=dataset.LISTED_LOCALES)
-                           for i in range(12))])
+    await stack.publish(
+        [
+            *dataset.catalog_events(now=now, tokens=40),
+            *(
+                trickle.next_post(random.Random(i), post_id=700_000 + i, now=now, locales=dataset.LISTED_LOCALES)
+                for i in range(12)
+            ),
+        ]
+    )
     await stack.wait_projected()
     url = f"{stack.of('api')[0].url}{BASE}/posts"
     async with aiohttp.ClientSession() as http:
@@ -238,7 +276,11 @@ async def test_browsers_are_refused_clearly(stack, key):
     url = f"{stack.of('api')[0].url}{BASE}/posts"
     origin = {"Origin": "https://partner.example"}
     async with aiohttp.ClientSession() as http:
-        preflight = {**origin, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "authorization"}
+        preflight = {
+            **origin,
+            "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization",
+        }
         async with http.options(url, headers=preflight) as resp:
             assert resp.status == 405
             error = (await resp.json())["error"]

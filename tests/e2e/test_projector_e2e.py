@@ -16,15 +16,15 @@ from datetime import timedelta
 import aiohttp
 import asyncpg
 import pytest
-from tickerwire.schemas.topics import POSTS, topic_name
-from tickerwire.services.common import kafka
-from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.projector.rebuild import rebuild, replay_into
-from tickerwire.services.readmodel import positions
 
 from tests.support.events import T0, category_ev, locale_ev, post_ev, token_ev
 from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
 from tests.support.stack import BASE, ServiceStack, auth
+from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
+from tickerwire.services.projector.rebuild import rebuild, replay_into
+from tickerwire.services.readmodel import positions
 
 pytestmark = pytest.mark.e2e
 
@@ -35,15 +35,25 @@ def backlog(posts: int, seed: int, first_id: int = 1) -> list:
     """Catalog plus ``posts`` posts in three versions each, published out of order (so some
     arrive stale) and changing status, tickers, sentiment and published_at between versions."""
     rng = random.Random(seed)
-    events = [locale_ev("en-US", default=True), locale_ev("de-DE", position=1), category_ev("markets"),
-              category_ev("btc", group="markets", names={"en-US": "Bitcoin", "de-DE": "Bitcoin DE"})]
+    events = [
+        locale_ev("en-US", default=True),
+        locale_ev("de-DE", position=1),
+        category_ev("markets"),
+        category_ev("btc", group="markets", names={"en-US": "Bitcoin", "de-DE": "Bitcoin DE"}),
+    ]
     events += [token_ev(t) for t in ("BTC", "ETH", "SOL", "XRP")]
     for post_id in range(first_id, first_id + posts):
         versions = [
-            post_ev(post_id, v, status=rng.choice(["published", "published", "queued", "partial", "retracted", "draft"]),
-                    at=T0 - timedelta(minutes=rng.randrange(0, 2000)), sentiment=rng.choice(["BULLISH", "NEUTRAL", "BEARISH"]),
-                    tickers=rng.sample(["BTC", "ETH", "SOL", "XRP"], rng.randrange(0, 3)),
-                    categories=rng.choice([(), ("btc",)]), langs=rng.choice([("en-US",), ("en-US", "de-DE")]))
+            post_ev(
+                post_id,
+                v,
+                status=rng.choice(["published", "published", "queued", "partial", "retracted", "draft"]),
+                at=T0 - timedelta(minutes=rng.randrange(0, 2000)),
+                sentiment=rng.choice(["BULLISH", "NEUTRAL", "BEARISH"]),
+                tickers=rng.sample(["BTC", "ETH", "SOL", "XRP"], rng.randrange(0, 3)),
+                categories=rng.choice([(), ("btc",)]),
+                langs=rng.choice([("en-US",), ("en-US", "de-DE")]),
+            )
             for v in (1, 2, 3)
         ]
         rng.shuffle(versions)
@@ -56,7 +66,9 @@ async def expected_model(stack: ServiceStack, schema: str = "expected") -> tuple
     conn = await asyncpg.connect(stack.database_url)
     try:
         # Badge statuses are sweeper ticks, not log events: take the live ones.
-        await conn.execute(f"UPDATE {schema}.workspaces n SET badge_status = o.badge_status FROM rm.workspaces o WHERE o.id = n.id")
+        await conn.execute(
+            f"UPDATE {schema}.workspaces n SET badge_status = o.badge_status FROM rm.workspaces o WHERE o.id = n.id"
+        )
         return comparable(await read_model(conn, schema)), await announcements(conn, schema)
     finally:
         await conn.close()
@@ -99,7 +111,9 @@ async def wait_posts_final(stack: ServiceStack, ids: range) -> None:
     the broker's end offsets alone can lag behind (Tansu)."""
     conn = await stack.read_conn()
     try:
-        while await conn.fetchval("SELECT count(*) FROM posts WHERE id >= $1 AND id < $2 AND version = 3", ids.start, ids.stop) < len(ids):
+        while await conn.fetchval(
+            "SELECT count(*) FROM posts WHERE id >= $1 AND id < $2 AND version = 3", ids.start, ids.stop
+        ) < len(ids):
             await asyncio.sleep(0.05)
     finally:
         await conn.close()
@@ -163,8 +177,13 @@ async def test_sigkill_mid_batch_repeatedly_loses_nothing_and_applies_nothing_tw
     await stack.wait_projected()
     conn = await stack.read_conn()
     try:
-        stored = {(r["topic"], r["partition"]): r["next_offset"] for r in await conn.fetch(
-            "SELECT topic, partition, next_offset FROM positions WHERE topic = $1", topic_name(stack.topic_prefix, POSTS))}
+        stored = {
+            (r["topic"], r["partition"]): r["next_offset"]
+            for r in await conn.fetch(
+                "SELECT topic, partition, next_offset FROM positions WHERE topic = $1",
+                topic_name(stack.topic_prefix, POSTS),
+            )
+        }
     finally:
         await conn.close()
     # A SIGKILLed member stays in the group until its session expires and may still hold a
@@ -177,7 +196,11 @@ async def test_sigkill_mid_batch_repeatedly_loses_nothing_and_applies_nothing_tw
             async with http.get(f"{projector.admin_url}/metrics") as resp:
                 assert resp.status == 200
                 text = await resp.text()
-            samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#")}
+            samples = {
+                line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line and not line.startswith("#")
+            }
             settled = all(
                 samples.get(f'tickerwire_projector_position{{partition="{p}",topic="{t}"}}') == offset
                 and samples.get(f'tickerwire_projector_lag{{partition="{p}",topic="{t}"}}') == 0
@@ -255,7 +278,12 @@ async def test_rebuild_switches_atomically_while_the_api_answers(stack: ServiceS
     try:
         schemas = {r["nspname"] for r in await conn.fetch("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'rm%'")}
         assert schemas == {"rm"}
-        scopes = {r["scope"] for r in await conn.fetch("SELECT DISTINCT scope FROM public.tw_migrations WHERE scope LIKE 'readmodel:rm%'")}
+        scopes = {
+            r["scope"]
+            for r in await conn.fetch(
+                "SELECT DISTINCT scope FROM public.tw_migrations WHERE scope LIKE 'readmodel:rm%'"
+            )
+        }
         assert scopes == {"readmodel:rm"}
         assert await conn.fetchval("SELECT badge_status FROM rm.workspaces WHERE id = 'ws_rebuild'") == "ok"
         assert await conn.fetchval("SELECT count(*) FROM rm.posts WHERE id >= 9000") == 20
@@ -269,7 +297,9 @@ async def test_bulk_rebuild_equals_an_event_by_event_replay(stack: ServiceStack,
     renamed after its posts, and a poison record set aside as the same dead letter."""
     await stack.publish(backlog(300, seed=11))
     async with kafka.started_producer(stack.config) as producer:
-        await producer.send_and_wait(topic_name(stack.config.topic_prefix, POSTS), b"not json", key=b"post:poison", partition=1)
+        await producer.send_and_wait(
+            topic_name(stack.config.topic_prefix, POSTS), b"not json", key=b"post:poison", partition=1
+        )
     await stack.publish([category_ev("btc", 2, group="markets", names={"en-US": "Bitcoin!", "de-DE": "Bitcoin DE!"})])
     await stack.start("projector")
     await wait_posts_final(stack, range(1, 301))
@@ -283,10 +313,16 @@ async def test_bulk_rebuild_equals_an_event_by_event_replay(stack: ServiceStack,
     await assert_live_model_is(stack, await expected_model(stack))
     conn = await asyncpg.connect(stack.database_url)
     try:
-        letters = "SELECT topic, partition, \"offset\", reason_kind FROM {}.dead_letters ORDER BY 1, 2, 3"
-        assert [tuple(r) for r in await conn.fetch(letters.format("rm"))] == [tuple(r) for r in await conn.fetch(letters.format("expected"))]
-        assert await conn.fetchval("SELECT count(*) FROM rm.post_translations WHERE NOT visible") > 0  # dropped locales were in the log
-        indexes = "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'post_translations' ORDER BY 1"
+        letters = 'SELECT topic, partition, "offset", reason_kind FROM {}.dead_letters ORDER BY 1, 2, 3'
+        assert [tuple(r) for r in await conn.fetch(letters.format("rm"))] == [
+            tuple(r) for r in await conn.fetch(letters.format("expected"))
+        ]
+        assert (
+            await conn.fetchval("SELECT count(*) FROM rm.post_translations WHERE NOT visible") > 0
+        )  # dropped locales were in the log
+        indexes = (
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'post_translations' ORDER BY 1"
+        )
         assert [r[0] for r in await conn.fetch(indexes, "rm")] == [r[0] for r in await conn.fetch(indexes, "expected")]
     finally:
         await conn.close()

@@ -13,11 +13,11 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.services.common.db.replicas import at_least, parse_marks
 from tests.support.events import post_ev, token_ev
 from tests.support.replicas import freeze, replicated_cluster, rotation, serving_stack, signal_server, thaw
 from tests.support.stack import BASE, auth
 from tests.support.ws import session
+from tickerwire.services.common.db.replicas import at_least, parse_marks
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +78,7 @@ async def _readable_on_receipt(stack, key: str, ids: list[int]) -> None:
                 while (msg := orjson.loads((await ws.receive(timeout=WAIT)).data))["type"] != "post.created":
                     pass
                 for n in range(0, len(ids), 5):
-                    await send([post_ev(i) for i in ids[n:n + 5]])
+                    await send([post_ev(i) for i in ids[n : n + 5]])
                     await asyncio.sleep(0.02)
             reads = []
             while len(reads) < len(ids):
@@ -124,7 +124,7 @@ async def test_a_client_sending_its_mark_never_gets_an_older_state(replicated):
         await _all_in_rotation(stack, http)
         async with stack.publisher() as send:
             for n in range(0, len(ids), 10):
-                await send([post_ev(i) for i in ids[n:n + 10]])
+                await send([post_ev(i) for i in ids[n : n + 10]])
                 for path in ("/posts?limit=5", f"/posts/{ids[0]}", "/tokens", "/sentiment-pulse", "/search?q=bitcoin"):
                     await read(http, path)
     assert answers == 60 and older == []
@@ -148,7 +148,9 @@ async def test_the_catalog_never_reloads_an_older_state_from_a_lagging_replica(r
                 await asyncio.sleep(0.05)
 
 
-async def _load(http: aiohttp.ClientSession, url: str, key: str, stop: asyncio.Event, log: list[tuple[float, float, int]]) -> None:
+async def _load(
+    http: aiohttp.ClientSession, url: str, key: str, stop: asyncio.Event, log: list[tuple[float, float, int]]
+) -> None:
     """Requests that always read the database (a page after a cursor), one at a time: (start, end, status)."""
     while not stop.is_set():
         started = time.monotonic()
@@ -212,11 +214,17 @@ async def test_a_replica_frozen_or_killed_costs_at_most_2_s_and_rejoins_by_itsel
         await asyncio.gather(*loaders)
     failed = [entry for entry in log if entry[2] != 200]
     assert failed == [], f"{len(failed)} answers were not 200: {failed[:5]}"
-    slow = [(round(start - faulted, 2), round(end - faulted, 2)) for start, end, _ in log if end - start > 0.5 and end >= faulted]
+    slow = [
+        (round(start - faulted, 2), round(end - faulted, 2))
+        for start, end, _ in log
+        if end - start > 0.5 and end >= faulted
+    ]
     degraded = max((end for _, end in slow), default=0.0)
     print(f"{fault}: {len(log)} answers, degraded for {degraded:.2f} s")
     assert degraded <= 2.0, f"degraded for {degraded:.2f} s after the {fault}: slow answers (start, end) {slow}"
-    assert sorted(received) == ids, f"lost {sorted(set(ids) - set(received))[:10]}, doubled {len(received) - len(set(received))}"
+    assert sorted(received) == ids, (
+        f"lost {sorted(set(ids) - set(received))[:10]}, doubled {len(received) - len(set(received))}"
+    )
 
 
 async def test_a_mark_that_is_not_one_is_refused_and_an_empty_one_asks_nothing(replicated):
@@ -250,10 +258,11 @@ async def test_a_replica_lagging_past_the_bound_leaves_the_rotation_and_comes_ba
         replicas[1].set_apply_delay(4000)
         try:
             async with session(http, stream) as (ws, _):
+
                 async def publish() -> None:
                     async with stack.publisher() as send:
                         for n in range(0, len(ids), 5):
-                            await send([post_ev(i) for i in ids[n:n + 5]])
+                            await send([post_ev(i) for i in ids[n : n + 5]])
                             async with http.get(api.admin_url + "/readyz") as resp:
                                 details.add(orjson.loads(await resp.read())["checks"]["replicas"]["detail"])
                             await asyncio.sleep(0.25)

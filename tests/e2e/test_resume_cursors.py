@@ -23,13 +23,13 @@ import aiohttp
 import orjson
 import pytest
 
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tests.support.ws import accepted
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
 from tickerwire.services.common import kafka
 from tickerwire.services.projector.accept import accept_log
 from tickerwire.services.projector.rebuild import rebuild
 from tickerwire.services.readmodel import cursors
-from tests.support.stack import BASE, ServiceStack, auth, started_stack
-from tests.support.ws import accepted
 
 pytestmark = pytest.mark.e2e
 
@@ -42,27 +42,71 @@ Key = tuple[int, str]
 
 
 def locale_event(code: str, default: bool) -> LocaleEvent:
-    return LocaleEvent(version=1, emitted_at=NOW, data=Locale(
-        code=code, name=code, native_name=code, country_code=code[-2:], direction="ltr", active=True, web_channel=True,
-        is_default=default))
+    return LocaleEvent(
+        version=1,
+        emitted_at=NOW,
+        data=Locale(
+            code=code,
+            name=code,
+            native_name=code,
+            country_code=code[-2:],
+            direction="ltr",
+            active=True,
+            web_channel=True,
+            is_default=default,
+        ),
+    )
 
 
-def post_event(post_id: int, version: int, langs: Sequence[str], *, status: str = "published", age_s: float = 0.0,
-               tickers: Sequence[str] = ("BTC",)) -> PostEvent:
+def post_event(
+    post_id: int,
+    version: int,
+    langs: Sequence[str],
+    *,
+    status: str = "published",
+    age_s: float = 0.0,
+    tickers: Sequence[str] = ("BTC",),
+) -> PostEvent:
     """Version ``version`` of post ``post_id`` with translations in ``langs``, published ``age_s`` ago."""
-    return PostEvent(version=version, emitted_at=datetime.now(timezone.utc), data=Post.model_validate(dict(
-        id=post_id, status=status, published_at=NOW - timedelta(seconds=age_s), importance=50, sentiment="NEUTRAL",
-        tickers=list(tickers), hashtags=[], categories=[], cover_image_url="https://img.example/c.jpg",
-        og_image_url="https://img.example/o.jpg", source_url="https://src.example/a", byline="Desk",
-        translations=[dict(lang=lang, slug=f"r-{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{lang}/{post_id}",
-                           title=f"Post {post_id} v{version} ({lang})", lede="A lede.", body="One.\n\nTwo.") for lang in langs],
-    )))
+    return PostEvent(
+        version=version,
+        emitted_at=datetime.now(timezone.utc),
+        data=Post.model_validate(
+            dict(
+                id=post_id,
+                status=status,
+                published_at=NOW - timedelta(seconds=age_s),
+                importance=50,
+                sentiment="NEUTRAL",
+                tickers=list(tickers),
+                hashtags=[],
+                categories=[],
+                cover_image_url="https://img.example/c.jpg",
+                og_image_url="https://img.example/o.jpg",
+                source_url="https://src.example/a",
+                byline="Desk",
+                translations=[
+                    dict(
+                        lang=lang,
+                        slug=f"r-{post_id}-{lang.lower()}",
+                        canonical_url=f"https://n.example/{lang}/{post_id}",
+                        title=f"Post {post_id} v{version} ({lang})",
+                        lede="A lede.",
+                        body="One.\n\nTwo.",
+                    )
+                    for lang in langs
+                ],
+            )
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
     env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1"}
-    async with started_stack(pg_dsn, kafka_bootstrap, f"resume{os.getpid()}", services=("projector", "api", "stream"), **env) as s:
+    async with started_stack(
+        pg_dsn, kafka_bootstrap, f"resume{os.getpid()}", services=("projector", "api", "stream"), **env
+    ) as s:
         await s.publish([locale_event(code, code == "en-US") for code in LOCALES])
         await s.wait_projected()
         yield s
@@ -70,7 +114,9 @@ async def stack(pg_dsn, kafka_bootstrap):
 
 @pytest.fixture(scope="module")
 async def key(stack: ServiceStack) -> str:
-    key = await stack.provision("ws_resume", stream_connection_limit=1000, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+    key = await stack.provision(
+        "ws_resume", stream_connection_limit=1000, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000
+    )
     async with aiohttp.ClientSession() as http:  # the API lists the locales (the /changes langs) once it refreshed
         for _ in range(100):
             async with http.get(f"{stack.of('api')[0].url}{BASE}/languages", headers=auth(key)) as resp:
@@ -152,13 +198,17 @@ class Follower:
         return collections.Counter({k: n for k, n in self.got.items() if k[0] in self.ids})
 
 
-async def changes(http: aiohttp.ClientSession, stack: ServiceStack, key: str, cursor: str | None, **params: str) -> tuple[int, dict]:
+async def changes(
+    http: aiohttp.ClientSession, stack: ServiceStack, key: str, cursor: str | None, **params: str
+) -> tuple[int, dict]:
     query = {**({"cursor": cursor} if cursor is not None else {}), **params}
     async with http.get(f"{stack.of('api')[0].url}{BASE}/changes", params=query, headers=auth(key)) as resp:
         return resp.status, await resp.json()
 
 
-async def walk(http: aiohttp.ClientSession, stack: ServiceStack, key: str, cursor: str, ids: range, **params: str) -> list[Key]:
+async def walk(
+    http: aiohttp.ClientSession, stack: ServiceStack, key: str, cursor: str, ids: range, **params: str
+) -> list[Key]:
     """Every announcement of ``ids`` after ``cursor``, page by page, in the order served."""
     seen: list[Key] = []
     while True:
@@ -191,7 +241,9 @@ async def test_without_the_opt_ins_ready_and_post_created_are_the_specs(stack, k
 async def test_a_malformed_cursor_is_refused_with_its_field(stack, key, http):
     for bad in ("x", "c1~!!!", cursors.PREFIX + "e~0"):
         status, body = await changes(http, stack, key, bad)
-        assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED" and body["error"]["field"] == "cursor", body
+        assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED" and body["error"]["field"] == "cursor", (
+            body
+        )
         async with http.get(f"{stack.of('stream')[0].url}{BASE}/stream", params={"key": key, "resume": bad}) as resp:
             body = await resp.json()
             assert resp.status == 422 and body["error"]["field"] == "resume", body
@@ -211,8 +263,11 @@ async def test_a_cursor_of_another_epoch_is_refused_plainly(stack, key, http):
     assert status == 200 and head["posts"] == [] and head["has_more"] is False
     other = cursors.Cursor("0ther0epoch", cursors.decode(head["cursor"]).marks).encode()
     status, body = await changes(http, stack, key, other)
-    assert status == 409 and body["error"] == {"code": cursors.EPOCH_CHANGED, "message": cursors.EPOCH_CHANGED_MESSAGE,
-                                               "field": "cursor"}, body
+    assert status == 409 and body["error"] == {
+        "code": cursors.EPOCH_CHANGED,
+        "message": cursors.EPOCH_CHANGED_MESSAGE,
+        "field": "cursor",
+    }, body
     ws, ready = await accepted(http, f"{stack.of('stream')[0].url}{BASE}/stream?key={key}&resume={other}")
     await ws.close()
     assert ready["resumed"] is False and ready["reason"]["code"] == cursors.EPOCH_CHANGED
@@ -233,8 +288,12 @@ async def test_a_translation_added_to_an_older_post_and_a_backdated_post_are_res
         await follower.disconnect()
         # While disconnected: the older partial post gains its translations, and a post published
         # an hour ago appears. Both sort behind post 201 for GET /posts?after=201.
-        await send([post_event(200, 2, ["en-US", "de-DE", "fr-FR"], status="published", age_s=60),
-                    post_event(202, 1, ["en-US", "de-DE"], age_s=3600)])
+        await send(
+            [
+                post_event(200, 2, ["en-US", "de-DE", "fr-FR"], status="published", age_s=60),
+                post_event(202, 1, ["en-US", "de-DE"], age_s=3600),
+            ]
+        )
         await stack.wait_projected()
         await follower.connect()
         missed = {(200, "de-DE"), (200, "fr-FR"), (202, "en-US"), (202, "de-DE")}
@@ -243,7 +302,9 @@ async def test_a_translation_added_to_an_older_post_and_a_backdated_post_are_res
         await follower.until({(203, "en-US")})
         await follower.read(100, timeout=0.5)
         await follower.disconnect()
-    assert follower.mine() == collections.Counter({(200, "en-US"): 1, (201, "en-US"): 1, (203, "en-US"): 1} | dict.fromkeys(missed, 1))
+    assert follower.mine() == collections.Counter(
+        {(200, "en-US"): 1, (201, "en-US"): 1, (203, "en-US"): 1} | dict.fromkeys(missed, 1)
+    )
     assert sorted(await walk(http, stack, key, before, ids)) == sorted(missed | {(203, "en-US")})
 
 
@@ -253,15 +314,23 @@ async def test_a_resume_keeps_the_connections_filters(stack, key, http):
     async with stack.publisher() as send:
         await follower.connect()
         await follower.disconnect()
-        await send([post_event(300, 1, ["en-US", "de-DE"], tickers=["ETH"]), post_event(301, 1, ["de-DE"], tickers=["BTC"]),
-                    post_event(302, 1, ["fr-FR", "de-DE"], tickers=["ETH", "SOL"])])
+        await send(
+            [
+                post_event(300, 1, ["en-US", "de-DE"], tickers=["ETH"]),
+                post_event(301, 1, ["de-DE"], tickers=["BTC"]),
+                post_event(302, 1, ["fr-FR", "de-DE"], tickers=["ETH", "SOL"]),
+            ]
+        )
         await stack.wait_projected()
         await follower.connect()
         await follower.until({(300, "de-DE"), (302, "de-DE")})
         await follower.read(100, timeout=0.5)
         await follower.disconnect()
     assert follower.mine() == collections.Counter({(300, "de-DE"): 1, (302, "de-DE"): 1})
-    assert sorted(await walk(http, stack, key, follower.first_cursor, ids, lang="de-DE", tickers="ETH")) == [(300, "de-DE"), (302, "de-DE")]
+    assert sorted(await walk(http, stack, key, follower.first_cursor, ids, lang="de-DE", tickers="ETH")) == [
+        (300, "de-DE"),
+        (302, "de-DE"),
+    ]
 
 
 async def test_a_replay_of_10000_announcements_completes_through_a_256_message_queue(stack, key, http, capsys):
@@ -279,7 +348,9 @@ async def test_a_replay_of_10000_announcements_completes_through_a_256_message_q
     assert set(follower.mine().values()) == {1}
     assert took < 10  # a bound for a loaded test machine; docs/benchmarks.md has the measured figure
     with capsys.disabled():
-        print(f"\nreplay of {len(follower.mine()):,} announcements from the handshake to the last one read: {took:.2f} s")
+        print(
+            f"\nreplay of {len(follower.mine()):,} announcements from the handshake to the last one read: {took:.2f} s"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- process faults
@@ -302,7 +373,9 @@ async def test_a_sigkill_of_the_stream_process_is_resumed_exactly_once(stack, ke
         await follower.until({(401, "en-US"), (401, "fr-FR"), (400, "de-DE")})
         await follower.read(100, timeout=0.5)
         await follower.disconnect()
-    assert follower.mine() == collections.Counter({(400, "en-US"): 1, (401, "en-US"): 1, (401, "fr-FR"): 1, (400, "de-DE"): 1})
+    assert follower.mine() == collections.Counter(
+        {(400, "en-US"): 1, (401, "en-US"): 1, (401, "fr-FR"): 1, (400, "de-DE"): 1}
+    )
 
 
 async def test_a_rebuilds_switch_is_resumed_exactly_once(stack, key, http):
@@ -327,10 +400,15 @@ async def test_a_rebuilds_switch_is_resumed_exactly_once(stack, key, http):
     try:
         assert (await cursors.current_epoch(conn)).epoch == epoch  # the same log, replayed: the same positions
         indexes = {r["indexname"] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE schemaname = 'rm'")}
-        assert {"post_translations_announced", "post_translations_announced_order"} <= indexes  # the bulk load built them
+        assert {
+            "post_translations_announced",
+            "post_translations_announced_order",
+        } <= indexes  # the bulk load built them
     finally:
         await conn.close()
-    assert follower.mine() == collections.Counter({(500, "en-US"): 1, (501, "en-US"): 1, (500, "de-DE"): 1, (502, "fr-FR"): 1})
+    assert follower.mine() == collections.Counter(
+        {(500, "en-US"): 1, (501, "en-US"): 1, (500, "de-DE"): 1, (502, "fr-FR"): 1}
+    )
 
 
 # ---------------------------------------------------------------------------------------------- randomized
@@ -364,8 +442,15 @@ async def test_200_random_disconnects_miss_nothing_and_double_nothing(stack, key
                     langs_of[post] = rng.sample(LOCALES, rng.randint(1, 2))
                 versions[post] = versions.get(post, 0) + 1
                 partial = len(langs_of[post]) < len(LOCALES)
-                events.append(post_event(post, versions[post], langs_of[post], status="partial" if partial else "published",
-                                         age_s=rng.choice([0, 0, 30, 86_400 * rng.random()])))
+                events.append(
+                    post_event(
+                        post,
+                        versions[post],
+                        langs_of[post],
+                        status="partial" if partial else "published",
+                        age_s=rng.choice([0, 0, 30, 86_400 * rng.random()]),
+                    )
+                )
             if events:
                 await send(events)
             await follower.connect()
@@ -393,11 +478,15 @@ async def test_a_reset_log_refuses_old_cursors_with_their_code_never_a_silent_ga
     prefix = f"resumereset{os.getpid()}"
     async with started_stack(pg_dsn, kafka_bootstrap, prefix, services=("projector", "api", "stream"), **env) as stack:
         await stack.publish([locale_event(code, code == "en-US") for code in LOCALES])
-        key = await stack.provision("ws_reset", stream_connection_limit=100, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
+        key = await stack.provision(
+            "ws_reset", stream_connection_limit=100, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000
+        )
         ids = range(1, 100)
         follower = Follower(http, stack, key, ids)
         await follower.connect()
-        await stack.publish([post_event(i, 1, ["en-US"]) for i in range(1, 41)])  # every partition well past what comes next
+        await stack.publish(
+            [post_event(i, 1, ["en-US"]) for i in range(1, 41)]
+        )  # every partition well past what comes next
         await follower.until({(i, "en-US") for i in range(1, 41)})
         await follower.disconnect()
         old = follower.cursor
@@ -413,7 +502,9 @@ async def test_a_reset_log_refuses_old_cursors_with_their_code_never_a_silent_ga
         assert accepted_log.moved and not accepted_log.left
         await stack.wait_projected()
         status, body = await changes(http, stack, key, old)
-        assert status == 409 and body["error"]["code"] == cursors.EPOCH_CHANGED and body["error"]["field"] == "cursor", body
+        assert (
+            status == 409 and body["error"]["code"] == cursors.EPOCH_CHANGED and body["error"]["field"] == "cursor"
+        ), body
         ready = await follower.connect_refused()
         assert ready["resumed"] is False and ready["reason"]["code"] == cursors.EPOCH_CHANGED
         assert cursors.decode(ready["cursor"]).epoch != cursors.decode(old or "").epoch

@@ -19,12 +19,12 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.services.cli import admin
-from tickerwire.services.common.http.keys import hash_key
-from tickerwire.services.stream.hub import CLOSE_GRACE_S
 from tests.support.events import fresh_post_ev, locale_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import accepted, upgrade_headers
+from tickerwire.services.cli import admin
+from tickerwire.services.common.http.keys import hash_key
+from tickerwire.services.stream.hub import CLOSE_GRACE_S
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +39,13 @@ async def stack(pg_dsn, kafka_bootstrap):
     env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_STREAM_QUEUE_SIZE": str(QUEUE_SIZE)}
     services = ("projector", "api", "stream", "stream")
     async with started_stack(pg_dsn, kafka_bootstrap, f"stream{os.getpid()}", services=services, **env) as s:
-        await s.publish([locale_ev("en-US", name="English", default=True), locale_ev("de-DE", name="German", country="DE"),
-                         locale_ev("fr-FR", name="French", country="FR")])
+        await s.publish(
+            [
+                locale_ev("en-US", name="English", default=True),
+                locale_ev("de-DE", name="German", country="DE"),
+                locale_ev("fr-FR", name="French", country="FR"),
+            ]
+        )
         await s.wait_projected()
         yield s
 
@@ -59,7 +64,9 @@ async def connect(http: aiohttp.ClientSession, service, key: str) -> tuple[aioht
     return await accepted(http, stream_url(service, key), autoping=True)
 
 
-async def connect_when_free(http: aiohttp.ClientSession, service, key: str, within: float) -> aiohttp.ClientWebSocketResponse:
+async def connect_when_free(
+    http: aiohttp.ClientSession, service, key: str, within: float
+) -> aiohttp.ClientWebSocketResponse:
     """Connect, retrying while the workspace is at its limit (429) for at most ``within`` seconds."""
     deadline = time.monotonic() + within
     while True:
@@ -90,7 +97,9 @@ async def until_closed(ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage
 
 
 async def listed(http: aiohttp.ClientSession, stack: ServiceStack, key: str, lang: str) -> dict[int, dict]:
-    async with http.get(f"{stack.of('api')[0].url}{BASE}/posts", params={"lang": lang, "limit": "50"}, headers=auth(key)) as resp:
+    async with http.get(
+        f"{stack.of('api')[0].url}{BASE}/posts", params={"lang": lang, "limit": "50"}, headers=auth(key)
+    ) as resp:
         assert resp.status == 200
         return {p["id"]: p for p in (await resp.json())["posts"]}
 
@@ -269,7 +278,7 @@ async def test_a_client_that_stops_reading_is_closed_with_4008_and_the_others_ke
     try:
         big = "Long lede. " * 180  # ~2 KB per translation; 200 posts x 3 locales ~ 1.3 MB
         for chunk in range(0, len(ids), 50):
-            await stack.publish([fresh_post_ev(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 50]])
+            await stack.publish([fresh_post_ev(i, langs=LOCALES, lede=big) for i in ids[chunk : chunk + 50]])
         # The good client gets every message; the stuck one is closed with 4008 after what it was sent.
         assert await reader == expected
         texts, code, reason = await asyncio.wait_for(dropped, WAIT)
@@ -299,14 +308,16 @@ async def test_a_client_closed_as_slow_that_never_reads_again_frees_its_slot(sta
         ids = list(range(3301, 3461))
         big = "Long lede. " * 180
         for chunk in range(0, len(ids), 40):
-            await stack.publish([fresh_post_ev(i, langs=LOCALES, lede=big) for i in ids[chunk:chunk + 40]])
+            await stack.publish([fresh_post_ev(i, langs=LOCALES, lede=big) for i in ids[chunk : chunk + 40]])
         deadline = time.monotonic() + WAIT
         while await slow_clients_closed(service) == closed_before:
             assert time.monotonic() < deadline, "the stuck client was never closed as slow"
             await asyncio.sleep(0.1)
         closed_at = time.monotonic()
         while await open_connections(service) > before:
-            assert time.monotonic() - closed_at < CLOSE_GRACE_S + 10, "the stuck client's connection outlived the close grace period"
+            assert time.monotonic() - closed_at < CLOSE_GRACE_S + 10, (
+                "the stuck client's connection outlived the close grace period"
+            )
             await asyncio.sleep(0.2)
         # Its slot is free: the workspace's five connections are all admitted at once.
         reconnected = [(await connect(http, service, key))[0] for _ in range(5)]
@@ -378,7 +389,9 @@ async def test_losing_the_badge_closes_open_connections_with_4003(stack: Service
 # ---------------------------------------------------------------------------------------------- connection limit
 
 
-async def test_five_connections_per_workspace_across_processes_and_slots_of_a_killed_process_recover(stack: ServiceStack, http):
+async def test_five_connections_per_workspace_across_processes_and_slots_of_a_killed_process_recover(
+    stack: ServiceStack, http
+):
     key = await stack.provision("ws_limit")
     a, b = stack.of("stream")
     on_a = [(await connect(http, a, key))[0] for _ in range(3)]

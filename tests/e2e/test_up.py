@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -18,9 +18,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tickerwire.devstack.embedded.ports import listens_on, port_is_free
 from tests.support.faults import alive, start_up, stop_up, up_command, up_env, up_ports, wait_up
 from tests.support.ws import session
+from tickerwire.devstack.embedded.ports import listens_on, port_is_free
 
 pytestmark = pytest.mark.e2e
 
@@ -108,17 +108,25 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
             assert stop_up(run) == 0
         run.lines += run.proc.stdout.read().splitlines() if run.proc.stdout else []
         if attempt == 0:
-            assert any("api exited" in line for line in run.lines) and any("api restarted" in line for line in run.lines)
+            assert any("api exited" in line for line in run.lines) and any(
+                "api restarted" in line for line in run.lines
+            )
         deadline = time.monotonic() + 10
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [p for p in pids if alive(p)], f"run {attempt}: processes left behind"
-        held = [p for p in [*ports.values(), int(info["database_url"].split(":")[-1].split("/")[0]),
-                            int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1])] if not port_is_free(p)]
+        held = [
+            p
+            for p in [
+                *ports.values(),
+                int(info["database_url"].split(":")[-1].split("/")[0]),
+                int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1]),
+            ]
+            if not port_is_free(p)
+        ]
         assert not held, f"run {attempt}: ports still held: {held}"
         assert not (state_dir / "up.json").exists()
     shutil.rmtree(state_dir)  # passed: its data and logs are not needed (a failure keeps them)
-
 
 
 # `tickerwire up --replicas 1` (here, not in a file of its own: two `up`s at once on the same
@@ -141,7 +149,9 @@ async def replicas_check(admin_url: str, until: str, timeout: float = 20.0) -> s
 
 async def served(info: dict) -> int:
     async with aiohttp.ClientSession() as http:
-        async with http.get(info["base_url"] + "/posts", headers={"Authorization": f"Bearer {info['api_key']}"}) as resp:
+        async with http.get(
+            info["base_url"] + "/posts", headers={"Authorization": f"Bearer {info['api_key']}"}
+        ) as resp:
             return resp.status
 
 
@@ -206,13 +216,18 @@ def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_
     # The same preferred ports for both: what two `up`s choosing free ports at the same moment get.
     ports = up_ports()
     dirs = [Path(tempfile.mkdtemp(prefix="tickerwire-up-race-")) for _ in range(2)]
-    runs = [subprocess.Popen(up_command(d, ports), env=up_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for d in dirs]
+    runs = [
+        subprocess.Popen(up_command(d, ports), env=up_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for d in dirs
+    ]
     out: list[list[str]] = [[], []]
     err: list[list[str]] = [[], []]
-    readers = [collect(run.stdout, out[i]) for i, run in enumerate(runs)] + [collect(run.stderr, err[i]) for i, run in enumerate(runs)]
+    readers = [collect(run.stdout, out[i]) for i, run in enumerate(runs)] + [
+        collect(run.stderr, err[i]) for i, run in enumerate(runs)
+    ]
     started = time.monotonic()
     try:
+
         def settled(i: int) -> bool:
             return any(line.startswith("Ctrl-C stops everything") for line in out[i]) or runs[i].poll() is not None
 
@@ -230,8 +245,11 @@ def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_
             assert len(said) == 1 and said[0].startswith("tickerwire up: "), err[i]
         infos = [orjson.loads((dirs[i] / "up.json").read_bytes()) for i in up]
         listeners = [
-            {"api": listener_port(info["base_url"]), "stream": listener_port(info["stream_url"]),
-             **{f"{name}_admin": listener_port(url) for name, url in info["admin"].items()}}
+            {
+                "api": listener_port(info["base_url"]),
+                "stream": listener_port(info["stream_url"]),
+                **{f"{name}_admin": listener_port(url) for name, url in info["admin"].items()},
+            }
             for info in infos
         ]
         if len(up) == 2:

@@ -10,9 +10,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support.stack import started_stack, BASE, ServiceStack, auth
-from tests.support.ws import session
 from tests.support.events import fresh_post_ev, locale_ev, post_ev
+from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tests.support.ws import session
 
 pytestmark = pytest.mark.e2e
 
@@ -26,9 +26,13 @@ async def stack(pg_dsn, kafka_bootstrap):
 async def test_event_reaches_http_and_websocket(stack: ServiceStack):
     key = await stack.provision("ws_skeleton")
     now = datetime.now(timezone.utc)
-    await stack.publish([locale_ev("en-US", default=True, name="English (United States)"),
-                         post_ev(1, at=now - timedelta(minutes=2), emitted_at=now),
-                         post_ev(2, at=now - timedelta(minutes=1), emitted_at=now)])
+    await stack.publish(
+        [
+            locale_ev("en-US", default=True, name="English (United States)"),
+            post_ev(1, at=now - timedelta(minutes=2), emitted_at=now),
+            post_ev(2, at=now - timedelta(minutes=1), emitted_at=now),
+        ]
+    )
     await stack.wait_projected()
     api, stream = stack.of("api")[0], stack.of("stream")[0]
     async with aiohttp.ClientSession() as http:

@@ -6,18 +6,17 @@ under concurrent batches of several processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import asyncpg
 import pytest
 
 from tickerwire.services.api.admission import Admissions
-from tickerwire.services.readmodel.access import AccessDenied, Principals
-import contextlib
-
 from tickerwire.services.common.db import create_pool
+from tickerwire.services.common.http.keys import generate_key, hash_key
+from tickerwire.services.readmodel.access import AccessDenied, Principals
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.readmodel.stamps import StampWatcher
-from tickerwire.services.common.http.keys import generate_key, hash_key
 
 
 @pytest.fixture
@@ -70,12 +69,19 @@ async def add_workspace(pool, ws: str, *, status="active", badge="ok", rate=None
     await pool.execute(
         "INSERT INTO workspaces (id, version, name, status, rate_limit_per_minute, daily_quota, badge_status)"
         " VALUES ($1, 1, $1, $2, $3, $4, $5)",
-        ws, status, rate, quota, badge,
+        ws,
+        status,
+        rate,
+        quota,
+        badge,
     )
     await pool.execute(
         "INSERT INTO api_keys (id, version, workspace_id, key_hash, display_prefix, issued_at, revoked_at)"
         " VALUES ($1, 1, $2, $3, 'tw_live_xxxx', now(), CASE WHEN $4 THEN now() END)",
-        "key_" + ws, ws, hash_key(key), revoked,
+        "key_" + ws,
+        ws,
+        hash_key(key),
+        revoked,
     )
     await pool.execute("UPDATE change_stamps SET stamp = stamp + 1 WHERE name = 'access'")  # as the projector does
     return key

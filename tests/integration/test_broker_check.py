@@ -12,10 +12,10 @@ import time
 
 import pytest
 
+from tests.support.tls import TlsFront, make_pki
 from tickerwire.services.common import kafka
 from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import ConfigError
-from tests.support.tls import TlsFront, make_pki
 
 
 def config(bootstrap: str, **overrides) -> Config:
@@ -64,8 +64,12 @@ async def test_one_answering_server_of_several_is_enough(kafka_bootstrap):
 async def test_the_check_speaks_the_configured_tls(kafka_bootstrap, tmp_path):
     pki = make_pki(tmp_path)
     async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
-        settings = dict(kafka_security_protocol="SSL", kafka_ssl_cafile=str(pki.ca),
-                        kafka_ssl_certfile=str(pki.client_cert), kafka_ssl_keyfile=str(pki.client_key))
+        settings = dict(
+            kafka_security_protocol="SSL",
+            kafka_ssl_cafile=str(pki.ca),
+            kafka_ssl_certfile=str(pki.client_cert),
+            kafka_ssl_keyfile=str(pki.client_key),
+        )
         assert await kafka.broker_check(config(f"127.0.0.1:{front.port}", **settings), timeout_s=3) == (True, "ok")
         # Without TLS the same port is a server that never answers a plain request.
         ok, _ = await kafka.broker_check(config(f"127.0.0.1:{front.port}"), timeout_s=0.5)
@@ -77,8 +81,12 @@ async def test_a_private_ca_without_key_usage_is_accepted_with_the_relaxed_x509_
     # Many private CAs lack keyUsage; Python 3.13's default context refuses them (VERIFY_X509_STRICT).
     pki = make_pki(tmp_path, key_usage=False)
     async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
-        settings = dict(kafka_security_protocol="SSL", kafka_ssl_cafile=str(pki.ca),
-                        kafka_ssl_certfile=str(pki.client_cert), kafka_ssl_keyfile=str(pki.client_key))
+        settings = dict(
+            kafka_security_protocol="SSL",
+            kafka_ssl_cafile=str(pki.ca),
+            kafka_ssl_certfile=str(pki.client_cert),
+            kafka_ssl_keyfile=str(pki.client_key),
+        )
         strict = config(f"127.0.0.1:{front.port}", **settings)
         relaxed = config(f"127.0.0.1:{front.port}", kafka_ssl_relax_x509=True, **settings)
         assert await kafka.broker_check(relaxed, timeout_s=3) == (True, "ok")
@@ -86,7 +94,9 @@ async def test_a_private_ca_without_key_usage_is_accepted_with_the_relaxed_x509_
         if sys.version_info >= (3, 13):
             ok, _ = await kafka.broker_check(strict, timeout_s=3)
             assert not ok
-            with pytest.raises(ConfigError, match="refused this client: .*key usage.*TICKERWIRE_KAFKA_SSL_RELAX_X509=true"):
+            with pytest.raises(
+                ConfigError, match="refused this client: .*key usage.*TICKERWIRE_KAFKA_SSL_RELAX_X509=true"
+            ):
                 await kafka.check_topics(strict)
         else:  # the default context of older Pythons has no strict flag to clear
             assert await kafka.broker_check(strict, timeout_s=3) == (True, "ok")

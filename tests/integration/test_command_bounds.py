@@ -10,9 +10,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from tests.support.forward import Forwarder
 from tickerwire.services.common.db import CLOSE_TIMEOUT_S, COMMAND_CLIENT_GRACE_S, command_connection
 from tickerwire.services.common.runtime.errors import TickerwireError
-from tests.support.forward import Forwarder
 
 BOUND_S = 1.0
 

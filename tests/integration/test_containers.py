@@ -9,9 +9,9 @@ import asyncpg
 import pytest
 from aiokafka.admin import NewTopic
 
+from tests.support.containers import docker_available, engines
 from tickerwire.services.common import kafka
 from tickerwire.services.common.runtime.config import Config
-from tests.support.containers import docker_available, engines
 
 pytestmark = pytest.mark.skipif(
     not docker_available() or bool(os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS")),
@@ -20,12 +20,14 @@ pytestmark = pytest.mark.skipif(
 
 
 async def test_the_broker_is_apache_kafka_and_reports_its_default_cleanup_policy(kafka_bootstrap, topic_prefix):
-    config = Config.from_env({
-        "TICKERWIRE_DATABASE_URL": "postgresql://unused/unused",
-        "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "TICKERWIRE_TOPIC_PREFIX": topic_prefix,
-        "TICKERWIRE_TOPIC_REPLICATION_FACTOR": "1",
-    })
+    config = Config.from_env(
+        {
+            "TICKERWIRE_DATABASE_URL": "postgresql://unused/unused",
+            "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "TICKERWIRE_TOPIC_PREFIX": topic_prefix,
+            "TICKERWIRE_TOPIC_REPLICATION_FACTOR": "1",
+        }
+    )
     async with kafka.started_admin(config) as admin:
         await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])
     await kafka.ensure_topics(config)

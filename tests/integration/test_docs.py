@@ -16,9 +16,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.support.stack import BASE
 from tickerwire.services.api.app import create_app
 from tickerwire.services.common.runtime.config import Config
-from tests.support.stack import BASE
 
 DOC = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 
@@ -42,7 +42,9 @@ class References(html.parser.HTMLParser):
 
 @pytest.fixture
 async def api(fresh_db):
-    server = TestServer(create_app(Config(database_url=fresh_db, kafka_bootstrap_servers="unused:9092")), host="127.0.0.1")
+    server = TestServer(
+        create_app(Config(database_url=fresh_db, kafka_bootstrap_servers="unused:9092")), host="127.0.0.1"
+    )
     await server.start_server()
     try:
         yield str(server.make_url(""))
@@ -82,11 +84,23 @@ async def _headless(browser: str, url: str, *args: str) -> bytes:
     """Chromium that can reach loopback only: every other host fails DNS and a dead proxy."""
     with tempfile.TemporaryDirectory() as profile:
         proc = await asyncio.create_subprocess_exec(
-            browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--proxy-server=http://127.0.0.1:9",
-            "--virtual-time-budget=15000", "--window-size=1280,1600", *args, url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            "--proxy-server=http://127.0.0.1:9",
+            "--virtual-time-budget=15000",
+            "--window-size=1280,1600",
+            *args,
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode(errors="replace")[-2000:]

@@ -16,9 +16,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tickerwire.devstack.embedded.errors import EmbeddedError
 from tickerwire.devstack.embedded import broker as broker_module
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.errors import EmbeddedError
 from tickerwire.devstack.embedded.ports import port_is_free
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 

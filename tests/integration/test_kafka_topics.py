@@ -16,12 +16,12 @@ import pytest
 from aiokafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
-from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
-from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.services.common.runtime.errors import ConfigError
-from tickerwire.services.common.kafka.topicgate import TopicGate, require_safe_topics
 from tests.support.tls import Pki, TlsFront, make_pki
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.services.common import kafka
+from tickerwire.services.common.kafka.topicgate import TopicGate, require_safe_topics
+from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.common.runtime.errors import ConfigError
 
 
 def env_for(kafka_bootstrap: str, prefix: str, **extra: str) -> dict[str, str]:
@@ -41,14 +41,24 @@ def tls_env(port: int, prefix: str, pki: Pki, protocol: str, **extra: str) -> di
     """The settings of a client that speaks ``protocol`` to the TLS front on ``port``, trusting
     ``pki``'s CA and presenting its client certificate."""
     return env_for(
-        f"127.0.0.1:{port}", prefix, TICKERWIRE_KAFKA_SECURITY_PROTOCOL=protocol, TICKERWIRE_KAFKA_SSL_CAFILE=str(pki.ca),
-        TICKERWIRE_KAFKA_SSL_CERTFILE=str(pki.client_cert), TICKERWIRE_KAFKA_SSL_KEYFILE=str(pki.client_key), **extra,
+        f"127.0.0.1:{port}",
+        prefix,
+        TICKERWIRE_KAFKA_SECURITY_PROTOCOL=protocol,
+        TICKERWIRE_KAFKA_SSL_CAFILE=str(pki.ca),
+        TICKERWIRE_KAFKA_SSL_CERTFILE=str(pki.client_cert),
+        TICKERWIRE_KAFKA_SSL_KEYFILE=str(pki.client_key),
+        **extra,
     )
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tickerwire.services.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 async def test_ensure_creates_compacted_topics_and_check_then_passes(kafka_bootstrap, topic_prefix):
@@ -88,9 +98,14 @@ async def test_check_reports_a_topic_without_compaction_and_services_refuse_it(k
     # readiness on its admin listener, and its partner port not bound.
     port, admin_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tickerwire.services.cli.main", "stream",
+        sys.executable,
+        "-m",
+        "tickerwire.services.cli.main",
+        "stream",
         env={**env, "TICKERWIRE_STREAM_PORT": str(port), "TICKERWIRE_STREAM_ADMIN_PORT": str(admin_port)},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         async with aiohttp.ClientSession() as http:
             readiness = None
@@ -113,8 +128,12 @@ async def test_check_reports_a_topic_without_compaction_and_services_refuse_it(k
     finally:
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), 30)
-    errors = [orjson.loads(line) for line in err.decode().splitlines() if line.startswith("{") and '"level":"error"' in line]
-    assert any("topics would lose rebuild history" in e["msg"] and "cleanup.policy=delete" in e["msg"] for e in errors), err
+    errors = [
+        orjson.loads(line) for line in err.decode().splitlines() if line.startswith("{") and '"level":"error"' in line
+    ]
+    assert any(
+        "topics would lose rebuild history" in e["msg"] and "cleanup.policy=delete" in e["msg"] for e in errors
+    ), err
     assert "Traceback" not in err.decode()
     assert proc.returncode == 0
 
@@ -159,7 +178,9 @@ async def test_a_topic_recreated_while_the_process_runs_is_reported_not_ignored(
         async with kafka.started_admin(config) as admin:
             await admin.delete_topics([f"{topic_prefix}.posts.v1"])
             await asyncio.sleep(0.5)
-            await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])  # the broker's defaults: not compacted
+            await admin.create_topics(
+                [NewTopic(f"{topic_prefix}.posts.v1", 4, 1)]
+            )  # the broker's defaults: not compacted
         for _ in range(100):
             await asyncio.sleep(0.1)
             if registry.get_sample_value("tickerwire_topic_differences", {"kind": "loses_history"}):
@@ -177,7 +198,10 @@ async def test_clients_speak_kafka_over_the_configured_tls_with_a_client_certifi
     pki = make_pki(tmp_path)
     async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
         env = tls_env(
-            front.port, "tls", pki, "SASL_SSL",
+            front.port,
+            "tls",
+            pki,
+            "SASL_SSL",
             TICKERWIRE_KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
             TICKERWIRE_KAFKA_SASL_USERNAME="svc",
             TICKERWIRE_KAFKA_SASL_PASSWORD="pw",
@@ -197,7 +221,9 @@ async def test_clients_speak_kafka_over_the_configured_tls_with_a_client_certifi
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command is needed to make test certificates")
-async def test_a_broker_certificate_the_client_does_not_trust_is_a_refusal_named_once_not_an_outage(kafka_bootstrap, tmp_path):
+async def test_a_broker_certificate_the_client_does_not_trust_is_a_refusal_named_once_not_an_outage(
+    kafka_bootstrap, tmp_path
+):
     broker_side, client_side = tmp_path / "broker", tmp_path / "client"
     broker_side.mkdir()
     client_side.mkdir()
@@ -209,8 +235,15 @@ async def test_a_broker_certificate_the_client_does_not_trust_is_a_refusal_named
         # The command line: one line naming the cause, status 2 (the front runs on this loop,
         # so the command runs without blocking it).
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tickerwire.services.cli.main", "topics", "check", env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "tickerwire.services.cli.main",
+            "topics",
+            "check",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         _, err = await asyncio.wait_for(proc.communicate(), 120)
     lines = err.decode().strip().splitlines()
     assert proc.returncode == 2, lines

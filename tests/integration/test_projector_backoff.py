@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 from tests.support.forward import Forwarder
 from tests.support.projector import projector_on
 from tests.support.wait import background, until
+from tickerwire.services.common import kafka
+from tickerwire.services.common.runtime.config import Config
 
 
 async def test_the_consume_loops_pause_is_short_again_after_a_fetch_worked(fresh_db, kafka_bootstrap):
@@ -22,6 +22,7 @@ async def test_the_consume_loops_pause_is_short_again_after_a_fetch_worked(fresh
         projector_on(fresh_db, kafka_bootstrap_servers=forwarder.address, **settings) as (projector, _, metrics),
         background(projector.run()),
     ):
+
         def broker_retries() -> float:  # as exported, not through the counter's private value
             return metrics.registry.get_sample_value("tickerwire_projector_retries_total", {"what": "broker"}) or 0.0
 

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 from aiokafka import TopicPartition
 
+from tests.support.projector import projector_on
 from tickerwire.schemas.models import Workspace, WorkspaceEvent, encode_event
 from tickerwire.services.projector.apply import Record
-from tests.support.projector import projector_on
 
 NOW = datetime(2026, 11, 20, tzinfo=timezone.utc)
 

@@ -20,11 +20,7 @@ from datetime import timedelta
 
 import asyncpg
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from tickerwire.schemas.models import entity_key
-from tickerwire.services.readmodel.migrate import forget, migrate
-from tickerwire.services.projector.apply import Record, apply_batch
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.support.events import (
     T0,
@@ -39,6 +35,9 @@ from tests.support.events import (
     workspace_ev,
 )
 from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
+from tickerwire.schemas.models import entity_key
+from tickerwire.services.projector.apply import Record, apply_batch
+from tickerwire.services.readmodel.migrate import forget, migrate
 
 LANGS = ("en-US", "de-DE", "fr-FR")
 #: Two partitions per topic, so one entity's events share a partition and others interleave.
@@ -53,15 +52,19 @@ def post_history(draw, post_id: int):
     out = []
     for v in draw(versions):
         status = draw(st.sampled_from(["draft", "queued", "publishing", "published", "partial", "failed", "retracted"]))
-        out.append(post_ev(
-            post_id, v, status=status,
-            at=draw(st.sampled_from(TIMES + ([None] if status not in ("published", "partial") else []))),
-            sentiment=draw(st.sampled_from(["BULLISH", "NEUTRAL", "BEARISH"])),
-            tickers=draw(st.lists(st.sampled_from(["BTC", "ETH", "SOL"]), max_size=3)),
-            categories=draw(st.lists(st.sampled_from(["btc", "eth", "ghost"]), max_size=2, unique=True)),
-            langs=draw(st.lists(st.sampled_from(LANGS), min_size=1, max_size=3, unique=True)),
-            importance=draw(st.integers(0, 100)),
-        ))
+        out.append(
+            post_ev(
+                post_id,
+                v,
+                status=status,
+                at=draw(st.sampled_from(TIMES + ([None] if status not in ("published", "partial") else []))),
+                sentiment=draw(st.sampled_from(["BULLISH", "NEUTRAL", "BEARISH"])),
+                tickers=draw(st.lists(st.sampled_from(["BTC", "ETH", "SOL"]), max_size=3)),
+                categories=draw(st.lists(st.sampled_from(["btc", "eth", "ghost"]), max_size=2, unique=True)),
+                langs=draw(st.lists(st.sampled_from(LANGS), min_size=1, max_size=3, unique=True)),
+                importance=draw(st.integers(0, 100)),
+            )
+        )
     return out
 
 
@@ -84,16 +87,31 @@ def histories(draw):
     for slug, leaf in (("markets", False), ("tech", False), ("btc", True), ("eth", True)):
         events += draw(category_history(slug, leaf))
     for code in LANGS:
-        events += [locale_ev(code, v, default=draw(st.booleans()), active=draw(st.booleans()), web=draw(st.booleans()),
-                             position=draw(st.integers(0, 2))) for v in draw(versions)]
+        events += [
+            locale_ev(
+                code,
+                v,
+                default=draw(st.booleans()),
+                active=draw(st.booleans()),
+                web=draw(st.booleans()),
+                position=draw(st.integers(0, 2)),
+            )
+            for v in draw(versions)
+        ]
     for ticker in ("BTC", "ETH"):
         events += [token_ev(ticker, v, rank=draw(st.sampled_from([None, 1, 7]))) for v in draw(versions)]
     for ws in ("ws1", "ws2"):
         events += [workspace_ev(ws, v, status=draw(st.sampled_from(["active", "suspended"]))) for v in draw(versions)]
-    events += [api_key_ev("k1", draw(st.sampled_from(["ws1", "ws2"])), v, revoked=draw(st.booleans())) for v in draw(versions)]
-    events += [embed_ev("bdg_0001", draw(st.sampled_from(["ws1", "ws2"])), v, kind=draw(st.sampled_from(["badge", "widget"])))
-               for v in draw(versions)]
-    events += [heartbeat_ev("bdg_0001", "ws1", t) for t in draw(st.lists(st.sampled_from(TIMES), min_size=1, max_size=3))]
+    events += [
+        api_key_ev("k1", draw(st.sampled_from(["ws1", "ws2"])), v, revoked=draw(st.booleans())) for v in draw(versions)
+    ]
+    events += [
+        embed_ev("bdg_0001", draw(st.sampled_from(["ws1", "ws2"])), v, kind=draw(st.sampled_from(["badge", "widget"])))
+        for v in draw(versions)
+    ]
+    events += [
+        heartbeat_ev("bdg_0001", "ws1", t) for t in draw(st.lists(st.sampled_from(TIMES), min_size=1, max_size=3))
+    ]
     return events
 
 
@@ -132,7 +150,11 @@ async def db(fresh_db: str):
         await c.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.large_base_example])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.large_base_example],
+)
 @given(events=histories(), data=st.data())
 async def test_any_delivery_of_any_history_projects_the_latest_versions(db, events, data):
     # The log: per partition, every event in a random order, some twice, plus one poison record.
@@ -154,11 +176,11 @@ async def test_any_delivery_of_any_history_projects_the_latest_versions(db, even
         if start and data.draw(st.integers(0, 4), label="replay?") == 4:
             # A redelivery from an earlier offset: a restart, a rebalance, or a racing consumer's stale batch.
             start = data.draw(st.integers(0, start - 1), label="replay from")
-        await apply_batch(db, tp[0], tp[1], log_records[tp][start:start + size])
+        await apply_batch(db, tp[0], tp[1], log_records[tp][start : start + size])
         progress[tp] = max(progress[tp], min(start + size, len(log_records[tp])))
     for tp, recs in sorted(log_records.items()):  # a late, stale batch from a consumer that lost the partition
         start = data.draw(st.integers(0, len(recs) - 1), label="late batch from")
-        await apply_batch(db, tp[0], tp[1], recs[start:start + data.draw(st.integers(1, 6), label="late batch size")])
+        await apply_batch(db, tp[0], tp[1], recs[start : start + data.draw(st.integers(1, 6), label="late batch size")])
     delivered = await read_model(db, "rm")
     delivered_announcements = await announcements(db, "rm")
     dead = await db.fetch('SELECT topic, partition, "offset" FROM rm.dead_letters')

@@ -6,21 +6,28 @@ from datetime import datetime, timezone
 
 from aiokafka import TopicPartition
 
+from tests.support.projector import projector_on
 from tickerwire.schemas.models import ApiKey, ApiKeyEvent, Workspace, WorkspaceEvent, encode_event
 from tickerwire.services.projector.apply import Record
-from tests.support.projector import projector_on
 
 NOW = datetime(2026, 11, 20, tzinfo=timezone.utc)
 HASH = "ab" * 32
 
 
 def key_event(key_id: str) -> bytes:
-    return encode_event(ApiKeyEvent(version=1, emitted_at=NOW, data=ApiKey(
-        id=key_id, workspace_id="ws_1", key_hash=HASH, display_prefix="tw_live_abcd", issued_at=NOW)))
+    return encode_event(
+        ApiKeyEvent(
+            version=1,
+            emitted_at=NOW,
+            data=ApiKey(id=key_id, workspace_id="ws_1", key_hash=HASH, display_prefix="tw_live_abcd", issued_at=NOW),
+        )
+    )
 
 
 def workspace_event(ws_id: str) -> bytes:
-    return encode_event(WorkspaceEvent(version=1, emitted_at=NOW, data=Workspace(id=ws_id, name=ws_id, status="active")))
+    return encode_event(
+        WorkspaceEvent(version=1, emitted_at=NOW, data=Workspace(id=ws_id, name=ws_id, status="active"))
+    )
 
 
 async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fresh_db):
@@ -39,6 +46,8 @@ async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fres
         assert [(d["offset"], d["reason_kind"]) for d in dead] == [(2, "rejected")]
         assert "UniqueViolation" in dead[0]["reason"] and dead[0]["value"] == records[2].value
         assert await pool.fetchval("SELECT next_offset FROM positions WHERE topic = $1", tp.topic) == 4
-        assert metrics.registry.get_sample_value("tickerwire_projector_dead_lettered_total", {"reason": "rejected"}) == 1
+        assert (
+            metrics.registry.get_sample_value("tickerwire_projector_dead_lettered_total", {"reason": "rejected"}) == 1
+        )
         await projector.apply_records(tp, records)  # redelivery changes nothing
         assert await pool.fetchval("SELECT count(*) FROM dead_letters") == 1

@@ -10,11 +10,11 @@ import os
 
 from aiokafka import TopicPartition
 
+from tests.support.events import post_ev, records
+from tests.support.projector import projector_on
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.cli.publish import publish
 from tickerwire.services.common import kafka
-from tests.support.events import post_ev, records
-from tests.support.projector import projector_on
 
 MOVED = "stored position moved"
 
@@ -22,13 +22,19 @@ MOVED = "stored position moved"
 async def test_only_a_moved_stored_position_is_said_to_have_moved(fresh_db, kafka_bootstrap, caplog):
     caplog.set_level(logging.DEBUG, logger="tickerwire")
     prefix = f"moved{os.getpid()}"
-    async with projector_on(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, topic_replication_factor=1) as (
-        projector, pool, _,
+    async with projector_on(
+        fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, topic_replication_factor=1
+    ) as (
+        projector,
+        pool,
+        _,
     ):
         await kafka.ensure_topics(projector.config)
         topic = topic_name(prefix, POSTS)
         events = [post_ev(7, v) for v in range(1, 6)]  # one key: one partition
-        ((_, partition), end), = [(k, m) for k, m in (await publish(projector.config, events)).items() if k[0] == topic]
+        (((_, partition), end),) = [
+            (k, m) for k, m in (await publish(projector.config, events)).items() if k[0] == topic
+        ]
         tp = TopicPartition(topic, partition)
         consumer = projector.consumer = kafka.consumer(projector.config, group_id=None, client_id="moved")
         await consumer.start()
@@ -43,7 +49,9 @@ async def test_only_a_moved_stored_position_is_said_to_have_moved(fresh_db, kafk
             assert await consumer.position(tp) == end  # sought to the stored position all the same
 
             async with pool.acquire() as conn:  # as `tickerwire projector accept-log --from earliest` does
-                await conn.execute("UPDATE positions SET next_offset = 1 WHERE topic = $1 AND partition = $2", topic, partition)
+                await conn.execute(
+                    "UPDATE positions SET next_offset = 1 WHERE topic = $1 AND partition = $2", topic, partition
+                )
             await projector.check_log([tp])
             assert await consumer.position(tp) == 1
         finally:

@@ -6,14 +6,14 @@ import asyncio
 
 import asyncpg
 from aiokafka import TopicPartition
-from tickerwire.services.common.runtime.config import Config
+
+from tests.support.events import post_ev, records
 from tickerwire.services.common.db import create_pool
-from tickerwire.services.readmodel.migrate import migrate
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.apply import SWITCH_LOCK
 from tickerwire.services.projector.metrics import ProjectorMetrics
 from tickerwire.services.projector.runner import Projector
-
-from tests.support.events import post_ev, records
+from tickerwire.services.readmodel.migrate import migrate
 
 
 async def test_a_dropped_connection_mid_batch_is_retried_and_the_batch_applied_once(fresh_db):
@@ -25,9 +25,14 @@ async def test_a_dropped_connection_mid_batch_is_retried_and_the_batch_applied_o
     try:
         # Hold the batch at its first statement, then kill its connection: the server went away.
         await admin.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)
-        applying = asyncio.create_task(projector.apply_records(TopicPartition("t.posts.v1", 0), records([post_ev(1, tickers=("BTC",))])))
-        while not (pids := await admin.fetch(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock_shared%'")):
+        applying = asyncio.create_task(
+            projector.apply_records(TopicPartition("t.posts.v1", 0), records([post_ev(1, tickers=("BTC",))]))
+        )
+        while not (
+            pids := await admin.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock_shared%'"
+            )
+        ):
             await asyncio.sleep(0.01)
         await admin.execute("SELECT pg_terminate_backend($1)", pids[0]["pid"])
         while (metrics.registry.get_sample_value("tickerwire_projector_retries_total", {"what": "apply"}) or 0) < 1:

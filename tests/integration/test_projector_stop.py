@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 from tests.support.projector import projector_on
 from tests.support.swallow import fail_once_then_stop_swallowing
+from tickerwire.services.common import kafka
+from tickerwire.services.common.runtime.config import Config
 
 
 async def test_a_stop_asked_for_while_the_consumer_restarts_stops_the_projector(fresh_db, kafka_bootstrap, monkeypatch):

@@ -26,7 +26,7 @@ async def test_bookkeeping_per_schema_forget_and_rename(fresh_db):
         scopes = await _scopes(conn)
         assert "readmodel:rm_next" not in scopes and scopes["readmodel:rm"] > 0
 
-        await conn.execute('DROP SCHEMA rm CASCADE; DROP SCHEMA IF EXISTS rm_next CASCADE')
+        await conn.execute("DROP SCHEMA rm CASCADE; DROP SCHEMA IF EXISTS rm_next CASCADE")
         await forget(conn, "rm")
         assert "readmodel:rm" not in await _scopes(conn)
         assert await migrate(conn, "rm") == [name for name in first if name.startswith("readmodel:")]

@@ -7,8 +7,16 @@ import pytest
 
 from tickerwire.services.readmodel import rows
 
-ROWS = [rows.PostRow, rows.TranslationRow, rows.LocaleRow, rows.TokenRow, rows.WorkspaceRow, rows.ApiKeyRow,
-        rows.EmbedRow, rows.HeartbeatRow]
+ROWS = [
+    rows.PostRow,
+    rows.TranslationRow,
+    rows.LocaleRow,
+    rows.TokenRow,
+    rows.WorkspaceRow,
+    rows.ApiKeyRow,
+    rows.EmbedRow,
+    rows.HeartbeatRow,
+]
 #: Fields that are statement inputs, not stored columns, and where the stored type differs from
 #: the transported one (JSON text into jsonb / text[]).
 NOT_STORED = {("post_translations", c) for c in rows.TEXT_INPUTS}

@@ -13,8 +13,11 @@ VALUES ($1, 1, $1, $1, 'XX', 'ltr', $2, $3, $4, $5)
 
 async def test_only_active_web_locales_are_listed_in_position_then_code_order(conn):
     for code, active, web, default, position in [
-        ("fr-FR", True, True, False, 2), ("de-DE", True, True, False, 1), ("ar-SA", True, True, False, 2),
-        ("it-IT", False, True, True, 0), ("es-ES", True, False, False, 0),
+        ("fr-FR", True, True, False, 2),
+        ("de-DE", True, True, False, 1),
+        ("ar-SA", True, True, False, 2),
+        ("it-IT", False, True, True, 0),
+        ("es-ES", True, False, False, 0),
     ]:
         await conn.execute(INSERT, code, active, web, default, position)
     rows = await listed_locales(conn)
@@ -34,8 +37,10 @@ async def test_the_default_is_the_listed_flagged_one_else_en_us_else_en_us_when_
 
 
 async def test_categories_in_listing_order_with_their_names_decoded(conn):
-    insert = ("INSERT INTO categories (slug, version, is_group, group_slug, position, names) "
-              "VALUES ($1, 1, $2, $3, $4, $5::jsonb)")
+    insert = (
+        "INSERT INTO categories (slug, version, is_group, group_slug, position, names) "
+        "VALUES ($1, 1, $2, $3, $4, $5::jsonb)"
+    )
     await conn.execute(insert, "markets", True, None, 1, '{"en-US": "Markets"}')
     await conn.execute(insert, "defi", False, "markets", 0, '{"de-DE": "DeFi"}')
     await conn.execute(insert, "btc", False, "markets", 1, "{}")

@@ -10,16 +10,16 @@ import time
 import aiokafka.codec
 import pytest
 from aiokafka import TopicPartition
+
+from tests.support.events import post_ev
+from tests.support.producers import Raw, librdkafka
+from tests.support.stack import ServiceStack
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.runtime.errors import BrokerUnavailable
 from tickerwire.services.projector.apply import decode_records
 from tickerwire.services.projector.logread import read_until
-
-from tests.support.events import post_ev
-from tests.support.producers import Raw, librdkafka
-from tests.support.stack import ServiceStack
 
 
 async def test_a_log_that_stops_short_of_the_offsets_to_read_ends_the_read_with_the_partition_named(
@@ -28,7 +28,9 @@ async def test_a_log_that_stops_short_of_the_offsets_to_read_ends_the_read_with_
     stack = ServiceStack(fresh_db, kafka_bootstrap, topic_prefix)
     await stack.prepare()
     await stack.publish([post_ev(1)])
-    (topic, partition), held = next((key, mark) for key, mark in stack.marks.items() if key[0] == topic_name(topic_prefix, POSTS))
+    (topic, partition), held = next(
+        (key, mark) for key, mark in stack.marks.items() if key[0] == topic_name(topic_prefix, POSTS)
+    )
     tp = TopicPartition(topic, partition)
     consumer = kafka.consumer(stack.config, group_id=None, client_id="test-read-until")
     await consumer.start()
@@ -46,7 +48,9 @@ async def test_a_log_that_stops_short_of_the_offsets_to_read_ends_the_read_with_
         await consumer.stop()
 
 
-async def test_a_batch_the_rebuild_cannot_decode_is_read_past_with_its_cause(fresh_db, kafka_bootstrap, topic_prefix, monkeypatch):
+async def test_a_batch_the_rebuild_cannot_decode_is_read_past_with_its_cause(
+    fresh_db, kafka_bootstrap, topic_prefix, monkeypatch
+):
     monkeypatch.setattr(aiokafka.codec, "cramjam", None)  # as without the codec libraries
     stack = ServiceStack(fresh_db, kafka_bootstrap, topic_prefix)
     await stack.prepare()
@@ -63,7 +67,13 @@ async def test_a_batch_the_rebuild_cannot_decode_is_read_past_with_its_cause(fre
         read = [r async for _, records in read_until(consumer, {tp: 5}, max_records=100) for r in records]
     finally:
         await consumer.stop()
-    assert [(r.offset, r.fault[0] if r.fault else None) for r in read] == [(0, "codec"), (1, "codec"), (2, "codec"), (3, "codec"), (4, None)]
+    assert [(r.offset, r.fault[0] if r.fault else None) for r in read] == [
+        (0, "codec"),
+        (1, "codec"),
+        (2, "codec"),
+        (3, "codec"),
+        (4, None),
+    ]
     assert "lz4" in read[0].fault[1] and read[4].value == values[4][0]
     _, dead = decode_records(read, tp.topic)  # as the rebuild's replay and bulk load set them aside
     assert [(d.offset, d.kind) for d in dead] == [(o, "codec") for o in range(4)]

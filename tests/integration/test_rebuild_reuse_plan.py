@@ -24,9 +24,14 @@ def chunk(changed: set[int]) -> list[list]:
     text (and another text hash) for the ``changed`` post ids."""
     ids = list(range(1, CHUNK_ROWS + 1))
     return [
-        list(range(len(ids))), ids, ["en-US"] * len(ids),
+        list(range(len(ids))),
+        ids,
+        ["en-US"] * len(ids),
         [b"\x00" if i in changed else i.to_bytes(8, "big", signed=True) for i in ids],
-        ["simple"] * len(ids), [f"title {i}" for i in ids], ["lede"] * len(ids), ["body"] * len(ids),
+        ["simple"] * len(ids),
+        [f"title {i}" for i in ids],
+        ["lede"] * len(ids),
+        ["body"] * len(ids),
     ]
 
 
@@ -34,7 +39,9 @@ async def computed(conn, title: str) -> str:
     """The vector the live upsert computes for a chunk row (config 'simple', lede and body fixed)."""
     return await conn.fetchval(
         "SELECT (setweight(to_tsvector('simple', $1), 'A') || setweight(to_tsvector('simple', 'lede'), 'B') "
-        "|| setweight(to_tsvector('simple', 'body'), 'C'))::text", title)
+        "|| setweight(to_tsvector('simple', 'body'), 'C'))::text",
+        title,
+    )
 
 
 async def test_reusing_live_vectors_looks_each_row_up_by_primary_key(conn):
@@ -50,14 +57,19 @@ async def test_reusing_live_vectors_looks_each_row_up_by_primary_key(conn):
     plan = json.loads(await conn.fetchval("EXPLAIN (VERBOSE, FORMAT JSON) " + vectors, *chunk(set())))[0]["Plan"]
 
     live = [n for n in nodes(plan) if n.get("Relation Name") == "post_translations" and n.get("Schema") == "rm"]
-    assert live and all(n["Node Type"] == "Index Scan" and n["Index Name"] == "post_translations_pkey" for n in live), live
+    assert live and all(n["Node Type"] == "Index Scan" and n["Index Name"] == "post_translations_pkey" for n in live), (
+        live
+    )
     assert not any("Join" in n["Node Type"] or n["Node Type"] == "Nested Loop" for n in nodes(plan))
 
     changed = {7, CHUNK_ROWS}
     got = [r["tsv"] for r in await conn.fetch(vectors, *chunk(changed))]
     for i in (1, 7, 100, CHUNK_ROWS):
-        want = await computed(conn, f"title {i}") if i in changed \
+        want = (
+            await computed(conn, f"title {i}")
+            if i in changed
             else await conn.fetchval("SELECT to_tsvector('simple', 'word ' || $1::int)::text", i)
+        )
         assert await conn.fetchval("SELECT $1::tsvector::text", got[i - 1]) == want, i
 
 

@@ -14,6 +14,9 @@ import signal
 import asyncpg
 import pytest
 from aiokafka import TopicPartition
+
+from tests.support.events import category_ev, post_ev
+from tests.support.stack import ServiceStack
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
@@ -21,11 +24,10 @@ from tickerwire.services.common.db import create_pool
 from tickerwire.services.common.runtime.errors import TickerwireError
 from tickerwire.services.projector.bulk import NotBulkable, build_indexes, bulk_load_posts
 
-from tests.support.events import category_ev, post_ev
-from tests.support.stack import ServiceStack
 
-
-async def posts_stack(fresh_db: str, kafka_bootstrap: str, topic_prefix: str, count: int) -> tuple[ServiceStack, list[TopicPartition]]:
+async def posts_stack(
+    fresh_db: str, kafka_bootstrap: str, topic_prefix: str, count: int
+) -> tuple[ServiceStack, list[TopicPartition]]:
     stack = ServiceStack(fresh_db, kafka_bootstrap, topic_prefix)
     await stack.prepare()
     await stack.publish([post_ev(i) for i in range(1, count + 1)])
@@ -37,12 +39,16 @@ def ends_of(stack: ServiceStack, tps: list[TopicPartition]) -> dict[TopicPartiti
     return {tp: stack.marks.get((tp.topic, tp.partition), 0) for tp in tps}
 
 
-async def test_an_error_in_a_worker_fails_the_rebuild_with_that_error_and_stops_every_worker(fresh_db, kafka_bootstrap, topic_prefix):
+async def test_an_error_in_a_worker_fails_the_rebuild_with_that_error_and_stops_every_worker(
+    fresh_db, kafka_bootstrap, topic_prefix
+):
     stack, tps = await posts_stack(fresh_db, kafka_bootstrap, topic_prefix, 20)
     ends = ends_of(stack, tps)
     stray = category_ev("stray")  # a catalog event where only posts belong
     async with kafka.started_producer(stack.config) as producer:
-        sent = await (await producer.send(tps[0].topic, value=encode_event(stray), key=entity_key(stray).encode(), partition=0))
+        sent = await (
+            await producer.send(tps[0].topic, value=encode_event(stray), key=entity_key(stray).encode(), partition=0)
+        )
     ends[tps[0]] = sent.offset + 1
     pool = await create_pool(fresh_db, "rm", min_size=1, max_size=2)
     try:
@@ -76,7 +82,9 @@ async def test_index_builds_after_the_load_are_not_cut_short_by_the_pools_statem
             await conn.execute("""
                 CREATE TABLE loaded AS SELECT i FROM generate_series(1, 40) i;
                 CREATE FUNCTION slow_key(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 FROM pg_sleep(0.01)';""")
-            with pytest.raises((asyncio.TimeoutError, asyncpg.exceptions.QueryCanceledError)):  # a chunk statement's bound
+            with pytest.raises(
+                (asyncio.TimeoutError, asyncpg.exceptions.QueryCanceledError)
+            ):  # a chunk statement's bound
                 await conn.execute("SELECT count(slow_key(i)) FROM loaded")
         await build_indexes(pool, ["CREATE INDEX loaded_slow ON loaded (slow_key(i))"])  # about 0.4 s
         async with pool.acquire() as conn:

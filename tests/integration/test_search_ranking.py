@@ -12,7 +12,22 @@ from tickerwire.services.api.params import Filters, Page
 from tickerwire.services.api.queries import ITEM, NEWER, OLDER, Search, page_query
 from tickerwire.services.readmodel.migrate import migrate
 
-LOCALES = ("en-US", "de-DE", "fr-FR", "es-ES", "it-IT", "pt-BR", "ru-RU", "tr-TR", "ja-JP", "ko-KR", "zh-CN", "ar-SA", "id-ID", "nl-NL")
+LOCALES = (
+    "en-US",
+    "de-DE",
+    "fr-FR",
+    "es-ES",
+    "it-IT",
+    "pt-BR",
+    "ru-RU",
+    "tr-TR",
+    "ja-JP",
+    "ko-KR",
+    "zh-CN",
+    "ar-SA",
+    "id-ID",
+    "nl-NL",
+)
 
 # Rows generated in SQL: post i (1..n) in every locale, published i minutes after T0. Where the
 # word "halving" appears depends on i: the title when i % 5 = 0, the lede when i % 5 = 1, the
@@ -104,7 +119,9 @@ async def test_cursors_cross_tier_boundaries_both_ways(thousands):
 
 async def test_filters_and_phrases_apply_within_tiers(thousands):
     ids, _ = await page(thousands, "halving", Filters(sentiment=("BULLISH",)), limit=50)
-    expected = sorted((i for i in range(1, 6001) if i % 5 in (0, 1, 2) and visible(i) and i % 2 == 0), key=lambda i: (tier(i), -i))
+    expected = sorted(
+        (i for i in range(1, 6001) if i % 5 in (0, 1, 2) and visible(i) and i % 2 == 0), key=lambda i: (tier(i), -i)
+    )
     assert ids == expected[:50]
     # An exclusion anywhere in the text removes a post whose title or lede matches.
     ids, _ = await page(thousands, "halving -market", limit=50)
@@ -138,9 +155,15 @@ async def test_common_words_walk_the_feed_index_and_stop_after_a_page(generated)
     # "common" matches every row of the locale (a third of them in the title).
     for cursor in ({}, {"before": 1500}):
         plan = await explain(generated, "common", **cursor)
-        scans = [n for n in _nodes(plan) if n["Node Type"] == "Index Scan" and n.get("Index Name") == "post_translations_feed"]
+        scans = [
+            n
+            for n in _nodes(plan)
+            if n["Node Type"] == "Index Scan" and n.get("Index Name") == "post_translations_feed"
+        ]
         assert scans, "the feed index is walked"
-        visited = sum(n["Actual Rows"] + n.get("Rows Removed by Filter", 0) for n in _nodes(plan) if "Relation Name" in n)
+        visited = sum(
+            n["Actual Rows"] + n.get("Rows Removed by Filter", 0) for n in _nodes(plan) if "Relation Name" in n
+        )
         assert visited < 300  # a page of 20 from a third of 3,000 rows, plus the flag probes
         assert not [n for n in _nodes(plan) if n["Node Type"] == "Sort" and n["Actual Rows"] > 100]
         assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) < 500
@@ -162,6 +185,12 @@ async def test_every_search_is_planned_for_its_words(generated):
     statement = await generated.prepare(sql)
     for word in ["common", "rarissime"] * 8:
         await statement.fetch("simple", word, 20, "posts")
-    row = await generated.fetchrow("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", sql)
+    row = await generated.fetchrow(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", sql
+    )
     assert row["generic_plans"] == 0 and row["custom_plans"] >= 16
-    assert [r["post_id"] for r in await statement.fetch("simple", "rarissime", 20, "posts") if r["kind"] == ITEM] == [2991, 1994, 997]
+    assert [r["post_id"] for r in await statement.fetch("simple", "rarissime", 20, "posts") if r["kind"] == ITEM] == [
+        2991,
+        1994,
+        997,
+    ]

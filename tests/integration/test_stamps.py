@@ -11,8 +11,8 @@ import time
 import asyncpg
 import pytest
 
-from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.common.runtime.errors import StorageUnavailable
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.readmodel.stamps import LISTENER_NAME, StampWatcher
 
 
@@ -77,7 +77,8 @@ async def test_a_dead_listener_is_not_ready_then_reconnects_and_polling_continue
     async with watching(dsn, refresh, poll_s=0.1) as watcher:
         await until(lambda: watcher.listening, 10)
         await conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()", LISTENER_NAME
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            LISTENER_NAME,
         )
         await until(lambda: not watcher.listening, 5)
         ready, detail = watcher.status()

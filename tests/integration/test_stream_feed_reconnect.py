@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import os
 
+from tests.support.apps import config_for
+from tests.support.forward import Forwarder
+from tests.support.projector import projector_on
+from tests.support.wait import background, until
 from tickerwire.services.common import kafka
 from tickerwire.services.stream import feed as feed_module
 from tickerwire.services.stream.feed import Feed
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
-from tests.support.apps import config_for
-from tests.support.forward import Forwarder
-from tests.support.projector import projector_on
-from tests.support.wait import background, until
 
 
 async def test_the_feeds_reconnect_pause_is_short_again_after_a_fetch_worked(fresh_db, kafka_bootstrap):
@@ -33,7 +33,9 @@ async def test_the_feeds_reconnect_pause_is_short_again_after_a_fetch_worked(fre
             await until(lambda: feed.backoff.ceiling == 0.5, 5, "the pause back at its base")
 
 
-async def test_a_missing_posts_topic_is_logged_once_and_the_feed_starts_when_it_appears(fresh_db, kafka_bootstrap, caplog, monkeypatch):
+async def test_a_missing_posts_topic_is_logged_once_and_the_feed_starts_when_it_appears(
+    fresh_db, kafka_bootstrap, caplog, monkeypatch
+):
     monkeypatch.setattr(feed_module, "TOPIC_WAIT_WARN_S", 0.5)
     prefix = f"feedtopic{os.getpid()}"
     config = config_for(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)
@@ -47,4 +49,6 @@ async def test_a_missing_posts_topic_is_logged_once_and_the_feed_starts_when_it_
             await until(lambda: feed.started.is_set(), 60, "the feed reading")
     missing = [r for r in caplog.records if "does not exist on the broker yet" in r.getMessage()]
     assert len(missing) == 1 and missing[0].levelname == "WARNING" and config.topic_prefix in missing[0].getMessage()
-    assert any(f"{config.topic_prefix}.posts" in r.getMessage() and "exists now" in r.getMessage() for r in caplog.records)
+    assert any(
+        f"{config.topic_prefix}.posts" in r.getMessage() and "exists now" in r.getMessage() for r in caplog.records
+    )

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 
+from tests.support.apps import config_for
+from tests.support.projector import projector_on
+from tests.support.swallow import fail_once_then_stop_swallowing
 from tickerwire.services.common import kafka
 from tickerwire.services.stream.feed import Feed
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
-from tests.support.apps import config_for
-from tests.support.projector import projector_on
-from tests.support.swallow import fail_once_then_stop_swallowing
 
 
 async def test_a_stop_asked_for_while_the_consumer_reconnects_stops_the_feed(fresh_db, kafka_bootstrap, monkeypatch):

@@ -10,15 +10,16 @@ import asyncpg
 import pytest
 
 from tickerwire.services.common.db import connect, create_pool
-from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import StorageUnavailable
+from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.stream import sql
 from tickerwire.services.stream.leases import Leases
 
 #: The configured defaults (TICKERWIRE_STREAM_LEASE_TTL_S, _LEASE_RENEW_S).
 _DEFAULTS = Config.from_env({}, database_url="postgresql:///unused", kafka_bootstrap_servers="-")
 TTL_S, RENEW_S = _DEFAULTS.stream_lease_ttl_s, _DEFAULTS.stream_lease_renew_s
+
 
 @pytest.fixture
 async def pool(fresh_db):
@@ -76,7 +77,9 @@ async def test_a_lease_that_cannot_be_renewed_before_it_expires_is_reported_lost
     assert time.monotonic() - closed_at >= 0.3  # not before the lease could have expired
 
 
-async def test_a_burst_of_one_workspaces_handshakes_takes_one_pooled_connection_not_the_pool(pool: asyncpg.Pool, fresh_db):
+async def test_a_burst_of_one_workspaces_handshakes_takes_one_pooled_connection_not_the_pool(
+    pool: asyncpg.Pool, fresh_db
+):
     leases = Leases(pool, TTL_S, RENEW_S, acquire_timeout_s=0.5)
     async with connect(fresh_db) as elsewhere, elsewhere.transaction():
         # Another process is granting ws_burst a slot: it holds that workspace's lock meanwhile.
@@ -106,7 +109,9 @@ async def test_a_burst_of_one_workspaces_handshakes_is_settled_in_a_few_statemen
     # be a committed statement of its own under the workspace's lock; grouped, the burst is a
     # few statements, so none waits past the 0.5 s bound and exactly the limit is granted.
     leases = Leases(pool, TTL_S, RENEW_S, acquire_timeout_s=0.5)
-    results = await asyncio.gather(*[leases.acquire("ws_storm", f"ses_{i}", 600) for i in range(1000)], return_exceptions=True)
+    results = await asyncio.gather(
+        *[leases.acquire("ws_storm", f"ses_{i}", 600) for i in range(1000)], return_exceptions=True
+    )
     refused = [r for r in results if not isinstance(r, bool)]
     assert refused == []
     assert sum(results) == 600 and len(leases.held) == 600

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.forward import Forwarder
+from tests.support.wait import background, until
 from tickerwire.services.cli.up import Child, PortTaken, Probe, Trickle, wait_healthy
 from tickerwire.services.common import kafka
 from tickerwire.services.common.runtime.config import Config
-from tests.support.forward import Forwarder
-from tests.support.wait import background, until
 
 
 async def test_the_trickles_pause_is_short_again_after_a_post_went_out(kafka_bootstrap):
@@ -45,7 +45,9 @@ async def test_waiting_for_readiness_gives_up_at_its_deadline_when_a_listener_ne
         started = time.monotonic()
         async with asyncio.timeout(30):  # aiohttp alone would wait 5 minutes on the first probe
             with pytest.raises(TimeoutError, match="did not become ready"):
-                await wait_healthy([Probe(Child("api", {}, Path("api.log")), f"http://127.0.0.1:{port}/readyz", port)], [], timeout=1.0)
+                await wait_healthy(
+                    [Probe(Child("api", {}, Path("api.log")), f"http://127.0.0.1:{port}/readyz", port)], [], timeout=1.0
+                )
         assert time.monotonic() - started < 5
     finally:
         server.close()
@@ -55,10 +57,18 @@ async def test_a_child_that_exits_at_start_is_reported_at_once_with_its_logs_las
     child = Child("api", {}, tmp_path / "api.log")
     with open(child.log_path, "wb") as log:
         child.proc = subprocess.Popen(
-            [sys.executable, "-c", "print('starting'); print('api: cannot listen on 127.0.0.1:8080: Address already in use'); "
-             "raise SystemExit(1)"], stdout=log)
+            [
+                sys.executable,
+                "-c",
+                "print('starting'); print('api: cannot listen on 127.0.0.1:8080: Address already in use'); "
+                "raise SystemExit(1)",
+            ],
+            stdout=log,
+        )
     started = time.monotonic()
-    with pytest.raises(PortTaken, match=r"the api exited at start-up with status 1: api: cannot listen on 127.0.0.1:8080"):
+    with pytest.raises(
+        PortTaken, match=r"the api exited at start-up with status 1: api: cannot listen on 127.0.0.1:8080"
+    ):
         await wait_healthy([Probe(child, "http://127.0.0.1:9/readyz", 9)], [child], timeout=30)
     assert time.monotonic() - started < 5
 
@@ -75,7 +85,9 @@ async def test_an_answer_from_another_process_on_the_childs_port_is_not_taken_fo
     child = Child("api", {}, tmp_path / "api.log")
     child.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        with pytest.raises(PortTaken, match=f"answered by another process, not by this up's api .*port {port} was taken"):
+        with pytest.raises(
+            PortTaken, match=f"answered by another process, not by this up's api .*port {port} was taken"
+        ):
             await wait_healthy([Probe(child, f"http://127.0.0.1:{port}/readyz", port)], [child], timeout=10)
     finally:
         child.proc.kill()

@@ -39,13 +39,28 @@ async def run_all(only: list[str] | None) -> list[Outcome]:
 
 
 def conditions(started: float, load_start: tuple[float, ...]) -> list[str]:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = [line for line in subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
-                                                  check=True).stdout.splitlines() if not line.endswith("docs/reliability.md")]
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = [
+            line
+            for line in subprocess.run(
+                ["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout.splitlines()
+            if not line.endswith("docs/reliability.md")
+        ]
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", []
     return [
@@ -80,7 +95,9 @@ def markdown(outcomes: list[Outcome], cond: list[str]) -> str:
     for o in outcomes:
         crit = "; ".join(f"{name}: {'yes' if ok else 'NO'}" for name, ok in o.criteria.items())
         rec = "n/a" if o.recover_s is None else f"{o.recover_s:.1f} s"
-        lines.append(f"| {o.scenario} | {o.http or '-'} | {o.stream or '-'} | {_n(o.lost)} | {_n(o.doubled)} | {rec} | {crit} |")
+        lines.append(
+            f"| {o.scenario} | {o.http or '-'} | {o.stream or '-'} | {_n(o.lost)} | {_n(o.doubled)} | {rec} | {crit} |"
+        )
     lines += ["", "## Notes per scenario", ""]
     for o in outcomes:
         lines.append(f"- **{o.scenario}** ({o.fault}): " + "; ".join(n for n in o.notes if n))
@@ -102,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     outcomes = asyncio.run(run_all(args.only))
     for o in outcomes:
-        print(f"{'PASS' if o.passed else 'FAIL'}  {o.scenario}: http [{o.http}] stream [{o.stream}] lost {o.lost} "
-              f"doubled {o.doubled} recover {o.recover_s}")
+        print(
+            f"{'PASS' if o.passed else 'FAIL'}  {o.scenario}: http [{o.http}] stream [{o.stream}] lost {o.lost} "
+            f"doubled {o.doubled} recover {o.recover_s}"
+        )
         for name, ok in o.criteria.items():
             print(f"      {'ok ' if ok else 'NO '} {name}")
         for note in o.notes:

@@ -34,14 +34,6 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from tickerwire.schemas.models import Token, TokenEvent
-from tickerwire.services.common.kafka import ensure_topics
-from tickerwire.devstack.demo.dataset import LISTED_LOCALES
-from tickerwire.devstack.demo.trickle import next_post
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
-from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
-
 from tests.support.faults import (
     Prober,
     StreamWatcher,
@@ -57,6 +49,13 @@ from tests.support.faults import (
     wait_up,
 )
 from tests.support.stack import BASE, ServiceStack, auth
+from tickerwire.devstack.demo.dataset import LISTED_LOCALES
+from tickerwire.devstack.demo.trickle import next_post
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
+from tickerwire.schemas.models import Token, TokenEvent
+from tickerwire.services.common.kafka import ensure_topics
 
 
 @dataclass
@@ -96,7 +95,9 @@ class Posts:
     async def publish(self, n: int = 1, *, retry_for_s: float = 0.0) -> list[int]:
         ids = list(range(self.next_id, self.next_id + n))
         self.next_id += n
-        events = [next_post(self.rng, post_id=i, now=datetime.now(timezone.utc), locales=LISTED_LOCALES[:2]) for i in ids]
+        events = [
+            next_post(self.rng, post_id=i, now=datetime.now(timezone.utc), locales=LISTED_LOCALES[:2]) for i in ids
+        ]
         deadline = time.monotonic() + retry_for_s
         while True:
             try:
@@ -112,7 +113,10 @@ class Posts:
     async def visible(self, ids) -> set[int]:
         conn = await asyncpg.connect(self.stack.database_url, timeout=5)
         try:
-            rows = await conn.fetch("SELECT DISTINCT post_id FROM rm.post_translations WHERE post_id = ANY($1::bigint[]) AND visible", list(ids))
+            rows = await conn.fetch(
+                "SELECT DISTINCT post_id FROM rm.post_translations WHERE post_id = ANY($1::bigint[]) AND visible",
+                list(ids),
+            )
         finally:
             await conn.close()
         return {r["post_id"] for r in rows}
@@ -187,8 +191,11 @@ class UpScenarios:
 
     async def _settle(self) -> None:
         """Between scenarios: every readiness says ready again (bounded)."""
+
         async def all_ready():
-            codes = [(await get_json(readyz_url(self.metrics[n]), timeout=2))[0] for n in ("api", "stream", "projector")]
+            codes = [
+                (await get_json(readyz_url(self.metrics[n]), timeout=2))[0] for n in ("api", "stream", "projector")
+            ]
             return all(c == 200 for c in codes)
 
         await wait_for(all_ready, 60, every=0.5)
@@ -216,8 +223,11 @@ class UpScenarios:
             if visible_in is not None:
                 visible_in = http.now() - t  # from the kill
             await asyncio.sleep(2.0)
-            out.recover_s = {"api": http.first_ok_after(t), "projector": visible_in,
-                             "stream": self._stream_recovery(ws, t)}[name]
+            out.recover_s = {
+                "api": http.first_ok_after(t),
+                "projector": visible_in,
+                "stream": self._stream_recovery(ws, t),
+            }[name]
             out.http = fmt_statuses(http.statuses(t))
             out.stream = _closes(ws)
             ids = set(before + during + after)
@@ -231,8 +241,10 @@ class UpScenarios:
             # Reads never needed the projector; what a partner waits for is fresh posts.
             out.criteria["reads served throughout"] = set(http.statuses(t)) == {"200"}
             out.criteria["new posts visible again within 30 s"] = out.recover_s is not None and out.recover_s <= 30
-            out.notes.append(f"posts published around the kill all visible {_s(visible_in)} after the kill "
-                             "(restart, then the consumer group's rebalance: the killed member's session must expire first)")
+            out.notes.append(
+                f"posts published around the kill all visible {_s(visible_in)} after the kill "
+                "(restart, then the consumer group's rebalance: the killed member's session must expire first)"
+            )
         else:
             out.criteria["partner served again within 10 s"] = out.recover_s is not None and out.recover_s <= 10
         out.criteria["0 lost"] = out.lost == 0
@@ -278,6 +290,7 @@ class UpScenarios:
             bad = [s for s in http.since(t) if s.status not in (200, 503)]
         # A catalog change after the restart, with the API's caches in use.
         ticker = f"FLT{random.randrange(10**4)}"
+
         async def token_served():
             return (await get_json(f"{self.base}/tokens/{ticker}", auth(self.key)))[0] == 200
 
@@ -301,8 +314,11 @@ class UpScenarios:
         are probed every 0.25 s, once three posts published first are visible; yields
         (http, ws, readies, those posts, t, t_ready), the times the fault starts from."""
         readies = {n: Prober(readyz_url(self.metrics[n]), every_s=0.25) for n in ready_names}
-        async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws, \
-                contextlib.AsyncExitStack() as probing:
+        async with (
+            Prober(self.posts_url(), auth(self.key)) as http,
+            StreamWatcher(self.stream_url) as ws,
+            contextlib.AsyncExitStack() as probing,
+        ):
             for p in readies.values():
                 await probing.enter_async_context(p)
             await asyncio.wait_for(ws.connected.wait(), 30)
@@ -313,7 +329,10 @@ class UpScenarios:
 
     async def freeze_postgres(self, seconds: float) -> Outcome:
         await self._settle()
-        out = Outcome(f"up: SIGSTOP PostgreSQL {seconds:.0f}s", f"SIGSTOP of every PostgreSQL process for {seconds:.0f} s, then SIGCONT")
+        out = Outcome(
+            f"up: SIGSTOP PostgreSQL {seconds:.0f}s",
+            f"SIGSTOP of every PostgreSQL process for {seconds:.0f} s, then SIGCONT",
+        )
         async with self._watching(("api", "stream", "projector")) as (http, ws, readies, before, t, t_ready):
             pids = postgres_pids(self.run.postmaster_pid())
             signal_all(pids, signal.SIGSTOP)
@@ -335,9 +354,11 @@ class UpScenarios:
             ids = set(before + during)
             out.lost = len(ids - await self.posts.visible(ids))
             out.doubled = ws.doubled(ids)
-        out.notes.append(f"first 503 {_s(first_503)} after the freeze; slowest partner answer while frozen {_s(slowest)}; "
-                         f"slowest /readyz {_s(ready_slowest)}; /readyz 503 after " +
-                         ", ".join(f"{n} {_s(v)}" for n, v in ready_503.items()))
+        out.notes.append(
+            f"first 503 {_s(first_503)} after the freeze; slowest partner answer while frozen {_s(slowest)}; "
+            f"slowest /readyz {_s(ready_slowest)}; /readyz 503 after "
+            + ", ".join(f"{n} {_s(v)}" for n, v in ready_503.items())
+        )
         out.notes.append(f"posts published during the freeze visible {_s(visible_in)} after SIGCONT")
         out.criteria = {
             "up still running": self.up_alive(),
@@ -359,7 +380,9 @@ class UpScenarios:
     async def freeze_broker(self, seconds: float) -> Outcome:
         """A broker that still accepts connections (the kernel does) but answers nothing."""
         await self._settle()
-        out = Outcome(f"up: SIGSTOP broker {seconds:.0f}s", f"SIGSTOP of the embedded broker for {seconds:.0f} s, then SIGCONT")
+        out = Outcome(
+            f"up: SIGSTOP broker {seconds:.0f}s", f"SIGSTOP of the embedded broker for {seconds:.0f} s, then SIGCONT"
+        )
         async with self._watching(("stream", "projector")) as (http, ws, readies, before, t, t_ready):
             pid = self.run.broker_pid()
             os.kill(pid, signal.SIGSTOP)
@@ -378,18 +401,25 @@ class UpScenarios:
             ready_again = {n: p.first_ok_after(t_cont[n]) for n, p in readies.items()}
             ready_slowest = max(p.slowest(t_ready[n]) for n, p in readies.items())
             out.recover_s = max((v for v in ready_again.values() if v is not None), default=None)
-            out.stream = f"posts published after SIGCONT pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(ws)
+            out.stream = f"posts published after SIGCONT pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(
+                ws
+            )
             ids = set(before + after)
             out.lost = len(ids - await self.posts.visible(ids))
             out.doubled = ws.doubled(ids)
-        out.notes.append("/readyz 503 after " + ", ".join(f"{n} {_s(v)}" for n, v in frozen_503.items()) +
-                         f"; slowest /readyz {_s(ready_slowest)}; ready again after SIGCONT " +
-                         ", ".join(f"{n} {_s(v)}" for n, v in ready_again.items()) +
-                         f"; posts published after SIGCONT visible in {_s(visible_in)}")
+        out.notes.append(
+            "/readyz 503 after "
+            + ", ".join(f"{n} {_s(v)}" for n, v in frozen_503.items())
+            + f"; slowest /readyz {_s(ready_slowest)}; ready again after SIGCONT "
+            + ", ".join(f"{n} {_s(v)}" for n, v in ready_again.items())
+            + f"; posts published after SIGCONT visible in {_s(visible_in)}"
+        )
         out.criteria = {
             "up still running": self.up_alive(),
             "reads 200 throughout (reads need no broker)": set(http.statuses(t)) == {"200"},
-            "stream and projector not ready within 3 s of the freeze": all(v is not None and v <= 3.0 for v in frozen_503.values()),
+            "stream and projector not ready within 3 s of the freeze": all(
+                v is not None and v <= 3.0 for v in frozen_503.values()
+            ),
             "/readyz always answered within 1 s": ready_slowest <= 1.0 + 0.25,
             "ready again within 30 s of SIGCONT": all(v is not None and v <= 30 for v in ready_again.values()),
             "posts published after SIGCONT visible and pushed": visible_in is not None and pushed is not None,
@@ -414,7 +444,9 @@ class UpScenarios:
             out.recover_s = (time.monotonic() - started) if visible_in is not None else None
             # The stream's feed confirms the reset over several seconds, then reads the new log again.
             pushed = await wait_for(lambda: _true({i for i, _ in ws.delivered} >= set(new)), 30)
-            out.stream = f"posts published after the restart pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(ws)
+            out.stream = (
+                f"posts published after the restart pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(ws)
+            )
             out.doubled = ws.doubled()
             await asyncio.sleep(1.0)
             out.http = fmt_statuses(http.statuses(t))
@@ -422,9 +454,15 @@ class UpScenarios:
             reads_ok = bool(samples) and all(s.status == 200 for s in samples)  # no samples proves nothing
             out.lost = len(set(new) - await self.posts.visible(new))
             older = self.posts.published - set(new)
-            out.notes.append(f"posts projected before the kill still served: {len(await self.posts.visible(older))}/{len(older)}")
-        key_ok = (await get_json(f"{self.base}/languages", {"Authorization": f"Bearer {self.run.info['api_key']}"}))[0] == 200
-        out.notes.append(_restart_lines(self.run, "broker restarted") + "; " + _restart_lines(self.run, "came back empty"))
+            out.notes.append(
+                f"posts projected before the kill still served: {len(await self.posts.visible(older))}/{len(older)}"
+            )
+        key_ok = (await get_json(f"{self.base}/languages", {"Authorization": f"Bearer {self.run.info['api_key']}"}))[
+            0
+        ] == 200
+        out.notes.append(
+            _restart_lines(self.run, "broker restarted") + "; " + _restart_lines(self.run, "came back empty")
+        )
         out.criteria = {
             "up still running": self.up_alive(),
             "reads 200 throughout": reads_ok,
@@ -454,7 +492,10 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
     """The broker replaced by an empty one under services run one by one, ``outage_s`` after
     the old one stopped (long enough, and the consumers' own stop used to end their loops)."""
     after = f" after a {outage_s:g} s outage" if outage_s else ""
-    out = Outcome(f"services: log reset{after}", f"broker replaced by an empty one (same address){after} under projector, api, stream")
+    out = Outcome(
+        f"services: log reset{after}",
+        f"broker replaced by an empty one (same address){after} under projector, api, stream",
+    )
     root = Path(tempfile.mkdtemp(prefix="tickerwire-logreset-"))
     port = free_port()
     pg = EmbeddedPostgres(root / "pg")
@@ -493,15 +534,26 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
         decided = await wait_for(loud_or_visible, 60, every=0.25)
         status, body, _ = await get_json(ready_url)
         silent_visible = await posts.visible(new) >= set(new)
-        metric = await _metric(ops_url(f"{projector.admin_url}/metrics", "/metrics"), "tickerwire_projector_log_discontinuity")
+        metric = await _metric(
+            ops_url(f"{projector.admin_url}/metrics", "/metrics"), "tickerwire_projector_log_discontinuity"
+        )
         error_logged = '"level":"error"' in projector.log() and "log discontinuity" in projector.log()
         out.http = f"projector /readyz {status}"
-        out.notes.append(f"projector /readyz said: {(body or {}).get('detail', '').split('; log discontinuity')[0]}; ...")
-        out.notes.append(f"decided (503 with the reason, or visible) {_s(decided)} after the new broker started; "
-                         f"tickerwire_projector_log_discontinuity max {metric}")
+        out.notes.append(
+            f"projector /readyz said: {(body or {}).get('detail', '').split('; log discontinuity')[0]}; ..."
+        )
+        out.notes.append(
+            f"decided (503 with the reason, or visible) {_s(decided)} after the new broker started; "
+            f"tickerwire_projector_log_discontinuity max {metric}"
+        )
         # The documented way out.
-        accept = subprocess.run([sys.executable, "-m", "tickerwire.services.cli.main", "projector", "accept-log", "--from", "earliest"],
-                                env=stack.env(), capture_output=True, text=True, timeout=120)
+        accept = subprocess.run(
+            [sys.executable, "-m", "tickerwire.services.cli.main", "projector", "accept-log", "--from", "earliest"],
+            env=stack.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         out.notes.append(f"accept-log: rc {accept.returncode}, {len(accept.stdout.splitlines())} partition(s) moved")
         visible_in = await posts.wait_visible(new, 60)
         out.recover_s = (time.monotonic() - started) if visible_in is not None else None
@@ -515,11 +567,14 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
         pushed = await wait_for(lambda: _true({i for i, _ in watcher.delivered} >= set(new)), 30)
         await background.aclose()
         unpushed = len(set(new) - {i for i, _ in watcher.delivered})
-        out.stream = f"{len(new) - unpushed}/{len(new)} posts published after the reset pushed ({_s(pushed)} after the stream was ready); " + _closes(watcher)
+        out.stream = (
+            f"{len(new) - unpushed}/{len(new)} posts published after the reset pushed ({_s(pushed)} after the stream was ready); "
+            + _closes(watcher)
+        )
         out.doubled = watcher.doubled()
         out.criteria = {
-            "never silent: visible, or 503 + reason + ERROR log + metric": silent_visible or (
-                status == 503 and "log discontinuity" in str(body) and error_logged and metric == 1.0),
+            "never silent: visible, or 503 + reason + ERROR log + metric": silent_visible
+            or (status == 503 and "log discontinuity" in str(body) and error_logged and metric == 1.0),
             "accept-log exits 0": accept.returncode == 0,
             "posts published after the reset visible after accept-log": out.lost == 0,
             "a key issued after the reset works": key_status == 200,
@@ -544,6 +599,7 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
 def _true(value: bool):
     async def f():
         return value
+
     return f()
 
 
@@ -563,8 +619,16 @@ async def _metric(url: str, name: str) -> float | None:
 
 
 def _token_event(ticker: str) -> TokenEvent:
-    token = Token(ticker=ticker, name=ticker, logo_url="https://example.com/logo.png", market_cap_rank=None,
-                  genesis_date=None, primary_ecosystem=None, homepage_url="https://example.com", description=None)
+    token = Token(
+        ticker=ticker,
+        name=ticker,
+        logo_url="https://example.com/logo.png",
+        market_cap_rank=None,
+        genesis_date=None,
+        primary_ecosystem=None,
+        homepage_url="https://example.com",
+        description=None,
+    )
     return TokenEvent(version=1, emitted_at=datetime.now(timezone.utc), data=token)
 
 

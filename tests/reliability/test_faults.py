@@ -12,8 +12,11 @@ pytestmark = pytest.mark.e2e
 
 
 def failures(outcomes) -> list:
-    return [(o.scenario, [name for name, ok in o.criteria.items() if not ok], o.http, o.stream, o.notes)
-            for o in outcomes if not o.passed]
+    return [
+        (o.scenario, [name for name, ok in o.criteria.items() if not ok], o.http, o.stream, o.notes)
+        for o in outcomes
+        if not o.passed
+    ]
 
 
 async def test_a_log_reset_is_refused_loudly_and_accept_log_recovers():

@@ -19,17 +19,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from aiokafka import TopicPartition
 
-from tickerwire.schemas.topics import topic_name
-from tickerwire.services.api.app import create_app
-from tickerwire.services.stream.app import create_app as create_stream_app
-from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
-from tickerwire.services.common.db import connect
-from tickerwire.services.common.operator.endpoints import ADMIN_APP
-from tickerwire.services.projector.sweeper import sweep_once
 from tests.support.events import provisioning, records
 from tests.support.projector import projector_on
 from tests.support.stack import wait_http
+from tickerwire.schemas.topics import topic_name
+from tickerwire.services.api.app import create_app
+from tickerwire.services.common import kafka
+from tickerwire.services.common.db import connect
+from tickerwire.services.common.operator.endpoints import ADMIN_APP
+from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.projector.sweeper import sweep_once
+from tickerwire.services.stream.app import create_app as create_stream_app
 
 PREFIX = "tickerwire"
 #: Events handed to the projector per batch (its default fetch size).
@@ -54,7 +54,7 @@ class ReadModel:
         async with projector_on(self.dsn) as (projector, _, _):
             for topic, evs in by_topic.items():
                 for at in range(0, len(evs), BATCH):
-                    chunk = records(evs[at:at + BATCH], start=self._offsets[topic])
+                    chunk = records(evs[at : at + BATCH], start=self._offsets[topic])
                     await projector.apply_records(TopicPartition(topic, 0), chunk)
                     self._offsets[topic] += len(chunk)
 
@@ -83,7 +83,11 @@ class Served:
 
 def config_for(dsn: str, **overrides: Any) -> Config:
     """The frozen configuration of an app under test: no broker unless given, one-node topics."""
-    settings: dict[str, Any] = {"kafka_bootstrap_servers": "unused:9092", "topic_prefix": PREFIX, "topic_replication_factor": 1}
+    settings: dict[str, Any] = {
+        "kafka_bootstrap_servers": "unused:9092",
+        "topic_prefix": PREFIX,
+        "topic_replication_factor": 1,
+    }
     return Config(database_url=dsn, **{**settings, **overrides})
 
 

@@ -65,7 +65,9 @@ def apache_kafka(image: str = KAFKA_IMAGE, startup_timeout_s: int = 120) -> Iter
             KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0",
             KAFKA_AUTO_CREATE_TOPICS_ENABLE="false",
         )
-        .waiting_for(LogMessageWaitStrategy(re.compile(r"Kafka Server started")).with_startup_timeout(startup_timeout_s))
+        .waiting_for(
+            LogMessageWaitStrategy(re.compile(r"Kafka Server started")).with_startup_timeout(startup_timeout_s)
+        )
     )
     with container:
         yield f"localhost:{port}"

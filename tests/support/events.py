@@ -35,29 +35,66 @@ from tickerwire.services.projector.apply import Record
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 
 
-def locale_ev(code: str, version: int = 1, *, default: bool = False, active: bool = True, web: bool = True, position: int = 0,
-              name: str | None = None, country: str = "US") -> LocaleEvent:
+def locale_ev(
+    code: str,
+    version: int = 1,
+    *,
+    default: bool = False,
+    active: bool = True,
+    web: bool = True,
+    position: int = 0,
+    name: str | None = None,
+    country: str = "US",
+) -> LocaleEvent:
     return LocaleEvent(
-        version=version, emitted_at=T0,
-        data=Locale(code=code, name=name or f"Name {code} v{version}", native_name=name or f"Native {code}", country_code=country,
-                    direction="ltr", active=active, web_channel=web, is_default=default, position=position),
+        version=version,
+        emitted_at=T0,
+        data=Locale(
+            code=code,
+            name=name or f"Name {code} v{version}",
+            native_name=name or f"Native {code}",
+            country_code=country,
+            direction="ltr",
+            active=active,
+            web_channel=web,
+            is_default=default,
+            position=position,
+        ),
     )
 
 
-def category_ev(slug: str, version: int = 1, *, group: str | None = None, names: dict[str, str] | None = None, position: int = 0) -> CategoryEvent:
+def category_ev(
+    slug: str, version: int = 1, *, group: str | None = None, names: dict[str, str] | None = None, position: int = 0
+) -> CategoryEvent:
     return CategoryEvent(
-        version=version, emitted_at=T0,
-        data=Category(slug=slug, is_group=group is None, group_slug=group, position=position,
-                      names=names or {"en-US": f"{slug} v{version}"}),
+        version=version,
+        emitted_at=T0,
+        data=Category(
+            slug=slug,
+            is_group=group is None,
+            group_slug=group,
+            position=position,
+            names=names or {"en-US": f"{slug} v{version}"},
+        ),
     )
 
 
 def token_ev(ticker: str, version: int = 1, *, rank: int | None = 1) -> TokenEvent:
     return TokenEvent(
-        version=version, emitted_at=T0,
-        data=Token(ticker=ticker, name=f"{ticker} v{version}", logo_url="https://img.example/t.png", market_cap_rank=rank,
-                   exchange_listings=("binance",), categories=("layer-1",), genesis_date=None, primary_ecosystem=None,
-                   homepage_url="https://t.example", description=None),
+        version=version,
+        emitted_at=T0,
+        data=Token(
+            ticker=ticker,
+            name=f"{ticker} v{version}",
+            logo_url="https://img.example/t.png",
+            market_cap_rank=rank,
+            exchange_listings=("binance",),
+            categories=("layer-1",),
+            genesis_date=None,
+            primary_ecosystem=None,
+            homepage_url="https://t.example",
+            description=None,
+        ),
     )
 
 
@@ -83,16 +120,35 @@ def post_ev(
     if status in ("published", "partial") and at is None:
         at = T0
     return PostEvent(
-        version=version, emitted_at=emitted_at or T0 + timedelta(seconds=version),
-        data=Post.model_validate(dict(
-            id=post_id, status=status, published_at=at, importance=importance, sentiment=sentiment,
-            tickers=list(tickers), hashtags=list(hashtags), categories=list(categories),
-            cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
-            source_url="https://src.example/a", byline="Desk",
-            translations=[dict(lang=lang, slug=f"p{post_id}-{lang.lower()}", canonical_url=f"https://n.example/{post_id}/{lang}",
-                               title=title or f"Bitcoin rallies {post_id} v{version}", lede=lede, body=body)
-                          for lang in langs],
-        )),
+        version=version,
+        emitted_at=emitted_at or T0 + timedelta(seconds=version),
+        data=Post.model_validate(
+            dict(
+                id=post_id,
+                status=status,
+                published_at=at,
+                importance=importance,
+                sentiment=sentiment,
+                tickers=list(tickers),
+                hashtags=list(hashtags),
+                categories=list(categories),
+                cover_image_url="https://img.example/c.jpg",
+                og_image_url="https://img.example/o.jpg",
+                source_url="https://src.example/a",
+                byline="Desk",
+                translations=[
+                    dict(
+                        lang=lang,
+                        slug=f"p{post_id}-{lang.lower()}",
+                        canonical_url=f"https://n.example/{post_id}/{lang}",
+                        title=title or f"Bitcoin rallies {post_id} v{version}",
+                        lede=lede,
+                        body=body,
+                    )
+                    for lang in langs
+                ],
+            )
+        ),
     )
 
 
@@ -103,22 +159,38 @@ def fresh_post_ev(post_id: int, **fields: Any) -> PostEvent:
 
 
 def workspace_ev(ws_id: str, version: int = 1, *, status: str = "active") -> WorkspaceEvent:
-    return WorkspaceEvent(version=version, emitted_at=T0, data=Workspace(id=ws_id, name=f"{ws_id} v{version}", status=status))
+    return WorkspaceEvent(
+        version=version, emitted_at=T0, data=Workspace(id=ws_id, name=f"{ws_id} v{version}", status=status)
+    )
 
 
 def api_key_ev(key_id: str, ws_id: str, version: int = 1, *, revoked: bool = False) -> ApiKeyEvent:
-    return ApiKeyEvent(version=version, emitted_at=T0, data=ApiKey(
-        id=key_id, workspace_id=ws_id, key_hash=f"{abs(hash(key_id)) % 10**20:064d}", display_prefix="tw_live_abcd",
-        issued_at=T0, revoked_at=T0 if revoked else None))
+    return ApiKeyEvent(
+        version=version,
+        emitted_at=T0,
+        data=ApiKey(
+            id=key_id,
+            workspace_id=ws_id,
+            key_hash=f"{abs(hash(key_id)) % 10**20:064d}",
+            display_prefix="tw_live_abcd",
+            issued_at=T0,
+            revoked_at=T0 if revoked else None,
+        ),
+    )
 
 
 def embed_ev(embed_id: str, ws_id: str, version: int = 1, kind: str = "badge") -> EmbedEvent:
-    return EmbedEvent(version=version, emitted_at=T0, data=Embed(id=embed_id, workspace_id=ws_id, kind=kind, created_at=T0))
+    return EmbedEvent(
+        version=version, emitted_at=T0, data=Embed(id=embed_id, workspace_id=ws_id, kind=kind, created_at=T0)
+    )
 
 
 def heartbeat_ev(embed_id: str, ws_id: str, landed_at: datetime) -> HeartbeatEvent:
-    return HeartbeatEvent(version=max(int(landed_at.timestamp() * 1000), 1), emitted_at=T0,
-                          data=Heartbeat(embed_id=embed_id, workspace_id=ws_id, landed_at=landed_at))
+    return HeartbeatEvent(
+        version=max(int(landed_at.timestamp() * 1000), 1),
+        emitted_at=T0,
+        data=Heartbeat(embed_id=embed_id, workspace_id=ws_id, landed_at=landed_at),
+    )
 
 
 def records(events: Iterable[Any], start: int = 0) -> list[Record]:
@@ -139,8 +211,11 @@ def visible_feed(posts: Sequence[PostEvent], lang: str = "en-US") -> list[Post]:
         if e.data.id not in latest or latest[e.data.id].version < e.version:
             latest[e.data.id] = e
     shown = [
-        e.data for e in latest.values()
-        if e.data.status in VISIBLE_STATUSES and e.data.published_at and any(t.lang == lang for t in e.data.translations)
+        e.data
+        for e in latest.values()
+        if e.data.status in VISIBLE_STATUSES
+        and e.data.published_at
+        and any(t.lang == lang for t in e.data.translations)
     ]
     return sorted(shown, key=lambda p: (p.published_at, p.id), reverse=True)
 
@@ -152,4 +227,9 @@ async def provisioning(conn: asyncpg.Connection, workspace_id: str, **limits: An
     ws = await admin.workspace_event(conn, workspace_id, create=True, **limits)
     key, key_event = admin.issue_key(workspace_id)
     embed_id = "bdg_" + "".join(ch for ch in workspace_id if ch.isalnum())[:40].ljust(4, "0")
-    return key, [ws, key_event, admin.embed_event(embed_id, workspace_id), admin.heartbeat_event(embed_id, workspace_id)]
+    return key, [
+        ws,
+        key_event,
+        admin.embed_event(embed_id, workspace_id),
+        admin.heartbeat_event(embed_id, workspace_id),
+    ]

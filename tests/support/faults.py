@@ -130,7 +130,9 @@ class StreamWatcher(_Background):
         async with aiohttp.ClientSession() as session:
             while True:
                 try:
-                    async with session.ws_connect(self.url, heartbeat=None, timeout=aiohttp.ClientWSTimeout(ws_close=5)) as ws:
+                    async with session.ws_connect(
+                        self.url, heartbeat=None, timeout=aiohttp.ClientWSTimeout(ws_close=5)
+                    ) as ws:
                         self.connected.set()
                         async for msg in ws:
                             if msg.type == aiohttp.WSMsgType.TEXT:
@@ -249,9 +251,22 @@ def up_ports() -> dict[str, int]:
 
 def up_command(state_dir: Path, ports: dict[str, int], *extra: str) -> list[str]:
     """``ports`` maps up's port settings (``api_port``, ``api_admin_port``, ...) to numbers."""
-    return [sys.executable, "-m", "tickerwire.services.cli.main", "up", "--state-dir", str(state_dir),
-            "--posts", "60", "--tokens", "120", "--trickle-interval", "1",
-            *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))], *extra]
+    return [
+        sys.executable,
+        "-m",
+        "tickerwire.services.cli.main",
+        "up",
+        "--state-dir",
+        str(state_dir),
+        "--posts",
+        "60",
+        "--tokens",
+        "120",
+        "--trickle-interval",
+        "1",
+        *[arg for name, port in ports.items() for arg in (f"--{name.replace('_', '-')}", str(port))],
+        *extra,
+    ]
 
 
 def up_env() -> dict[str, str]:
@@ -260,8 +275,9 @@ def up_env() -> dict[str, str]:
 
 
 def start_up(state_dir: Path, ports: dict[str, int], *extra: str) -> UpRun:
-    proc = subprocess.Popen(up_command(state_dir, ports, *extra), env=up_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        up_command(state_dir, ports, *extra), env=up_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     return UpRun(state_dir, proc)
 
 

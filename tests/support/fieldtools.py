@@ -38,7 +38,9 @@ def node_command(name: str) -> list[str]:
         pytest.skip("node is not installed (Debian package `nodejs`)")
     script = node_tools() / "node_modules" / ".bin" / name
     if not script.exists():
-        pytest.skip(f"{NODE_PACKAGES[name]} is not installed in {node_tools()} (.ci/run installs it; or set {NODE_TOOLS_ENV})")
+        pytest.skip(
+            f"{NODE_PACKAGES[name]} is not installed in {node_tools()} (.ci/run installs it; or set {NODE_TOOLS_ENV})"
+        )
     return [str(script)]
 
 
@@ -48,16 +50,24 @@ def node_modules_with(package: str) -> Path:
         pytest.skip("node is not installed (Debian package `nodejs`)")
     modules = node_tools() / "node_modules"
     if not (modules / package / "package.json").exists():
-        pytest.skip(f"npm package {package} is not installed in {node_tools()} (.ci/run installs it; or set {NODE_TOOLS_ENV})")
+        pytest.skip(
+            f"npm package {package} is not installed in {node_tools()} (.ci/run installs it; or set {NODE_TOOLS_ENV})"
+        )
     return modules
 
 
 def checkov() -> str:
     """The checkov command, or a skip."""
-    for candidate in (os.environ.get(CHECKOV_ENV), str(ROOT / ".tools" / "checkov" / "bin" / "checkov"), shutil.which("checkov")):
+    for candidate in (
+        os.environ.get(CHECKOV_ENV),
+        str(ROOT / ".tools" / "checkov" / "bin" / "checkov"),
+        shutil.which("checkov"),
+    ):
         if candidate and Path(candidate).exists():
             return candidate
-    pytest.skip(f"checkov is not installed (PyPI package `checkov`; .ci/run installs it in .tools/checkov; or set {CHECKOV_ENV})")
+    pytest.skip(
+        f"checkov is not installed (PyPI package `checkov`; .ci/run installs it in .tools/checkov; or set {CHECKOV_ENV})"
+    )
 
 
 def binary(name: str, package: str) -> str:

@@ -18,7 +18,9 @@ class Raw:
     headers: Sequence[tuple[str, bytes]] = ()
 
 
-def _produce(bootstrap: str, topic: str, records: Sequence[Raw], settings: dict[str, Any], transaction: str | None) -> list[tuple[int, int]]:
+def _produce(
+    bootstrap: str, topic: str, records: Sequence[Raw], settings: dict[str, Any], transaction: str | None
+) -> list[tuple[int, int]]:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, **settings})
@@ -50,7 +52,12 @@ def _produce(bootstrap: str, topic: str, records: Sequence[Raw], settings: dict[
 
 
 async def librdkafka(
-    bootstrap: str, topic: str, records: Sequence[Raw], *, transaction: str | None = None, **settings: Any,
+    bootstrap: str,
+    topic: str,
+    records: Sequence[Raw],
+    *,
+    transaction: str | None = None,
+    **settings: Any,
 ) -> list[tuple[int, int]]:
     """Produce ``records`` to ``topic`` with librdkafka (``settings``: its configuration, e.g.
     ``**{"compression.type": "zstd"}``), in one transaction committed or aborted when

@@ -7,11 +7,11 @@ from typing import AsyncIterator
 
 import asyncpg
 
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.db import create_pool
-from tickerwire.services.readmodel.migrate import migrate
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.metrics import ProjectorMetrics
 from tickerwire.services.projector.runner import Projector
+from tickerwire.services.readmodel.migrate import migrate
 
 
 @contextlib.asynccontextmanager

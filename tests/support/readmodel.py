@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncpg
 
-
 #: Order-independent content of every table the API and stream read. Positions, dead letters,
 #: change stamps and announcements are compared separately where a test means them.
 _TABLES = {
@@ -62,5 +61,7 @@ def comparable(model: dict) -> dict:
     """A hidden translation row keeps what its last snapshot rendered with the taxonomy of that
     moment (it is never served, and category changes re-render only visible rows), so its
     taxonomy-dependent columns legitimately depend on how partitions interleaved."""
-    rows = [r if r["visible"] else {k: v for k, v in r.items() if k not in _RENDERED} for r in model["post_translations"]]
+    rows = [
+        r if r["visible"] else {k: v for k, v in r.items() if k not in _RENDERED} for r in model["post_translations"]
+    ]
     return {**model, "post_translations": rows}

@@ -17,6 +17,8 @@ from typing import AsyncIterator, Iterator, Sequence
 import aiohttp
 import asyncpg
 
+from tests.support.events import locale_ev, token_ev
+from tests.support.stack import ServiceStack
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import (
     PRIMARY_REPLICATION_SETTINGS,
@@ -25,8 +27,6 @@ from tickerwire.devstack.embedded.postgres import (
     scratch_database,
     with_database,
 )
-from tests.support.events import locale_ev, token_ev
-from tests.support.stack import ServiceStack
 
 
 @contextlib.contextmanager
@@ -81,8 +81,9 @@ async def replicated_stack(
         read_urls = [with_database(r.dsn, name) for r in replicas]
         for url in read_urls:
             await database_on(url)
-        stack = ServiceStack(dsn, kafka_bootstrap, prefix,
-                             extra_env={"TICKERWIRE_DATABASE_READ_URLS": ",".join(read_urls), **extra_env})
+        stack = ServiceStack(
+            dsn, kafka_bootstrap, prefix, extra_env={"TICKERWIRE_DATABASE_READ_URLS": ",".join(read_urls), **extra_env}
+        )
         await stack.prepare()
         try:
             yield stack
@@ -98,13 +99,15 @@ async def serving_stack(
     stream started, and a key of a workspace with room to spare."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     # Pools of the example overlay's size: the tests send up to 200 reads at once.
-    async with replicated_stack(primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2",
-                                TICKERWIRE_DB_POOL_MAX="20") as stack:
+    async with replicated_stack(
+        primary, replicas, kafka_bootstrap, prefix, TICKERWIRE_REPLICA_MAX_LAG_S="2", TICKERWIRE_DB_POOL_MAX="20"
+    ) as stack:
         await stack.publish([locale_ev("en-US", default=True), token_ev("BTC")])
         for name in ("projector", "api", "stream"):
             await stack.start(name)
-        key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000,
-                                    stream_connection_limit=10)
+        key = await stack.provision(
+            f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, stream_connection_limit=10
+        )
         yield stack, key
 
 

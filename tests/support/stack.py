@@ -23,16 +23,17 @@ from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 import aiohttp
 import asyncpg
+
+from tests.support.events import provisioning
+from tickerwire.devstack.embedded.ports import free_ports
+from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.cli.publish import publish, send_events
 from tickerwire.services.cli.up import wait_projected
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.db import connect
-from tickerwire.services.readmodel.migrate import migrate
-from tickerwire.devstack.embedded.ports import free_ports
-from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.sweeper import sweep_once
-from tests.support.events import provisioning
+from tickerwire.services.readmodel.migrate import migrate
 
 BASE = "/api/v1/developer"
 #: Spec'd bound on how soon every process applies an access change (suspension, revocation, badge).
@@ -95,7 +96,9 @@ class ServiceStack:
     #: Under ``TICKERWIRE_TEST_LOG_ROOT`` when set (the test session's own folder, removed after a
     #: passing session: tests/conftest.py), else in the system's temporary folder.
     log_dir: Path = field(
-        default_factory=lambda: Path(tempfile.mkdtemp(prefix="tickerwire-stack-", dir=os.environ.get("TICKERWIRE_TEST_LOG_ROOT")))
+        default_factory=lambda: Path(
+            tempfile.mkdtemp(prefix="tickerwire-stack-", dir=os.environ.get("TICKERWIRE_TEST_LOG_ROOT"))
+        )
     )
 
     # ------------------------------------------------------------------ configuration
@@ -249,7 +252,11 @@ class ServiceStack:
 
 @contextlib.asynccontextmanager
 async def started_stack(
-    pg_dsn: str, kafka_bootstrap: str, prefix: str, services: Sequence[str] = ("projector", "api", "stream"), **extra_env: str
+    pg_dsn: str,
+    kafka_bootstrap: str,
+    prefix: str,
+    services: Sequence[str] = ("projector", "api", "stream"),
+    **extra_env: str,
 ) -> AsyncIterator[ServiceStack]:
     """A scratch database and topic prefix, prepared, with ``services`` started; all stopped after."""
     async with scratch_database(pg_dsn) as dsn:
@@ -264,12 +271,16 @@ async def started_stack(
 
 
 @contextlib.asynccontextmanager
-async def running_stack(pg_dsn: str, kafka_bootstrap: str, prefix: str, events: Sequence, **limits) -> AsyncIterator[tuple[ServiceStack, str]]:
+async def running_stack(
+    pg_dsn: str, kafka_bootstrap: str, prefix: str, events: Sequence, **limits
+) -> AsyncIterator[tuple[ServiceStack, str]]:
     """A fresh database and topic prefix, the projector and one API, ``events`` projected, a key."""
     async with started_stack(pg_dsn, kafka_bootstrap, prefix, services=("projector",)) as stack:
         await stack.publish(events)
         await stack.wait_projected(timeout=180)
-        key = await stack.provision(f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, **limits)
+        key = await stack.provision(
+            f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, **limits
+        )
         await stack.start("api")
         yield stack, key
 
@@ -287,7 +298,9 @@ async def wait_http(url: str, service: Service | None = None, timeout: float = 6
                         return
                     detail = await resp.text()
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} not ready within {timeout} s: {detail[:2000]}\n{service.log()[-4000:] if service else ''}")
+                raise TimeoutError(
+                    f"{url} not ready within {timeout} s: {detail[:2000]}\n{service.log()[-4000:] if service else ''}"
+                )
             await asyncio.sleep(0.1)
 
 

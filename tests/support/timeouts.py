@@ -46,8 +46,11 @@ def arm(item: pytest.Item, seconds: float) -> bool:
         pytest.fail(f"Timeout (>{seconds:.0f}s) from pytest-timeout")
 
     def last_resort() -> None:
-        print(f"\n{item.nodeid}: still running {LAST_RESORT_AFTER_S:.0f} s after its timeout; every thread's stack:",
-              file=sys.__stderr__, flush=True)
+        print(
+            f"\n{item.nodeid}: still running {LAST_RESORT_AFTER_S:.0f} s after its timeout; every thread's stack:",
+            file=sys.__stderr__,
+            flush=True,
+        )
         faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
         os._exit(1)
 
@@ -68,8 +71,15 @@ def awaiting(coro) -> list[str]:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) or getattr(coro, "ag_frame", None)
         if frame is not None:
             lines.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        inner = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
-        if inner is not None and not hasattr(inner, "cr_frame") and not hasattr(inner, "gi_frame") and not hasattr(inner, "ag_frame"):
+        inner = (
+            getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) or getattr(coro, "ag_await", None)
+        )
+        if (
+            inner is not None
+            and not hasattr(inner, "cr_frame")
+            and not hasattr(inner, "gi_frame")
+            and not hasattr(inner, "ag_frame")
+        ):
             lines.append(f"awaits {inner!r}"[:300])
             break
         coro = inner

@@ -60,14 +60,62 @@ def make_pki(folder: Path, *, key_usage: bool = True) -> Pki:
         subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
 
     (folder / "pki.cnf").write_text(PKI_CONFIG)
-    run("req", "-config", "pki.cnf", "-extensions", "ca" if key_usage else "ca_without_key_usage", "-x509",
-        "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=tickerwire-test-ca", "-keyout", "ca.key", "-out", "ca.pem")
+    run(
+        "req",
+        "-config",
+        "pki.cnf",
+        "-extensions",
+        "ca" if key_usage else "ca_without_key_usage",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tickerwire-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    )
     for name, cn in (("server", "localhost"), ("client", "tickerwire-test-client")):
-        run("req", "-config", "pki.cnf", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-            "-out", f"{name}.pem", "-extfile", "pki.cnf", "-extensions", name)
-    return Pki(folder / "ca.pem", folder / "server.pem", folder / "server.key", folder / "client.pem", folder / "client.key")
+        run(
+            "req",
+            "-config",
+            "pki.cnf",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={cn}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+        )
+        run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            f"{name}.pem",
+            "-extfile",
+            "pki.cnf",
+            "-extensions",
+            name,
+        )
+    return Pki(
+        folder / "ca.pem", folder / "server.pem", folder / "server.key", folder / "client.pem", folder / "client.key"
+    )
 
 
 @dataclass

@@ -32,6 +32,8 @@ async def background(coro: Coroutine) -> AsyncIterator[asyncio.Task]:
         task.cancel()
         await asyncio.wait([task], timeout=STOP_WAIT_S)
         if not task.done():
-            raise AssertionError(f"the background task did not stop within {STOP_WAIT_S:g} s of its cancellation: {task!r}")
+            raise AssertionError(
+                f"the background task did not stop within {STOP_WAIT_S:g} s of its cancellation: {task!r}"
+            )
         with contextlib.suppress(asyncio.CancelledError):
             await task

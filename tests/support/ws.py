@@ -17,11 +17,17 @@ WAIT = 30.0
 
 def upgrade_headers() -> dict[str, str]:
     """The headers of a WebSocket upgrade request, for sending one with a plain HTTP client."""
-    return {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode()}
+    return {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+    }
 
 
-async def accepted(http: aiohttp.ClientSession, url: str, headers=None, **options) -> tuple[aiohttp.ClientWebSocketResponse, dict]:
+async def accepted(
+    http: aiohttp.ClientSession, url: str, headers=None, **options
+) -> tuple[aiohttp.ClientWebSocketResponse, dict]:
     """A connection that the stream accepted, and its first message, which is ``ready``
     (``options`` go to ``ws_connect``)."""
     ws = await http.ws_connect(url, headers=headers or {}, **options)
@@ -40,7 +46,9 @@ async def handshake(http: aiohttp.ClientSession, url: str, headers=None) -> aioh
 
 
 @contextlib.asynccontextmanager
-async def session(http: aiohttp.ClientSession, url: str, headers=None) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, dict]]:
+async def session(
+    http: aiohttp.ClientSession, url: str, headers=None
+) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, dict]]:
     """:func:`accepted` for the length of a block, closed after it."""
     ws, ready = await accepted(http, url, headers)
     try:

@@ -26,8 +26,14 @@ class _P:
 
 
 def settled(granted, minute_before, day_before):
-    return {"granted": granted, "minute_before": minute_before, "day_before": day_before,
-            "minute_reset": 120, "day_reset": 86400, "db_now": 61.0}
+    return {
+        "granted": granted,
+        "minute_before": minute_before,
+        "day_before": day_before,
+        "minute_reset": 120,
+        "day_reset": 86400,
+        "db_now": 61.0,
+    }
 
 
 def test_grants_go_to_the_first_arrivals_each_with_its_own_count():

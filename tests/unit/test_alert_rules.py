@@ -14,10 +14,10 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from tickerwire.services.common.runtime.config import Config
-from tickerwire.services.common.kafka.topicgate import TopicGate
-from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_KINDS, ProjectorMetrics
 from tests.support.fieldtools import binary
+from tickerwire.services.common.kafka.topicgate import TopicGate
+from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_KINDS, ProjectorMetrics
 
 ROOT = Path(__file__).parents[2]
 OBS = ROOT / "deploy" / "observability"
@@ -25,12 +25,16 @@ OBS = ROOT / "deploy" / "observability"
 
 def test_promtool_rule_tests_pass():
     promtool = binary("promtool", "prometheus")
-    tested = subprocess.run([promtool, "test", "rules", "alerts.test.yml"], cwd=OBS, capture_output=True, text=True, timeout=120)
+    tested = subprocess.run(
+        [promtool, "test", "rules", "alerts.test.yml"], cwd=OBS, capture_output=True, text=True, timeout=120
+    )
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case():
-    alerts = {rule["alert"] for group in yaml.safe_load((OBS / "alerts.yml").read_text())["groups"] for rule in group["rules"]}
+    alerts = {
+        rule["alert"] for group in yaml.safe_load((OBS / "alerts.yml").read_text())["groups"] for rule in group["rules"]
+    }
     tests = yaml.safe_load((OBS / "alerts.test.yml").read_text())["tests"]
     fired, quiet = set(), set()
     for case in tests:
@@ -44,7 +48,8 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
 def test_the_stall_is_tested_with_no_applied_series_at_all():
     tests = yaml.safe_load((OBS / "alerts.test.yml").read_text())["tests"]
     stalls = [
-        case for case in tests
+        case
+        for case in tests
         if any(c["alertname"] == "TickerwireProjectorStalled" and c.get("exp_alerts") for c in case["alert_rule_test"])
         and not any("events_applied_total" in s["series"] for s in case["input_series"])
     ]

@@ -11,7 +11,14 @@ from tickerwire.services.api.catalog import languages_of
 
 
 def row(code: str, is_default: bool = False) -> dict:
-    return {"code": code, "name": code, "native_name": code, "country_code": code[-2:], "direction": "ltr", "is_default": is_default}
+    return {
+        "code": code,
+        "name": code,
+        "native_name": code,
+        "country_code": code[-2:],
+        "direction": "ltr",
+        "is_default": is_default,
+    }
 
 
 def test_a_tag_names_its_locale_in_any_case_and_an_unknown_one_falls_back():

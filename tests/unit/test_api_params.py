@@ -8,12 +8,21 @@ from datetime import datetime, timezone
 import pytest
 
 from tickerwire.services.api.conditional import matches
+from tickerwire.services.api.lru import BoundedLRU
+from tickerwire.services.api.params import (
+    MAX_KEPT_QUERY,
+    Filters,
+    Listing,
+    Listings,
+    Page,
+    parse_filters,
+    parse_page,
+    parse_q,
+    parse_since,
+)
+from tickerwire.services.api.queries import page_query
 from tickerwire.services.common.http.envelope import ApiError
 from tickerwire.services.common.http.querystring import bcp47_case
-from tickerwire.services.api.params import Page, parse_filters, parse_page, parse_q, parse_since
-from tickerwire.services.api.queries import page_query
-from tickerwire.services.api.params import MAX_KEPT_QUERY, Filters, Listing, Listings
-from tickerwire.services.api.lru import BoundedLRU
 
 
 def test_since_accepts_iso8601_with_an_offset_and_clamps_extremes():
@@ -21,14 +30,29 @@ def test_since_accepts_iso8601_with_an_offset_and_clamps_extremes():
     assert parse_since("2024-05-01T12:00:00Z") == noon
     assert parse_since("2024-05-01t14:00:00.5+02:00") == noon.replace(microsecond=500000)
     # ISO 8601 beyond RFC 3339: basic format, reduced precision, +hh and +hhmm offsets, a decimal comma.
-    for same in ["20240501T120000Z", "2024-05-01T12:00Z", "2024-05-01T12Z", "2024-05-01T13:00:00+01", "20240501T1330+0130",
-                 "2024-05-01T08:00:00-04:00"]:
+    for same in [
+        "20240501T120000Z",
+        "2024-05-01T12:00Z",
+        "2024-05-01T12Z",
+        "2024-05-01T13:00:00+01",
+        "20240501T1330+0130",
+        "2024-05-01T08:00:00-04:00",
+    ]:
         assert parse_since(same) == noon, same
     assert parse_since("2024-05-01T12:00:00,25Z") == noon.replace(microsecond=250000)
     assert parse_since("2016-12-31T23:59:60Z").second == 59
     assert parse_since("0001-01-01T00:00:00+01:00").year == 1
-    for bad in ["2024-05-01T12:00:00", "2024-05-01", "2024-02-30T00:00:00Z", "2024-05-01T25:00:00Z", "", "now",
-                "2024-05-01T12:00:00+1", "2024-05-01T12:00:00+24:00", "2024-0501T12Z"]:
+    for bad in [
+        "2024-05-01T12:00:00",
+        "2024-05-01",
+        "2024-02-30T00:00:00Z",
+        "2024-05-01T25:00:00Z",
+        "",
+        "now",
+        "2024-05-01T12:00:00+1",
+        "2024-05-01T12:00:00+24:00",
+        "2024-0501T12Z",
+    ]:
         with pytest.raises(ApiError) as exc:
             parse_since(bad)
         assert exc.value.field == "since"
@@ -43,8 +67,14 @@ def test_since_with_an_unencoded_plus_says_how_to_send_it():
 def test_page_limits_and_cursors():
     assert parse_page({}) == Page(20, None, None)
     assert parse_page({"limit": "50", "after": "7", "before": "9"}) == Page(50, 7, 9)
-    for params, field in [({"limit": "0"}, "limit"), ({"limit": "51"}, "limit"), ({"limit": "1e3"}, "limit"),
-                          ({"after": "-1"}, "after"), ({"before": str(2**53 + 1)}, "before"), ({"limit": "٣"}, "limit")]:
+    for params, field in [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "51"}, "limit"),
+        ({"limit": "1e3"}, "limit"),
+        ({"after": "-1"}, "after"),
+        ({"before": str(2**53 + 1)}, "before"),
+        ({"limit": "٣"}, "limit"),
+    ]:
         with pytest.raises(ApiError) as exc:
             parse_page(params)
         assert exc.value.field == field and exc.value.status == 422
@@ -64,11 +94,14 @@ def test_repeated_values_count_once_and_overlong_values_match_nothing_instead_of
     assert f.category == ("defi", "") and f.hashtag == ("",)  # "" is stored nowhere: it matches nothing
 
 
-@pytest.mark.parametrize("raw", [
-    ",".join(f"T{i}" for i in range(21)),  # 21 distinct values
-    ",".join(["BTC"] * 21),                # 21 repeats of one value
-    "BTC" + "," * 20,                      # one value and 20 empty items
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        ",".join(f"T{i}" for i in range(21)),  # 21 distinct values
+        ",".join(["BTC"] * 21),  # 21 repeats of one value
+        "BTC" + "," * 20,  # one value and 20 empty items
+    ],
+)
 def test_more_than_20_items_are_refused_as_the_schema_says(raw):
     """The OpenAPI document gives every CSV parameter ``maxItems: 20``; empty and repeated items
     are items of that array."""
@@ -78,7 +111,13 @@ def test_more_than_20_items_are_refused_as_the_schema_says(raw):
 
 
 def test_language_tags_take_the_case_bcp47_recommends():
-    for tag, cased in [("de-de", "de-DE"), ("EN-us", "en-US"), ("zh-hans-cn", "zh-Hans-CN"), ("pt-BR", "pt-BR"), ("x", "x")]:
+    for tag, cased in [
+        ("de-de", "de-DE"),
+        ("EN-us", "en-US"),
+        ("zh-hans-cn", "zh-Hans-CN"),
+        ("pt-BR", "pt-BR"),
+        ("x", "x"),
+    ]:
         assert bcp47_case(tag) == cased
 
 
@@ -91,7 +130,12 @@ def test_q_trimmed_length():
 
 
 def test_if_none_match_weak_comparison_lists_and_star():
-    assert matches('"abc"', '"abc"') and matches('W/"abc"', '"abc"') and matches('"x", W/"abc"', '"abc"') and matches("*", '"abc"')
+    assert (
+        matches('"abc"', '"abc"')
+        and matches('W/"abc"', '"abc"')
+        and matches('"x", W/"abc"', '"abc"')
+        and matches("*", '"abc"')
+    )
     assert not matches('"abd"', '"abc"') and not matches("abc", '"abc"') and not matches("", '"abc"')
 
 

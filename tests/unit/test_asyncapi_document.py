@@ -18,7 +18,8 @@ DOC = orjson.loads((Path(__file__).resolve().parents[2] / "schemas" / "asyncapi.
 def test_both_key_carriers_are_security_schemes_of_the_server():
     schemes = DOC["components"]["securitySchemes"]
     assert {(s["type"], s.get("in"), s.get("name"), s.get("scheme")) for s in schemes.values()} == {
-        ("httpApiKey", "query", "key", None), ("http", None, None, "bearer"),
+        ("httpApiKey", "query", "key", None),
+        ("http", None, None, "bearer"),
     }
     refs = {r["$ref"].rsplit("/", 1)[1] for r in DOC["servers"]["production"]["security"]}
     assert refs == set(schemes)
@@ -35,8 +36,9 @@ def test_the_documented_filters_are_the_ones_the_handshake_reads():
 
 def test_an_encoded_post_created_and_the_example_validate_against_the_message_schema():
     schemas = DOC["components"]["schemas"]
-    validator = jsonschema.Draft202012Validator({**schemas["PostCreated"], "components": DOC["components"]},
-                                                format_checker=jsonschema.FormatChecker())
+    validator = jsonschema.Draft202012Validator(
+        {**schemas["PostCreated"], "components": DOC["components"]}, format_checker=jsonschema.FormatChecker()
+    )
     example = DOC["components"]["messages"]["postCreated"]["examples"][0]["payload"]
     message = orjson.loads(protocol.post_created(orjson.dumps(example["data"]).decode(), 3, 1523))
     for payload in (example, message):
@@ -49,8 +51,9 @@ def test_the_cursor_opt_ins_and_their_messages_validate_against_the_message_sche
     assert {"cursors", "resume"} <= set(DOC["channels"]["stream"]["bindings"]["ws"]["query"]["properties"])
 
     def errors(schema: str, payload: dict) -> list[str]:
-        validator = jsonschema.Draft202012Validator({**schemas[schema], "components": DOC["components"]},
-                                                    format_checker=jsonschema.FormatChecker())
+        validator = jsonschema.Draft202012Validator(
+            {**schemas[schema], "components": DOC["components"]}, format_checker=jsonschema.FormatChecker()
+        )
         return [e.message for e in validator.iter_errors(payload)]
 
     cursor = cursors.encode("a1b2c3", {0: (12, "en-US"), 1: (7, "")})
@@ -58,7 +61,10 @@ def test_the_cursor_opt_ins_and_their_messages_validate_against_the_message_sche
         ("Ready", protocol.ready("ses_x")),
         ("Ready", protocol.ready("ses_x", cursor)),
         ("Ready", protocol.ready("ses_x", cursor, True)),
-        ("Ready", protocol.ready("ses_x", cursor, False, (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE))),
+        (
+            "Ready",
+            protocol.ready("ses_x", cursor, False, (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE)),
+        ),
         ("PostCreated", protocol.post_created('{"id":1}', 0, 12, cursor)),
     ]
     for schema, message in sent:

@@ -30,7 +30,8 @@ def wait_for_calls(source: str) -> int:
     """Calls of ``wait_for`` (``asyncio.wait_for(...)`` or a bare ``wait_for(...)``) in ``source``;
     the name in a comment or a docstring does not count."""
     return sum(
-        1 for node in ast.walk(ast.parse(source))
+        1
+        for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.Call)
         and (getattr(node.func, "attr", None) == "wait_for" or getattr(node.func, "id", None) == "wait_for")
     )

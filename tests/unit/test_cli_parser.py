@@ -29,8 +29,15 @@ def test_every_flag_and_argument_has_help_text():
     assert {"tickerwire up", "tickerwire heartbeat", "tickerwire key issue"} <= commands
 
 
-@pytest.mark.parametrize("argv", [["heartbeat", "bdg_abcd", "ws", "--landed-at", "yesterday"], ["embed", "bdg_acc", "ws"],
-                                  ["workspace", "update", "ws", "--daily-quota", "0"], ["up", "--api-port", "70000"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["heartbeat", "bdg_abcd", "ws", "--landed-at", "yesterday"],
+        ["embed", "bdg_acc", "ws"],
+        ["workspace", "update", "ws", "--daily-quota", "0"],
+        ["up", "--api-port", "70000"],
+    ],
+)
 def test_a_bad_argument_is_one_line_and_status_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(argv)

@@ -12,37 +12,47 @@ REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOO
 def test_listener_defaults():
     config = Config.from_env(REQUIRED)
     assert (config.admin_host, config.api_admin_port, config.stream_admin_port, config.projector_admin_port) == (
-        "127.0.0.1", 9080, 9081, 9082)
+        "127.0.0.1",
+        9080,
+        9081,
+        9082,
+    )
     assert (config.max_connections, config.http_header_timeout_s, config.http_keepalive_timeout_s) == (1000, 10.0, 30.0)
 
 
-@pytest.mark.parametrize("var,value,word", [
-    ("TICKERWIRE_API_PORT", "abc", "TICKERWIRE_API_PORT"),
-    ("TICKERWIRE_API_ADMIN_PORT", "70000", "TICKERWIRE_API_ADMIN_PORT"),
-    ("TICKERWIRE_MAX_CONNECTIONS", "0", "TICKERWIRE_MAX_CONNECTIONS"),
-    ("TICKERWIRE_STREAM_MAX_PENDING", "0", "TICKERWIRE_STREAM_MAX_PENDING"),
-    ("TICKERWIRE_HTTP_HEADER_TIMEOUT_S", "-1", "TICKERWIRE_HTTP_HEADER_TIMEOUT_S"),
-    ("TICKERWIRE_LOG_LEVEL", "loud", "TICKERWIRE_LOG_LEVEL"),
-    ("TICKERWIRE_PROJECTOR_PORT", "8082", "TICKERWIRE_PROJECTOR_ADMIN_PORT"),
-])
+@pytest.mark.parametrize(
+    "var,value,word",
+    [
+        ("TICKERWIRE_API_PORT", "abc", "TICKERWIRE_API_PORT"),
+        ("TICKERWIRE_API_ADMIN_PORT", "70000", "TICKERWIRE_API_ADMIN_PORT"),
+        ("TICKERWIRE_MAX_CONNECTIONS", "0", "TICKERWIRE_MAX_CONNECTIONS"),
+        ("TICKERWIRE_STREAM_MAX_PENDING", "0", "TICKERWIRE_STREAM_MAX_PENDING"),
+        ("TICKERWIRE_HTTP_HEADER_TIMEOUT_S", "-1", "TICKERWIRE_HTTP_HEADER_TIMEOUT_S"),
+        ("TICKERWIRE_LOG_LEVEL", "loud", "TICKERWIRE_LOG_LEVEL"),
+        ("TICKERWIRE_PROJECTOR_PORT", "8082", "TICKERWIRE_PROJECTOR_ADMIN_PORT"),
+    ],
+)
 def test_bad_listener_settings_stop_the_process_with_one_clear_message(var, value, word):
     with pytest.raises(ConfigError) as exc:
         Config.from_env({**REQUIRED, var: value})
     assert word in str(exc.value) and "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("var,value", [
-    ("TICKERWIRE_STREAM_PING_INTERVAL_S", "0"),  # would broadcast pings in a tight loop
-    ("TICKERWIRE_SWEEP_INTERVAL_S", "0"),
-    ("TICKERWIRE_DB_STATEMENT_TIMEOUT_S", "inf"),  # no bound at all
-    ("TICKERWIRE_DB_ACQUIRE_TIMEOUT_S", "nan"),
-    ("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "-5"),
-    ("TICKERWIRE_STREAM_QUEUE_SIZE", "0"),
-    ("TICKERWIRE_DB_POOL_MAX", "0"),
-    ("TICKERWIRE_PROJECTOR_BATCH_MAX", "0"),
-    ("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "-1"),
-    ("TICKERWIRE_DEFAULT_DAILY_QUOTA", "-1"),
-])
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("TICKERWIRE_STREAM_PING_INTERVAL_S", "0"),  # would broadcast pings in a tight loop
+        ("TICKERWIRE_SWEEP_INTERVAL_S", "0"),
+        ("TICKERWIRE_DB_STATEMENT_TIMEOUT_S", "inf"),  # no bound at all
+        ("TICKERWIRE_DB_ACQUIRE_TIMEOUT_S", "nan"),
+        ("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "-5"),
+        ("TICKERWIRE_STREAM_QUEUE_SIZE", "0"),
+        ("TICKERWIRE_DB_POOL_MAX", "0"),
+        ("TICKERWIRE_PROJECTOR_BATCH_MAX", "0"),
+        ("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "-1"),
+        ("TICKERWIRE_DEFAULT_DAILY_QUOTA", "-1"),
+    ],
+)
 def test_every_duration_and_size_is_checked_at_start_up(var, value):
     with pytest.raises(ConfigError) as exc:
         Config.from_env({**REQUIRED, var: value})
@@ -52,23 +62,41 @@ def test_every_duration_and_size_is_checked_at_start_up(var, value):
 def test_a_pool_whose_minimum_exceeds_its_maximum_is_refused():
     with pytest.raises(ConfigError, match="TICKERWIRE_DB_POOL_MIN"):
         Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "8", "TICKERWIRE_DB_POOL_MAX": "4"})
-    assert Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "0", "TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS": "0"}).db_pool_min == 0
+    assert (
+        Config.from_env(
+            {**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "0", "TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS": "0"}
+        ).db_pool_min
+        == 0
+    )
 
 
 def test_stream_lease_and_watchdog_settings():
-    config = Config.from_env({**REQUIRED, "TICKERWIRE_STREAM_LEASE_TTL_S": "20", "TICKERWIRE_STREAM_LEASE_RENEW_S": "5",
-                              "TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0.5"})
+    config = Config.from_env(
+        {
+            **REQUIRED,
+            "TICKERWIRE_STREAM_LEASE_TTL_S": "20",
+            "TICKERWIRE_STREAM_LEASE_RENEW_S": "5",
+            "TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0.5",
+        }
+    )
     assert (config.stream_lease_ttl_s, config.stream_lease_renew_s, config.stream_access_recheck_s) == (20.0, 5.0, 0.5)
     defaults = Config.from_env(REQUIRED)
-    assert (defaults.stream_lease_ttl_s, defaults.stream_lease_renew_s, defaults.stream_access_recheck_s) == (10.0, 3.0, 1.0)
+    assert (defaults.stream_lease_ttl_s, defaults.stream_lease_renew_s, defaults.stream_access_recheck_s) == (
+        10.0,
+        3.0,
+        1.0,
+    )
 
 
-@pytest.mark.parametrize("env,word", [
-    ({"TICKERWIRE_STREAM_LEASE_RENEW_S": "10"}, "TICKERWIRE_STREAM_LEASE_RENEW_S"),  # not renewed before it expires
-    ({"TICKERWIRE_STREAM_LEASE_TTL_S": "2"}, "TICKERWIRE_STREAM_LEASE_TTL_S"),
-    ({"TICKERWIRE_STREAM_LEASE_RENEW_S": "0"}, "TICKERWIRE_STREAM_LEASE_RENEW_S"),
-    ({"TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0"}, "TICKERWIRE_STREAM_ACCESS_RECHECK_S"),
-])
+@pytest.mark.parametrize(
+    "env,word",
+    [
+        ({"TICKERWIRE_STREAM_LEASE_RENEW_S": "10"}, "TICKERWIRE_STREAM_LEASE_RENEW_S"),  # not renewed before it expires
+        ({"TICKERWIRE_STREAM_LEASE_TTL_S": "2"}, "TICKERWIRE_STREAM_LEASE_TTL_S"),
+        ({"TICKERWIRE_STREAM_LEASE_RENEW_S": "0"}, "TICKERWIRE_STREAM_LEASE_RENEW_S"),
+        ({"TICKERWIRE_STREAM_ACCESS_RECHECK_S": "0"}, "TICKERWIRE_STREAM_ACCESS_RECHECK_S"),
+    ],
+)
 def test_a_lease_that_would_expire_before_its_renewal_is_refused(env, word):
     with pytest.raises(ConfigError) as exc:
         Config.from_env({**REQUIRED, **env})
@@ -89,8 +117,14 @@ def test_command_line_settings_are_read_like_every_text_setting(tmp_path):
 
 @pytest.mark.parametrize(
     ("url", "word"),
-    [("mysql://u:pw@h/db", "postgresql://"), ("localhost:5432/db", "postgresql://"), ("postgresql://u:pw@h:http/db", "invalid port"),
-     ("postgresql://u@h:0/db", "invalid port"), ("postgresql://u@h:70000/db", "invalid port"), ("postgresql://u@a:5432,b:x/db", "invalid port")],
+    [
+        ("mysql://u:pw@h/db", "postgresql://"),
+        ("localhost:5432/db", "postgresql://"),
+        ("postgresql://u:pw@h:http/db", "invalid port"),
+        ("postgresql://u@h:0/db", "invalid port"),
+        ("postgresql://u@h:70000/db", "invalid port"),
+        ("postgresql://u@a:5432,b:x/db", "invalid port"),
+    ],
 )
 def test_a_database_url_no_connection_could_use_is_refused_at_start_up_without_echoing_it(url, word):
     with pytest.raises(ConfigError) as caught:
@@ -99,16 +133,29 @@ def test_a_database_url_no_connection_could_use_is_refused_at_start_up_without_e
 
 
 @pytest.mark.parametrize(
-    "url", ["postgresql://u:pw@h/db", "postgres://h:5432/db", "postgresql:///db?host=/run/postgresql", "postgresql://u@[::1]:5432,b:6432/db"]
+    "url",
+    [
+        "postgresql://u:pw@h/db",
+        "postgres://h:5432/db",
+        "postgresql:///db?host=/run/postgresql",
+        "postgresql://u@[::1]:5432,b:6432/db",
+    ],
 )
 def test_database_urls_asyncpg_accepts_pass(url):
     assert Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url}).database_url == url
 
 
 def test_the_configuration_repr_shows_no_password():
-    config = Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": "postgresql://svc:s3cret-pw@db:5432/tw",
-                              "TICKERWIRE_KAFKA_SASL_PASSWORD": "kafka-pw", "TICKERWIRE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-                              "TICKERWIRE_KAFKA_SASL_MECHANISM": "PLAIN", "TICKERWIRE_KAFKA_SASL_USERNAME": "svc"})
+    config = Config.from_env(
+        {
+            **REQUIRED,
+            "TICKERWIRE_DATABASE_URL": "postgresql://svc:s3cret-pw@db:5432/tw",
+            "TICKERWIRE_KAFKA_SASL_PASSWORD": "kafka-pw",
+            "TICKERWIRE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "TICKERWIRE_KAFKA_SASL_MECHANISM": "PLAIN",
+            "TICKERWIRE_KAFKA_SASL_USERNAME": "svc",
+        }
+    )
     assert "s3cret-pw" not in repr(config) and "kafka-pw" not in repr(config)
     assert config.database_url == "postgresql://svc:s3cret-pw@db:5432/tw"
 
@@ -116,11 +163,18 @@ def test_the_configuration_repr_shows_no_password():
 def test_every_setting_can_come_from_a_file(tmp_path):
     (tmp_path / "pool").write_text("7\n")
     (tmp_path / "hostname").write_text("false\n")
-    config = Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool"),
-                              "TICKERWIRE_KAFKA_SSL_CHECK_HOSTNAME_FILE": str(tmp_path / "hostname")})
+    config = Config.from_env(
+        {
+            **REQUIRED,
+            "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool"),
+            "TICKERWIRE_KAFKA_SSL_CHECK_HOSTNAME_FILE": str(tmp_path / "hostname"),
+        }
+    )
     assert (config.db_pool_max, config.kafka_ssl_check_hostname) == (7, False)
     with pytest.raises(ConfigError, match="not both"):
-        Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MAX": "7", "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool")})
+        Config.from_env(
+            {**REQUIRED, "TICKERWIRE_DB_POOL_MAX": "7", "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool")}
+        )
 
 
 def test_configuration_md_is_what_tickerwire_config_markdown_prints():

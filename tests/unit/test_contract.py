@@ -96,9 +96,16 @@ def test_the_registry_derives_keys_and_topics_from_each_declaration():
     from tickerwire.schemas.topics import ACCESS, ALL_TOPICS, CATALOG, POSTS
 
     assert [event_types(t) for t in ALL_TOPICS] == [
-        ("post",), ("token", "category", "locale"), ("workspace", "api_key", "embed", "heartbeat")]
+        ("post",),
+        ("token", "category", "locale"),
+        ("workspace", "api_key", "embed", "heartbeat"),
+    ]
     assert topic_for_event_type("tw", "heartbeat") == "tw.access.v1" and (POSTS, CATALOG, ACCESS) == ALL_TOPICS
     keys = {e["type"]: entity_key(decode_event(orjson.dumps(e))) for e in examples()}
-    ids = {e["type"]: e["data"][{"token": "ticker", "category": "slug", "locale": "code", "heartbeat": "embed_id"}.get(e["type"], "id")]
-           for e in examples()}
+    ids = {
+        e["type"]: e["data"][
+            {"token": "ticker", "category": "slug", "locale": "code", "heartbeat": "embed_id"}.get(e["type"], "id")
+        ]
+        for e in examples()
+    }
     assert keys == {kind: f"{kind}:{ids[kind]}" for kind in EVENT_MODELS}

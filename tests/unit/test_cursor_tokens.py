@@ -23,11 +23,28 @@ def test_a_partition_named_twice_keeps_its_furthest_mark():
     assert cursors.decode("c1~e~0.5~0.7.de-DE~0.6").marks == {0: (7, "de-DE")}
 
 
-@pytest.mark.parametrize("bad", [
-    "", "c1~", "c2~e~0.1", "c1~E~0.1", "c1~e~x.1", "c1~e~0.-1", "c1~e~0.1.de_DE", "c1~e~0.1.", "c1~e~0." + "9" * 19,
-    "c1~e~0.1~", "c1~e~0", "c1~e~0.1.de-DE.x", "c1~e " "~0.1", "c1~e~0.1" + "~0.1" * 3000, "c1~e~12345.1", "c1~é~0.1",
-    "c1~" + "e" * 33,
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "c1~",
+        "c2~e~0.1",
+        "c1~E~0.1",
+        "c1~e~x.1",
+        "c1~e~0.-1",
+        "c1~e~0.1.de_DE",
+        "c1~e~0.1.",
+        "c1~e~0." + "9" * 19,
+        "c1~e~0.1~",
+        "c1~e~0",
+        "c1~e~0.1.de-DE.x",
+        "c1~e ~0.1",
+        "c1~e~0.1" + "~0.1" * 3000,
+        "c1~e~12345.1",
+        "c1~é~0.1",
+        "c1~" + "e" * 33,
+    ],
+)
 def test_anything_else_is_refused(bad):
     with pytest.raises(cursors.InvalidCursor):
         cursors.decode(bad)

@@ -10,15 +10,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tickerwire.schemas.models import (
-    ECOSYSTEM_SLUGS,
-    EXCHANGE_KEYS,
-    VISIBLE_STATUSES,
-    PostStatus,
-    Sentiment,
-    decode_event,
-    encode_event,
-)
 from tickerwire.devstack.demo.dataset import (
     DEFAULT_LOCALE,
     LISTED_LOCALES,
@@ -30,6 +21,15 @@ from tickerwire.devstack.demo.dataset import (
     ticker_pool,
 )
 from tickerwire.devstack.demo.trickle import Newsroom, next_post, run_trickle
+from tickerwire.schemas.models import (
+    ECOSYSTEM_SLUGS,
+    EXCHANGE_KEYS,
+    VISIBLE_STATUSES,
+    PostStatus,
+    Sentiment,
+    decode_event,
+    encode_event,
+)
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -346,7 +346,11 @@ def test_english_text_varies_enough_for_full_text_search(posts):
 def test_access_events_make_one_active_workspace_that_can_read():
     workspace, key, embed, heartbeat = access_events(now=NOW, key_hash=KEY_HASH, display_prefix="tw_test_abcd")
     assert workspace.type == "workspace" and workspace.data.status == "active"
-    assert (workspace.data.rate_limit_per_minute, workspace.data.daily_quota, workspace.data.stream_connection_limit) == (None, None, None)
+    assert (
+        workspace.data.rate_limit_per_minute,
+        workspace.data.daily_quota,
+        workspace.data.stream_connection_limit,
+    ) == (None, None, None)
     assert key.type == "api_key" and key.data.issued_at == NOW and key.data.revoked_at is None
     assert key.data.workspace_id == embed.data.workspace_id == heartbeat.data.workspace_id == workspace.data.id
     assert embed.type == "embed" and embed.data.kind == "badge"
@@ -399,11 +403,15 @@ def test_the_newsroom_publishes_partial_posts_completed_later_edits_and_backdate
         assert len({e.data.published_at for e in versions}) == 1  # translations and edits keep the time
         langs = [[t.lang for t in e.data.translations] for e in versions]
         for before, after in zip(langs, langs[1:]):
-            assert after[:len(before)] == before  # a translation once out stays out
+            assert after[: len(before)] == before  # a translation once out stays out
         if versions[0].data.status is PostStatus.partial and versions[-1].data.status is PostStatus.published:
             completed += 1
             assert len(langs[-1]) > len(langs[0])
-        edited += sum(1 for a, b in zip(versions, versions[1:]) if [t.lang for t in a.data.translations] == [t.lang for t in b.data.translations])
+        edited += sum(
+            1
+            for a, b in zip(versions, versions[1:])
+            if [t.lang for t in a.data.translations] == [t.lang for t in b.data.translations]
+        )
     assert completed >= 50 and edited >= 10
     still = {i for i, v in by_id.items() if v[-1].data.status is PostStatus.partial}
     assert still <= {p.full.data.id for p in newsroom.pending}  # the rest land later

@@ -68,8 +68,11 @@ def test_compose_runs_kafka_in_kraft_mode_and_migrates_before_the_services():
         port = ADMIN_PORTS[name]
         assert f"http://127.0.0.1:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"])
     env = services["api"]["environment"]
-    assert (env["TICKERWIRE_API_ADMIN_PORT"], env["TICKERWIRE_STREAM_ADMIN_PORT"], env["TICKERWIRE_PROJECTOR_ADMIN_PORT"]) == (
-        "9080", "9081", "9082")
+    assert (
+        env["TICKERWIRE_API_ADMIN_PORT"],
+        env["TICKERWIRE_STREAM_ADMIN_PORT"],
+        env["TICKERWIRE_PROJECTOR_ADMIN_PORT"],
+    ) == ("9080", "9081", "9082")
 
 
 def test_compose_mounts_files_that_exist_and_prometheus_scrapes_the_admin_ports():
@@ -139,9 +142,13 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
     deployments = by_kind["Deployment"]
     assert set(deployments) == {"tickerwire-api", "tickerwire-stream", "tickerwire-projector"}
     assert {h["spec"]["scaleTargetRef"]["name"] for h in by_kind["HorizontalPodAutoscaler"].values()} == {
-        "tickerwire-api", "tickerwire-stream"}
-    assert {p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for p in by_kind["PodDisruptionBudget"].values()} == {
-        "api", "stream", "projector"}
+        "tickerwire-api",
+        "tickerwire-stream",
+    }
+    assert {
+        p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+        for p in by_kind["PodDisruptionBudget"].values()
+    } == {"api", "stream", "projector"}
     assert set(by_kind["Service"]) == {"tickerwire-api", "tickerwire-stream"}
     # One projector per partition of the posts topic.
     assert deployments["tickerwire-projector"]["spec"]["replicas"] == int(config["TICKERWIRE_TOPIC_POSTS_PARTITIONS"])
@@ -162,8 +169,14 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
         assert secrets == {"tickerwire-database", "tickerwire-kafka"}
-        assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(ADMIN_PORTS[component])
-    admin_vars = {"api": "TICKERWIRE_API_ADMIN_PORT", "stream": "TICKERWIRE_STREAM_ADMIN_PORT", "projector": "TICKERWIRE_PROJECTOR_ADMIN_PORT"}
+        assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(
+            ADMIN_PORTS[component]
+        )
+    admin_vars = {
+        "api": "TICKERWIRE_API_ADMIN_PORT",
+        "stream": "TICKERWIRE_STREAM_ADMIN_PORT",
+        "projector": "TICKERWIRE_PROJECTOR_ADMIN_PORT",
+    }
     assert {c: int(config[v]) for c, v in admin_vars.items()} == ADMIN_PORTS
     assert config["TICKERWIRE_DATABASE_URL_FILE"].startswith("/var/run/secrets/tickerwire/database/")
     assert config["TICKERWIRE_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
@@ -191,7 +204,16 @@ def test_dashboard_parses_and_uses_only_metrics_the_code_exports():
     dashboard = json.loads((OBS / "grafana" / "dashboards" / "tickerwire.json").read_text())
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     titles = " | ".join(p["title"] for p in panels).lower()
-    for topic in ("partner requests", "latency", "429", "lag", "throughput", "dead letters", "connections", "slow-consumer"):
+    for topic in (
+        "partner requests",
+        "latency",
+        "429",
+        "lag",
+        "throughput",
+        "dead letters",
+        "connections",
+        "slow-consumer",
+    ):
         assert topic in titles, topic
     used = set()
     for panel in panels:
@@ -209,11 +231,19 @@ def alert_rules() -> list[dict]:
 
 def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
     rules = {rule["alert"]: rule for rule in alert_rules()}
-    for name in ("TickerwireProjectorLagging", "TickerwireLogDiscontinuity", "TickerwireDeadLettersGrowing",
-                 "TickerwireNotReady", "TickerwireApi5xxRate"):
+    for name in (
+        "TickerwireProjectorLagging",
+        "TickerwireLogDiscontinuity",
+        "TickerwireDeadLettersGrowing",
+        "TickerwireNotReady",
+        "TickerwireApi5xxRate",
+    ):
         assert name in rules
     operations = (ROOT / "docs" / "operations.md").read_text()
-    headings = {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-")) for h in re.findall(r"^#+ (.+)$", operations, re.M)}
+    headings = {
+        re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
+        for h in re.findall(r"^#+ (.+)$", operations, re.M)
+    }
     for name, rule in rules.items():
         assert rule["annotations"]["runbook"] == f"docs/operations.md#{name.lower()}"
         assert name.lower() in headings, f"no runbook section for {name}"
@@ -222,10 +252,14 @@ def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian package `prometheus`)")
 def test_promtool_accepts_the_rules_and_the_prometheus_config(tmp_path):
-    rules = subprocess.run(["promtool", "check", "rules", str(OBS / "alerts.yml")], capture_output=True, text=True, timeout=60)
+    rules = subprocess.run(
+        ["promtool", "check", "rules", str(OBS / "alerts.yml")], capture_output=True, text=True, timeout=60
+    )
     assert rules.returncode == 0, rules.stdout + rules.stderr
     shutil.copy(OBS / "alerts.yml", tmp_path / "alerts.yml")
     config = (OBS / "prometheus.yml").read_text().replace("/etc/prometheus/alerts.yml", str(tmp_path / "alerts.yml"))
     (tmp_path / "prometheus.yml").write_text(config)
-    checked = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60)
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -12,8 +12,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Folders that are not the repository's content (environments, caches, build output).
-SKIP = {".git", ".venv", "build", "dist", ".pytest_cache", ".hypothesis", ".tickerwire", "bench-results", ".ruff_cache",
-        ".mypy_cache", ".import_linter_cache", "node_modules"}
+SKIP = {
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    ".pytest_cache",
+    ".hypothesis",
+    ".tickerwire",
+    "bench-results",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".import_linter_cache",
+    "node_modules",
+}
 LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 #: A path written out in prose that climbs out of its folder (``../x``), linked or not.
 CLIMB = re.compile(r"(?<![\w./-])((?:\.\./)+[\w.-][\w./-]*)")
@@ -21,8 +33,11 @@ FENCE = re.compile(r"^(```|~~~)")
 
 
 def markdown_files() -> list[Path]:
-    return sorted(p for p in ROOT.rglob("*.md")
-                  if not any(part in SKIP or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts))
+    return sorted(
+        p
+        for p in ROOT.rglob("*.md")
+        if not any(part in SKIP or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)
+    )
 
 
 def prose(path: Path) -> str:
@@ -70,8 +85,16 @@ def broken_links(path: Path) -> list[str]:
 
 def test_the_repository_has_its_documents():
     names = {str(p.relative_to(ROOT)) for p in markdown_files()}
-    assert {"README.md", "docs/architecture.md", "docs/api.md", "docs/configuration.md", "docs/operations.md",
-            "docs/testing.md", "docs/benchmarks.md", "docs/reliability.md"} <= names
+    assert {
+        "README.md",
+        "docs/architecture.md",
+        "docs/api.md",
+        "docs/configuration.md",
+        "docs/operations.md",
+        "docs/testing.md",
+        "docs/benchmarks.md",
+        "docs/reliability.md",
+    } <= names
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -83,8 +106,10 @@ def test_a_broken_link_is_found(tmp_path: Path):
     """The check itself can fail: a missing file, a path out of the repository, a wrong anchor."""
     doc = ROOT / "docs" / "architecture.md"
     bad = doc.with_name("_link_check_probe.md")
-    bad.write_text("# Probe\n\n[a](missing.md) [b](../../outside.md) [c](architecture.md#no-such-heading) "
-                   "[d](#probe) see ../shared/spec.md\n")
+    bad.write_text(
+        "# Probe\n\n[a](missing.md) [b](../../outside.md) [c](architecture.md#no-such-heading) "
+        "[d](#probe) see ../shared/spec.md\n"
+    )
     try:
         assert broken_links(bad) == [
             "missing.md: no such file",

@@ -105,7 +105,9 @@ def test_the_final_image_runs_as_a_user_it_creates_that_is_not_root(final):
     assert useradd[useradd.index("--uid") + 1] == uid and useradd[useradd.index("--gid") + 1] == gid
     assert groupadd[groupadd.index("--gid") + 1] == gid
     assert useradd[useradd.index("--shell") + 1].endswith("nologin")
-    assert final.commands.index(user) > max(final.commands.index(r) for r in final.all("RUN"))  # nothing runs as root after
+    assert final.commands.index(user) > max(
+        final.commands.index(r) for r in final.all("RUN")
+    )  # nothing runs as root after
 
 
 def test_the_final_image_installs_nothing_and_keeps_no_installer(final):
@@ -150,12 +152,20 @@ def admitted(path: str, patterns: list[str]) -> bool:
 
 
 def test_the_build_context_holds_what_the_build_copies_and_nothing_else(build):
-    patterns = [line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
     copied = [src for c in build.all("COPY") if not c.flags for src in c.value[:-1]]
     assert copied
     for source in copied:
         assert (ROOT / source).exists(), source
         assert admitted(source, patterns), source
         assert admitted(f"{source}/x.py" if (ROOT / source).is_dir() else source, patterns), source
-    for kept_out in ("tests/conftest.py", ".venv/bin/python", ".git/HEAD", "clients/python/README.md", "services/__pycache__/x.pyc"):
+    for kept_out in (
+        "tests/conftest.py",
+        ".venv/bin/python",
+        ".git/HEAD",
+        "clients/python/README.md",
+        "services/__pycache__/x.pyc",
+    ):
         assert not admitted(kept_out, patterns), kept_out

@@ -40,8 +40,11 @@ def test_no_deployment_an_autoscaler_manages_sets_replicas(folder: Path):
     docs = kustomize(folder)
     managed = {h["spec"]["scaleTargetRef"]["name"] for h in by_kind(docs, "HorizontalPodAutoscaler")}
     assert managed == {"tickerwire-api", "tickerwire-stream"}
-    offenders = [d["metadata"]["name"] for d in by_kind(docs, "Deployment")
-                 if d["metadata"]["name"] in managed and "replicas" in d["spec"]]
+    offenders = [
+        d["metadata"]["name"]
+        for d in by_kind(docs, "Deployment")
+        if d["metadata"]["name"] in managed and "replicas" in d["spec"]
+    ]
     assert offenders == [], "spec.replicas on HPA-managed Deployments: every apply resets their scale"
 
 
@@ -59,16 +62,22 @@ def test_probes_and_services_aim_at_ports_the_containers_have(folder: Path):
     docs = kustomize(folder)
     for name, pod in pod_specs(docs):
         for container in pod["containers"]:
-            ports = {p.get("name") for p in container.get("ports", [])} | {p["containerPort"] for p in container.get("ports", [])}
+            ports = {p.get("name") for p in container.get("ports", [])} | {
+                p["containerPort"] for p in container.get("ports", [])
+            }
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 if probe in container:
                     action = container[probe].get("httpGet") or container[probe].get("tcpSocket")
                     assert action["port"] in ports, (name, probe, action["port"])
     deployments = by_kind(docs, "Deployment")
     for service in by_kind(docs, "Service"):
-        (target,) = [d for d in deployments if selects(service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        (target,) = [
+            d for d in deployments if selects(service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+        ]
         ports = {p.get("name") for c in target["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
-        ports |= {p["containerPort"] for c in target["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+        ports |= {
+            p["containerPort"] for c in target["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+        }
         for port in service["spec"]["ports"]:
             assert port.get("targetPort", port["port"]) in ports, (service["metadata"]["name"], port)
 
@@ -99,8 +108,11 @@ def test_no_disruption_budget_blocks_every_eviction(folder: Path):
     budgets = by_kind(docs, "PodDisruptionBudget")
     assert budgets
     for pdb in budgets:
-        (target,) = [d for d in by_kind(docs, "Deployment")
-                     if selects(pdb["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"])]
+        (target,) = [
+            d
+            for d in by_kind(docs, "Deployment")
+            if selects(pdb["spec"]["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"])
+        ]
         pods = fewest_pods(target, docs)
         assert evictable(pdb, pods) >= 1, (pdb["metadata"]["name"], pods)
 
@@ -121,8 +133,14 @@ def test_checkov_passes_the_rendered_overlay(tmp_path: Path):
     rendered.mkdir()
     kubectl_output = "---\n".join(json.dumps(doc) + "\n" for doc in kustomize(folder))
     (rendered / "all.yaml").write_text(kubectl_output)
-    ran = subprocess.run([command, "--config-file", str(K8S.parent / "checkov.yaml"), "-d", str(rendered), "-o", "json"],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    ran = subprocess.run(
+        [command, "--config-file", str(K8S.parent / "checkov.yaml"), "-d", str(rendered), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     report = json.loads(ran.stdout)
     failed = [(c["check_id"], c["check_name"], c["resource"]) for c in report["results"]["failed_checks"]]
     assert failed == [] and ran.returncode == 0, failed or ran.stderr[-3000:]

@@ -48,14 +48,24 @@ def test_defaults_are_plaintext_without_credentials():
     "env, message",
     [
         ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "TICKERWIRE_KAFKA_SECURITY_PROTOCOL='TLS' is invalid"),
-        ({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u"}, "needs TICKERWIRE_KAFKA_SASL_USERNAME and"),
+        (
+            {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u"},
+            "needs TICKERWIRE_KAFKA_SASL_USERNAME and",
+        ),
         ({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "needs TICKERWIRE_KAFKA_SASL_USERNAME and"),
         (
-            {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_SASL_USERNAME": "u",
-             "KAFKA_SASL_PASSWORD": "p"},
+            {
+                "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                "KAFKA_SASL_MECHANISM": "GSSAPI",
+                "KAFKA_SASL_USERNAME": "u",
+                "KAFKA_SASL_PASSWORD": "p",
+            },
             "TICKERWIRE_KAFKA_SASL_MECHANISM='GSSAPI' is invalid",
         ),
-        ({"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"}, "TICKERWIRE_KAFKA_SSL_CAFILE='/nonexistent/ca.pem': no such readable file"),
+        (
+            {"KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"},
+            "TICKERWIRE_KAFKA_SSL_CAFILE='/nonexistent/ca.pem': no such readable file",
+        ),
         ({"KAFKA_SSL_CAFILE": "/etc/hostname"}, "does not use TLS"),
         ({"KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "p"}, "does not use SASL"),
         ({"TOPIC_REPLICATION_FACTOR": "0"}, "must be at least 1"),
@@ -75,27 +85,42 @@ def test_key_file_without_certificate_is_refused(ca_file):
 def test_password_comes_from_a_file_and_is_never_in_the_repr(tmp_path):
     secret = tmp_path / "password"
     secret.write_text("s3cr3t-value\n")
-    config = cfg(KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", KAFKA_SASL_MECHANISM="SCRAM-SHA-256",
-                 KAFKA_SASL_USERNAME="svc", KAFKA_SASL_PASSWORD_FILE=str(secret))
+    config = cfg(
+        KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+        KAFKA_SASL_MECHANISM="SCRAM-SHA-256",
+        KAFKA_SASL_USERNAME="svc",
+        KAFKA_SASL_PASSWORD_FILE=str(secret),
+    )
     assert config.kafka_sasl_password == "s3cr3t-value"
     assert "s3cr3t" not in repr(config)
 
 
 def test_value_and_file_together_or_an_unreadable_file_are_refused(tmp_path):
-    with pytest.raises(ConfigError, match="set either TICKERWIRE_KAFKA_SASL_PASSWORD or TICKERWIRE_KAFKA_SASL_PASSWORD_FILE"):
+    with pytest.raises(
+        ConfigError, match="set either TICKERWIRE_KAFKA_SASL_PASSWORD or TICKERWIRE_KAFKA_SASL_PASSWORD_FILE"
+    ):
         cfg(KAFKA_SASL_PASSWORD="a", KAFKA_SASL_PASSWORD_FILE=str(tmp_path / "p"))
     with pytest.raises(ConfigError, match="TICKERWIRE_KAFKA_SASL_PASSWORD_FILE=.* cannot be read"):
         cfg(KAFKA_SASL_PASSWORD_FILE=str(tmp_path / "missing"))
 
 
 async def test_sasl_ssl_options_reach_every_client_kind(ca_file):
-    config = cfg(KAFKA_SECURITY_PROTOCOL="SASL_SSL", KAFKA_SSL_CAFILE=ca_file, KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
-                 KAFKA_SASL_USERNAME="svc", KAFKA_SASL_PASSWORD="pw")
+    config = cfg(
+        KAFKA_SECURITY_PROTOCOL="SASL_SSL",
+        KAFKA_SSL_CAFILE=ca_file,
+        KAFKA_SASL_MECHANISM="SCRAM-SHA-512",
+        KAFKA_SASL_USERNAME="svc",
+        KAFKA_SASL_PASSWORD="pw",
+    )
     options = kafka.security_options(config)
     assert options["security_protocol"] == "SASL_SSL"
     assert isinstance(options["ssl_context"], ssl.SSLContext) and options["ssl_context"].check_hostname
     assert options["ssl_context"].verify_mode == ssl.CERT_REQUIRED
-    assert (options["sasl_mechanism"], options["sasl_plain_username"], options["sasl_plain_password"]) == ("SCRAM-SHA-512", "svc", "pw")
+    assert (options["sasl_mechanism"], options["sasl_plain_username"], options["sasl_plain_password"]) == (
+        "SCRAM-SHA-512",
+        "svc",
+        "pw",
+    )
     # Every option is a real constructor argument of each aiokafka client kind ...
     for cls in (AIOKafkaConsumer, AIOKafkaProducer, AIOKafkaAdminClient):
         assert set(options) <= set(inspect.signature(cls.__init__).parameters), cls
@@ -136,7 +161,10 @@ async def test_every_consumer_the_product_builds_reads_committed_records_only():
     builders = []
     for path in sorted(p for part in ("services", "devstack", "schemas") for p in (package / part).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "AIOKafkaConsumer":
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) == "AIOKafkaConsumer"
+            ):
                 builders.append(path.relative_to(package).as_posix())
     assert builders == ["services/common/kafka/__init__.py"]
     config = cfg()

@@ -19,9 +19,18 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess:
     # Like test_types.py: the package is read through a tree laid out as installed, since the
     # editable install's import hook is not a folder import-linter can walk.
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
-         str(ROOT / "pyproject.toml"), "--no-cache"],
-        cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+            str(ROOT / "pyproject.toml"),
+            "--no-cache",
+        ],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

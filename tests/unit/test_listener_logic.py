@@ -9,9 +9,14 @@ import sys
 
 import orjson
 
-from tickerwire.services.common.runtime.logs import ExpectedFaultTracebacks, JsonFormatter, LibraryFloodFilter, LogLimiter
-from tickerwire.services.common.operator.endpoints import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
 from tickerwire.services.common.http.requestlog import REQUEST_ID, RequestIdFilter, request_id
+from tickerwire.services.common.operator.endpoints import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
+from tickerwire.services.common.runtime.logs import (
+    ExpectedFaultTracebacks,
+    JsonFormatter,
+    LibraryFloodFilter,
+    LogLimiter,
+)
 from tickerwire.services.stream.handshake import handshake_error
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="
@@ -51,12 +56,24 @@ def test_expected_fault_lines_of_libraries_are_one_line_without_a_traceback():
             return logging.LogRecord(name, level, __file__, 1, msg, None, sys.exc_info())
 
     expected = ExpectedFaultTracebacks()
-    floor = record("asyncpg.pool", logging.WARNING, "Failed to restore the pool connection floor; retrying",
-                   ConnectionRefusedError(111, "Connection refused"))
+    floor = record(
+        "asyncpg.pool",
+        logging.WARNING,
+        "Failed to restore the pool connection floor; retrying",
+        ConnectionRefusedError(111, "Connection refused"),
+    )
     assert expected.filter(floor) and floor.exc_info is None
-    assert floor.getMessage() == "Failed to restore the pool connection floor; retrying: ConnectionRefusedError: [Errno 111] Connection refused"
-    release = record("asyncio", logging.ERROR, "Task exception was never retrieved\nfuture: <Task finished name='Task-9' "
-                     "coro=<PoolConnectionHolder.release() done> exception=TimeoutError()>", TimeoutError())
+    assert (
+        floor.getMessage()
+        == "Failed to restore the pool connection floor; retrying: ConnectionRefusedError: [Errno 111] Connection refused"
+    )
+    release = record(
+        "asyncio",
+        logging.ERROR,
+        "Task exception was never retrieved\nfuture: <Task finished name='Task-9' "
+        "coro=<PoolConnectionHolder.release() done> exception=TimeoutError()>",
+        TimeoutError(),
+    )
     assert expected.filter(release) and release.exc_info is None and release.levelname == "WARNING"
     assert "asyncpg#1326" in release.getMessage()
     ours = record("tickerwire.services.api", logging.ERROR, "a bug", RuntimeError("x"))
@@ -122,8 +139,13 @@ def test_handshake_checks():
     assert handshake_error(ok) is None
     assert handshake_error({}) is None  # a plain GET: the gates decide (426 after a valid key)
     assert handshake_error({"Upgrade": "h2c"}) is None
-    for bad in ({**ok, "Sec-WebSocket-Version": "8"}, {**ok, "Sec-WebSocket-Key": "c2hvcnQ="},
-                {**ok, "Sec-WebSocket-Key": "not base64!"}, {"Upgrade": "websocket", "Sec-WebSocket-Version": "13"},
-                {**ok, "Upgrade": "websocket\udcff"}, {**ok, "User-Agent": "\udcc3("}):
+    for bad in (
+        {**ok, "Sec-WebSocket-Version": "8"},
+        {**ok, "Sec-WebSocket-Key": "c2hvcnQ="},
+        {**ok, "Sec-WebSocket-Key": "not base64!"},
+        {"Upgrade": "websocket", "Sec-WebSocket-Version": "13"},
+        {**ok, "Upgrade": "websocket\udcff"},
+        {**ok, "User-Agent": "\udcc3("},
+    ):
         response = handshake_error(bad)
         assert response is not None and response.status == 400, bad

@@ -22,7 +22,9 @@ def resolve(obj: dict) -> dict:
 
 
 OPERATIONS = [(path, op) for path, item in DOC["paths"].items() for op in item.values()]
-RESPONSES = [(f"{op['operationId']} {status}", resolve(r)) for _, op in OPERATIONS for status, r in op["responses"].items()]
+RESPONSES = [
+    (f"{op['operationId']} {status}", resolve(r)) for _, op in OPERATIONS for status, r in op["responses"].items()
+]
 
 
 def test_every_operation_has_one_declared_resource_tag():
@@ -41,7 +43,9 @@ def test_every_response_has_examples_valid_against_its_schema(name, response):
         return
     examples = content.get("examples")
     assert examples, name
-    validator = jsonschema.Draft202012Validator({**content["schema"], "components": COMPONENTS}, format_checker=jsonschema.FormatChecker())
+    validator = jsonschema.Draft202012Validator(
+        {**content["schema"], "components": COMPONENTS}, format_checker=jsonschema.FormatChecker()
+    )
     for example_name, example in examples.items():
         errors = [e.message for e in validator.iter_errors(example["value"])]
         assert not errors, (name, example_name, errors[:3])
@@ -57,11 +61,21 @@ def test_sets_that_grow_with_the_data_are_open(schema):
     for field in (listing, ecosystem):
         assert "enum" not in field and field["x-extensible-enum"] and "may grow" in field["description"]
     validator = jsonschema.Draft202012Validator({**COMPONENTS["schemas"][schema], "components": COMPONENTS})
-    example = resolve(next(op for _, op in OPERATIONS if op["operationId"] == ("listTokens" if schema == "Token" else "getToken"))["responses"]["200"])
+    example = resolve(
+        next(op for _, op in OPERATIONS if op["operationId"] == ("listTokens" if schema == "Token" else "getToken"))[
+            "responses"
+        ]["200"]
+    )
     value = next(iter(example["content"]["application/json"]["examples"].values()))["value"]
     token = value["tokens"][0] if schema == "Token" else value
-    grown = {**token, "exchange_listings": ["newexchange"], "primary_ecosystem": {"slug": "ecosystems-newchain", "name": "New"}}
-    assert validator.is_valid(grown)  # a new exchange or ecosystem does not break a client validating against the document
+    grown = {
+        **token,
+        "exchange_listings": ["newexchange"],
+        "primary_ecosystem": {"slug": "ecosystems-newchain", "name": "New"},
+    }
+    assert validator.is_valid(
+        grown
+    )  # a new exchange or ecosystem does not break a client validating against the document
 
 
 def test_counted_responses_declare_the_limit_headers_and_the_mark():

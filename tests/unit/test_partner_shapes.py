@@ -9,8 +9,14 @@ from tickerwire.schemas import partner
 
 
 def _locale(code: str, is_default: bool = False) -> dict:
-    return {"code": code, "name": code + " name", "native_name": code + " native", "country_code": code[-2:],
-            "direction": "rtl" if code.startswith("ar") else "ltr", "is_default": is_default}
+    return {
+        "code": code,
+        "name": code + " name",
+        "native_name": code + " native",
+        "country_code": code[-2:],
+        "direction": "rtl" if code.startswith("ar") else "ltr",
+        "is_default": is_default,
+    }
 
 
 def test_languages_flag_exactly_the_chosen_default_in_listing_order():
@@ -32,36 +38,62 @@ CATEGORIES = [
 
 def test_the_category_tree_lists_groups_with_their_leaves_named_in_the_locale_or_by_fallback():
     cats = partner.CategoryTree(CATEGORIES, "en-US")
-    assert cats.tree("de-DE") == {"groups": [
-        {"slug": "markets", "name": "Märkte", "leaves": [{"slug": "defi", "name": "DeFi"}]},
-        {"slug": "tech", "name": "tech", "leaves": []},
-    ]}
+    assert cats.tree("de-DE") == {
+        "groups": [
+            {"slug": "markets", "name": "Märkte", "leaves": [{"slug": "defi", "name": "DeFi"}]},
+            {"slug": "tech", "name": "tech", "leaves": []},
+        ]
+    }
 
 
 def test_one_category_group_leaf_and_leaf_of_an_unknown_group():
     cats = partner.CategoryTree(CATEGORIES, "de-DE")
     assert cats.category("markets", "en-US") == {
-        "slug": "markets", "name": "Markets", "is_group": True, "group": None,
+        "slug": "markets",
+        "name": "Markets",
+        "is_group": True,
+        "group": None,
         "leaves": [{"slug": "defi", "name": "DeFi"}],
     }
     assert cats.category("defi", "fr-FR") == {
-        "slug": "defi", "name": "DeFi", "is_group": False, "group": {"slug": "markets", "name": "Märkte"}, "leaves": None,
+        "slug": "defi",
+        "name": "DeFi",
+        "is_group": False,
+        "group": {"slug": "markets", "name": "Märkte"},
+        "leaves": None,
     }
     assert cats.category("orphan", "en-US")["group"] is None
     assert cats.category("orphan", "en-US")["name"] == "Orphelin"
 
 
 TOKEN = {
-    "ticker": "btc", "name": "Bitcoin", "logo_url": None, "post_count": 3, "market_cap_rank": 1,
-    "exchange_listings": ("binance",), "categories": ["layer-1"], "genesis_date": "2009-01-03",
-    "primary_ecosystem": {"slug": "bitcoin"}, "homepage_url": "https://bitcoin.org", "description": "Peer-to-peer",
+    "ticker": "btc",
+    "name": "Bitcoin",
+    "logo_url": None,
+    "post_count": 3,
+    "market_cap_rank": 1,
+    "exchange_listings": ("binance",),
+    "categories": ["layer-1"],
+    "genesis_date": "2009-01-03",
+    "primary_ecosystem": {"slug": "bitcoin"},
+    "homepage_url": "https://bitcoin.org",
+    "description": "Peer-to-peer",
 }
 
 
 def test_token_listing_item_and_single_token():
     item = partner.token_item(TOKEN)
-    assert list(item) == ["ticker", "name", "logo_url", "post_count", "market_cap_rank", "exchange_listings",
-                          "categories", "genesis_date", "primary_ecosystem"]
+    assert list(item) == [
+        "ticker",
+        "name",
+        "logo_url",
+        "post_count",
+        "market_cap_rank",
+        "exchange_listings",
+        "categories",
+        "genesis_date",
+        "primary_ecosystem",
+    ]
     assert item["exchange_listings"] == ["binance"]
     detail = partner.token_detail(TOKEN)
     assert list(detail) == list(item) + ["homepage_url", "description"]

@@ -5,20 +5,47 @@ from datetime import datetime, timezone
 import orjson
 
 from tickerwire.schemas.models import Category, Post
-from tickerwire.schemas.readmodel import Taxonomy, category_name, default_locale, iso_utc, lean_post, text_search_config, translation_rows
+from tickerwire.schemas.readmodel import (
+    Taxonomy,
+    category_name,
+    default_locale,
+    iso_utc,
+    lean_post,
+    text_search_config,
+    translation_rows,
+)
 
 T = datetime(2026, 11, 20, 12, 30, 45, 123456, tzinfo=timezone.utc)
 
-LEAN_FIELDS = ["id", "slug", "published_at", "lang", "canonical_url", "title", "lede", "cover_image_url",
-               "categories", "importance", "sentiment"]
+LEAN_FIELDS = [
+    "id",
+    "slug",
+    "published_at",
+    "lang",
+    "canonical_url",
+    "title",
+    "lede",
+    "cover_image_url",
+    "categories",
+    "importance",
+    "sentiment",
+]
 DETAIL_EXTRA = ["body", "og_image_url", "gallery_urls", "tags", "hashtags", "byline", "source_url"]
 
 
 def taxonomy():
     return Taxonomy(
         {
-            "markets": Category(slug="markets", is_group=True, group_slug=None, position=0, names={"en-US": "Markets", "de-DE": "Märkte"}),
-            "spot": Category(slug="spot", is_group=False, group_slug="markets", position=1, names={"en-US": "Spot", "de-DE": "Kassa"}),
+            "markets": Category(
+                slug="markets",
+                is_group=True,
+                group_slug=None,
+                position=0,
+                names={"en-US": "Markets", "de-DE": "Märkte"},
+            ),
+            "spot": Category(
+                slug="spot", is_group=False, group_slug="markets", position=1, names={"en-US": "Spot", "de-DE": "Kassa"}
+            ),
         },
         "en-US",
     )
@@ -26,15 +53,38 @@ def taxonomy():
 
 def post(status="published", **kw):
     doc = dict(
-        id=42, status=status, published_at=T if status in ("published", "partial") else None, importance=70,
-        sentiment="BULLISH", tickers=["BTC"], hashtags=["Bitcoin"], categories=["spot"],
-        cover_image_url="https://img.example/c.jpg", og_image_url="https://img.example/o.jpg",
-        gallery_urls=["https://img.example/g1.jpg"], source_url="https://src.example/a", byline="Ada",
+        id=42,
+        status=status,
+        published_at=T if status in ("published", "partial") else None,
+        importance=70,
+        sentiment="BULLISH",
+        tickers=["BTC"],
+        hashtags=["Bitcoin"],
+        categories=["spot"],
+        cover_image_url="https://img.example/c.jpg",
+        og_image_url="https://img.example/o.jpg",
+        gallery_urls=["https://img.example/g1.jpg"],
+        source_url="https://src.example/a",
+        byline="Ada",
         translations=[
-            dict(lang="en-US", slug="btc-up", canonical_url="https://n.example/en-US/btc-up", title="BTC up",
-                 lede="It rose.", body="One.\n\nTwo.", tags=["btc"]),
-            dict(lang="de-DE", slug="btc-steigt", canonical_url="https://n.example/de-DE/btc-steigt", title="BTC steigt",
-                 lede="Er stieg.", body="Eins.\n\nZwei.", tags=[]),
+            dict(
+                lang="en-US",
+                slug="btc-up",
+                canonical_url="https://n.example/en-US/btc-up",
+                title="BTC up",
+                lede="It rose.",
+                body="One.\n\nTwo.",
+                tags=["btc"],
+            ),
+            dict(
+                lang="de-DE",
+                slug="btc-steigt",
+                canonical_url="https://n.example/de-DE/btc-steigt",
+                title="BTC steigt",
+                lede="Er stieg.",
+                body="Eins.\n\nZwei.",
+                tags=[],
+            ),
         ],
     )
     doc.update(kw)
@@ -56,7 +106,9 @@ def test_category_names_are_localized_with_default_fallback():
     rows = {r.lang: orjson.loads(r.lean) for r in translation_rows(post(), taxonomy())}
     assert rows["de-DE"]["categories"] == [{"slug": "spot", "name": "Kassa"}]
     assert rows["en-US"]["categories"] == [{"slug": "spot", "name": "Spot"}]
-    p = post(translations=[dict(lang="fr-FR", slug="x", canonical_url="https://n.example/x", title="t", lede="l", body="b")])
+    p = post(
+        translations=[dict(lang="fr-FR", slug="x", canonical_url="https://n.example/x", title="t", lede="l", body="b")]
+    )
     assert orjson.loads(translation_rows(p, taxonomy())[0].lean)["categories"][0]["name"] == "Spot"
 
 

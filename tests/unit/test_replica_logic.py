@@ -7,8 +7,8 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tickerwire.services.common.runtime.config import Config, ConfigError
 from tickerwire.services.common.db.replicas import Replicas, at_least, parse_marks, replica_name
+from tickerwire.services.common.runtime.config import Config, ConfigError
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 
@@ -38,7 +38,9 @@ def test_a_replica_is_named_by_host_and_port_never_by_its_password():
 
 
 def test_read_urls_are_listed_checked_and_kept_out_of_the_repr():
-    config = Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "postgresql://a:pw@r1:5432/tw, postgresql://r2/tw"})
+    config = Config.from_env(
+        {**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "postgresql://a:pw@r1:5432/tw, postgresql://r2/tw"}
+    )
     assert config.read_urls == ["postgresql://a:pw@r1:5432/tw", "postgresql://r2/tw"]
     assert "pw" not in repr(config)
     assert Config.from_env(REQUIRED).read_urls == []
@@ -50,7 +52,9 @@ def test_read_urls_are_listed_checked_and_kept_out_of_the_repr():
 
 def replicas(*urls: str, registry: CollectorRegistry | None = None) -> Replicas:
     config = Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": ",".join(urls)})
-    return Replicas(config, "tw.posts.v1", leave_after_s=2.0, rejoin_below_s=0.5, registry=registry or CollectorRegistry())
+    return Replicas(
+        config, "tw.posts.v1", leave_after_s=2.0, rejoin_below_s=0.5, registry=registry or CollectorRegistry()
+    )
 
 
 def test_without_read_urls_there_is_nothing_to_read_from():

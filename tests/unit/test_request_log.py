@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tickerwire.services.api.metrics import RequestStats
+from tickerwire.services.common.http.requestlog import request_id
 from tickerwire.services.common.runtime import logs
 from tickerwire.services.common.runtime.logs import REQUEST_ID, JsonFormatter, LineHandler, RequestIdFilter, info_line
-from tickerwire.services.common.http.requestlog import request_id
 
 
 def handler_on(out: io.StringIO) -> LineHandler:
@@ -77,10 +77,18 @@ def test_the_access_line_fast_path_writes_what_the_formatter_would(monkeypatch):
         handler.flush()
     fast, slow = (orjson.loads(line) for line in out.getvalue().splitlines())
     assert fast.pop("ts")[:10] == slow.pop("ts")[:10]
-    assert fast == slow == {
-        "level": "info", "service": "test", "logger": "tickerwire.test.access", "msg": "GET /x/{id} 200",
-        "request_id": "req_abc", **fields,
-    }
+    assert (
+        fast
+        == slow
+        == {
+            "level": "info",
+            "service": "test",
+            "logger": "tickerwire.test.access",
+            "msg": "GET /x/{id} 200",
+            "request_id": "req_abc",
+            **fields,
+        }
+    )
 
 
 def test_generated_request_ids_are_distinct_and_well_formed():

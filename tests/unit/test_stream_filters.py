@@ -8,14 +8,14 @@ import asyncio
 import orjson
 import pytest
 
-from tickerwire.services.common.http.envelope import ApiError
+from tests.support.fakes import FakeSocket
 from tickerwire.services.api.params import parse_filters
+from tickerwire.services.common.http.envelope import ApiError
 from tickerwire.services.common.runtime.errors import InvalidParameter
 from tickerwire.services.stream import protocol
 from tickerwire.services.stream.filters import EVERYTHING, PostFacts, StreamFilter, parse_filter
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
-from tests.support.fakes import FakeSocket
 
 
 def test_no_parameter_means_everything():
@@ -31,7 +31,10 @@ def test_values_are_normalized_like_posts():
 
 @pytest.mark.parametrize(
     ("stream_name", "posts_name", "raw"),
-    [("tickers", "ticker", ",".join(f"T{i}" for i in range(21))), ("categories", "category", ",".join(f"c{i}" for i in range(21)))],
+    [
+        ("tickers", "ticker", ",".join(f"T{i}" for i in range(21))),
+        ("categories", "category", ",".join(f"c{i}" for i in range(21))),
+    ],
 )
 def test_the_grammar_is_the_one_of_posts(stream_name, posts_name, raw):
     with pytest.raises(InvalidParameter) as stream_err:
@@ -68,14 +71,26 @@ class CountingFilter(StreamFilter):
 
 async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
     hub = Hub(StreamMetrics(), queue_size=8)
-    german, btc, everything = (CountingFilter(langs=frozenset({"de-DE"})), CountingFilter(tickers=frozenset({"BTC"})),
-                               CountingFilter())
+    german, btc, everything = (
+        CountingFilter(langs=frozenset({"de-DE"})),
+        CountingFilter(tickers=frozenset({"BTC"})),
+        CountingFilter(),
+    )
     sockets = {name: [FakeSocket() for _ in range(20)] for name in ("german", "btc", "everything")}
     conns = []
     for name, f in (("german", german), ("btc", btc), ("everything", everything)):
         for i, ws in enumerate(sockets[name]):
             # equal filters built separately still share a group
-            conns.append(hub.open(ws, None, "ws", "k", f"ses_{name}_{i}", CountingFilter(**{s: getattr(f, s) for s in ("langs", "tickers", "categories")})))
+            conns.append(
+                hub.open(
+                    ws,
+                    None,
+                    "ws",
+                    "k",
+                    f"ses_{name}_{i}",
+                    CountingFilter(**{s: getattr(f, s) for s in ("langs", "tickers", "categories")}),
+                )
+            )
     assert len(hub.groups) == 3 and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 3
     CountingFilter.decisions.clear()
     message = protocol.post_created('{"id":1,"lang":"en-US"}', 3, 99)

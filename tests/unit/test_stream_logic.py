@@ -8,17 +8,21 @@ import re
 
 import orjson
 
+from tests.support.fakes import FakeSocket
 from tickerwire.services.stream import protocol
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
-from tests.support.fakes import FakeSocket
 
 TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 
 
 def test_messages_are_json_objects_starting_with_their_type():
     lean = '{"id":7,"lang":"de-DE","title":"Ü \\"quoted\\""}'
-    for raw, kind in ((protocol.ready("ses_x"), "ready"), (protocol.ping(), "ping"), (protocol.post_created(lean, 2, 1611), "post.created")):
+    for raw, kind in (
+        (protocol.ready("ses_x"), "ready"),
+        (protocol.ping(), "ping"),
+        (protocol.post_created(lean, 2, 1611), "post.created"),
+    ):
         assert raw.startswith(b'{"type":"' + kind.encode() + b'"')  # the hub counts sends by this prefix
         body = orjson.loads(raw)
         assert body["type"] == kind and TS.match(body["ts"])

@@ -14,10 +14,9 @@ from aiokafka import TopicPartition
 from tickerwire.services.common.kafka.logcheck import discontinuity
 from tickerwire.services.common.operator.endpoints import answer_ready
 from tickerwire.services.common.operator.readiness import Readiness
-from tickerwire.services.common.runtime import retry
+from tickerwire.services.common.runtime import retry, supervise
 from tickerwire.services.common.runtime.errors import StorageUnavailable
 from tickerwire.services.common.runtime.retry import Backoff, retry_transient
-from tickerwire.services.common.runtime import supervise
 from tickerwire.services.common.runtime.supervise import Supervisor, honour_cancellation
 
 TP = TopicPartition("t.posts.v1", 2)
@@ -36,6 +35,7 @@ async def test_a_crashed_task_is_restarted_and_readiness_says_so_meanwhile():
         await asyncio.sleep(3600)
 
     running = asyncio.create_task(supervisor.run("catalog", task))
+
     async def down():
         while not supervisor.down:
             await asyncio.sleep(0.005)
@@ -256,7 +256,9 @@ def test_a_backoff_grows_to_its_cap_and_is_short_again_after_a_reset():
     assert statistics.fmean(again[3]) >= 0.45 * 4.0  # and grows again
 
 
-async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_and_its_cause_is_kept(monkeypatch, caplog):
+async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_and_its_cause_is_kept(
+    monkeypatch, caplog
+):
     # A database down for minutes gave only WARNING lines ("retry N"), and readiness said
     # "starting" without the reason.
     monkeypatch.setattr(retry, "ERROR_AFTER_S", 0.05)
@@ -274,7 +276,11 @@ async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_an
     with caplog.at_level(logging.WARNING):
         assert await retry_transient(op, what="connect to PostgreSQL", base=0.01, cap=0.02, failing=failing) == "pool"
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and "connect to PostgreSQL still failing after" in errors[0] and "Connection refused" in errors[0]
+    assert (
+        len(errors) == 1
+        and "connect to PostgreSQL still failing after" in errors[0]
+        and "Connection refused" in errors[0]
+    )
     assert seen[0] is None and "Connection refused" in seen[-1]  # the cause, while it is retried
     assert failing.why("connect to PostgreSQL") is None  # forgotten once it worked
 
@@ -286,10 +292,15 @@ async def test_readiness_says_why_a_service_is_still_starting_from_the_failures_
     from tickerwire.services.common.operator.readiness import service_readiness
     from tickerwire.services.common.runtime.config import Config
 
-    config = Config.from_env({"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
+    config = Config.from_env(
+        {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
+    )
     refused, quiet = retry.Failing(), retry.Failing()
     refused.failed(CONNECT_POSTGRES, StorageUnavailable("Connection refused"))
     one = service_readiness(config, lambda: None, Supervisor(), broker=False, failing=refused)
     other = service_readiness(config, lambda: None, Supervisor(), broker=False, failing=quiet)
-    assert (await one())[1]["postgres"] == {"ok": False, "detail": "starting (connect to PostgreSQL failed: Connection refused)"}
+    assert (await one())[1]["postgres"] == {
+        "ok": False,
+        "detail": "starting (connect to PostgreSQL failed: Connection refused)",
+    }
     assert (await other())[1]["postgres"] == {"ok": False, "detail": "starting"}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.kafka.declaration import TopicState, compare, declared_topics
+from tickerwire.services.common.runtime.config import Config
 
 
 def config(**overrides) -> Config:

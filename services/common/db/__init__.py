@@ -53,8 +53,10 @@ def storage_errors(what: str):
     except asyncpg.exceptions.ClientConfigurationError as exc:  # an InterfaceError, but no retry fixes it
         raise ConfigError(f"{what}: the database URL (TICKERWIRE_DATABASE_URL) is invalid: {exc}") from exc
     except TimeoutError as exc:  # an OSError too: a bound on the client gave up waiting
-        raise StorageUnavailable(f"{what}: gave up waiting (TimeoutError: no free pooled connection, or no answer "
-                                 "from PostgreSQL, within the bound)") from exc
+        raise StorageUnavailable(
+            f"{what}: gave up waiting (TimeoutError: no free pooled connection, or no answer "
+            "from PostgreSQL, within the bound)"
+        ) from exc
     except CONNECTION_ERRORS as exc:
         raise StorageUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -171,7 +173,9 @@ async def is_migrated(db: Queryable, schema: str, timeout_s: float | None = None
     """Whether the read-model schema ``schema`` exists and is migrated (its ``positions`` table,
     the first migration's, exists). The one statement of that rule: the readiness checks, the
     stored positions and the rebuild's switch ask it."""
-    rows = await db.fetch("SELECT to_regclass($1) IS NOT NULL AS migrated", quote_ident(schema) + ".positions", timeout=timeout_s)
+    rows = await db.fetch(
+        "SELECT to_regclass($1) IS NOT NULL AS migrated", quote_ident(schema) + ".positions", timeout=timeout_s
+    )
     return bool(rows[0]["migrated"])
 
 
@@ -241,8 +245,9 @@ async def connect(
     into :class:`StorageUnavailable` (``what`` names the attempt). Closing it waits at most
     :data:`CLOSE_TIMEOUT_S`, then drops the connection."""
     with storage_errors(what):
-        conn = await open_connection(dsn, schema=schema, read_only=read_only, timeout=timeout, settings=settings,
-                                     command_timeout=command_timeout)
+        conn = await open_connection(
+            dsn, schema=schema, read_only=read_only, timeout=timeout, settings=settings, command_timeout=command_timeout
+        )
     try:
         yield conn
     finally:
@@ -264,18 +269,27 @@ async def command_connection(
     """:func:`connect` for an operator command: its statements bounded by ``statement_timeout_s``
     and its lock waits by :data:`COMMAND_LOCK_TIMEOUT_S` on the server; a bound that gives up
     is a :class:`TickerwireError` whose message is the command's one line."""
-    settings = {"statement_timeout": str(int(statement_timeout_s * 1000)), "lock_timeout": str(int(COMMAND_LOCK_TIMEOUT_S * 1000))}
+    settings = {
+        "statement_timeout": str(int(statement_timeout_s * 1000)),
+        "lock_timeout": str(int(COMMAND_LOCK_TIMEOUT_S * 1000)),
+    }
     waited = statement_timeout_s + COMMAND_CLIENT_GRACE_S
     try:
-        async with connect(dsn, schema=schema, read_only=read_only, settings=settings, what=what, command_timeout=waited) as conn:
+        async with connect(
+            dsn, schema=schema, read_only=read_only, settings=settings, what=what, command_timeout=waited
+        ) as conn:
             yield conn
     except asyncpg.exceptions.LockNotAvailableError:
-        raise TickerwireError(f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock another PostgreSQL session "
-                              "holds (a long transaction, a projector batch or a rebuild switching); nothing was changed: "
-                              "run it again") from None
+        raise TickerwireError(
+            f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock another PostgreSQL session "
+            "holds (a long transaction, a projector batch or a rebuild switching); nothing was changed: "
+            "run it again"
+        ) from None
     except asyncpg.exceptions.QueryCanceledError as exc:
         raise TickerwireError(f"a statement ran past its bound ({exc}); nothing was changed") from None
     except TimeoutError:
-        raise TickerwireError(f"PostgreSQL did not answer within {waited:g} s (frozen, overloaded or cut off?); "
-                              "a change in flight may or may not have been committed: run the command again "
-                              "once PostgreSQL answers (each command is safe to repeat)") from None
+        raise TickerwireError(
+            f"PostgreSQL did not answer within {waited:g} s (frozen, overloaded or cut off?); "
+            "a change in flight may or may not have been committed: run the command again "
+            "once PostgreSQL answers (each command is safe to repeat)"
+        ) from None

@@ -38,8 +38,8 @@ import asyncpg
 from prometheus_client import CollectorRegistry, Gauge
 
 from ..runtime.config import Config
-from . import CONNECTION_ERRORS, BoundedReader, create_pool, open_connection
 from ..runtime.errors import StorageUnavailable
+from . import CONNECTION_ERRORS, BoundedReader, create_pool, open_connection
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +146,19 @@ class Replicas:
         #: Probe rounds completed.
         self.rounds = 0
         self._probed = asyncio.Event()  # replaced (and the old one set) after every round
-        self.in_rotation = Gauge("tickerwire_replica_in_rotation", "1 while the replica serves reads (it answers and is "
-                                 "within the lag bound), else 0", ["replica"], registry=registry)
-        self.lag = Gauge("tickerwire_replica_lag_seconds", "How long ago the primary had flushed WAL this replica has "
-                         "not replayed yet (+Inf while it does not answer)", ["replica"], registry=registry)
+        self.in_rotation = Gauge(
+            "tickerwire_replica_in_rotation",
+            "1 while the replica serves reads (it answers and is within the lag bound), else 0",
+            ["replica"],
+            registry=registry,
+        )
+        self.lag = Gauge(
+            "tickerwire_replica_lag_seconds",
+            "How long ago the primary had flushed WAL this replica has "
+            "not replayed yet (+Inf while it does not answer)",
+            ["replica"],
+            registry=registry,
+        )
         for replica in self.replicas:
             self.in_rotation.labels(replica.name).set(0)
             self.lag.labels(replica.name).set(math.inf)
@@ -224,8 +233,11 @@ class Replicas:
                 async with asyncio.timeout(PROBE_TIMEOUT_S):
                     if replica.probes is None:
                         replica.probes = await open_connection(
-                            replica.url, schema=self.config.read_model_schema, timeout=PROBE_TIMEOUT_S,
-                            settings={"application_name": PROBE_NAME})
+                            replica.url,
+                            schema=self.config.read_model_schema,
+                            timeout=PROBE_TIMEOUT_S,
+                            settings={"application_name": PROBE_NAME},
+                        )
                     row = await replica.probes.fetchrow(PROBE_SQL, self.topic)
             except BaseException:
                 if replica.probes is not None:
@@ -242,9 +254,15 @@ class Replicas:
         return True
 
     async def _pool(self, replica: Replica, size: int) -> asyncpg.Pool:
-        return await create_pool(replica.url, self.config.read_model_schema, min_size=1, max_size=size, stateless=True,
-                                 statement_timeout_s=self.config.db_statement_timeout_s,
-                                 connect_timeout_s=min(self.config.db_connect_timeout_s, 1.0))
+        return await create_pool(
+            replica.url,
+            self.config.read_model_schema,
+            min_size=1,
+            max_size=size,
+            stateless=True,
+            statement_timeout_s=self.config.db_statement_timeout_s,
+            connect_timeout_s=min(self.config.db_connect_timeout_s, 1.0),
+        )
 
     def failed(self, replica: Replica, exc: BaseException) -> None:
         """A statement on ``replica`` failed for want of the server: out of rotation now (the
@@ -333,7 +351,9 @@ class Replicas:
         replica.lag_s = lag_s
         self.lag.labels(replica.name).set(replica.lag_s)
         if replica.lag_s > self.leave_after_s:
-            self._leave(replica, f"{replica.lag_s:.1f} s behind the primary, over the bound of {self.leave_after_s:g} s")
+            self._leave(
+                replica, f"{replica.lag_s:.1f} s behind the primary, over the bound of {self.leave_after_s:g} s"
+            )
         elif not replica.in_rotation and replica.lag_s < self.rejoin_below_s:
             replica.in_rotation, replica.reason, replica.left = True, "", asyncio.Event()
             self.in_rotation.labels(replica.name).set(1)
@@ -341,11 +361,19 @@ class Replicas:
 
     def _leave(self, replica: Replica, reason: str) -> None:
         if replica.in_rotation:
-            log.warning("replica %s out of the read rotation: %s; reads go to the other replicas or the primary "
-                        "until it has caught up", replica.name, reason)
+            log.warning(
+                "replica %s out of the read rotation: %s; reads go to the other replicas or the primary "
+                "until it has caught up",
+                replica.name,
+                reason,
+            )
         elif replica.reason == NOT_CHECKED:
-            log.warning("replica %s not in the read rotation from the start: %s; reads go to the other replicas or "
-                        "the primary until it answers and has caught up", replica.name, reason)
+            log.warning(
+                "replica %s not in the read rotation from the start: %s; reads go to the other replicas or "
+                "the primary until it answers and has caught up",
+                replica.name,
+                reason,
+            )
         replica.in_rotation, replica.reason = False, reason
         replica.left.set()
         self.in_rotation.labels(replica.name).set(0)

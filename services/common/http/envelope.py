@@ -91,7 +91,9 @@ def from_failure(exc: BaseException, request: web.Request) -> ApiError:
     """503 for a dependency that is briefly unavailable, else 500; either way logged."""
     if isinstance(exc, (TransientError, asyncpg.QueryCanceledError)):
         log.warning("dependency unavailable on %s: %s", request.path, exc)
-        return ApiError(503, "SERVICE_UNAVAILABLE", "A dependency is temporarily unavailable; retry shortly.", retry_after_sec=1)
+        return ApiError(
+            503, "SERVICE_UNAVAILABLE", "A dependency is temporarily unavailable; retry shortly.", retry_after_sec=1
+        )
     log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
     return ApiError(500, "INTERNAL", INTERNAL_MESSAGE)
 
@@ -119,7 +121,9 @@ class Routes:
             return ApiError(404, "NOT_FOUND", self.not_found)
         if exc.status == 405:
             return self.method_error(method)
-        code, message = REFUSED_REQUESTS.get(exc.status, ("INTERNAL" if exc.status >= 500 else "VALIDATION_FAILED", exc.reason))
+        code, message = REFUSED_REQUESTS.get(
+            exc.status, ("INTERNAL" if exc.status >= 500 else "VALIDATION_FAILED", exc.reason)
+        )
         return ApiError(exc.status, code, message)
 
 
@@ -149,8 +153,12 @@ def header_error(request: web.Request, *, authenticated: bool = False) -> ApiErr
     if bad is None:
         return None
     if authenticated and bad.lower() == "authorization":
-        return ApiError(401, "NOT_AUTHENTICATED", "The Authorization header is not valid UTF-8; send Authorization: Bearer <API_KEY>.",
-                        headers=dict(WWW_AUTHENTICATE))
+        return ApiError(
+            401,
+            "NOT_AUTHENTICATED",
+            "The Authorization header is not valid UTF-8; send Authorization: Bearer <API_KEY>.",
+            headers=dict(WWW_AUTHENTICATE),
+        )
     return ApiError(400, "VALIDATION_FAILED", f"The {bad} header is not valid UTF-8.")
 
 
@@ -164,9 +172,17 @@ def body_error(request: web.Request, limit: int, routes: Routes) -> ApiError | N
         return routes.method_error("CONNECT")
     length = request.content_length
     if length is not None and length > limit:
-        return ApiError(413, "PAYLOAD_TOO_LARGE", f"The request body is {length} bytes; at most {limit} are accepted, and no route reads one.")
+        return ApiError(
+            413,
+            "PAYLOAD_TOO_LARGE",
+            f"The request body is {length} bytes; at most {limit} are accepted, and no route reads one.",
+        )
     if length is None and request.body_exists:
-        return ApiError(413, "PAYLOAD_TOO_LARGE", f"A request body of unknown length (chunked) is not accepted; send at most {limit} bytes with a Content-Length, or none.")
+        return ApiError(
+            413,
+            "PAYLOAD_TOO_LARGE",
+            f"A request body of unknown length (chunked) is not accepted; send at most {limit} bytes with a Content-Length, or none.",
+        )
     return None
 
 

@@ -35,8 +35,8 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from .envelope import INTERNAL_MESSAGE, JSON, REFUSED_REQUESTS, error_body
 from ..runtime.logs import LogLimiter
+from .envelope import INTERNAL_MESSAGE, JSON, REFUSED_REQUESTS, error_body
 from .requestlog import HEADER as REQUEST_ID_HEADER, request_id
 
 log = logging.getLogger("tickerwire.listener")
@@ -46,17 +46,19 @@ SERVER = "tickerwire"
 
 class ListenerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.connections = Gauge(
-            "tickerwire_http_connections", "Open connections", ["listener"], registry=registry
-        )
+        self.connections = Gauge("tickerwire_http_connections", "Open connections", ["listener"], registry=registry)
         self.shed = Counter(
             "tickerwire_http_connections_shed_total",
             "Connections closed or refused by the listener: header_timeout, idle_evicted (to make room "
             "at the connection bound), refused_busy (503: every connection was busy)",
-            ["listener", "reason"], registry=registry,
+            ["listener", "reason"],
+            registry=registry,
         )
         self.unparseable = Counter(
-            "tickerwire_http_unparseable_requests_total", "Requests aiohttp could not parse", ["listener"], registry=registry
+            "tickerwire_http_unparseable_requests_total",
+            "Requests aiohttp could not parse",
+            ["listener"],
+            registry=registry,
         )
 
 
@@ -201,7 +203,9 @@ class GuardedHandler(RequestHandler):
 def _refused_response(status: int, code: str, text: str, rid: str) -> web.Response:
     """The envelope of a request refused before the application saw it."""
     return web.Response(
-        status=status, body=error_body(code, text), content_type=JSON,
+        status=status,
+        body=error_body(code, text),
+        content_type=JSON,
         headers={"Server": SERVER, "Cache-Control": "no-store", REQUEST_ID_HEADER: rid},
     )
 
@@ -237,7 +241,10 @@ class GuardedRunner(web.AppRunner):
 
     def __init__(self, app: web.Application, guard: Guard) -> None:
         super().__init__(
-            app, handle_signals=False, access_log=None, guard=guard,
+            app,
+            handle_signals=False,
+            access_log=None,
+            guard=guard,
             keepalive_timeout=guard.limits.keepalive_timeout_s,
             # No route reads a request body. aiohttp would read an unread one to its end (for up
             # to 10 s) to reuse the connection; the connection is closed after the answer instead.
@@ -265,7 +272,9 @@ def _refusals_before_the_application(handle: Callable[[web.BaseRequest], Awaitab
 
     async def handler(request: web.BaseRequest) -> web.StreamResponse:
         if request.version not in SPOKEN_VERSIONS:
-            response = _refused_response(505, *REFUSED_REQUESTS[505], request_id(request.headers.get(REQUEST_ID_HEADER)))
+            response = _refused_response(
+                505, *REFUSED_REQUESTS[505], request_id(request.headers.get(REQUEST_ID_HEADER))
+            )
             response.force_close()
             response.headers["Connection"] = "close"  # aiohttp writes it for HTTP/1.1 only
             return response

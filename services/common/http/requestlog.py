@@ -61,13 +61,17 @@ def closed(request: web.Request, token: contextvars.Token, status: int, started:
     """A request ends: its access-log line; the logging context forgets its id."""
     try:
         method, route = request.method, route_template(request)
-        info_line(log, f"{method} {route} {status}", {
-            "method": method,
-            "route": route,
-            "status": status,
-            "duration_ms": int((time.perf_counter() - started) * 100_000 + 0.5) / 100,  # round(..., 2), faster
-            "workspace_id": request.get(WORKSPACE_KEY),
-        })
+        info_line(
+            log,
+            f"{method} {route} {status}",
+            {
+                "method": method,
+                "route": route,
+                "status": status,
+                "duration_ms": int((time.perf_counter() - started) * 100_000 + 0.5) / 100,  # round(..., 2), faster
+                "workspace_id": request.get(WORKSPACE_KEY),
+            },
+        )
     finally:
         REQUEST_ID.reset(token)
 

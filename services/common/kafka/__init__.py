@@ -59,7 +59,12 @@ class _BootstrapCause(logging.Filter):
         self.last: BaseException | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and record.msg.startswith("Unable connect to") and isinstance(record.args, tuple) and record.args:
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith("Unable connect to")
+            and isinstance(record.args, tuple)
+            and record.args
+        ):
             if isinstance(cause := record.args[-1], BaseException):
                 self.last = cause
         return True
@@ -80,6 +85,7 @@ def quiet_client_logs() -> None:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
     for handler in logging.root.handlers:
         handler.addFilter(lambda record: not record.name.startswith("aiokafka"))
+
 
 #: What a broker answers when it refuses this client for good: retrying changes nothing.
 _REFUSED = (SaslAuthenticationFailed, UnsupportedSaslMechanismError, IllegalSaslStateError, ssl.SSLError)
@@ -108,13 +114,16 @@ def _strict_x509_hint(cause: BaseException, config: Config) -> str:
     message = str(getattr(cause, "verify_message", "") or "").lower()
     if config.kafka_ssl_relax_x509 or not any(s in message for s in _STRICT_X509_REFUSALS):
         return ""
-    return ("; this Python checks X.509 strictly (3.13+): reissue the CA with keyUsage and key identifiers, "
-            "or set TICKERWIRE_KAFKA_SSL_RELAX_X509=true")
+    return (
+        "; this Python checks X.509 strictly (3.13+): reissue the CA with keyUsage and key identifiers, "
+        "or set TICKERWIRE_KAFKA_SSL_RELAX_X509=true"
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _ssl_context(cafile: str, certfile: str, keyfile: str, key_password: str, check_hostname: bool,
-                 relax_x509: bool = False) -> ssl.SSLContext:
+def _ssl_context(
+    cafile: str, certfile: str, keyfile: str, key_password: str, check_hostname: bool, relax_x509: bool = False
+) -> ssl.SSLContext:
     try:
         context = create_ssl_context(
             cafile=cafile or None, certfile=certfile or None, keyfile=keyfile or None, password=key_password or None
@@ -228,8 +237,11 @@ ISOLATE_S = 2.0
 
 
 async def fetch(
-    consumer: AIOKafkaConsumer, rewind: Callable[[list[TopicPartition]], Awaitable[object]], *partitions: TopicPartition,
-    timeout_ms: int, max_records: int | None = None,
+    consumer: AIOKafkaConsumer,
+    rewind: Callable[[list[TopicPartition]], Awaitable[object]],
+    *partitions: TopicPartition,
+    timeout_ms: int,
+    max_records: int | None = None,
 ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], Undecodable | None]:
     """``consumer.getmany(*partitions)`` that a batch it cannot decode does not stop.
 
@@ -271,7 +283,9 @@ async def fetch(
     return got, None  # fetched again, and decoded this time
 
 
-async def _isolate(consumer: AIOKafkaConsumer, tp: TopicPartition, most: int) -> tuple[list[ConsumerRecord], Undecodable | None]:
+async def _isolate(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, most: int
+) -> tuple[list[ConsumerRecord], Undecodable | None]:
     """Read ``tp`` one record at a time to the one that cannot be decoded (at most ``most``
     records: the next call goes on from there)."""
     records: list[ConsumerRecord] = []
@@ -382,7 +396,9 @@ async def ensure_topics(config: Config) -> list[str]:
         try:
             existing = set(await client.list_topics())
         except KafkaError as exc:
-            raise translate_broker_error(exc, f"cannot list topics at {config.kafka_bootstrap_servers}: {exc!r}") from exc
+            raise translate_broker_error(
+                exc, f"cannot list topics at {config.kafka_bootstrap_servers}: {exc!r}"
+            ) from exc
         for decl in declared_topics(config):
             if decl.name in existing:
                 continue
@@ -400,7 +416,9 @@ async def ensure_topics(config: Config) -> list[str]:
                 if error is TopicAlreadyExistsError:  # another process won the race
                     break
                 # e.g. InvalidReplicationFactorError: more replicas than brokers.
-                raise translate_broker_error(error, f"cannot create topic {decl.name}: {error.__name__} {message or ''}".rstrip())
+                raise translate_broker_error(
+                    error, f"cannot create topic {decl.name}: {error.__name__} {message or ''}".rstrip()
+                )
             else:
                 created.append(decl.name)
     for name in created:
@@ -423,13 +441,17 @@ async def cluster_topics(config: Config) -> dict[str, TopicState]:
             metadata = await client.describe_topics(existing)
             responses = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, n) for n in existing])
         except KafkaError as exc:
-            raise translate_broker_error(exc, f"cannot describe topics at {config.kafka_bootstrap_servers}: {exc!r}") from exc
+            raise translate_broker_error(
+                exc, f"cannot describe topics at {config.kafka_bootstrap_servers}: {exc!r}"
+            ) from exc
     configs: dict[str, dict[str, str]] = {}
     for response in responses:
         for error_code, error_message, _type, name, entries in response.resources:
             if error_code:
                 error = for_code(error_code)
-                raise translate_broker_error(error, f"cannot read the configuration of {name}: {error.__name__} {error_message or ''}".rstrip())
+                raise translate_broker_error(
+                    error, f"cannot read the configuration of {name}: {error.__name__} {error_message or ''}".rstrip()
+                )
             configs[name] = {entry[0]: entry[1] for entry in entries if entry[1] is not None}
     states = {}
     for topic in metadata:
@@ -482,8 +504,10 @@ async def broker_check(config: Config, timeout_s: float = 0.8) -> tuple[bool, st
                     if await answered:
                         return True, "ok"
     except TimeoutError:  # some server accepted the connection and said nothing
-        return False, (f"broker at {config.kafka_bootstrap_servers} does not answer a Kafka request "
-                       f"within {timeout_s:g}s (accepts connections but is frozen, overloaded or not Kafka)")
+        return False, (
+            f"broker at {config.kafka_bootstrap_servers} does not answer a Kafka request "
+            f"within {timeout_s:g}s (accepts connections but is frozen, overloaded or not Kafka)"
+        )
     finally:
         for probe in probes:
             probe.cancel()

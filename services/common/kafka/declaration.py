@@ -75,7 +75,11 @@ def compare(declared: tuple[TopicState, ...], actual: Mapping[str, TopicState]) 
             diffs.append(Difference(want.name, f"{have.partitions} partitions, declared {want.partitions}", True))
         if have.replication_factor < want.replication_factor:
             diffs.append(
-                Difference(want.name, f"replication factor {have.replication_factor}, declared {want.replication_factor}", False)
+                Difference(
+                    want.name,
+                    f"replication factor {have.replication_factor}, declared {want.replication_factor}",
+                    False,
+                )
             )
         for key, value in want.configs.items():
             got = have.configs.get(key)
@@ -84,5 +88,7 @@ def compare(declared: tuple[TopicState, ...], actual: Mapping[str, TopicState]) 
                 if got != value:
                     diffs.append(Difference(want.name, f"cleanup.policy={got}, declared {value}", True))
             elif got != value:
-                diffs.append(Difference(want.name, f"{key}={got if got is not None else '(unset)'}, declared {value}", False))
+                diffs.append(
+                    Difference(want.name, f"{key}={got if got is not None else '(unset)'}, declared {value}", False)
+                )
     return diffs

@@ -39,10 +39,14 @@ class Discontinuity:
     def reason(self) -> str:
         where = f"{self.topic}[{self.partition}]"
         if self.position > self.log_end:
-            return (f"log discontinuity on {where}: stored position {self.position} is past the log end "
-                    f"{self.log_end} (log reset or topic re-created)")
-        return (f"log discontinuity on {where}: stored position {self.position} is before the log start "
-                f"{self.log_start} (records deleted before they were projected)")
+            return (
+                f"log discontinuity on {where}: stored position {self.position} is past the log end "
+                f"{self.log_end} (log reset or topic re-created)"
+            )
+        return (
+            f"log discontinuity on {where}: stored position {self.position} is before the log start "
+            f"{self.log_start} (records deleted before they were projected)"
+        )
 
 
 def reread_from(gap: Discontinuity, newer_than_seen: int | None, looked_up: bool) -> int:
@@ -91,7 +95,9 @@ async def find_discontinuities(
         async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
             ends = await consumer.end_offsets(tps)
     except TimeoutError:
-        raise KafkaTimeoutError(f"the broker did not answer for the log offsets within {LIST_OFFSETS_TIMEOUT_S:g}s") from None
+        raise KafkaTimeoutError(
+            f"the broker did not answer for the log offsets within {LIST_OFFSETS_TIMEOUT_S:g}s"
+        ) from None
     gaps = {tp: d for tp in tps if (d := discontinuity(tp, positions[tp], starts[tp], ends[tp])) is not None}
     past_end = {tp: gap.position - 1 for tp, gap in gaps.items() if gap.position > gap.log_end}
     held = await probe.held(past_end) if past_end else set()

@@ -66,8 +66,10 @@ async def differences(config: Config, *, create: bool) -> list[Difference]:
 def _allowed(config: Config, unsafe: list[Difference]) -> bool:
     """Whether the operator allowed ``unsafe`` settings; said at ERROR either way it is used."""
     if config.kafka_allow_unsafe_topics:
-        log.error("TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set: starting although topic settings lose rebuild history: %s",
-                  "; ".join(str(d) for d in unsafe))
+        log.error(
+            "TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set: starting although topic settings lose rebuild history: %s",
+            "; ".join(str(d) for d in unsafe),
+        )
         return True
     return False
 
@@ -82,14 +84,22 @@ async def require_safe_topics(config: Config, *, create: bool) -> None:
     unsafe = [d for d in diffs if d.loses_history]
     if unsafe and not _allowed(config, unsafe):
         raise ConfigError(
-            "topics would lose rebuild history: " + "; ".join(str(d) for d in unsafe)
+            "topics would lose rebuild history: "
+            + "; ".join(str(d) for d in unsafe)
             + ". Fix them (see docs/operations.md, 'Topics') or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"
         )
 
 
 class TopicGate:
-    def __init__(self, config: Config, registry: CollectorRegistry, *, create: bool, recheck_s: float = RECHECK_S,
-                 watch_s: float = WATCH_S) -> None:
+    def __init__(
+        self,
+        config: Config,
+        registry: CollectorRegistry,
+        *,
+        create: bool,
+        recheck_s: float = RECHECK_S,
+        watch_s: float = WATCH_S,
+    ) -> None:
         self.config = config
         self.create = create
         self.recheck_s = recheck_s
@@ -98,7 +108,8 @@ class TopicGate:
             "tickerwire_topic_differences",
             "Ways the cluster's topics differ from the declaration at the last check; kind=loses_history "
             "are refused (the process waits, not ready) unless TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS is set",
-            ["kind"], registry=registry,
+            ["kind"],
+            registry=registry,
         )
         for kind in ("loses_history", "other"):  # at 0 before the first check: an alert reads them
             self.differences.labels(kind)
@@ -139,7 +150,9 @@ class TopicGate:
             if self.state[1] != reason:
                 log.error(
                     "%s. Not starting: fix them (docs/operations.md, 'Topics'; checked again every %g s) "
-                    "or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1 and restart", reason, self.recheck_s,
+                    "or set TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1 and restart",
+                    reason,
+                    self.recheck_s,
                 )
             self.state = (False, reason)
             await asyncio.sleep(self.recheck_s)
@@ -160,8 +173,11 @@ class TopicGate:
             if not changed:
                 continue
             for d in unsafe:
-                log.error("topic now differs from its declaration and would lose rebuild history: %s. "
-                          "Consuming goes on; fix it before the next rebuild (docs/operations.md, 'Topics')", d)
+                log.error(
+                    "topic now differs from its declaration and would lose rebuild history: %s. "
+                    "Consuming goes on; fix it before the next rebuild (docs/operations.md, 'Topics')",
+                    d,
+                )
             listed = "; ".join(str(d) for d in unsafe)
             self.state = (True, f"running; topics would lose rebuild history: {listed}" if unsafe else "ok")
 

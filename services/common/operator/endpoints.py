@@ -16,9 +16,9 @@ from typing import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from ..runtime.config import Config
 from ..http.envelope import Routes, error_middleware
 from ..http.listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
+from ..runtime.config import Config
 from ..runtime.supervise import SUPERVISOR
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ def readiness_response(ok: bool, detail: "str | dict[str, dict]") -> web.Respons
     else:
         body["detail"] = detail
     return web.json_response(body, status=200 if ok else 503)
+
 
 #: The admin application of a process, attached to its main application.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
@@ -117,7 +118,11 @@ def _fit_fd_limit(config: Config, name: str) -> int:
         log.warning(
             "%s: the file-descriptor limit %d is below the budget %d of TICKERWIRE_MAX_CONNECTIONS=%d; "
             "serving at most %d connections. Raise LimitNOFILE (see deploy/README.md) or lower the setting.",
-            name, soft, need, config.max_connections, allowed,
+            name,
+            soft,
+            need,
+            config.max_connections,
+            allowed,
         )
     return allowed
 
@@ -148,7 +153,9 @@ async def run_app(app: web.Application, config: Config, *, name: str, port: int 
     partner = Guard(
         "partner", Limits(max_connections, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics
     )
-    admin = Guard("admin", Limits(ADMIN_MAX_CONNECTIONS, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics)
+    admin = Guard(
+        "admin", Limits(ADMIN_MAX_CONNECTIONS, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics
+    )
     runners = [await _start(app[ADMIN_APP], admin, config.admin_host, admin_port, f"{name} admin")]
     try:
         if port is None:

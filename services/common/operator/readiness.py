@@ -52,7 +52,9 @@ class Readiness:
         return await self.evaluate()
 
 
-def service_readiness(config, pool: Callable[[], "object | None"], supervisor, *, broker: bool, failing: Failing) -> Readiness:
+def service_readiness(
+    config, pool: Callable[[], "object | None"], supervisor, *, broker: bool, failing: Failing
+) -> Readiness:
     """The checks every service shares: PostgreSQL answers and the read model is migrated
     (``pool()`` is None while starting, and ``failing`` says why when its connection failed),
     the broker answers (``broker``), no supervised task is down. The service adds its own."""

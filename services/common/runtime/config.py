@@ -31,9 +31,17 @@ def _bool(raw: str) -> bool:
 #: Counts and sizes below one would leave nothing to work with (a pool of no connection, an
 #: empty queue, a topic without partitions).
 AT_LEAST_ONE = (
-    "max_connections", "stream_max_pending", "db_pool_max", "projector_batch_max", "stream_queue_size",
-    "stream_max_connections_per_workspace", "max_body_bytes", "topic_posts_partitions", "topic_replication_factor",
-    "kafka_session_timeout_ms", "kafka_heartbeat_interval_ms",
+    "max_connections",
+    "stream_max_pending",
+    "db_pool_max",
+    "projector_batch_max",
+    "stream_queue_size",
+    "stream_max_connections_per_workspace",
+    "max_body_bytes",
+    "topic_posts_partitions",
+    "topic_replication_factor",
+    "kafka_session_timeout_ms",
+    "kafka_heartbeat_interval_ms",
 )
 #: Zero is meaningful for these (an empty pool at rest, no fetch wait, a workspace that may not call).
 NOT_NEGATIVE = ("db_pool_min", "kafka_fetch_max_wait_ms", "default_rate_limit_per_minute", "default_daily_quota")
@@ -118,7 +126,9 @@ class Config:
         env = os.environ if env is None else env
         for old, new in RENAMED.items():
             if env.get(old):
-                raise ConfigError(f"{old} was renamed to {new} (an admin listener: /healthz, /readyz, /metrics); set that instead")
+                raise ConfigError(
+                    f"{old} was renamed to {new} (an admin listener: /healthz, /readyz, /metrics); set that instead"
+                )
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name in overrides:
@@ -143,7 +153,9 @@ class Config:
         if not self.base_path.startswith("/") or self.base_path.endswith("/"):
             raise ConfigError("TICKERWIRE_BASE_PATH must start with / and not end with /")
         if self.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
-            raise ConfigError(f"TICKERWIRE_LOG_LEVEL={self.log_level!r} is invalid: use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+            raise ConfigError(
+                f"TICKERWIRE_LOG_LEVEL={self.log_level!r} is invalid: use DEBUG, INFO, WARNING, ERROR or CRITICAL"
+            )
         if not self.read_model_schema.isidentifier():
             raise ConfigError("TICKERWIRE_READ_MODEL_SCHEMA must be a plain identifier")
         for name in ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port"):
@@ -157,7 +169,9 @@ class Config:
             if getattr(self, name) < 0:
                 raise ConfigError(f"TICKERWIRE_{name.upper()} must not be negative")
         if self.db_pool_min > self.db_pool_max:
-            raise ConfigError(f"TICKERWIRE_DB_POOL_MIN ({self.db_pool_min}) must not exceed TICKERWIRE_DB_POOL_MAX ({self.db_pool_max})")
+            raise ConfigError(
+                f"TICKERWIRE_DB_POOL_MIN ({self.db_pool_min}) must not exceed TICKERWIRE_DB_POOL_MAX ({self.db_pool_max})"
+            )
         if not 0 < self.stream_lease_renew_s < self.stream_lease_ttl_s:
             raise ConfigError(
                 "TICKERWIRE_STREAM_LEASE_RENEW_S must be positive and below TICKERWIRE_STREAM_LEASE_TTL_S "
@@ -177,7 +191,9 @@ class Config:
         self._validate_tls()
         self._validate_sasl()
         if self.topic_posts_partitions < 1 or self.topic_replication_factor < 1:
-            raise ConfigError("TICKERWIRE_TOPIC_POSTS_PARTITIONS and TICKERWIRE_TOPIC_REPLICATION_FACTOR must be at least 1")
+            raise ConfigError(
+                "TICKERWIRE_TOPIC_POSTS_PARTITIONS and TICKERWIRE_TOPIC_REPLICATION_FACTOR must be at least 1"
+            )
 
     @property
     def kafka_uses_tls(self) -> bool:
@@ -200,7 +216,11 @@ class Config:
             _check_url("TICKERWIRE_DATABASE_READ_URLS", url)
 
     def _validate_tls(self) -> None:
-        files = {"CAFILE": self.kafka_ssl_cafile, "CERTFILE": self.kafka_ssl_certfile, "KEYFILE": self.kafka_ssl_keyfile}
+        files = {
+            "CAFILE": self.kafka_ssl_cafile,
+            "CERTFILE": self.kafka_ssl_certfile,
+            "KEYFILE": self.kafka_ssl_keyfile,
+        }
         if not self.kafka_uses_tls:
             if given := [k for k, v in files.items() if v]:
                 raise ConfigError(
@@ -308,10 +328,10 @@ MEANING = {
     "read_model_schema": "PostgreSQL schema of the read model",
     "db_pool_min": "connections a process's pool keeps open",
     "db_pool_max": "largest pool per process (an API process also holds one LISTEN and two admission connections, "
-                   "a stream process one LISTEN connection)",
+    "a stream process one LISTEN connection)",
     "db_statement_timeout_s": "bound of every API and stream statement (server `statement_timeout` and client-side)",
     "db_acquire_timeout_s": "longest wait for a pooled connection on a partner request, for a stream handshake's grant "
-                            "statement to start, and for handing back a connection whose statement timed out",
+    "statement to start, and for handing back a connection whose statement timed out",
     "db_connect_timeout_s": "longest wait for a new database connection",
     "log_level": "level of the JSON logs on stderr (`DEBUG`, `INFO`, `WARNING`, `ERROR`, `CRITICAL`)",
     "kafka_session_timeout_ms": "consumer session timeout",
@@ -323,20 +343,20 @@ MEANING = {
     "projector_log_check_interval_s": "how often stored positions are compared with the log's offsets (2 under `up`)",
     "stream_ping_interval_s": "the stream's `ping` message interval",
     "stream_heartbeat_s": "a WebSocket ping frame this often; a connection that answers neither it nor anything else "
-                          "within half of it is closed (1006), freeing its slot",
+    "within half of it is closed (1006), freeing its slot",
     "stream_queue_size": "messages buffered per stream connection before it is closed as slow",
     "stream_max_pending": "post records a stream process holds while waiting for the projector to commit them; at this "
-                          "many it pauses reading the log until half are announced",
+    "many it pauses reading the log until half are announced",
     "stream_max_connections_per_workspace": "default concurrent stream connections of a workspace",
     "stream_lease_ttl_s": "a stream connection's slot lease expires this long after its last renewal",
     "stream_lease_renew_s": "each stream process renews its leases this often (below the lease's TTL)",
     "stream_access_recheck_s": "the stream re-checks the access of its open connections at least this often "
-                               "(and after every access change)",
+    "(and after every access change)",
     "default_rate_limit_per_minute": "requests per minute of a workspace that sets none",
     "default_daily_quota": "requests per UTC day of a workspace that sets none",
     "max_body_bytes": "largest request body accepted (none is read); larger or chunked: 413 and the connection closed",
     "kafka_security_protocol": "`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`, for every producer, consumer "
-                               "and admin client",
+    "and admin client",
     "kafka_ssl_cafile": "CA bundle of the brokers (TLS protocols only; empty: the system trust store)",
     "kafka_ssl_certfile": "client certificate for mutual TLS",
     "kafka_ssl_keyfile": "client key for mutual TLS",
@@ -348,9 +368,8 @@ MEANING = {
     "topic_posts_partitions": "partitions of the posts topic (one projector per partition)",
     "topic_replication_factor": "replication factor of the declared topics (`up` uses 1 for its embedded broker)",
     "kafka_allow_unsafe_topics": "start even though a topic would lose rebuild history (not compacted, wrong "
-                                 "partition count); logged as an ERROR",
-    "max_connections": "connections per partner listener (fitted to the file-descriptor limit; see "
-                       "deploy/README.md)",
+    "partition count); logged as an ERROR",
+    "max_connections": "connections per partner listener (fitted to the file-descriptor limit; see deploy/README.md)",
     "http_header_timeout_s": "a connection must send a whole request head within this",
     "http_keepalive_timeout_s": "an idle keep-alive connection is closed after this",
 }

@@ -72,8 +72,15 @@ class JsonFormatter(logging.Formatter):
         self.service = service
 
     def line(
-        self, created: float, level: str, logger: str, msg: str, request_id: str | None, fields: Any,
-        exc: str | None = None, stack: str | None = None,
+        self,
+        created: float,
+        level: str,
+        logger: str,
+        msg: str,
+        request_id: str | None,
+        fields: Any,
+        exc: str | None = None,
+        stack: str | None = None,
     ) -> str:
         doc = {"ts": iso_ms(created), "level": level, "service": self.service, "logger": logger, "msg": msg}
         if request_id is not None:
@@ -90,8 +97,12 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return self.line(
-            record.created, record.levelname.lower(), record.name, record.getMessage(),
-            getattr(record, "request_id", None), getattr(record, "fields", None),
+            record.created,
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+            getattr(record, "request_id", None),
+            getattr(record, "fields", None),
             self.formatException(record.exc_info) if record.exc_info else None,
             self.formatStack(record.stack_info) if record.stack_info else None,
         )
@@ -164,7 +175,12 @@ def info_line(logger: logging.Logger, msg: str, fields: dict) -> None:
     """``logger.info(msg, extra={"fields": fields})``, written without a ``LogRecord`` (a fraction
     of the cost) when the process logs through one :class:`LineHandler` alone (:func:`setup_logging`)."""
     handlers = logging.root.handlers
-    if len(handlers) != 1 or type(handlers[0]) is not LineHandler or logger.handlers or not logger.isEnabledFor(logging.INFO):
+    if (
+        len(handlers) != 1
+        or type(handlers[0]) is not LineHandler
+        or logger.handlers
+        or not logger.isEnabledFor(logging.INFO)
+    ):
         logger.info(msg, extra={"fields": fields})
         return
     handler = handlers[0]
@@ -243,8 +259,11 @@ class ExpectedFaultTracebacks(logging.Filter):
         if record.name.startswith("asyncpg") and record.levelno < logging.ERROR:
             _fold(record, record.getMessage())
         elif record.name == "asyncio" and "PoolConnectionHolder.release" in str(record.msg):
-            _fold(record, "asyncpg could not hand back a connection after a statement timed out "
-                          "(MagicStack/asyncpg#1326); the pool replaces it")
+            _fold(
+                record,
+                "asyncpg could not hand back a connection after a statement timed out "
+                "(MagicStack/asyncpg#1326); the pool replaces it",
+            )
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 

@@ -47,7 +47,9 @@ def failure_line(exc: BaseException) -> Failure:
     if isinstance(exc, StorageUnavailable):
         return Failure(f"PostgreSQL is unreachable ({exc}); start it, or check TICKERWIRE_DATABASE_URL", 1)
     if isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError)):
-        return Failure(f"PostgreSQL refused: {type(exc).__name__}: {exc} (check TICKERWIRE_DATABASE_URL and the migrations)", 1)
+        return Failure(
+            f"PostgreSQL refused: {type(exc).__name__}: {exc} (check TICKERWIRE_DATABASE_URL and the migrations)", 1
+        )
     if isinstance(exc, (BrokerUnavailable, KafkaError)):
         return Failure(f"the broker is unreachable ({exc}); start it, or check TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS", 1)
     if isinstance(exc, TickerwireError):

@@ -48,7 +48,9 @@ def stray(exc: asyncio.CancelledError) -> bool:
 
 
 class Supervisor:
-    def __init__(self, *, base_s: float = 0.5, cap_s: float = 10.0, max_failures: int = 8, healthy_after_s: float = 60.0) -> None:
+    def __init__(
+        self, *, base_s: float = 0.5, cap_s: float = 10.0, max_failures: int = 8, healthy_after_s: float = 60.0
+    ) -> None:
         self.base_s = base_s
         self.cap_s = cap_s
         self.max_failures = max_failures
@@ -88,7 +90,9 @@ class Supervisor:
                 self.fatal.set()
                 return
             delay = next(delays)
-            log.error("background task %s crashed (%s); restart %d in %.2fs", name, reason, failures, delay, exc_info=exc)
+            log.error(
+                "background task %s crashed (%s); restart %d in %.2fs", name, reason, failures, delay, exc_info=exc
+            )
             await asyncio.sleep(delay)
 
     def task(self, name: str, factory: Callable[[web.Application], Awaitable[None]]):
@@ -101,8 +105,11 @@ class Supervisor:
             # Bounded: asyncio.wait never cancels again nor waits past its timeout (wait_for does both).
             await asyncio.wait([task], timeout=STOP_TIMEOUT_S)
             if not task.done():
-                log.error("background task %s did not stop within %.0f s of its cancellation; leaving it behind",
-                          name, STOP_TIMEOUT_S)
+                log.error(
+                    "background task %s did not stop within %.0f s of its cancellation; leaving it behind",
+                    name,
+                    STOP_TIMEOUT_S,
+                )
             elif not task.cancelled() and task.exception() is not None:
                 log.error("background task %s failed while stopping", name, exc_info=task.exception())
 
@@ -113,7 +120,6 @@ class Supervisor:
         if not self.down:
             return True, "ok"
         return False, "; ".join(f"{name} {why}" for name, why in sorted(self.down.items()))
-
 
 
 SUPERVISOR = web.AppKey("supervisor", Supervisor)

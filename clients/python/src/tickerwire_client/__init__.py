@@ -50,8 +50,8 @@ from .models import (
     TokenList,
 )
 from .ordering import StreamPost
-from .retry import RetryPolicy
 from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, ResumingStream
+from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions, StreamSource, StreamStats
 from .sync import Client, SyncPostStream, SyncResumingStream
 

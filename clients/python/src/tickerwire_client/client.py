@@ -24,8 +24,8 @@ from .models import (
     TokenDetail,
     TokenList,
 )
-from .retry import RetryPolicy
 from .resume import ResumeOptions, ResumingStream
+from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions
 
 T = TypeVar("T")
@@ -39,9 +39,9 @@ USER_AGENT = "tickerwire-client-python/0.1"
 
 def http_to_ws(url: str) -> str:
     if url.startswith("https://"):
-        return "wss://" + url[len("https://"):]
+        return "wss://" + url[len("https://") :]
     if url.startswith("http://"):
-        return "ws://" + url[len("http://"):]
+        return "ws://" + url[len("http://") :]
     return url
 
 
@@ -56,8 +56,16 @@ class AsyncClient:
     client between calls, so concurrent calls never see each other's meta.
     """
 
-    def __init__(self, base_url: str, key: str, *, stream_url: str | None = None, retry: RetryPolicy | None = None,
-                 timeout: float = 15.0, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        key: str,
+        *,
+        stream_url: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 15.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.stream_url = stream_url or http_to_ws(self.base_url)
         self.key = key
@@ -132,7 +140,11 @@ class AsyncClient:
                 delay = self.retry.delay(attempt, None, waited) if self.retry.retry_connection_errors else None
             else:
                 failure = error
-                delay = self.retry.delay(attempt, error.retry_after, waited) if error.status in self.retry.retry_statuses else None
+                delay = (
+                    self.retry.delay(attempt, error.retry_after, waited)
+                    if error.status in self.retry.retry_statuses
+                    else None
+                )
             if delay is None or loop.time() + delay >= deadline:  # no retry, or no time left for one
                 raise failure
             self.retries += 1
@@ -145,18 +157,33 @@ class AsyncClient:
             if offset > self.min_position.get(partition, 0):
                 self.min_position[partition] = offset
 
-    async def _get(self, path: str, parse: Callable[[Any, ResponseMeta], T], params: Mapping[str, str] | None = None) -> T:
+    async def _get(
+        self, path: str, parse: Callable[[Any, ResponseMeta], T], params: Mapping[str, str] | None = None
+    ) -> T:
         body, meta = await self.request(path, params)
         try:
             return parse(body, meta)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ApiError(meta.status, "UNEXPECTED_BODY", f"GET {path}: the body does not match the contract: {exc!r}",
-                           meta=meta, body=body) from exc
+            raise ApiError(
+                meta.status,
+                "UNEXPECTED_BODY",
+                f"GET {path}: the body does not match the contract: {exc!r}",
+                meta=meta,
+                body=body,
+            ) from exc
 
     # ------------------------------------------------------------------ endpoints
 
-    async def posts(self, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
-                    before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+    async def posts(
+        self,
+        where: PostFilter | None = None,
+        *,
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = None,
+        **filters: Unpack[PostFilterArgs],
+    ) -> Page:
         """GET /posts: newest first. ``after`` gives the posts right after the cursor (newer),
         ``before`` the older ones. ``where`` (a :class:`PostFilter`) or the same fields as
         keywords narrow the list; a keyword overrides the field of ``where``."""
@@ -191,17 +218,34 @@ class AsyncClient:
         """GET /languages."""
         return await self._get("/languages", LanguageList.from_dict)
 
-    async def search(self, q: str, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
-                     before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+    async def search(
+        self,
+        q: str,
+        where: PostFilter | None = None,
+        *,
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = None,
+        **filters: Unpack[PostFilterArgs],
+    ) -> Page:
         """GET /search: ranked best first; the /posts filters apply (``where`` or keywords)."""
         params = {"q": q} | page_params(lang, limit, after, before) | PostFilter.of(where, filters).params()
         return await self._get("/search", Page.from_dict, params)
 
     # ------------------------------------------------------------------ every page
 
-    def iter_posts(self, where: PostFilter | None = None, *, direction: Direction = "older", lang: str | None = None,
-                   after: Cursor = None, before: Cursor = None, limit: int | None = 50,
-                   **filters: Unpack[PostFilterArgs]) -> AsyncIterator[PostLean]:
+    def iter_posts(
+        self,
+        where: PostFilter | None = None,
+        *,
+        direction: Direction = "older",
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = 50,
+        **filters: Unpack[PostFilterArgs],
+    ) -> AsyncIterator[PostLean]:
         """Every post, page after page.
 
         ``direction="older"`` (default) starts at the newest post (or ``before``) and yields
@@ -216,9 +260,18 @@ class AsyncClient:
 
         return _iterate(fetch, direction, after, before)
 
-    def iter_search(self, q: str, where: PostFilter | None = None, *, direction: Direction = "older",
-                    lang: str | None = None, after: Cursor = None, before: Cursor = None, limit: int | None = 50,
-                    **filters: Unpack[PostFilterArgs]) -> AsyncIterator[PostLean]:
+    def iter_search(
+        self,
+        q: str,
+        where: PostFilter | None = None,
+        *,
+        direction: Direction = "older",
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = 50,
+        **filters: Unpack[PostFilterArgs],
+    ) -> AsyncIterator[PostLean]:
         """Every search result in rank order (``"older"``: best first), or in reverse rank
         order from the cursor ``after`` (``"newer"``)."""
         match = PostFilter.of(where, filters)

@@ -25,8 +25,17 @@ class ApiError(TickerwireError):
     status: int
     code: str
 
-    def __init__(self, status: int, code: str, message: str, *, field: str | None = None,
-                 retry_after: float | None = None, meta: ResponseMeta | None = None, body: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        retry_after: float | None = None,
+        meta: ResponseMeta | None = None,
+        body: Any = None,
+    ) -> None:
         super().__init__(f"{status} {code}: {message}" + (f" (field {field})" if field else ""))
         self.status = status
         self.code = code
@@ -112,12 +121,20 @@ _BY_CODE: dict[str, type[ApiError]] = {
 }
 
 _BY_STATUS: dict[int, type[ApiError]] = {
-    401: NotAuthenticated, 403: Forbidden, 404: NotFound, 409: InvalidState, 422: ValidationFailed,
-    429: Throttled, 500: InternalError, 503: ServiceUnavailable,
+    401: NotAuthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: InvalidState,
+    422: ValidationFailed,
+    429: Throttled,
+    500: InternalError,
+    503: ServiceUnavailable,
 }
 
 
-def error_from_response(status: int, body: Any, headers: Mapping[str, str], meta: ResponseMeta | None = None) -> ApiError:
+def error_from_response(
+    status: int, body: Any, headers: Mapping[str, str], meta: ResponseMeta | None = None
+) -> ApiError:
     """The exception for a 4xx/5xx; tolerates a body that is not the envelope."""
     envelope = body.get("error") if isinstance(body, Mapping) else None
     if not isinstance(envelope, Mapping):
@@ -129,5 +146,12 @@ def error_from_response(status: int, body: Any, headers: Mapping[str, str], meta
         retry_after = float(envelope["retry_after_sec"])
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else ClientError)
     field = envelope.get("field")
-    return cls(status, code, message, field=field if isinstance(field, str) else None,
-               retry_after=retry_after, meta=meta, body=body)
+    return cls(
+        status,
+        code,
+        message,
+        field=field if isinstance(field, str) else None,
+        retry_after=retry_after,
+        meta=meta,
+        body=body,
+    )

@@ -70,8 +70,9 @@ class PostFilter:
         return dataclasses.replace(where or cls(), **keywords)
 
 
-def page_params(lang: str | None = None, limit: int | None = None, after: int | str | None = None,
-                before: int | str | None = None) -> dict[str, str]:
+def page_params(
+    lang: str | None = None, limit: int | None = None, after: int | str | None = None, before: int | str | None = None
+) -> dict[str, str]:
     """The locale and paging parameters, ``None`` left out."""
     params = {"lang": lang, "limit": limit, "after": after, "before": before}
     return {k: str(v) for k, v in params.items() if v is not None}

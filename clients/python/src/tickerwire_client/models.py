@@ -92,7 +92,19 @@ _NAMED = frozenset({"slug", "name"})
 
 
 _LEAN = frozenset(
-    {"id", "slug", "published_at", "lang", "canonical_url", "title", "lede", "cover_image_url", "categories", "importance", "sentiment"}
+    {
+        "id",
+        "slug",
+        "published_at",
+        "lang",
+        "canonical_url",
+        "title",
+        "lede",
+        "cover_image_url",
+        "categories",
+        "importance",
+        "sentiment",
+    }
 )
 
 
@@ -230,8 +242,12 @@ class CategoryGroup:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CategoryGroup:
-        return cls(slug=d["slug"], name=d["name"], leaves=[NamedRef.from_dict(x) for x in d.get("leaves") or ()],
-                   extra=_extra(d, frozenset({"slug", "name", "leaves"})))
+        return cls(
+            slug=d["slug"],
+            name=d["name"],
+            leaves=[NamedRef.from_dict(x) for x in d.get("leaves") or ()],
+            extra=_extra(d, frozenset({"slug", "name", "leaves"})),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +260,11 @@ class CategoryTree:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> CategoryTree:
-        return cls(groups=[CategoryGroup.from_dict(g) for g in d.get("groups") or ()],
-                   extra=_extra(d, frozenset({"groups"})), meta=meta)
+        return cls(
+            groups=[CategoryGroup.from_dict(g) for g in d.get("groups") or ()],
+            extra=_extra(d, frozenset({"groups"})),
+            meta=meta,
+        )
 
     def leaves_of(self, slug: str) -> set[str]:
         """The leaf slugs a category filter ``slug`` matches (a group matches all its leaves)."""
@@ -267,7 +286,17 @@ class EcosystemRef:
 
 
 _TOKEN = frozenset(
-    {"ticker", "name", "logo_url", "post_count", "market_cap_rank", "exchange_listings", "categories", "genesis_date", "primary_ecosystem"}
+    {
+        "ticker",
+        "name",
+        "logo_url",
+        "post_count",
+        "market_cap_rank",
+        "exchange_listings",
+        "categories",
+        "genesis_date",
+        "primary_ecosystem",
+    }
 )
 
 
@@ -317,8 +346,13 @@ class TokenDetail(Token):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> TokenDetail:
-        return cls(**cls._token_kwargs(d), homepage_url=d["homepage_url"], description=d.get("description"),
-                   extra=_extra(d, _TOKEN | {"homepage_url", "description"}), meta=meta)
+        return cls(
+            **cls._token_kwargs(d),
+            homepage_url=d["homepage_url"],
+            description=d.get("description"),
+            extra=_extra(d, _TOKEN | {"homepage_url", "description"}),
+            meta=meta,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +363,11 @@ class TokenList:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> TokenList:
-        return cls(tokens=[Token.from_dict(t) for t in d.get("tokens") or ()], extra=_extra(d, frozenset({"tokens"})), meta=meta)
+        return cls(
+            tokens=[Token.from_dict(t) for t in d.get("tokens") or ()],
+            extra=_extra(d, frozenset({"tokens"})),
+            meta=meta,
+        )
 
 
 _LANGUAGE = frozenset({"code", "name", "native_name", "country_code", "direction", "is_default"})
@@ -349,8 +387,15 @@ class Language:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Language:
-        return cls(code=d["code"], name=d["name"], native_name=d["native_name"], country_code=d["country_code"],
-                   direction=Direction.parse(d["direction"]), is_default=bool(d["is_default"]), extra=_extra(d, _LANGUAGE))
+        return cls(
+            code=d["code"],
+            name=d["name"],
+            native_name=d["native_name"],
+            country_code=d["country_code"],
+            direction=Direction.parse(d["direction"]),
+            is_default=bool(d["is_default"]),
+            extra=_extra(d, _LANGUAGE),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,8 +406,11 @@ class LanguageList:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> LanguageList:
-        return cls(languages=[Language.from_dict(x) for x in d.get("languages") or ()],
-                   extra=_extra(d, frozenset({"languages"})), meta=meta)
+        return cls(
+            languages=[Language.from_dict(x) for x in d.get("languages") or ()],
+            extra=_extra(d, frozenset({"languages"})),
+            meta=meta,
+        )
 
     @property
     def default(self) -> Language | None:

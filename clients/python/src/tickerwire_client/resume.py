@@ -108,11 +108,20 @@ class ResumingStream:
     called when the server refuses the cursor (before the fallback gap-fill).
     """
 
-    def __init__(self, client: StreamSource, *, resume_from: ResumePoint | str | None = None,
-                 langs: Iterable[str] | None = None, tickers: Iterable[str] | str | None = None,
-                 categories: Iterable[str] | str | None = None, silence_timeout: float = 60.0,
-                 backoff_base: float = 0.5, backoff_cap: float = 30.0, connect_timeout: float = 10.0,
-                 on_refused: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: StreamSource,
+        *,
+        resume_from: ResumePoint | str | None = None,
+        langs: Iterable[str] | None = None,
+        tickers: Iterable[str] | str | None = None,
+        categories: Iterable[str] | str | None = None,
+        silence_timeout: float = 60.0,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        connect_timeout: float = 10.0,
+        on_refused: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.client = client
         self.position = resume_from if isinstance(resume_from, ResumePoint) else ResumePoint(resume_from)
         langs = [langs] if isinstance(langs, str) else (list(langs) if langs is not None else None)
@@ -213,7 +222,9 @@ class ResumingStream:
         if self.categories:
             params["categories"] = self.categories
         url = stream_endpoint(self.client.stream_url, self.client.key, params)
-        self._ws = ws = await asyncio.wait_for(open_socket(self.client, url, self.connect_timeout), self.connect_timeout)
+        self._ws = ws = await asyncio.wait_for(
+            open_socket(self.client, url, self.connect_timeout), self.connect_timeout
+        )
         ready = await self._receive(ws)
         if ready.get("type") != "ready" or "cursor" not in ready:
             raise _Reconnect(f"expected ready with a cursor, got {ready.get('type')!r}")
@@ -231,8 +242,12 @@ class ResumingStream:
         reason = ready.get("reason") or {}
         code, message = str(reason.get("code", "")), str(reason.get("message", ""))
         self.stats.refused += 1
-        log.warning("the stream refused the resume cursor (%s: %s); filling the gap with GET /posts?after= "
-                    "(posts the application already had may come again)", code, message)
+        log.warning(
+            "the stream refused the resume cursor (%s: %s); filling the gap with GET /posts?after= "
+            "(posts the application already had may come again)",
+            code,
+            message,
+        )
         if self.on_refused is not None:
             self.on_refused(code, message)
         langs = self.langs or [lang.code for lang in (await self.client.languages()).languages]

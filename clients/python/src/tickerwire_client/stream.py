@@ -48,7 +48,11 @@ log = logging.getLogger("tickerwire_client.stream")
 
 #: Close code the server uses when access changed while connected; the reason is the error code.
 CLOSE_ACCESS_REVOKED = 4003
-_REVOKED = {"NOT_AUTHENTICATED": NotAuthenticated, "WORKSPACE_SUSPENDED": WorkspaceSuspended, "BADGE_MISSING": BadgeMissing}
+_REVOKED = {
+    "NOT_AUTHENTICATED": NotAuthenticated,
+    "WORKSPACE_SUSPENDED": WorkspaceSuspended,
+    "BADGE_MISSING": BadgeMissing,
+}
 
 
 class _End:
@@ -80,8 +84,15 @@ class StreamSource(Protocol):
     @property
     def session(self) -> aiohttp.ClientSession: ...
 
-    async def posts(self, where: PostFilter | None = None, *, lang: str | None = None, after: int | str | None = None,
-                    before: int | str | None = None, limit: int | None = None) -> Page: ...
+    async def posts(
+        self,
+        where: PostFilter | None = None,
+        *,
+        lang: str | None = None,
+        after: int | str | None = None,
+        before: int | str | None = None,
+        limit: int | None = None,
+    ) -> Page: ...
 
     async def categories(self, *, lang: str | None = None) -> CategoryTree: ...
 
@@ -114,7 +125,9 @@ def bcp47_case(tag: str) -> str:
     parts = tag.split("-")
     out = [parts[0].lower()]
     for part in parts[1:]:
-        out.append(part.upper() if len(part) == 2 else part.title() if len(part) == 4 and part.isalpha() else part.lower())
+        out.append(
+            part.upper() if len(part) == 2 else part.title() if len(part) == 4 and part.isalpha() else part.lower()
+        )
     return "-".join(out)
 
 
@@ -125,7 +138,11 @@ def ended(ws: aiohttp.ClientWebSocketResponse, msg: aiohttp.WSMessage) -> None:
         code, reason = ws.close_code, msg.extra if isinstance(msg.extra, str) else ""
         if code == CLOSE_ACCESS_REVOKED:
             cls = _REVOKED.get(reason, Forbidden)
-            raise cls(401 if cls is NotAuthenticated else 403, reason or "ACCESS_REVOKED", "the stream was closed: access changed")
+            raise cls(
+                401 if cls is NotAuthenticated else 403,
+                reason or "ACCESS_REVOKED",
+                "the stream was closed: access changed",
+            )
         raise _Reconnect(f"closed by the server: {code} {reason}")
     if msg.type == aiohttp.WSMsgType.ERROR:
         raise _Reconnect(f"connection error: {ws.exception()!r}")
@@ -135,7 +152,10 @@ async def open_socket(client: StreamSource, url: str, connect_timeout: float) ->
     """The WebSocket of ``url``; a refused handshake raises its :class:`ApiError`."""
     try:
         return await client.session.ws_connect(
-            url, timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0), autoping=True, heartbeat=None,
+            url,
+            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=5.0),
+            autoping=True,
+            heartbeat=None,
             max_msg_size=4 * 1024 * 1024,
         )
     except aiohttp.WSServerHandshakeError as exc:
@@ -144,7 +164,9 @@ async def open_socket(client: StreamSource, url: str, connect_timeout: float) ->
         raise
 
 
-async def _refusal(client: StreamSource, url: str, exc: aiohttp.WSServerHandshakeError, connect_timeout: float) -> ApiError:
+async def _refusal(
+    client: StreamSource, url: str, exc: aiohttp.WSServerHandshakeError, connect_timeout: float
+) -> ApiError:
     """The refusal's JSON envelope (the server refuses without upgrading; aiohttp keeps only
     the status and headers, so the body is asked for again with a plain GET). A 429 at the
     handshake is always the workspace's connection limit: a plain GET cannot show it (the
@@ -152,13 +174,18 @@ async def _refusal(client: StreamSource, url: str, exc: aiohttp.WSServerHandshak
     if exc.status == 429:
         headers: Mapping[str, str] = exc.headers or {}
         retry_after = headers.get("Retry-After")
-        envelope: dict[str, str | int] = {"code": "STREAM_LIMIT_REACHED", "message": "the workspace holds its maximum of stream connections"}
+        envelope: dict[str, str | int] = {
+            "code": "STREAM_LIMIT_REACHED",
+            "message": "the workspace holds its maximum of stream connections",
+        }
         if retry_after is not None and retry_after.isdigit():
             envelope["retry_after_sec"] = int(retry_after)
         return error_from_response(429, {"error": envelope}, headers)
     body = None
     with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-        async with client.session.get(url.replace("ws", "http", 1), timeout=aiohttp.ClientTimeout(total=connect_timeout)) as resp:
+        async with client.session.get(
+            url.replace("ws", "http", 1), timeout=aiohttp.ClientTimeout(total=connect_timeout)
+        ) as resp:
             if resp.status == exc.status:
                 body = json.loads(await resp.read())
     return error_from_response(exc.status, body, exc.headers or {})
@@ -195,11 +222,22 @@ class PostStream:
       server_filters: send ``lang``/``tickers``/``categories`` to the stream (True).
     """
 
-    def __init__(self, client: StreamSource, *, langs: Iterable[str] | None = None, tickers: Iterable[str] | str | None = None,
-                 categories: Iterable[str] | str | None = None, start_after: int | dict[str, int] | None = None,
-                 silence_timeout: float = 60.0, reorder_window: float = 0.5, backoff_base: float = 0.5,
-                 backoff_cap: float = 30.0, connect_timeout: float = 10.0, queue_size: int = 1000,
-                 server_filters: bool = True) -> None:
+    def __init__(
+        self,
+        client: StreamSource,
+        *,
+        langs: Iterable[str] | None = None,
+        tickers: Iterable[str] | str | None = None,
+        categories: Iterable[str] | str | None = None,
+        start_after: int | dict[str, int] | None = None,
+        silence_timeout: float = 60.0,
+        reorder_window: float = 0.5,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        connect_timeout: float = 10.0,
+        queue_size: int = 1000,
+        server_filters: bool = True,
+    ) -> None:
         self.client = client
         langs = [langs] if isinstance(langs, str) else (list(langs) if langs is not None else None)
         # Locale codes are case-insensitive (BCP 47); posts carry them in the recommended case.
@@ -486,7 +524,9 @@ class PostStream:
                 except Throttled as exc:
                     self.stats.gap_fills_deferred += 1
                     wait = exc.retry_after if exc.retry_after is not None else 60.0
-                    log.warning("stream gap-fill refused (%s); the stream goes on, the gap is filled in %.0f s", exc, wait)
+                    log.warning(
+                        "stream gap-fill refused (%s); the stream goes on, the gap is filled in %.0f s", exc, wait
+                    )
                     for line_ in (self.lines[lang_] for lang_ in pending):
                         line_.abort_fill()  # pushes flow meanwhile; the fill stays owed
                     await asyncio.sleep(wait)

@@ -29,8 +29,8 @@ from .models import (
     TokenList,
 )
 from .ordering import StreamPost
-from .retry import RetryPolicy
 from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, ResumingStream
+from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions, StreamStats
 
 T = TypeVar("T")
@@ -96,8 +96,15 @@ class Client:
     its own in ``exc.meta``.
     """
 
-    def __init__(self, base_url: str, key: str, *, stream_url: str | None = None, retry: RetryPolicy | None = None,
-                 timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        key: str,
+        *,
+        stream_url: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 15.0,
+    ) -> None:
         self._thread = _LoopThread()
 
         async def make() -> AsyncClient:  # its session belongs to the private loop
@@ -110,8 +117,16 @@ class Client:
         """Retries made so far (429/503 or connection errors), for observability."""
         return self._async.retries
 
-    def posts(self, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
-              before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+    def posts(
+        self,
+        where: PostFilter | None = None,
+        *,
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = None,
+        **filters: Unpack[PostFilterArgs],
+    ) -> Page:
         """GET /posts (see :meth:`AsyncClient.posts`)."""
         return self._thread.run(self._async.posts(where, lang=lang, after=after, before=before, limit=limit, **filters))
 
@@ -143,24 +158,58 @@ class Client:
         """GET /languages."""
         return self._thread.run(self._async.languages())
 
-    def search(self, q: str, where: PostFilter | None = None, *, lang: str | None = None, after: Cursor = None,
-               before: Cursor = None, limit: int | None = None, **filters: Unpack[PostFilterArgs]) -> Page:
+    def search(
+        self,
+        q: str,
+        where: PostFilter | None = None,
+        *,
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = None,
+        **filters: Unpack[PostFilterArgs],
+    ) -> Page:
         """GET /search (see :meth:`AsyncClient.search`)."""
-        return self._thread.run(self._async.search(q, where, lang=lang, after=after, before=before, limit=limit, **filters))
+        return self._thread.run(
+            self._async.search(q, where, lang=lang, after=after, before=before, limit=limit, **filters)
+        )
 
-    def iter_posts(self, where: PostFilter | None = None, *, direction: Direction = "older", lang: str | None = None,
-                   after: Cursor = None, before: Cursor = None, limit: int | None = 50,
-                   **filters: Unpack[PostFilterArgs]) -> Iterator[PostLean]:
+    def iter_posts(
+        self,
+        where: PostFilter | None = None,
+        *,
+        direction: Direction = "older",
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = 50,
+        **filters: Unpack[PostFilterArgs],
+    ) -> Iterator[PostLean]:
         """Every post, page after page (see :meth:`AsyncClient.iter_posts`)."""
-        return self._thread.iterate(self._async.iter_posts(
-            where, direction=direction, lang=lang, after=after, before=before, limit=limit, **filters))
+        return self._thread.iterate(
+            self._async.iter_posts(
+                where, direction=direction, lang=lang, after=after, before=before, limit=limit, **filters
+            )
+        )
 
-    def iter_search(self, q: str, where: PostFilter | None = None, *, direction: Direction = "older",
-                    lang: str | None = None, after: Cursor = None, before: Cursor = None, limit: int | None = 50,
-                    **filters: Unpack[PostFilterArgs]) -> Iterator[PostLean]:
+    def iter_search(
+        self,
+        q: str,
+        where: PostFilter | None = None,
+        *,
+        direction: Direction = "older",
+        lang: str | None = None,
+        after: Cursor = None,
+        before: Cursor = None,
+        limit: int | None = 50,
+        **filters: Unpack[PostFilterArgs],
+    ) -> Iterator[PostLean]:
         """Every search result, page after page (see :meth:`AsyncClient.iter_search`)."""
-        return self._thread.iterate(self._async.iter_search(
-            q, where, direction=direction, lang=lang, after=after, before=before, limit=limit, **filters))
+        return self._thread.iterate(
+            self._async.iter_search(
+                q, where, direction=direction, lang=lang, after=after, before=before, limit=limit, **filters
+            )
+        )
 
     def stream(self, **options: Unpack[StreamOptions]) -> SyncPostStream:
         """A blocking :class:`PostStream`: ``with client.stream(...) as s: for item in s: ...``."""
@@ -192,6 +241,7 @@ def _next_item(thread: _LoopThread, stream: AsyncIterator[T]) -> T:
     """The next item of an async stream, for a blocking iterator over it."""
     if not thread.thread.is_alive():
         raise StopIteration  # the client was closed, and its streams with it (as with AsyncClient)
+
     async def one() -> T:
         return await stream.__anext__()
 
