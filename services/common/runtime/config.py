@@ -315,11 +315,15 @@ def describe() -> list[tuple[str, str]]:
 #: What each setting does, one line each, for ``tickerwire config --markdown`` (docs/configuration.md).
 MEANING = {
     "database_url": "PostgreSQL DSN (`postgresql://...`)",
+    "database_read_urls": "PostgreSQL streaming replicas the API reads from, comma-separated DSNs; empty: everything on the primary (docs/operations.md, Read replicas)",
+    "replica_max_lag_s": "a replica further behind the primary than this leaves the read rotation until it is back within a quarter of it",
     "kafka_bootstrap_servers": "Kafka bootstrap servers, comma-separated",
     "topic_prefix": "topic names are `<prefix>.posts.v1`, `.catalog.v1`, `.access.v1`",
     "host": "listen address of the partner ports",
     "api_port": "partner port of the API",
     "stream_port": "partner port of the stream",
+    "stream_compress": "accept permessage-deflate from stream clients that offer it (about 3.4x fewer bytes per delivery)",
+    "kafka_ssl_relax_x509": "on Python 3.13+, accept a private Kafka CA without keyUsage or key identifiers (clears VERIFY_X509_STRICT)",
     "admin_host": "listen address of the admin ports (`/healthz`, `/readyz`, `/metrics`)",
     "api_admin_port": "admin port of the API",
     "stream_admin_port": "admin port of the stream",
