@@ -43,9 +43,18 @@ class Stage:
         """Every command of every RUN, split at ``&&`` and ``;``, as argv lists."""
         out = []
         for run in self.all("RUN"):
-            for part in run.value[0].replace(";", "&&").split("&&"):
-                if part.strip():
-                    out.append(shlex.split(part))
+            lexer = shlex.shlex(run.value[0], posix=True, punctuation_chars=";&|")
+            lexer.whitespace_split = True
+            argv: list[str] = []
+            for token in lexer:  # quoted text stays one word, however many ; and && it holds
+                if token in ("&&", ";"):
+                    if argv:
+                        out.append(argv)
+                    argv = []
+                else:
+                    argv.append(token)
+            if argv:
+                out.append(argv)
         return out
 
 

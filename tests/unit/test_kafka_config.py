@@ -18,6 +18,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
+from tickerwire import services
 from tickerwire.services.common import kafka
 from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import BrokerUnavailable, ConfigError
@@ -157,7 +158,7 @@ async def test_every_consumer_the_product_builds_reads_committed_records_only():
     """Records of an aborted transaction are never read: every consumer is built by
     kafka.consumer (no other place constructs one), which sets read_committed and refuses
     another isolation level."""
-    package = Path(kafka.__file__).resolve().parents[2]
+    package = Path(services.__file__).resolve().parents[1]  # the repository root
     builders = []
     for path in sorted(p for part in ("services", "devstack", "schemas") for p in (package / part).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
