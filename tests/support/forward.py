@@ -41,12 +41,17 @@ class Forwarder:
         self._flowing.set()
 
     async def close(self) -> None:
+        # Stop accepting, then end every connection (each pipe closes its destination), and only
+        # then wait for the server: since Python 3.12.1 wait_closed() waits for the connections
+        # it accepted, so waiting first would wait for ever.
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         for pipe in list(self._pipes):
             pipe.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
