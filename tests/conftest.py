@@ -17,8 +17,8 @@ from typing import AsyncIterator, Iterator
 import pytest
 
 from tests.support import containers, timeouts
-from tests.support.containers import docker_available
 from tests.support.exclusive import held
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
 
@@ -61,7 +61,7 @@ def pg_dsn() -> Iterator[str]:
     """DSN of a PostgreSQL server (superuser) shared by the whole session."""
     if url := os.environ.get("TICKERWIRE_TEST_DATABASE_URL"):
         yield url
-    elif docker_available():
+    elif containers.docker_available():
         with containers.postgres() as dsn:
             yield dsn
     else:
@@ -73,14 +73,27 @@ def pg_dsn() -> Iterator[str]:
             shutil.rmtree(root, ignore_errors=True)
 
 
+#: The test stacks run their consumers with 2 s sessions (tests/support/stack.py), so that a
+#: killed member's partitions move on quickly; Kafka refuses sessions under 6 s by default.
+TEST_KAFKA_SETTINGS = {"group.min.session.timeout.ms": "1000"}
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    """Bootstrap address of a Kafka-protocol broker shared by the whole session."""
-    if servers := os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"):
-        yield servers
-    elif docker_available():
+    """Bootstrap address of the broker shared by the whole session (containers.broker_kind())."""
+    kind = containers.broker_kind()
+    if kind == "yours":
+        yield os.environ["TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"]
+    elif kind == "container":
         with containers.apache_kafka() as bootstrap:
             yield bootstrap
+    elif kind == "apache":
+        root = Path(tempfile.mkdtemp(prefix="tickerwire-test-kafka-"))
+        try:
+            with ApacheKafka(root, settings=TEST_KAFKA_SETTINGS) as broker:
+                yield broker.bootstrap_servers
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     else:
         with EmbeddedBroker() as broker:
             yield broker.bootstrap_servers

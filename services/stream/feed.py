@@ -179,16 +179,7 @@ class Feed:
     # ------------------------------------------------------------------ consuming
 
     async def _consume(self, consumer) -> None:
-        partitions = consumer.partitions_for_topic(self.topic)
-        while not partitions:
-            if self.topic in await consumer.topics():
-                # Created after this consumer started: its cached metadata never learns a topic it
-                # is not assigned yet, so a new consumer (whose start reads all topics) takes over.
-                if self._topic_missing_logged:
-                    log.warning("stream feed: topic %s exists now", self.topic)
-                self._topic_missing_since, self._topic_missing_logged = None, False
-                await asyncio.sleep(0.5)  # never a tight loop of new consumers, should the broker lag
-                return
+        while not (partitions := await kafka.partitions_of(consumer, self.topic)):
             if self._topic_missing_since is None:
                 self._topic_missing_since = time.monotonic()
             elif not self._topic_missing_logged and time.monotonic() - self._topic_missing_since >= TOPIC_WAIT_WARN_S:
@@ -199,6 +190,9 @@ class Feed:
                     self.topic,
                 )
             await asyncio.sleep(0.5)
+        if self._topic_missing_logged:
+            log.warning("stream feed: topic %s exists now", self.topic)
+        self._topic_missing_since, self._topic_missing_logged = None, False
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if not self._next:

@@ -14,6 +14,7 @@ import re
 from functools import cache
 from typing import Iterator
 
+from tickerwire.devstack.embedded import apache_kafka as local_kafka
 from tickerwire.devstack.embedded.ports import free_port
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"
@@ -32,13 +33,49 @@ def docker_available() -> bool:
     return True
 
 
+#: ``TICKERWIRE_TEST_BROKER=embedded`` runs the suites on the embedded Tansu broker even where
+#: Apache Kafka could start (``apache``, the default, falls back to Tansu and says why).
+BROKER_ENV = "TICKERWIRE_TEST_BROKER"
+
+
+@cache
+def broker_kind() -> str:
+    """The session's broker: ``yours`` (``TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS``, taken to be
+    Apache Kafka), ``container`` (apache/kafka in Docker), ``apache`` (Apache Kafka from Maven
+    Central as a local process) or ``embedded`` (Tansu)."""
+    if os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"):
+        return "yours"
+    if docker_available():
+        return "container"
+    if os.environ.get(BROKER_ENV, "apache") != "embedded" and local_kafka.available() is None:
+        return "apache"
+    return "embedded"
+
+
+def on_apache_kafka() -> bool:
+    """Whether the session's broker is Apache Kafka (what only a real Kafka proves can run)."""
+    return broker_kind() != "embedded"
+
+
+def why_not_apache_kafka() -> str:
+    """The reason a test that needs Apache Kafka skips, in one line."""
+    if os.environ.get(BROKER_ENV) == "embedded":
+        return f"needs Apache Kafka; the session runs on the embedded Tansu broker ({BROKER_ENV}=embedded)"
+    return f"needs Apache Kafka; the session runs on the embedded Tansu broker: {local_kafka.available()}"
+
+
 def engines() -> str:
     """Which servers this session uses, in words (also the reason the container tests skip)."""
-    kafka = "your Kafka" if os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS") else None
     pg = "your PostgreSQL" if os.environ.get("TICKERWIRE_TEST_DATABASE_URL") else None
+    kafka = {
+        "yours": "your Kafka",
+        "container": f"an {KAFKA_IMAGE} container",
+        "apache": f"Apache Kafka {local_kafka.version()} (local process)",
+        "embedded": "embedded Tansu broker",
+    }[broker_kind()]
     if docker_available():
-        return f"{pg or 'a PostgreSQL container'}, {kafka or f'an {KAFKA_IMAGE} container'}"
-    return f"{pg or 'embedded PostgreSQL'}, {kafka or 'embedded Tansu broker'} (no Docker engine reachable)"
+        return f"{pg or 'a PostgreSQL container'}, {kafka}"
+    return f"{pg or 'embedded PostgreSQL'}, {kafka} (no Docker engine reachable)"
 
 
 @contextlib.contextmanager

@@ -185,6 +185,17 @@ def consumer(config: Config, *topics: str, group_id: str | None, client_id: str,
     return AIOKafkaConsumer(*topics, **params)
 
 
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    """The partitions of ``topic`` as the cluster says now (empty while it does not exist).
+
+    Asked of the broker, not of the consumer's cached metadata: a consumer without a group
+    caches only the topics it was assigned, and its bootstrap asks for no topic at all on
+    Apache Kafka (an empty Metadata request of v1+ means "none"; Tansu answers with every
+    topic), so ``partitions_for_topic`` of a topic never assigned stays None there."""
+    cluster = await consumer._client.fetch_all_metadata()
+    return set(cluster.partitions_for_topic(topic) or ())
+
+
 def log_end(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
     """Where ``tp``'s readable log ends for this consumer, from its last fetch: the last stable
     offset (no record of an open transaction is readable past it), or the high watermark from

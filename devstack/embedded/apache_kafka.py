@@ -1,0 +1,298 @@
+"""A real Apache Kafka (one KRaft node: broker and controller in one JVM) run as a child process.
+
+The jars come from Maven Central: ``apache/pom.xml`` beside this file pins the version, and
+the first use resolves it with Maven into a cache outside the repository
+(``$TICKERWIRE_KAFKA_CACHE``, else ``$XDG_CACHE_HOME/tickerwire`` or ``~/.cache/tickerwire``),
+under a file lock so that parallel test workers resolve it once. ``$TICKERWIRE_KAFKA_LIBS``
+names a folder of jars to use instead (a Kafka distribution's ``libs/``).
+
+Unlike the embedded Tansu broker, the log is on disk in ``data_dir``: a second start on the
+same folder keeps every topic, offset, committed group offset and transaction. The node is
+formatted (``kafka.tools.StorageTool format``) only when the folder holds no formatted log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .broker import answers_kafka
+from .child import ChildServer
+from .errors import EmbeddedError
+from .ports import LOCALHOST, ensure_running, free_port, listens_on, pick_port, spawn
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent / "apache"
+POM = HERE / "pom.xml"
+LOG4J2 = HERE / "log4j2.properties"
+LIBS_ENV = "TICKERWIRE_KAFKA_LIBS"
+CACHE_ENV = "TICKERWIRE_KAFKA_CACHE"
+#: The JVM's heap: the broker of one node with a few hundred partitions needs little.
+HEAP = "-Xmx512m"
+START_TIMEOUT_S = 90.0
+RESOLVE_TIMEOUT_S = 600.0
+CLUSTER_ID = "dGlja2Vyd2lyZS1rYWZrYQ"  # 22 characters of URL-safe base64, as Kafka wants
+
+#: What the node is configured with beyond its ports and folder: one node, so every internal
+#: topic has one replica; few partitions for those topics, so the first group and the first
+#: transaction do not wait for 50 partitions to be created; groups form at once.
+SETTINGS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "4",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    # A node killed and restarted registers again once its old session expired (default 9 s).
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "1000",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "background.threads": "4",
+    "num.recovery.threads.per.data.dir": "1",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+}
+
+
+def version() -> str:
+    """The Kafka version ``apache/pom.xml`` pins."""
+    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
+    if found is None:
+        raise EmbeddedError(f"{POM} names no <kafka.version>")
+    return found.group(1)
+
+
+def cache_root() -> Path:
+    if override := os.environ.get(CACHE_ENV):
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tickerwire"
+
+
+def java() -> str:
+    """The ``java`` of ``$JAVA_HOME`` or PATH, checked to be 17 or newer (Kafka 4's minimum)."""
+    home = os.environ.get("JAVA_HOME")
+    binary = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not binary or not os.access(binary, os.X_OK):
+        raise EmbeddedError(
+            "Apache Kafka needs Java 17 or newer, and no java was found (install a JDK, e.g. "
+            "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME)"
+        )
+    try:
+        said = subprocess.run([binary, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmbeddedError(f"cannot run {binary} -version: {exc}") from None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', said)
+    major = int(found.group(1)) if found else 0
+    if major == 1 and found and found.group(2):  # "1.8.0": Java 8
+        major = int(found.group(2))
+    if major < 17:
+        raise EmbeddedError(f"Apache Kafka needs Java 17 or newer; {binary} is Java {major or '?'}")
+    return binary
+
+
+def classpath() -> str:
+    """The broker's classpath (``DIR/*``): ``$TICKERWIRE_KAFKA_LIBS``, else the cache, resolved
+    from Maven Central with ``mvn`` on first use."""
+    if override := os.environ.get(LIBS_ENV):
+        if not any(Path(override).glob("kafka_2.13-*.jar")):
+            raise EmbeddedError(f"{LIBS_ENV}={override} holds no kafka_2.13 jar")
+        return f"{override}/*"
+    libs = cache_root() / f"apache-kafka-{version()}" / "libs"
+    if not (libs / ".complete").exists():
+        _resolve(libs)
+    return f"{libs}/*"
+
+
+def _resolve(libs: Path) -> None:
+    """Copy the pom's runtime dependencies into ``libs`` (once, whoever gets the lock first)."""
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with open(libs.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be resolving: wait for it
+        if (libs / ".complete").exists():
+            return
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise EmbeddedError(
+                f"the Apache Kafka {version()} jars are not in {libs} and Maven is not installed to fetch them "
+                f"(install Maven, e.g. `apt-get install maven`, or set {LIBS_ENV} to a Kafka distribution's libs/)"
+            )
+        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=libs.parent))
+        argv = [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies"]
+        argv += ["-DincludeScope=runtime", f"-DoutputDirectory={staging}"]
+        log.info("fetching the Apache Kafka %s jars from Maven Central into %s", version(), libs)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise EmbeddedError(f"cannot fetch the Apache Kafka jars with Maven: {exc}") from None
+        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+            shutil.rmtree(staging, ignore_errors=True)
+            said = [line for line in (done.stdout + done.stderr).splitlines() if "ERROR" in line or "FATAL" in line]
+            raise EmbeddedError("cannot fetch the Apache Kafka jars with Maven: " + " / ".join(said[:3]))
+        (staging / ".complete").touch()
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+
+
+def available() -> str | None:
+    """None when an Apache Kafka can be started here (Java 17+, and the jars or Maven to fetch
+    them), else the reason it cannot, in one line."""
+    try:
+        java()
+        if (
+            not os.environ.get(LIBS_ENV)
+            and not (cache_root() / f"apache-kafka-{version()}" / "libs" / ".complete").exists()
+        ):
+            if shutil.which("mvn") is None:
+                raise EmbeddedError(
+                    f"the Apache Kafka {version()} jars are not cached and Maven is not installed to fetch them"
+                )
+    except EmbeddedError as exc:
+        return str(exc)
+    return None
+
+
+class ApacheKafka(ChildServer):
+    """One Apache Kafka node on ``127.0.0.1:port`` with its log in ``data_dir``.
+
+    ``start()`` returns the bootstrap address once the node logged that it started and answers
+    a Kafka request; ``stop()`` (SIGINT: a controlled shutdown, SIGKILL after 10 s) is idempotent.
+    ``kill()`` is SIGKILL, for fault tests; a later ``start()`` recovers the same log.
+    """
+
+    label = "Apache Kafka"
+
+    def __init__(
+        self, data_dir: Path, port: int | None = None, log_path: Path | None = None, settings: dict | None = None
+    ) -> None:
+        super().__init__(port)
+        self._data_dir = Path(data_dir).absolute()
+        self._log_path = Path(log_path).absolute() if log_path else self._data_dir / "kafka.log"
+        self._settings = {**SETTINGS, **(settings or {})}
+        self._controller_port: int | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_path
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self._port is None:
+            raise EmbeddedError("Apache Kafka has no port yet; call start() first")
+        return f"{LOCALHOST}:{self._port}"
+
+    def start(self) -> str:
+        if self.running():
+            return self.bootstrap_servers
+        started = time.monotonic()
+        binary, cp = java(), classpath()
+        # A restart keeps the port it had, so clients that know the address find it again.
+        self._port = pick_port(self._port, "Apache Kafka")
+        self._controller_port = free_port()
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        properties = self._write_properties()
+        if not (self._data_dir / "log" / "meta.properties").exists():
+            self._format(binary, cp, properties)
+        self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
+        log.info(
+            "Apache Kafka %s ready on %s (pid %d) in %.1fs",
+            version(),
+            self.bootstrap_servers,
+            self.pid,
+            time.monotonic() - started,
+        )
+        return self.bootstrap_servers
+
+    def kill(self) -> None:
+        """SIGKILL the node (no controlled shutdown); its log stays for the next ``start()``."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=30)
+        self.stop()
+
+    def _write_properties(self) -> Path:
+        settings = {
+            **self._settings,
+            "listeners": f"PLAINTEXT://{LOCALHOST}:{self._port},CONTROLLER://{LOCALHOST}:{self._controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{LOCALHOST}:{self._port}",
+            "controller.quorum.voters": f"1@{LOCALHOST}:{self._controller_port}",
+            "log.dirs": str(self._data_dir / "log"),
+        }
+        path = self._data_dir / "server.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
+
+    def _jvm(self, binary: str, cp: str) -> list[str]:
+        return [
+            binary,
+            HEAP,
+            "-Xms128m",
+            "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={LOG4J2}",
+            f"-Dkafka.logs.dir={self._data_dir}",
+            "-cp",
+            cp,
+        ]
+
+    def _format(self, binary: str, cp: str, properties: Path) -> None:
+        argv = self._jvm(binary, cp) + ["kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(properties)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EmbeddedError(f"cannot format the Kafka log in {self._data_dir}: {exc}") from None
+        if done.returncode != 0:
+            said = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            raise EmbeddedError(f"cannot format the Kafka log in {self._data_dir}: " + " / ".join(said))
+
+    def _launch(self, binary: str, cp: str, properties: Path) -> None:
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self._log_path, "a+b")
+        self._log_start = self._log_file.seek(0, os.SEEK_END)
+        log.info("starting Apache Kafka on %s, log %s", self.bootstrap_servers, self._data_dir / "log")
+        try:
+            self._process = spawn(self._jvm(binary, cp) + ["kafka.Kafka", str(properties)], log_file=self._log_file)
+        except OSError as exc:
+            self.stop()
+            raise EmbeddedError(f"cannot run {binary}: {exc}") from exc
+
+    def _wait_ready(self) -> None:
+        """Until the node says it started (its own log line, this start's part of the file) and
+        answers a Kafka request on the port it holds."""
+        assert self._process is not None and self._port is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (self._said_started() and self._serving()):
+            ensure_running(self._process, "Apache Kafka")
+            if time.monotonic() >= deadline:
+                raise EmbeddedError(f"Apache Kafka did not start on port {self._port} within {START_TIMEOUT_S:.0f}s")
+            time.sleep(0.1)
+
+    def _said_started(self) -> bool:
+        with open(self._log_path, "rb") as file:
+            file.seek(self._log_start)
+            return b"Kafka Server started" in file.read()
+
+    def _serving(self) -> bool:
+        assert self._process is not None and self._port is not None
+        return listens_on(self._process.pid, self._port) is not False and answers_kafka(LOCALHOST, self._port)
