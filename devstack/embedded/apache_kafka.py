@@ -58,6 +58,9 @@ SETTINGS = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
+    # Topics are created as declared (`tickerwire topics ensure`), never by a client's metadata
+    # request with the broker's defaults (not compacted, one partition): docs/operations.md.
+    "auto.create.topics.enable": "false",
     # A node killed and restarted registers again once its old session expired (default 9 s).
     "broker.session.timeout.ms": "4000",
     "broker.heartbeat.interval.ms": "1000",

@@ -87,6 +87,12 @@ class ProjectorMetrics:
         )
         self._newest_emitted: datetime | None = None
         self.newest_event_age.set_function(self._newest_age)
+        self.group_joining = Gauge(
+            "tickerwire_projector_group_joining_seconds",
+            "How long this projector's consumer-group join (or rejoin) has been under way, at scrape time; "
+            "0 while it is a member with its partitions assigned",
+            registry=r,
+        )
         self.retries = Counter("tickerwire_projector_retries_total", "Transient failures retried", ["what"], registry=r)
         self.sweeps = Counter("tickerwire_projector_badge_sweeps_total", "Badge sweeper ticks", registry=r)
 

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import time
+from typing import Any, Coroutine
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 
 KAFKA_COMMIT_INTERVAL_S = 2.0
+#: How often the consume loop's watcher looks at the consumer-group join.
+JOIN_WATCH_EVERY_S = 1.0
 
 #: Errors that say a record's data is unacceptable to the read model (SQLSTATE classes 22
 #: and 23). Anything else (connection, schema, locks) is retried, never set aside.
@@ -50,6 +53,7 @@ class _SeekToStored(ConsumerRebalanceListener):
 
     async def on_partitions_revoked(self, revoked) -> None:
         log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
+        self.projector.membership.joining()  # aiokafka calls this as a (re)join begins
         for tp in revoked:  # another process reports them now
             self.projector.stored_positions.pop(tp, None)
             self.projector._settled.pop(tp, None)
@@ -60,7 +64,38 @@ class _SeekToStored(ConsumerRebalanceListener):
                     pass
 
     async def on_partitions_assigned(self, assigned) -> None:
+        self.projector.membership.joined()  # the join completed (assigned may be empty: a spare member)
         await self.projector.seek_to_stored(list(assigned))
+
+
+class GroupJoinStalled(KafkaError):
+    """A consumer-group join did not complete within ``projector_group_join_timeout_s``."""
+
+
+class Membership:
+    """Where this projector's consumer stands in its group: joining since when, or joined.
+
+    A join that does not complete (a group coordinator that never answers, a broker paused, a
+    wedged rebalance) fetches nothing and raises nothing: aiokafka keeps trying in the
+    background while every fetch returns empty. This makes it a stall like any other."""
+
+    def __init__(self, metrics: ProjectorMetrics) -> None:
+        self.since: float | None = None
+        metrics.group_joining.set_function(self.joining_for)
+
+    def joining(self) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+
+    def new_consumer(self) -> None:
+        """A new consumer starts its join now (a replaced one's time is not held against it)."""
+        self.since = time.monotonic()
+
+    def joined(self) -> None:
+        self.since = None
+
+    def joining_for(self) -> float:
+        return 0.0 if self.since is None else time.monotonic() - self.since
 
 
 class Projector:
@@ -106,6 +141,7 @@ class Projector:
         self._ends: dict[TopicPartition, int] = {}
         #: Partitions with a batch being applied (their stored position may move meanwhile).
         self._applying: set[TopicPartition] = set()
+        self.membership = Membership(metrics)
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -363,15 +399,19 @@ class Projector:
             self.consumer = kafka.consumer(
                 self.config,
                 group_id=self.config.projector_group,
+                group_instance_id=self.config.projector_group_instance_id or None,
                 client_id=self.client_id,
                 max_poll_records=self.config.projector_batch_max,
             )
             self.consumer.subscribe(projector_topics(self.config), listener=_SeekToStored(self))
-            committer = None
+            self.membership.new_consumer()
             try:
-                await self.consumer.start()
-                committer = asyncio.create_task(self._commit_forever(), name="kafka-commit")
-                await self._loop()
+                await self._watching_the_join(self._start_and_loop())
+            except GroupJoinStalled as exc:
+                log.error("%s; replacing the consumer", exc)
+                self._failed(str(exc), None)
+                self.metrics.retries.labels("group_join").inc()
+                await asyncio.sleep(self.backoff.delay())
             except KafkaError as exc:
                 self._failed(f"broker error: {type(exc).__name__}: {exc}", "broker error, reconnecting")
                 self.metrics.retries.labels("broker").inc()
@@ -384,12 +424,36 @@ class Projector:
                 self.metrics.retries.labels("loop").inc()
                 await asyncio.sleep(self.backoff.delay())
             finally:
-                if committer is not None:
-                    committer.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await committer
                 await self._probe.close()
                 await kafka.stop_consumer(self.consumer)
+
+    async def _watching_the_join(self, consume: Coroutine[Any, Any, None]) -> None:
+        """Run the consume loop while watching the consumer-group join: aiokafka's fetch waits
+        for an assignment whatever its timeout, so a join that does not complete would hold the
+        loop without a word. One that passes ``projector_group_join_timeout_s`` ends the loop
+        with :class:`GroupJoinStalled` (the consumer is then replaced)."""
+        task = asyncio.create_task(consume, name="projector-consume")
+        try:
+            while not task.done():
+                await asyncio.wait([task], timeout=JOIN_WATCH_EVERY_S)
+                if not task.done() and (cause := self.join_stalled()) is not None:
+                    raise GroupJoinStalled(cause)
+            task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=JOIN_WATCH_EVERY_S * 10)
+
+    async def _start_and_loop(self) -> None:
+        assert self.consumer is not None
+        await self.consumer.start()
+        committer = asyncio.create_task(self._commit_forever(), name="kafka-commit")
+        try:
+            await self._loop()
+        finally:
+            committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await committer
 
     async def _loop(self) -> None:
         assert self.consumer is not None
@@ -419,9 +483,24 @@ class Projector:
             self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
             self._recovered()
 
+    def join_stalled(self) -> str | None:
+        """Why the consumer-group join counts as stalled, or None while it is not."""
+        joining_for = self.membership.joining_for()
+        if joining_for < self.config.projector_group_join_timeout_s:
+            return None
+        coordinator = getattr(getattr(self.consumer, "_coordinator", None), "coordinator_id", None)
+        return (
+            f"the join of consumer group {self.config.projector_group!r} has not completed for {joining_for:.0f} s "
+            f"(group coordinator: {'unknown' if coordinator is None else f'broker {coordinator}'}; "
+            f"brokers {self.config.kafka_bootstrap_servers})"
+        )
+
     def consuming(self, stall_s: float) -> tuple[bool, str]:
         """Readiness: caught up once since start, and fetching within ``stall_s``; when not,
-        with the cause: the consume loop's last failure, or an operation being retried."""
+        with the cause: a consumer-group join that does not complete, the consume loop's last
+        failure, or an operation being retried."""
+        if (stalled := self.join_stalled()) is not None:
+            return False, stalled
         cause = self.fault or self.failing.causes()
         because = f" ({cause})" if cause else ""
         if not self.caught_up.is_set():

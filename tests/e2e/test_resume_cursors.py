@@ -24,9 +24,9 @@ import orjson
 import pytest
 
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
+from tests.support.topics import recreate_topic
 from tests.support.ws import accepted
 from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
-from tickerwire.services.common import kafka
 from tickerwire.services.projector.accept import accept_log
 from tickerwire.services.projector.rebuild import rebuild
 from tickerwire.services.readmodel import cursors
@@ -491,10 +491,7 @@ async def test_a_reset_log_refuses_old_cursors_with_their_code_never_a_silent_ga
         await follower.disconnect()
         old = follower.cursor
         # The posts topic is deleted and created again: a new, empty log.
-        async with kafka.started_admin(stack.config) as admin:
-            await admin.delete_topics([f"{prefix}.posts.v1"])
-        await asyncio.sleep(0.5)
-        await kafka.ensure_topics(stack.config)
+        await recreate_topic(stack.config, f"{prefix}.posts.v1")
         stack.marks.clear()
         await stack.publish([post_event(50, 1, ["en-US"])])
         await asyncio.sleep(1.5)  # the projector sees the discontinuity and stops

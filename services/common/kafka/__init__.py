@@ -432,9 +432,28 @@ async def ensure_topics(config: Config) -> list[str]:
                 )
             else:
                 created.append(decl.name)
+        await _until_listed(client, created, config)
     for name in created:
         log.info("created topic %s", name)
     return created
+
+
+#: How long a created topic may take to appear in the cluster's metadata.
+CREATED_VISIBLE_S = 15.0
+
+
+async def _until_listed(client: AIOKafkaAdminClient, names: list[str], config: Config) -> None:
+    """Wait until the topics just created are in the cluster's metadata: Apache Kafka answers
+    CreateTopics before every broker's metadata has them, so a check (or a consumer) asking at
+    once would find them missing."""
+    deadline = asyncio.get_running_loop().time() + CREATED_VISIBLE_S
+    while names and not set(names) <= set(await client.list_topics()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise BrokerUnavailable(
+                f"topics {', '.join(names)} were created at {config.kafka_bootstrap_servers} but are not in its "
+                f"metadata after {CREATED_VISIBLE_S:g} s"
+            )
+        await asyncio.sleep(0.1)
 
 
 def _topic_errors(response) -> list[tuple[str, int, str | None]]:

@@ -79,6 +79,12 @@ class Config:
     kafka_heartbeat_interval_ms: int = 3_000
     kafka_fetch_max_wait_ms: int = 50
     projector_group: str = "tickerwire-projector"
+    #: Static membership (KIP-345): a restarted projector with the same id takes its partitions
+    #: back at once instead of after the session timeout. Stable per replica, unique in the group.
+    projector_group_instance_id: str = ""
+    #: A consumer-group join (or rejoin) not complete within this is a stall: named by readiness,
+    #: an ERROR line and a metric, and the consumer is replaced.
+    projector_group_join_timeout_s: float = 30.0
     projector_batch_max: int = 2_000
     sweep_interval_s: float = 3600.0
     projector_log_check_interval_s: float = 10.0
@@ -342,6 +348,11 @@ MEANING = {
     "kafka_heartbeat_interval_ms": "consumer heartbeat interval",
     "kafka_fetch_max_wait_ms": "longest wait of a fetch for more records",
     "projector_group": "consumer group of the projectors",
+    "projector_group_instance_id": "static membership in the group (KIP-345): a stable id per projector replica, "
+    "unique in the group (a pod or host name); a restarted projector takes its partitions back at once instead of "
+    "after the session timeout, and a planned stop leaves the group at once; empty: dynamic membership",
+    "projector_group_join_timeout_s": "a consumer-group join not complete within this is a stall: readiness names it, "
+    "an ERROR line, `tickerwire_projector_group_joining_seconds`; the consumer is then replaced",
     "projector_batch_max": "records per fetch of the projector",
     "sweep_interval_s": "badge sweeper tick",
     "projector_log_check_interval_s": "how often stored positions are compared with the log's offsets (2 under `up`)",
