@@ -30,7 +30,7 @@ from aiokafka.errors import KafkaError
 
 from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
-from tests.support.producers import Raw, librdkafka
+from tests.support.producers import Raw, java_producer, java_unavailable, kafkajs, kafkajs_unavailable, librdkafka
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import session
 from tickerwire.schemas.models import encode_event, entity_key
@@ -102,6 +102,8 @@ class World:
     pushed: collections.Counter = field(default_factory=collections.Counter)
     #: Seconds from the last publish until every post to serve was served.
     took: float = 0.0
+    #: producer -> why its cases did not run (its runtime is missing here).
+    missing: dict[str, str] = field(default_factory=dict)
 
     @property
     def api(self) -> str:
@@ -190,6 +192,8 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
             await (await producer.send(topic, value=r.value, key=r.key))
             await (producer.commit_transaction() if outcome == "commit" else producer.abort_transaction())
         (served if outcome == "commit" else never)[f"aiokafka transaction {outcome}ed"] = [post_id]
+    if HONOURS_ABORTS:
+        await _publish_foreign(world, bootstrap, topic)
     async with kafka.started_producer(config) as producer:
         r = raw(261)
         await (await producer.send(topic, value=r.value, key=r.key, headers=[("source", b"compat")]))
@@ -202,6 +206,36 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
         else:
             await (await producer.send(topic, value=r.value, key=None))
             served["aiokafka null key"] = [271]
+
+
+#: The foreign producers' cases: (producer, mode, codec) -> the case's name and its posts.
+JAVA_CASES = {
+    ("plain", "none"): ("java defaults (idempotent, acks=all)", [501, 502, 503]),
+    ("plain", "zstd"): ("java zstd", [511, 512, 513]),
+    ("commit", "none"): ("java transaction committed", [521, 522]),
+    ("abort", "none"): ("java transaction aborted", [531, 532]),
+}
+KAFKAJS_CASES = {
+    ("idempotent", "none"): ("kafkajs idempotent", [601, 602, 603]),
+    ("idempotent", "gzip"): ("kafkajs idempotent gzip", [611, 612]),
+    ("commit", "none"): ("kafkajs transaction committed", [621, 622]),
+    ("abort", "none"): ("kafkajs transaction aborted", [631, 632]),
+}
+
+
+async def _publish_foreign(world: World, bootstrap: str, topic: str) -> None:
+    """Kafka's Java producer and KafkaJS, where they can run (Apache Kafka only: Tansu refuses
+    KafkaJS's InitProducerId and serves aborted transactions)."""
+    for who, unavailable, publish, cases in (
+        ("java", java_unavailable(), java_producer, JAVA_CASES),
+        ("kafkajs", kafkajs_unavailable(), kafkajs, KAFKAJS_CASES),
+    ):
+        if unavailable is not None:
+            world.missing[who] = unavailable
+            continue
+        for (mode, codec), (case, ids) in cases.items():
+            await publish(bootstrap, topic, [raw(i) for i in ids], mode, codec)
+            (world.never if mode == "abort" else world.served)[case] = ids
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +283,20 @@ async def test_an_aborted_transactions_post_is_never_served_nor_pushed(world: Wo
         for case, ids in world.never.items():
             assert [await world.status(http, i) for i in ids] == [404] * len(ids), case
             assert not any(world.pushed[i] for i in ids), case
+
+
+@pytest.mark.skipif(not HONOURS_ABORTS, reason=why_not_apache_kafka())
+@pytest.mark.parametrize("who, cases", [("java", JAVA_CASES), ("kafkajs", KAFKAJS_CASES)], ids=["java", "kafkajs"])
+async def test_kafkas_java_producer_and_kafkajs_publish_posts_served_and_pushed_once(world: World, who, cases):
+    """Idempotent by default, compressed, and in transactions: committed posts served and pushed
+    once, aborted ones never (the producer's own defaults, as a platform team runs it)."""
+    if who in world.missing:
+        pytest.skip(world.missing[who])
+    async with aiohttp.ClientSession() as http:
+        for (mode, _), (case, ids) in cases.items():
+            want_status, want_pushes = (404, 0) if mode == "abort" else (200, 1)
+            assert [await world.status(http, i) for i in ids] == [want_status] * len(ids), case
+            assert [world.pushed[i] for i in ids] == [want_pushes] * len(ids), case
 
 
 async def test_a_schema_registry_framed_value_is_a_dead_letter_naming_the_framing(world: World):

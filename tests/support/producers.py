@@ -1,11 +1,17 @@
-"""Publishing as other teams' producers do: librdkafka (the ``confluent-kafka`` package, the
-client behind most non-Java producers) with its ordinary settings, records given raw."""
+"""Publishing as other teams' producers do, records given raw: librdkafka (the ``confluent-kafka``
+package, the client behind most non-Java producers) with its ordinary settings, Kafka's own Java
+producer (kafka-clients) and KafkaJS (tests/compat/producers/)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
+
+from tickerwire.devstack.embedded import apache_kafka
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +70,62 @@ async def librdkafka(
     ``transaction`` says so (``settings`` then needs a ``transactional.id``). Returns the
     (partition, offset) of each record delivered."""
     return await asyncio.to_thread(_produce, bootstrap, topic, records, settings, transaction)
+
+
+#: The foreign producers' programs (tests/compat/producers/).
+_PROGRAMS = Path(__file__).parents[1] / "compat" / "producers"
+
+
+def _lines(records: Sequence[Raw]) -> bytes:
+    """KEY<TAB>VALUE lines for the foreign producers (keys are text; values one line of JSON)."""
+    for r in records:
+        assert r.key is not None and r.value is not None and b"\n" not in r.value and b"\t" not in r.key
+    return b"".join(r.key + b"\t" + r.value + b"\n" for r in records)  # type: ignore[operator]
+
+
+def java_unavailable() -> str | None:
+    """Why Kafka's Java producer cannot run here, or None."""
+    return apache_kafka.available()
+
+
+async def java_producer(
+    bootstrap: str, topic: str, records: Sequence[Raw], mode: str = "plain", codec: str = "none"
+) -> None:
+    """Publish with Kafka's own Java producer (kafka-clients, from the broker's classpath) and its
+    defaults (idempotent, acks=all); ``mode`` plain, commit or abort (one transaction)."""
+    argv = [apache_kafka.java(), "-cp", apache_kafka.classpath(), str(_PROGRAMS / "Publish.java")]
+    await _run(argv + [bootstrap, topic, mode, codec], _lines(records), "Kafka's Java producer")
+
+
+def kafkajs_unavailable() -> str | None:
+    """Why KafkaJS cannot run here, or None."""
+    from tests.support.fieldtools import node_tools
+
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not (node_tools() / "node_modules" / "kafkajs" / "package.json").exists():
+        return f"npm package kafkajs is not installed in {node_tools()} (.ci/run installs it)"
+    return None
+
+
+async def kafkajs(
+    bootstrap: str, topic: str, records: Sequence[Raw], mode: str = "idempotent", codec: str = "none"
+) -> None:
+    """Publish with KafkaJS: ``mode`` idempotent, commit or abort (one transaction)."""
+    from tests.support.fieldtools import node_tools
+
+    env = {**os.environ, "TICKERWIRE_NODE_MODULES": str(node_tools() / "node_modules")}
+    argv = ["node", str(_PROGRAMS / "publish.mjs"), bootstrap, topic, mode, codec]
+    await _run(argv, _lines(records), "KafkaJS", env)
+
+
+async def _run(argv: list[str], stdin: bytes, who: str, env: dict[str, str] | None = None) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(stdin), timeout=120)
+    except TimeoutError:
+        proc.kill()
+        raise AssertionError(f"{who} did not finish within 120 s") from None
+    assert proc.returncode == 0 and b"delivered" in out, f"{who} failed ({proc.returncode}): {out.decode()[-2000:]}"
