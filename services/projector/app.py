@@ -15,6 +15,7 @@ from aiohttp import web
 
 from ..common.db import CONNECT_POSTGRES, create_pool, storage_errors
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
+from ..common.kafka.watch import watch_broker
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.config import Config
@@ -80,6 +81,7 @@ def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.A
     app.cleanup_ctx.append(projector_ctx)
     supervisor = supervisor_of(app)
     app.cleanup_ctx.append(supervisor.task("consume", _consume))
+    app.cleanup_ctx.append(supervisor.task("broker-watch", lambda a: watch_broker(config, failing_of(a))))
     app.cleanup_ctx.append(
         supervisor.task("sweeper", lambda a: run_sweeper(a[POOL], config.sweep_interval_s, a[METRICS]))
     )

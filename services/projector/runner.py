@@ -142,6 +142,9 @@ class Projector:
         #: Partitions with a batch being applied (their stored position may move meanwhile).
         self._applying: set[TopicPartition] = set()
         self.membership = Membership(metrics)
+        #: Per partition, how many times this process stored a position (a log check that read
+        #: the positions before one of them compares nothing for that partition).
+        self._writes: dict[TopicPartition, int] = {}
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -182,6 +185,7 @@ class Projector:
         self._checked_at = time.monotonic()
         if not tps:
             return
+        writes = dict(self._writes)
         stored = await self._stored_offsets(tps)
         suspected = await find_discontinuities(
             self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
@@ -207,8 +211,8 @@ class Projector:
             self.consumer.pause(tp)
             self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(1)
         for tp in tps:
-            if tp in suspected:
-                continue
+            if tp in suspected or self._writes.get(tp, 0) != writes.get(tp, 0):
+                continue  # a batch applied meanwhile (the consume loop runs beside a rebalance): read again next time
             offset = stored.get((tp.topic, tp.partition), 0)
             if tp in self.stopped:
                 log.warning(
@@ -329,6 +333,7 @@ class Projector:
 
     def _stored(self, tp: TopicPartition, position: int) -> None:
         self.stored_positions[tp] = position
+        self._writes[tp] = self._writes.get(tp, 0) + 1
         self.metrics.position.labels(tp.topic, str(tp.partition)).set(position)
 
     async def set_aside(self, bad: kafka.Undecodable) -> None:

@@ -24,6 +24,7 @@ from ..common.http.envelope import envelope
 from ..common.http.keys import authorization, bearer_key
 from ..common.http.requestlog import WORKSPACE_KEY, add_request_log
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
+from ..common.kafka.watch import watch_broker
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.config import Config
@@ -299,6 +300,7 @@ def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Appl
         app.cleanup_ctx.append(supervisor.task("replicas", lambda a: a[REPLICAS].run(a[POOL])))
     app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))
     app.cleanup_ctx.append(supervisor.task("feed", lambda a: a[FEED].run()))
+    app.cleanup_ctx.append(supervisor.task("broker-watch", lambda a: watch_broker(config, failing_of(a))))
     app.cleanup_ctx.append(supervisor.task("pinger", _pinger))
     app.cleanup_ctx.append(supervisor.task("leases", lambda a: a[LEASES].run(_on_lease_lost(a[HUB]))))
     app.cleanup_ctx.append(
