@@ -17,6 +17,7 @@ from typing import AsyncIterator, Iterator
 import pytest
 
 from tests.support import containers, timeouts
+from tests.support.brokers import SessionBroker
 from tests.support.exclusive import held
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
@@ -79,24 +80,37 @@ TEST_KAFKA_SETTINGS = {"group.min.session.timeout.ms": "1000"}
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """Bootstrap address of the broker shared by the whole session (containers.broker_kind())."""
+def session_broker() -> Iterator[SessionBroker]:
+    """The broker shared by the whole session (containers.broker_kind()), watched between tests."""
     kind = containers.broker_kind()
     if kind == "yours":
-        yield os.environ["TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"]
+        yield SessionBroker(os.environ["TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"])
     elif kind == "container":
         with containers.apache_kafka() as bootstrap:
-            yield bootstrap
+            yield SessionBroker(bootstrap)
     elif kind == "apache":
         root = Path(tempfile.mkdtemp(prefix="tickerwire-test-kafka-"))
         try:
             with ApacheKafka(root, settings=TEST_KAFKA_SETTINGS) as broker:
-                yield broker.bootstrap_servers
+                yield SessionBroker(broker.bootstrap_servers, broker)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     else:
         with EmbeddedBroker() as broker:
-            yield broker.bootstrap_servers
+            yield SessionBroker(broker.bootstrap_servers, broker)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(session_broker: SessionBroker) -> str:
+    """Bootstrap address of the broker shared by the whole session."""
+    return session_broker.bootstrap
+
+
+@pytest.fixture(autouse=True)
+def _broker_answers(request: pytest.FixtureRequest) -> None:
+    """Before a test that uses the session's broker: it answers, or it is restarted (tests/support/brokers.py)."""
+    if "kafka_bootstrap" in request.fixturenames:
+        request.getfixturevalue("session_broker").ensure_answering()
 
 
 @pytest.fixture

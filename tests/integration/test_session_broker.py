@@ -1,0 +1,30 @@
+"""The test session's broker watch (tests/support/brokers.py): a frozen broker is restarted
+before the next test instead of failing every later test of its worker after long timeouts."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.support.brokers import SessionBroker
+from tickerwire.devstack.embedded.broker import EmbeddedBroker
+
+
+def test_a_broker_that_stops_answering_is_restarted_on_its_port():
+    broker = EmbeddedBroker().__enter__()
+    watched = SessionBroker(broker.bootstrap_servers, broker)
+    try:
+        watched.ensure_answering()
+        assert watched.restarts == 0
+        os.kill(broker.pid, signal.SIGSTOP)  # frozen: accepts connections, answers nothing
+        assert not watched.answers()
+        with pytest.warns(UserWarning, match="stopped answering Kafka requests; restarting it"):
+            watched.ensure_answering()
+        assert watched.restarts == 1 and watched.answers()
+        assert watched.server is not None and watched.server.bootstrap_servers == watched.bootstrap
+    finally:
+        if watched.server is not None:
+            watched.server.stop()
+        broker.stop()

@@ -1,0 +1,60 @@
+"""The session's broker, watched: a broker that stopped answering is restarted between tests.
+
+A wedged broker would otherwise fail every later test of its xdist worker, each after its own
+long timeout. Before each test that uses the broker, it must answer a Kafka request within
+``PROBE_S`` (twice, a little apart); if it does not, it is killed and started again on the same
+port (Apache Kafka with its log; the embedded Tansu broker empty, as after any restart of it),
+and the run says so. A broker that cannot be started again fails the test at once, naming why.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
+from tickerwire.devstack.embedded.broker import EmbeddedBroker, answers_kafka
+from tickerwire.devstack.embedded.errors import EmbeddedError
+
+PROBE_S = 5.0
+
+
+class SessionBroker:
+    """The broker a test session started (None for one it was given), and its bootstrap address."""
+
+    def __init__(self, bootstrap: str, server: ApacheKafka | EmbeddedBroker | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.server = server
+        self.restarts = 0
+
+    def answers(self) -> bool:
+        host, _, port = self.bootstrap.split(",")[0].rpartition(":")
+        return answers_kafka(host, int(port), timeout=PROBE_S)
+
+    def ensure_answering(self) -> None:
+        if self.server is None or self.answers():
+            return
+        time.sleep(1.0)
+        if self.answers():
+            return
+        self.restarts += 1
+        warnings.warn(
+            f"the session's {self.server.label} at {self.bootstrap} stopped answering Kafka requests; "
+            f"restarting it (restart {self.restarts} of this worker)",
+            stacklevel=1,
+        )
+        try:
+            if isinstance(self.server, ApacheKafka):
+                self.server.kill()
+                self.server.start()  # the same folder and port
+            else:
+                port = self.server.port
+                self.server.stop()
+                self.server = EmbeddedBroker(port=port)
+                self.server.start()
+        except EmbeddedError as exc:
+            pytest.fail(f"the session broker stopped answering and could not be started again: {exc}")
+        if not self.answers():
+            pytest.fail(f"the session broker at {self.bootstrap} does not answer even after a restart")
