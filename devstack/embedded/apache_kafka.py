@@ -132,10 +132,7 @@ def _resolve(libs: Path) -> None:
             return
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise EmbeddedError(
-                f"the Apache Kafka {version()} jars are not in {libs} and Maven is not installed to fetch them "
-                f"(install Maven, e.g. `apt-get install maven`, or set {LIBS_ENV} to a Kafka distribution's libs/)"
-            )
+            raise _no_maven(libs)
         staging = Path(tempfile.mkdtemp(prefix="libs-", dir=libs.parent))
         argv = [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies"]
         argv += ["-DincludeScope=runtime", f"-DoutputDirectory={staging}"]
@@ -154,19 +151,21 @@ def _resolve(libs: Path) -> None:
         staging.rename(libs)
 
 
+def _no_maven(libs: Path) -> EmbeddedError:
+    return EmbeddedError(
+        f"the Apache Kafka {version()} jars are not in {libs} and Maven is not installed to fetch them "
+        f"(install Maven, e.g. `apt-get install maven`, or set {LIBS_ENV} to a Kafka distribution's libs/)"
+    )
+
+
 def available() -> str | None:
     """None when an Apache Kafka can be started here (Java 17+, and the jars or Maven to fetch
     them), else the reason it cannot, in one line."""
     try:
         java()
-        if (
-            not os.environ.get(LIBS_ENV)
-            and not (cache_root() / f"apache-kafka-{version()}" / "libs" / ".complete").exists()
-        ):
-            if shutil.which("mvn") is None:
-                raise EmbeddedError(
-                    f"the Apache Kafka {version()} jars are not cached and Maven is not installed to fetch them"
-                )
+        libs = cache_root() / f"apache-kafka-{version()}" / "libs"
+        if not os.environ.get(LIBS_ENV) and not (libs / ".complete").exists() and shutil.which("mvn") is None:
+            raise _no_maven(libs)
     except EmbeddedError as exc:
         return str(exc)
     return None
