@@ -80,8 +80,9 @@ def _chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-async def _headless(browser: str, url: str, *args: str) -> bytes:
-    """Chromium that can reach loopback only: every other host fails DNS and a dead proxy."""
+async def _headless(browser: str, url: str, *args: str) -> tuple[bytes, str]:
+    """Chromium that can reach loopback only: every other host fails DNS and a dead proxy.
+    Returns what it printed and its log (the page's console messages among it)."""
     with tempfile.TemporaryDirectory() as profile:
         proc = await asyncio.create_subprocess_exec(
             browser,
@@ -97,6 +98,8 @@ async def _headless(browser: str, url: str, *args: str) -> bytes:
             "--proxy-server=http://127.0.0.1:9",
             "--virtual-time-budget=15000",
             "--window-size=1280,1600",
+            "--enable-logging=stderr",
+            "--v=0",
             *args,
             url,
             stdout=asyncio.subprocess.PIPE,
@@ -104,14 +107,22 @@ async def _headless(browser: str, url: str, *args: str) -> bytes:
         )
         out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
-    return out
+    return out, err.decode(errors="replace")
+
+
+def console_messages(log: str) -> list[str]:
+    """What the page wrote to its console, from Chromium's log (``...:CONSOLE:...`` lines: errors,
+    warnings and uncaught exceptions alike). A page that works says nothing there."""
+    return [line for line in log.splitlines() if ":CONSOLE" in line]
 
 
 @pytest.mark.skipif(_chromium() is None, reason="no Chromium installed (apt-get install chromium) to render /docs")
 async def test_docs_render_in_a_headless_browser_without_network(api, tmp_path):
     browser = _chromium()
     url = f"{api}{BASE}/docs"
-    dom = (await _headless(browser, url, "--dump-dom")).decode()
+    out, log = await _headless(browser, url, "--dump-dom")
+    dom = out.decode()
+    assert console_messages(log) == [], console_messages(log)
     doc = orjson.loads(DOC.read_bytes())
     # Swagger UI has rendered the served document: its title, every tag and every operation.
     assert doc["info"]["title"] in dom
