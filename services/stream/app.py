@@ -80,7 +80,7 @@ def requested_resume(request: web.Request) -> tuple[bool, cursors.Cursor | None]
     """The cursor opt-in (``cursors=true``, or a ``resume`` cursor) and the cursor to resume
     from, or the 422 refusing a ``resume`` that is not a cursor."""
     token = request.query.get("resume")
-    if token:
+    if token is not None:  # an empty one is not a cursor either
         try:
             return True, cursors.decode(token)
         except cursors.InvalidCursor:
@@ -212,17 +212,10 @@ async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor
                 )
                 if first:
                     first = False
-                    if page.epoch != resume.epoch or page.epoch != start.epoch:
+                    if (refusal := _refusal(resume, start, page)) is not None:
                         metrics.resumes.labels("refused").inc()
                         conn.skip = None
-                        await conn.queue.put(
-                            protocol.ready(
-                                conn.session_id,
-                                start.encode(),
-                                False,
-                                (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE),
-                            )
-                        )
+                        await conn.queue.put(protocol.ready(conn.session_id, start.encode(), False, refusal))
                         break
                     # Announcements the cursor already holds that the feed has not passed yet are not sent again live.
                     conn.skip = {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None
@@ -242,6 +235,17 @@ async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor
     except StorageUnavailable:
         log.warning("resume failed: the read model is unavailable", extra={"fields": {"session_id": conn.session_id}})
         hub.close(conn, protocol.CLOSE_TRY_AGAIN_LATER, protocol.RESUME_FAILED_REASON)
+
+
+def _refusal(resume: cursors.Cursor, start: cursors.Cursor, page: cursors.Changes) -> tuple[str, str] | None:
+    """Why ``resume`` is refused (a cursor of another epoch, or one this read model cannot have
+    issued, judged by the frontier read with the replay's first page), or None."""
+    if page.epoch != resume.epoch or page.epoch != start.epoch:
+        return protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE
+    if (why := cursors.not_issued(resume, page.frontier)) is not None:
+        log.info("resume refused: %s", why)
+        return protocol.RESUME_NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why=why)
+    return None
 
 
 async def _pinger(app: web.Application) -> None:
