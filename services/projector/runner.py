@@ -388,8 +388,10 @@ class Projector:
                     committer.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await committer
-                await self._probe.close()
-                await kafka.stop_consumer(self.consumer)
+                try:
+                    await self._probe.close()
+                finally:
+                    await kafka.stop_consumer(self.consumer)  # even when closing the probe failed
 
     async def _loop(self) -> None:
         assert self.consumer is not None

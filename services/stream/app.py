@@ -99,6 +99,24 @@ def requested_resume(request: web.Request) -> tuple[bool, cursors.Cursor | None]
     return flag in ("true", "1"), None
 
 
+#: The access log's status of a handshake its client abandoned before the upgrade was sent
+#: (nginx's "client closed request"): nothing was answered.
+CLIENT_GONE = 499
+
+
+def abandoned(request: web.Request, session_id: str, exc: ConnectionError) -> web.Response:
+    """A client that went away during its handshake (closed or reset its connection while the
+    process was busy or paused): its business, not a fault, so one INFO line with the cause
+    and the access log's 499; aiohttp finds the connection gone and sends nothing."""
+    log.info(
+        "stream handshake abandoned by the client: %s: %s",
+        type(exc).__name__,
+        exc,
+        extra={"fields": {"session_id": session_id}},
+    )
+    return web.Response(status=CLIENT_GONE)
+
+
 def requested_filter(request: web.Request) -> StreamFilter | web.Response:
     """The connection's opt-in filter, or the 422 refusing a value that breaks the grammar."""
     try:
@@ -157,7 +175,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     try:
         transport = request.transport
         limit_send_buffer(transport)
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionError as exc:  # aiohttp's ClientConnectionResetError is one
+            return abandoned(request, session_id, exc)
         conn = hub.open(
             ws,
             transport,

@@ -123,11 +123,15 @@ class LogProbe:
             try:
                 async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
                     await consumer.start()
-            except TimeoutError:
+            except BaseException as exc:  # never dropped unstopped: a refused or cancelled start too
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
                         await kafka.stop_consumer(consumer)
-                raise KafkaTimeoutError(f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s") from None
+                if isinstance(exc, TimeoutError):
+                    raise KafkaTimeoutError(
+                        f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s"
+                    ) from None
+                raise
             self._consumer = consumer
         consumer = self._consumer
         consumer.assign(list(offsets))
