@@ -43,10 +43,10 @@ def db(request: web.Request, at_least: Marks | None = None) -> BoundedReader | R
     primary = BoundedReader(app[POOL], app[CONFIG].db_acquire_timeout_s)
     if not app[REPLICAS]:
         return primary
-    want = request.get(MIN_LOG_POSITION)
-    if at_least:
-        want = {p: max(o, (want or {}).get(p, 0)) for p, o in {**(want or {}), **at_least}.items()}
-    return ReplicaReader(app[REPLICAS], primary, want)
+    want = dict(request.get(MIN_LOG_POSITION) or {})
+    for partition, offset in (at_least or {}).items():
+        want[partition] = max(offset, want.get(partition, 0))
+    return ReplicaReader(app[REPLICAS], primary, want or None)
 
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
