@@ -186,7 +186,9 @@ async def changes(request: web.Request) -> web.Response:
     limit = q.limit + 1 if q.cursor is not None else 0
     with storage_errors("changes"):
         read = await cursors.read_changes(
-            db(request),
+            # A replica that has not replayed the cursor's marks yet would refuse a cursor just
+            # issued: such a read goes to one that has, or to the primary.
+            db(request, cursors.needs(q.cursor) if q.cursor is not None else None),
             _log_topic(request),
             marks,
             langs,
@@ -199,6 +201,8 @@ async def changes(request: web.Request) -> web.Response:
     )  # as positions.mark_sql
     if q.cursor is not None and q.cursor.epoch != read.epoch:
         raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
+    if q.cursor is not None and (why := cursors.not_issued(q.cursor, read.frontier)) is not None:
+        raise ApiError(422, "VALIDATION_FAILED", cursors.NOT_ISSUED_MESSAGE.format(why=why), field="cursor")
     items = read.items[: q.limit]
     has_more = len(read.items) > q.limit
     if not has_more:  # everything committed below the frontier that matches was returned

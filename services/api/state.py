@@ -6,7 +6,7 @@ import asyncpg
 from aiohttp import web
 
 from ..common.db import BoundedReader
-from ..common.db.replicas import ReplicaReader, Replicas
+from ..common.db.replicas import Marks, ReplicaReader, Replicas
 from ..common.runtime.config import Config
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
@@ -34,16 +34,19 @@ LISTINGS = web.AppKey("listings", Listings)
 MIN_LOG_POSITION = web.RequestKey("min_log_position", dict)
 
 
-def db(request: web.Request) -> BoundedReader | ReplicaReader:
+def db(request: web.Request, at_least: Marks | None = None) -> BoundedReader | ReplicaReader:
     """Where a handler runs its one statement (the gates and limits need no connection of their
     own), the wait for a connection bounded by ``db_acquire_timeout_s``: an exhausted pool is a
     prompt 503, not a stall. With replicas configured, a replica in rotation (fresh enough for
-    the client's X-Min-Log-Position), falling back to the primary."""
+    the client's X-Min-Log-Position and for ``at_least``), falling back to the primary."""
     app = request.app
     primary = BoundedReader(app[POOL], app[CONFIG].db_acquire_timeout_s)
     if not app[REPLICAS]:
         return primary
-    return ReplicaReader(app[REPLICAS], primary, request.get(MIN_LOG_POSITION))
+    want = dict(request.get(MIN_LOG_POSITION) or {})
+    for partition, offset in (at_least or {}).items():
+        want[partition] = max(offset, want.get(partition, 0))
+    return ReplicaReader(app[REPLICAS], primary, want or None)
 
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the

@@ -281,8 +281,8 @@ async def wait_projected(
     from ..readmodel import positions
 
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-up")
-    await consumer.start()
     try:
+        await consumer.start()
         tps = [TopicPartition(d.name, p) for d in declared_topics(config) for p in range(d.partitions)]
         ends = {(tp.topic, tp.partition): end for tp, end in (await consumer.end_offsets(tps)).items()}
     finally:

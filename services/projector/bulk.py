@@ -181,8 +181,8 @@ async def _read(
     consumer = kafka.consumer(
         config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max
     )
-    await consumer.start()
     try:
+        await consumer.start()
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         targets = {tp: ends.get(tp, 0) for tp in tps}

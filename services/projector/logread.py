@@ -98,5 +98,7 @@ async def discontinuities(config: Config, stored: dict[TopicPartition, int]) -> 
     except (KafkaError, OSError, asyncio.TimeoutError) as exc:
         raise kafka.unreachable(config, exc, "cannot read the log offsets from") from exc
     finally:
-        await probe.close()
-        await consumer.stop()
+        try:
+            await probe.close()
+        finally:
+            await consumer.stop()

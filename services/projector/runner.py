@@ -430,9 +430,11 @@ class Projector:
                 self.metrics.retries.labels("loop").inc()
                 await asyncio.sleep(self.backoff.delay())
             finally:
-                await self._probe.close()
-                await self._leave_if_stopping()
-                await kafka.stop_consumer(self.consumer)
+                try:
+                    await self._probe.close()
+                    await self._leave_if_stopping()
+                finally:
+                    await kafka.stop_consumer(self.consumer)  # even when closing the probe failed
 
     async def _leave_if_stopping(self) -> None:
         """On a planned stop, a static member leaves its group at once (aiokafka would not), so

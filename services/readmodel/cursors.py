@@ -52,6 +52,17 @@ EPOCH_CHANGED_MESSAGE = (
 )
 
 
+#: The code of a refused cursor of this epoch that this read model cannot have issued: it names
+#: a partition the posts topic does not have, or a mark past what the projector has committed
+#: (``/changes`` answers 422 ``VALIDATION_FAILED`` with ``field: cursor``; the stream's
+#: ``ready`` says ``resumed: false`` with this code).
+NOT_ISSUED = "CURSOR_NOT_ISSUED"
+NOT_ISSUED_MESSAGE = (
+    "This cursor was not issued by this service: {why}. Fill the gap with GET /posts, then start "
+    "again from a fresh cursor (GET /changes without cursor, or the stream's ready)."
+)
+
+
 class InvalidCursor(ValueError):
     """A token that is not a cursor this service wrote."""
 
@@ -88,6 +99,27 @@ def decode(token: str) -> Cursor:
         mark = (int(offset), lang[0] if lang else "")
         marks[int(partition)] = max(marks.get(int(partition), mark), mark)
     return Cursor(epoch, marks)
+
+
+def needs(cursor: Cursor) -> dict[int, int]:
+    """The log position (next offset per partition) the read model must have committed for
+    ``cursor`` to be one it issued: every mark is at or below the committed frontier, and a mark
+    ``(offset, lang)`` covers the record at ``offset`` only once that record is committed."""
+    return {p: offset + 1 if lang else offset for p, (offset, lang) in cursor.marks.items()}
+
+
+def not_issued(cursor: Cursor, frontier: Mapping[int, int]) -> str | None:
+    """Why ``cursor`` cannot have been issued by a read model whose committed frontier (next
+    offset per partition of the posts topic, read in the same snapshot as the epoch) is
+    ``frontier``, or None when it can. Every issuer hands out marks at or below the frontier it
+    read, and the frontier only moves forward within an epoch, so a cursor of this epoch that
+    passes this check once passes it ever after."""
+    for p, need in sorted(needs(cursor).items()):
+        if p not in frontier:
+            return f"it names partition {p}, which the posts topic does not have"
+        if need > frontier[p]:
+            return f"its mark on partition {p} is past the committed log position ({p}:{frontier[p]})"
+    return None
 
 
 def after(mark: Mark, offset: int, lang: str) -> bool:

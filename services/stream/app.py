@@ -81,7 +81,7 @@ def requested_resume(request: web.Request) -> tuple[bool, cursors.Cursor | None]
     """The cursor opt-in (``cursors=true``, or a ``resume`` cursor) and the cursor to resume
     from, or the 422 refusing a ``resume`` that is not a cursor."""
     token = request.query.get("resume")
-    if token:
+    if token is not None:  # an empty one is not a cursor either
         try:
             return True, cursors.decode(token)
         except cursors.InvalidCursor:
@@ -98,6 +98,24 @@ def requested_resume(request: web.Request) -> tuple[bool, cursors.Cursor | None]
         request.app[METRICS].refused.labels("VALIDATION_FAILED").inc()
         return envelope(422, "VALIDATION_FAILED", f"cursors must be true or false; got {flag[:40]!r}.", field="cursors")
     return flag in ("true", "1"), None
+
+
+#: The access log's status of a handshake its client abandoned before the upgrade was sent
+#: (nginx's "client closed request"): nothing was answered.
+CLIENT_GONE = 499
+
+
+def abandoned(request: web.Request, session_id: str, exc: ConnectionError) -> web.Response:
+    """A client that went away during its handshake (closed or reset its connection while the
+    process was busy or paused): its business, not a fault, so one INFO line with the cause
+    and the access log's 499; aiohttp finds the connection gone and sends nothing."""
+    log.info(
+        "stream handshake abandoned by the client: %s: %s",
+        type(exc).__name__,
+        exc,
+        extra={"fields": {"session_id": session_id}},
+    )
+    return web.Response(status=CLIENT_GONE)
 
 
 def requested_filter(request: web.Request) -> StreamFilter | web.Response:
@@ -158,7 +176,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     try:
         transport = request.transport
         limit_send_buffer(transport)
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionError as exc:  # aiohttp's ClientConnectionResetError is one
+            return abandoned(request, session_id, exc)
         conn = hub.open(
             ws,
             transport,
@@ -213,17 +234,10 @@ async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor
                 )
                 if first:
                     first = False
-                    if page.epoch != resume.epoch or page.epoch != start.epoch:
+                    if (refusal := _refusal(resume, start, page)) is not None:
                         metrics.resumes.labels("refused").inc()
                         conn.skip = None
-                        await conn.queue.put(
-                            protocol.ready(
-                                conn.session_id,
-                                start.encode(),
-                                False,
-                                (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE),
-                            )
-                        )
+                        await conn.queue.put(protocol.ready(conn.session_id, start.encode(), False, refusal))
                         break
                     # Announcements the cursor already holds that the feed has not passed yet are not sent again live.
                     conn.skip = {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None
@@ -243,6 +257,17 @@ async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor
     except StorageUnavailable:
         log.warning("resume failed: the read model is unavailable", extra={"fields": {"session_id": conn.session_id}})
         hub.close(conn, protocol.CLOSE_TRY_AGAIN_LATER, protocol.RESUME_FAILED_REASON)
+
+
+def _refusal(resume: cursors.Cursor, start: cursors.Cursor, page: cursors.Changes) -> tuple[str, str] | None:
+    """Why ``resume`` is refused (a cursor of another epoch, or one this read model cannot have
+    issued, judged by the frontier read with the replay's first page), or None."""
+    if page.epoch != resume.epoch or page.epoch != start.epoch:
+        return protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE
+    if (why := cursors.not_issued(resume, page.frontier)) is not None:
+        log.info("resume refused: %s", why)
+        return protocol.RESUME_NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why=why)
+    return None
 
 
 async def _pinger(app: web.Application) -> None:

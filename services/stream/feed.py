@@ -283,7 +283,10 @@ class Feed:
             )
             self.metrics.feed_log_restarts.labels(str(tp.partition)).inc()
             self._next[tp.partition] = start
-            self.marks[tp.partition] = min(self.marks.get(tp.partition, cursors.START), (start, ""))
+            # A partition the marks do not name is at START already: naming it could name one
+            # the read model has no position of (a cursor it would refuse).
+            if tp.partition in self.marks:
+                self.marks[tp.partition] = min(self.marks[tp.partition], (start, ""))
             consumer.seek(tp, start)
             # Records of the old log still waiting would never match the new one.
             self._pending = collections.deque(p for p in self._pending if p.partition != tp.partition)

@@ -40,6 +40,8 @@ def _now() -> str:
 
 #: ``ready.reason.code`` of a resume refused because the cursor belongs to another log.
 RESUME_EPOCH_CHANGED = "CURSOR_EPOCH_CHANGED"
+#: ``ready.reason.code`` of a cursor of this epoch that the read model cannot have issued.
+RESUME_NOT_ISSUED = "CURSOR_NOT_ISSUED"
 
 
 def ready(

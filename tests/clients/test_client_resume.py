@@ -117,31 +117,62 @@ async def test_every_post_once_across_a_killed_stream_process_and_an_application
     assert {item.source for item in app.items} == {"stream"}
 
 
-async def test_a_refused_cursor_falls_back_to_the_gap_fill_and_says_so(stack, key):
-    ids = range(200, 300)
+def another_epoch(cursor: cursors.Cursor) -> str:
+    """As after a reset log."""
+    return cursors.Cursor("0ther", cursor.marks).encode()
+
+
+def past_the_log_end(cursor: cursors.Cursor) -> str:
+    """Hand-edited: never issued by the service."""
+    return cursors.Cursor(cursor.epoch, {p: (o + 1_000, lang) for p, (o, lang) in cursor.marks.items()}).encode()
+
+
+def damaged(cursor: cursors.Cursor) -> str:
+    """Cut short where it was kept: not a cursor at all (the handshake's 422 on ``resume``)."""
+    return cursor.encode()[:3]
+
+
+@pytest.mark.parametrize(
+    ("stale_of", "code", "first"),
+    [
+        (another_epoch, cursors.EPOCH_CHANGED, 200),
+        (past_the_log_end, cursors.NOT_ISSUED, 700),
+        (damaged, "VALIDATION_FAILED", 800),
+    ],
+)
+async def test_a_refused_cursor_falls_back_to_the_gap_fill_and_says_so(stack, key, stale_of, code, first, caplog):
+    ids = range(first, first + 100)
     app = App()
     refusals: list[str] = []
     async with client(stack, key) as api:
         stream = api.resuming_stream(langs=["en-US"])
         await stream.connect()
-        await stack.publish([post_ev(200, 1, langs=["en-US"], at=T0 + timedelta(days=2))])
-        await app.take(stream, {(200, "en-US")}, ids)
+        await stack.publish([post_ev(first, 1, langs=["en-US"], at=T0 + timedelta(days=2))])
+        await app.take(stream, {(first, "en-US")}, ids)
         await stream.close()
         saved = ResumePoint.from_json(app.saved or "")
-        await stack.publish([post_ev(201, 1, langs=["en-US"], at=T0 + timedelta(days=3))])
+        await stack.publish([post_ev(first + 1, 1, langs=["en-US"], at=T0 + timedelta(days=3))])
         await stack.wait_projected()
-        # A cursor of another epoch, as after a reset log: the last id still anchors the gap-fill.
-        stale = ResumePoint(cursors.Cursor("0ther", cursors.decode(saved.cursor or "").marks).encode(), saved.after)
+        # The last id still anchors the gap-fill.
+        stale = ResumePoint(stale_of(cursors.decode(saved.cursor or "")), saved.after)
         stream = api.resuming_stream(
             langs=["en-US"], resume_from=stale, on_refused=lambda code, _: refusals.append(code)
         )
-        await app.take(stream, {(201, "en-US")}, ids)
-        await stack.publish([post_ev(202, 1, langs=["en-US"], at=T0 + timedelta(days=3))])
-        await app.take(stream, {(202, "en-US")}, ids)
+        await app.take(stream, {(first + 1, "en-US")}, ids)
+        await stack.publish([post_ev(first + 2, 1, langs=["en-US"], at=T0 + timedelta(days=3))])
+        await app.take(stream, {(first + 2, "en-US")}, ids)
         await stream.close()
-    assert refusals == [cursors.EPOCH_CHANGED] and stream.stats.refused == 1
-    assert [(i.post.id, i.source) for i in app.items] == [(200, "stream"), (201, "gap_fill"), (202, "stream")]
-    assert cursors.decode(stream.position.cursor or "").epoch != "0ther"  # it follows the new cursor
+    assert refusals == [code] and stream.stats.refused == 1
+    assert [(i.post.id, i.source) for i in app.items] == [
+        (first, "stream"),
+        (first + 1, "gap_fill"),
+        (first + 2, "stream"),
+    ]
+    assert stream.position.cursor != stale.cursor and cursors.decode(stream.position.cursor or "").epoch != "0ther"
+    assert any(
+        r.levelname == "WARNING" and "refused the resume cursor" in r.getMessage() and code in r.getMessage()
+        for r in caplog.records
+    )  # loudly
 
 
 async def test_the_blocking_resuming_stream_resumes_too(stack, key):

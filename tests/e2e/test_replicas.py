@@ -227,6 +227,48 @@ async def test_a_replica_frozen_or_killed_costs_at_most_2_s_and_rejoins_by_itsel
     )
 
 
+async def test_a_cursor_just_issued_is_never_refused_by_a_lagging_replica(replicated):
+    """While posts flow, a cursor read on the primary or the prompt replica (the stream's ready,
+    a /changes page) goes at once to /changes, whose next read may fall on the replica 500 ms
+    behind: it is accepted every time, never refused as past the committed frontier."""
+    stack, key, _ = replicated
+    api, stream = stack.of("api")[0].url, stack.of("stream")[0].url.replace("http", "ws")
+    ids = iter(range(40_001, 41_000))
+    refused: list[str] = []
+
+    async def publish(send) -> None:
+        while True:
+            await send([post_ev(next(ids))])
+            await asyncio.sleep(0.02)
+
+    async def walk(http: aiohttp.ClientSession, cursor: str | None) -> str:
+        async with http.get(
+            f"{api}{BASE}/changes", params={"cursor": cursor} if cursor else {}, headers=auth(key)
+        ) as resp:
+            body = await resp.json()
+        if resp.status != 200:
+            refused.append(f"{cursor}: {body}")
+            return cursor or ""
+        return body["cursor"]
+
+    async with aiohttp.ClientSession() as http:
+        await _all_in_rotation(stack, http)
+        async with stack.publisher() as send:
+            publisher = asyncio.create_task(publish(send))
+            try:
+                for _ in range(20):
+                    async with session(http, f"{stream}{BASE}/stream?key={key}&cursors=true") as (_, ready):
+                        await walk(http, ready["cursor"])
+                    cursor = None
+                    for _ in range(5):
+                        cursor = await walk(http, cursor)
+                    await asyncio.sleep(0.05)
+            finally:
+                publisher.cancel()
+                await asyncio.gather(publisher, return_exceptions=True)
+    assert refused == []
+
+
 async def test_a_mark_that_is_not_one_is_refused_and_an_empty_one_asks_nothing(replicated):
     stack, key, _ = replicated
     api = stack.of("api")[0].url

@@ -239,7 +239,7 @@ async def test_without_the_opt_ins_ready_and_post_created_are_the_specs(stack, k
 
 
 async def test_a_malformed_cursor_is_refused_with_its_field(stack, key, http):
-    for bad in ("x", "c1~!!!", cursors.PREFIX + "e~0"):
+    for bad in ("", "x", "c1~!!!", cursors.PREFIX + "e~0"):  # an empty resume= too: it asks for a resume
         status, body = await changes(http, stack, key, bad)
         assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED" and body["error"]["field"] == "cursor", (
             body
@@ -272,6 +272,57 @@ async def test_a_cursor_of_another_epoch_is_refused_plainly(stack, key, http):
     await ws.close()
     assert ready["resumed"] is False and ready["reason"]["code"] == cursors.EPOCH_CHANGED
     assert cursors.decode(ready["cursor"]).epoch == cursors.decode(head["cursor"]).epoch  # where it goes on live
+
+
+def forgeries(genuine: str) -> dict[str, str]:
+    """Well-formed cursors of the current epoch that the service never wrote, made from a
+    genuine cursor at the committed frontier."""
+    cursor = cursors.decode(genuine)
+    p, (offset, _) = max(cursor.marks.items(), key=lambda item: item[1])  # the furthest partition
+    unknown = next(str(d) for d in range(10) if d not in cursor.marks)
+    segment = f"~{p}.{offset}"
+    assert segment in genuine and str(offset)[0] < "9" and p < 10, genuine
+    return {
+        "past the log end": cursors.Cursor(cursor.epoch, {**cursor.marks, p: (offset + 1000, "")}).encode(),
+        "an unknown partition": cursors.Cursor(cursor.epoch, {**cursor.marks, 999: (1, "")}).encode(),
+        # one byte changed, still well-formed: the first digit of an offset, the digit of a partition
+        "an offset's digit changed": genuine.replace(segment, f"~{p}.9{str(offset)[1:]}"),
+        "a partition's digit changed": genuine.replace(segment, f"~{unknown}.{offset}"),
+    }
+
+
+async def test_a_cursor_this_service_never_wrote_is_refused_and_never_obeyed(stack, key, http):
+    await stack.publish([post_event(i, 1, ["en-US"]) for i in range(180, 190)])  # offsets on every partition
+    await stack.wait_projected()
+    status, head = await changes(http, stack, key, None)
+    assert status == 200 and head["has_more"] is False
+    forged = forgeries(head["cursor"])
+    assert head["cursor"] not in forged.values() and len(set(forged.values())) == len(forged)
+    followers = []
+    try:
+        for what, token in forged.items():
+            status, body = await changes(http, stack, key, token)
+            assert status == 422 and body["error"]["code"] == "VALIDATION_FAILED", (what, body)
+            assert body["error"]["field"] == "cursor" and "not issued" in body["error"]["message"], (what, body)
+            follower = Follower(http, stack, key, range(190, 200))
+            follower.cursor = token
+            followers.append(follower)
+            ready = await follower.connect_refused()
+            assert ready["resumed"] is False and ready["reason"]["code"] == "CURSOR_NOT_ISSUED", (what, ready)
+            assert cursors.decode(ready["cursor"]).epoch == cursors.decode(head["cursor"]).epoch
+        # Refused, each goes on live from a genuine cursor: the next post arrives at once (an
+        # obeyed cursor past the log end would hold it back), and that cursor is accepted.
+        await stack.publish([post_event(190, 1, ["en-US"])])
+        for follower in followers:
+            await follower.until({(190, "en-US")})
+            assert follower.mine() == {(190, "en-US"): 1}
+            status, body = await changes(http, stack, key, follower.cursor)
+            assert status == 200, body
+            await follower.disconnect()
+            await follower.connect()  # resumes plainly
+    finally:
+        for follower in followers:
+            await follower.disconnect()
 
 
 # ---------------------------------------------------------------------------------------------- what a reconnect used to miss

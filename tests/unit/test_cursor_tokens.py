@@ -60,3 +60,34 @@ def test_a_mark_orders_announcements_by_offset_then_locale_and_only_moves_forwar
     assert marks == {0: (5, "en-US"), 1: (2, "")}
     cursors.advance(marks, 0, (6, ""))
     assert marks[0] == (6, "")
+
+
+FRONTIER = {0: 120, 1: 7}
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "c1~e",  # the start of every partition
+        "c1~e~0.120~1.7",  # the frontier itself: what /changes hands out with has_more false
+        "c1~e~0.119.zh-CN~1.6.de-DE",  # the last committed record's announcements
+        "c1~e~1.0",
+    ],
+)
+def test_a_cursor_at_or_below_the_committed_frontier_could_have_been_issued(token):
+    assert cursors.not_issued(cursors.decode(token), FRONTIER) is None
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("c1~e~0.121", "partition 0 is past"),  # past the log end
+        ("c1~e~0.120.de-DE", "partition 0 is past"),  # the record at 120 is not committed yet
+        ("c1~e~0.920~1.7", "partition 0 is past"),  # one digit changed
+        ("c1~e~0.12~2.3", "partition 2, which"),  # a partition the posts topic does not have
+        ("c1~e~0.12~2.0", "partition 2, which"),
+    ],
+)
+def test_a_cursor_past_the_frontier_or_naming_an_unknown_partition_was_not_issued(token, why):
+    reason = cursors.not_issued(cursors.decode(token), FRONTIER)
+    assert reason is not None and why in reason, reason

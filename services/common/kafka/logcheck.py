@@ -106,28 +106,39 @@ async def find_discontinuities(
 
 class LogProbe:
     """Asks the log whether it still holds one record, with a consumer of its own (no group,
-    no automatic offset reset), started on first use."""
+    no automatic offset reset), started on first use. One question at a time: the projector
+    asks from its loop and from its rebalance listener, and two first questions at once each
+    started a consumer, the second replacing the first unstopped."""
 
     def __init__(self, config, client_id: str) -> None:
         self.config = config
         self.client_id = client_id
         self._consumer: AIOKafkaConsumer | None = None
+        self._asking = asyncio.Lock()
 
     async def held(self, offsets: dict[TopicPartition, int], timeout_s: float = 3.0) -> set[TopicPartition]:
         """The partitions whose log still holds the record at the given offset (a fetch there
         returns it, or a later one), asked all at once within ``timeout_s``."""
         if not offsets:
             return set()
+        async with self._asking:
+            return await self._held(offsets, timeout_s)
+
+    async def _held(self, offsets: dict[TopicPartition, int], timeout_s: float) -> set[TopicPartition]:
         if self._consumer is None:
             consumer = kafka.consumer(self.config, group_id=None, client_id=self.client_id, auto_offset_reset="none")
             try:
                 async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
                     await consumer.start()
-            except TimeoutError:
+            except BaseException as exc:  # never dropped unstopped: a refused or cancelled start too
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
                         await kafka.stop_consumer(consumer)
-                raise KafkaTimeoutError(f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s") from None
+                if isinstance(exc, TimeoutError):
+                    raise KafkaTimeoutError(
+                        f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s"
+                    ) from None
+                raise
             self._consumer = consumer
         consumer = self._consumer
         consumer.assign(list(offsets))

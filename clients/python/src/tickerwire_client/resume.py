@@ -10,8 +10,8 @@ with no gap and no duplicate (the server's docs/resume.md). So this stream:
   the application took, never one merely buffered;
 - after any disconnect (close, error, 60 s of silence), reconnects with ``resume=`` that
   position. Duplicates are impossible by construction: nothing is filtered after the fact.
-- only when the server refuses the cursor (``ready.resumed: false``, e.g. the log was reset)
-  falls back to the specification's gap-fill (``GET /posts?after=<last id>`` per locale),
+- only when the server refuses the cursor (``ready.resumed: false``: the log was reset, or the
+  cursor is not one the server issued; or a 422 on ``resume``: not a cursor at all) falls back to the specification's gap-fill (``GET /posts?after=<last id>`` per locale),
   says so (a WARNING log, :attr:`ResumeStats.refused`, the ``on_refused`` callback and the
   items' ``source == "gap_fill"``), then follows the new cursor. Only in that fallback may a
   post the application already had come again.
@@ -214,7 +214,26 @@ class ResumingStream:
         return ResumedPost(post, source, self.position)
 
     async def _connect(self) -> None:
-        params: dict[str, str] = {"resume": self.position.cursor} if self.position.cursor else {"cursors": "true"}
+        try:
+            ready = await self._open(self.position.cursor)
+        except ClientError as exc:
+            if not (self.position.cursor and exc.status == 422 and exc.field == "resume"):
+                raise
+            # A saved cursor the server cannot read at all (damaged where it was kept): refused
+            # like one it did not issue, so the connection starts afresh and the gap is filled.
+            ready = {**await self._open(None), "resumed": False, "reason": {"code": exc.code, "message": exc.message}}
+        self.stats.connects += 1
+        self.backoff.reset()
+        if self.position.cursor is None:
+            self.position = ResumePoint(ready["cursor"], self.position.after)
+        elif ready.get("resumed") is False:
+            await self._refused(ready)
+        else:
+            self.stats.resumed += 1
+
+    async def _open(self, cursor: str | None) -> dict[str, Any]:
+        """Connect, resuming from ``cursor`` (else with ``cursors=true``); the ``ready`` received."""
+        params: dict[str, str] = {"resume": cursor} if cursor else {"cursors": "true"}
         if self.langs:
             params["lang"] = ",".join(self.langs)
         if self.tickers:
@@ -228,14 +247,7 @@ class ResumingStream:
         ready = await self._receive(ws)
         if ready.get("type") != "ready" or "cursor" not in ready:
             raise _Reconnect(f"expected ready with a cursor, got {ready.get('type')!r}")
-        self.stats.connects += 1
-        self.backoff.reset()
-        if self.position.cursor is None:
-            self.position = ResumePoint(ready["cursor"], self.position.after)
-        elif ready.get("resumed") is False:
-            await self._refused(ready)
-        else:
-            self.stats.resumed += 1
+        return ready
 
     async def _refused(self, ready: dict[str, Any]) -> None:
         """The server refused the cursor: the spec's gap-fill from the last ids, then the new cursor."""
