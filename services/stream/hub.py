@@ -309,9 +309,7 @@ class Hub:
             except ConnectionError:
                 conn.closing = True  # the client is gone; its handler forgets it
                 return
-            for message in batch:
-                if message.tag is not None:
-                    message.tag.inc()
+            _count_sent(batch)
             try:
                 await sink.drain()
             except ConnectionError:
@@ -324,6 +322,19 @@ class Hub:
             self.close(conn, protocol.CLOSE_GOING_AWAY, protocol.GOING_AWAY_REASON)
         if self._closers:
             await asyncio.wait(list(self._closers), timeout=timeout)
+
+
+def _count_sent(batch: list[Message]) -> None:
+    """One increment of a type's counter per run of messages of that type (not one per message)."""
+    tag, count = batch[0].tag, 0
+    for message in batch:
+        if message.tag is not tag:
+            if tag is not None:
+                tag.inc(count)
+            tag, count = message.tag, 0
+        count += 1
+    if tag is not None:
+        tag.inc(count)
 
 
 def encoding_label(encoding: int) -> str:
