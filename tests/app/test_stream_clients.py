@@ -163,8 +163,9 @@ async def test_every_client_decodes_every_prepared_frame_compressed_and_not(pg_d
         node_modules_with("ws")  # skip before starting anything
     prefix = f"clients{os.getpid()}{int(node)}"
     # Posts of every size a partner sees, up to ledes longer than a 10-bit deflate window; the
-    # first repeats 800 bytes 1,100 bytes back: a 15-bit window compresses that bytes back (a client that asked
-    # for 10 bits cannot inflate that).
+    # first repeats 800 bytes from 1,100 bytes back, beyond a 10-bit window (that the frame for
+    # such a window never reaches back that far is checked in tests/unit/test_stream_frames.py:
+    # these clients would inflate it anyway).
     rng = random.Random(38)
     repeated = "".join(rng.choice(string.ascii_letters + " ") for _ in range(1100))
     posts = [post_ev(1, lede=repeated + repeated[:800])] + [
