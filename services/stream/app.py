@@ -44,6 +44,7 @@ from .leases import Leases
 from .metrics import StreamMetrics
 from .replicated import replicated, stream_replicas
 from .watchdog import recheck, run_watchdog
+from .wire import StreamResponse
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
         await feed.refresh_epoch()  # the cursors this connection gets are of the current epoch
     # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
     # client whose network vanished frees its slot instead of holding it until TCP gives up.
-    # compress: permessage-deflate when the client offers it and TICKERWIRE_STREAM_COMPRESS is on.
-    ws = web.WebSocketResponse(
+    # compress: permessage-deflate when the client offers it and TICKERWIRE_STREAM_COMPRESS is on,
+    # always without server context takeover, so each message is compressed once (frames.py).
+    ws = StreamResponse(
         compress=app[CONFIG].stream_compress, autoping=True, max_msg_size=4096, heartbeat=app[CONFIG].stream_heartbeat_s
     )
     if not ws.can_prepare(request).ok:
@@ -237,17 +239,18 @@ async def _resume(app: web.Application, conn: Connection, resume: cursors.Cursor
                     if (refusal := _refusal(resume, start, page)) is not None:
                         metrics.resumes.labels("refused").inc()
                         conn.skip = None
-                        await conn.queue.put(protocol.ready(conn.session_id, start.encode(), False, refusal))
+                        await hub.put(conn, protocol.ready(conn.session_id, start.encode(), False, refusal))
                         break
                     # Announcements the cursor already holds that the feed has not passed yet are not sent again live.
                     conn.skip = {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None
-                    await conn.queue.put(protocol.ready(conn.session_id, resume.encode(), True))
+                    await hub.put(conn, protocol.ready(conn.session_id, resume.encode(), True))
                 for item in page.items:
                     cursors.advance(marks, item.partition, (item.offset, item.lang))
-                    await conn.queue.put(
+                    await hub.put(
+                        conn,
                         protocol.post_created(
                             item.lean, item.partition, item.offset, cursors.encode(resume.epoch, marks)
-                        )
+                        ),
                     )
                 metrics.replayed.inc(len(page.items))
                 if len(page.items) < RESUME_PAGE:

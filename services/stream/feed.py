@@ -19,13 +19,13 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Annotated, Awaitable, Callable
 
 import asyncpg
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from tickerwire.schemas.models import InvalidEvent, decode_event
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
@@ -231,7 +231,7 @@ class Feed:
             arrived = time.perf_counter()
             for tp, msgs in batches.items():
                 for m in msgs:
-                    if (post_id := _post_id(m.value)) is not None:
+                    if (post_id := announced_post_id(m.value)) is not None:
                         self._pending.append(Pending(tp.partition, m.offset, post_id, arrived))
                 if msgs:
                     self._next[tp.partition] = msgs[-1].offset + 1
@@ -415,11 +415,32 @@ class Feed:
         await asyncio.sleep(0)
 
 
-def _post_id(value: bytes | None) -> int | None:
+class _PostRef(BaseModel):
+    """``data.id`` of a post event, typed and bounded as the event contract has it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    id: Annotated[int, Field(strict=True, ge=1, le=2**53)]
+
+
+class _Announcing(BaseModel):
+    """What the stream needs of a posts-topic record: is it a post event, and which post. The
+    rest (a whole post, every translation's body) is the projector's to validate; the stream
+    announces only what the projector committed, so a record it dead-letters announces nothing."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    type: str
+    data: _PostRef | None = None
+
+
+_ANNOUNCING = TypeAdapter(_Announcing)
+
+
+def announced_post_id(value: bytes | None) -> int | None:
+    """The post id a posts-topic record announces, or None (not a post event, or not decodable)."""
     if value is None:
         return None
     try:
-        event = decode_event(value)
-    except InvalidEvent:
+        record = _ANNOUNCING.validate_json(value)
+    except ValidationError:
         return None  # the projector dead-letters it; nothing to announce
-    return event.data.id if event.type == "post" else None
+    return record.data.id if record.type == "post" and record.data is not None else None

@@ -1,7 +1,10 @@
 """Fan-out: every connection has a bounded queue and one writer task.
 
-A message is encoded once and the same bytes object is queued to every connection; the
-per-message, per-connection work is one ``put_nowait`` and one ``send_frame``. Connections
+A message is encoded once and the same :class:`~.frames.Message` is queued to every
+connection; its frame is built once per encoding (plain, or deflated with one window size)
+and those same bytes are written to every connection of that encoding (``frames.py``). The
+per-message, per-connection work is one ``put_nowait``; a writer that wakes up to several
+queued messages writes their frames in one transport write. Connections
 are grouped by their opt-in filter (``filters.py``): a post.created is matched once per
 distinct filter set, then queued to every connection of the groups that admit it. A client
 whose queue is full has stopped reading: it is closed with ``CLOSE_SLOW_CONSUMER`` and
@@ -15,13 +18,16 @@ import contextlib
 import logging
 import socket
 from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from ..readmodel.cursors import START, Mark
 from . import protocol
 from .filters import EVERYTHING, PostFacts, StreamFilter
+from .frames import Message
 from .metrics import StreamMetrics
+from .wire import Wire
 
 log = logging.getLogger(__name__)
 
@@ -36,29 +42,44 @@ SEND_BUFFER_BYTES = 256 * 1024
 MAX_HELD = 100_000
 
 
+class Sink(Protocol):
+    """Where a connection's frames go (``wire.Wire`` for a real WebSocket)."""
+
+    #: Which frame of a message it takes (frames.py): 0 plain, else the deflate window bits.
+    encoding: int
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
 @dataclass(eq=False)
 class Connection:
     ws: web.WebSocketResponse
     transport: asyncio.Transport | None
+    sink: Sink
     workspace_id: str
     key_hash: str
     session_id: str
-    queue: asyncio.Queue[bytes]
+    queue: asyncio.Queue[Message]
     filter: StreamFilter = EVERYTHING
     closing: bool = False
     writer: asyncio.Task | None = field(default=None, repr=False)
     #: Opted in to resume cursors: gets the post.created that carries one.
     cursors: bool = False
     #: While a resume replays: the live messages, in order, queued after the replay (None: live).
-    held: list[bytes] | None = None
+    held: list[Message] | None = None
     #: Announcements at or below these marks were replayed: never sent again live.
     skip: dict[int, Mark] | None = None
 
 
 class Hub:
-    def __init__(self, metrics: StreamMetrics, queue_size: int = 256) -> None:
+    def __init__(
+        self, metrics: StreamMetrics, queue_size: int = 256, sink_of: Callable[[web.WebSocketResponse], Sink] = Wire
+    ) -> None:
         self.metrics = metrics
         self.queue_size = queue_size
+        self.sink_of = sink_of
         self.connections: dict[str, Connection] = {}
         #: How many open connections opted in to cursors (the feed encodes cursors only for them).
         self.cursor_connections = 0
@@ -69,6 +90,11 @@ class Hub:
         self._sent = {
             kind.encode()[:4]: metrics.messages_sent.labels(kind) for kind in ("ready", "ping", "post.created")
         }
+        self._built = {encoding: metrics.frames_built.labels(encoding_label(encoding)) for encoding in range(16)}
+
+    def message(self, payload: bytes) -> Message:
+        """``payload`` (one encoded message) ready to be queued to any number of connections."""
+        return Message(payload, self._sent.get(payload[9:13]))
 
     def open(
         self,
@@ -87,6 +113,7 @@ class Hub:
         conn = Connection(
             ws,
             transport,
+            self.sink_of(ws),
             workspace_id,
             key_hash,
             session_id,
@@ -118,7 +145,7 @@ class Hub:
         self.metrics.filter_groups.set(len(self.groups))
 
     @staticmethod
-    def _offer(conn: Connection, message: bytes) -> bool:
+    def _offer(conn: Connection, message: Message) -> bool:
         """Queue ``message`` for ``conn``; False when its queue is full (it stopped reading)."""
         if conn.closing:
             return True
@@ -133,31 +160,40 @@ class Hub:
             return False
         return True
 
-    def send(self, conn: Connection, message: bytes) -> None:
-        if not self._offer(conn, message):
+    def send(self, conn: Connection, payload: bytes) -> None:
+        """Queue a message of this connection's own (its ``ready``)."""
+        if not self._offer(conn, self.message(payload)):
             self._slow(conn)
 
-    def broadcast(self, message: bytes) -> int:
-        """Queue ``message`` to every open connection; returns how many got it."""
+    async def put(self, conn: Connection, payload: bytes) -> None:
+        """Queue a message of this connection's own, waiting for room (a resume's replay)."""
+        await conn.queue.put(self.message(payload))
+
+    def broadcast(self, payload: bytes) -> int:
+        """Queue ``payload`` to every open connection; returns how many got it."""
+        message = self.message(payload)
         slow = [conn for conn in self.connections.values() if not self._offer(conn, message)]
         for conn in slow:  # closed after the loop: closing changes the set being walked
             self._slow(conn)
         return len(self.connections) - len(slow)
 
     def publish(
-        self, message: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None
+        self, payload: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None
     ) -> int:
         """Queue a post.created to every connection whose filter admits ``post``; returns how many got it.
 
         Connections that opted in to cursors get ``with_cursor`` (the same message with its
-        cursor), except one that already had announcement ``key`` (partition, offset, lang) replayed."""
+        cursor: one message for all of them), except one that already had announcement ``key``
+        (partition, offset, lang) replayed."""
+        message = self.message(payload)
+        cursored = None if with_cursor is None else self.message(with_cursor)
         slow: list[Connection] = []
         offered = 0
         for stream_filter, group in self.groups.items():
             if not stream_filter.admits(post):
                 continue
             offered += len(group)
-            if with_cursor is None:
+            if cursored is None:
                 slow.extend(conn for conn in group.values() if not self._offer(conn, message))
                 continue
             for conn in group.values():
@@ -167,7 +203,7 @@ class Hub:
                     offered -= 1
                     continue
                 else:
-                    ok = self._offer(conn, with_cursor)
+                    ok = self._offer(conn, cursored)
                 if not ok:
                     slow.append(conn)
         for conn in slow:  # closed after the loop: closing changes the set being walked
@@ -255,22 +291,30 @@ class Hub:
             self.close(conn, protocol.CLOSE_INTERNAL_ERROR, protocol.INTERNAL_ERROR_REASON)
 
     async def _drain(self, conn: Connection) -> None:
-        queue, ws, sent = conn.queue, conn.ws, self._sent
+        queue, sink, built = conn.queue, conn.sink, self._built
+        encoding = sink.encoding
         while True:
-            message = await queue.get()
-            while True:  # one wake-up sends everything already queued
-                try:
-                    await ws.send_frame(message, WSMsgType.TEXT)
-                except (ConnectionError, RuntimeError):
-                    conn.closing = True  # the client is gone; its handler forgets it
-                    return
-                counter = sent.get(message[9:13])
-                if counter is not None:
-                    counter.inc()
-                try:
-                    message = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            batch = [await queue.get()]
+            while not queue.empty():  # one wake-up, one write: everything already queued
+                batch.append(queue.get_nowait())
+            frames = []
+            for message in batch:
+                frame = message.frames.get(encoding)
+                if frame is None:  # the first connection of this encoding to take it builds it
+                    frame = message.frame(encoding)
+                    built[encoding].inc()
+                frames.append(frame)
+            try:
+                sink.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            except ConnectionError:
+                conn.closing = True  # the client is gone; its handler forgets it
+                return
+            _count_sent(batch)
+            try:
+                await sink.drain()
+            except ConnectionError:
+                conn.closing = True
+                return
 
     async def shutdown(self, timeout: float = CLOSE_GRACE_S) -> None:
         """Graceful shutdown: every client gets 1001 and reconnects, possibly elsewhere."""
@@ -278,6 +322,23 @@ class Hub:
             self.close(conn, protocol.CLOSE_GOING_AWAY, protocol.GOING_AWAY_REASON)
         if self._closers:
             await asyncio.wait(list(self._closers), timeout=timeout)
+
+
+def _count_sent(batch: list[Message]) -> None:
+    """One increment of a type's counter per run of messages of that type (not one per message)."""
+    tag, count = batch[0].tag, 0
+    for message in batch:
+        if message.tag is not tag:
+            if tag is not None:
+                tag.inc(count)
+            tag, count = message.tag, 0
+        count += 1
+    if tag is not None:
+        tag.inc(count)
+
+
+def encoding_label(encoding: int) -> str:
+    return f"deflate-{encoding}" if encoding else "plain"
 
 
 def limit_send_buffer(transport: asyncio.BaseTransport | None) -> None:

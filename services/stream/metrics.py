@@ -45,6 +45,13 @@ class StreamMetrics:
         self.messages_sent = Counter(
             "tickerwire_stream_messages_sent_total", "Messages written to clients", ["type"], registry=r
         )
+        self.frames_built = Counter(
+            "tickerwire_stream_frames_built_total",
+            "Frames built from a message, by encoding (plain, deflate-<window bits>): once per message and "
+            "encoding, then shared; 1 - built/sent is the share of messages written as an already built frame",
+            ["encoding"],
+            registry=r,
+        )
         self.slow_closed = Counter(
             "tickerwire_stream_slow_clients_closed_total", "Clients closed because they stopped reading", registry=r
         )

@@ -70,7 +70,7 @@ class CountingFilter(StreamFilter):
 
 
 async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
-    hub = Hub(StreamMetrics(), queue_size=8)
+    hub = Hub(StreamMetrics(), queue_size=8, sink_of=lambda ws: ws)
     german, btc, everything = (
         CountingFilter(langs=frozenset({"de-DE"})),
         CountingFilter(tickers=frozenset({"BTC"})),
@@ -100,8 +100,9 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
     for _ in range(3):
         await asyncio.sleep(0)
     assert all(not ws.frames for ws in sockets["german"])
-    assert all(len(ws.frames) == 1 and ws.frames[0] is message for ws in sockets["btc"] + sockets["everything"])
-    assert orjson.loads(sockets["btc"][0].frames[0])["log_position"] == "3:99"
+    assert all(ws.messages == [message] for ws in sockets["btc"] + sockets["everything"])
+    assert len({id(ws.frames[0]) for ws in sockets["btc"] + sockets["everything"]}) == 1  # one frame, built once
+    assert orjson.loads(sockets["btc"][0].messages[0])["log_position"] == "3:99"
     for conn in conns:
         await hub.forget(conn)
     assert hub.groups == {} and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 0

@@ -33,7 +33,7 @@ def test_messages_are_json_objects_starting_with_their_type():
 
 async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_message():
     metrics = StreamMetrics()
-    hub = Hub(metrics, queue_size=4)
+    hub = Hub(metrics, queue_size=4, sink_of=lambda ws: ws)
     healthy, stuck = FakeSocket(), FakeSocket(stuck=True)
     a = hub.open(healthy, None, "ws", "k1", "ses_a")
     b = hub.open(stuck, None, "ws", "k2", "ses_b")
@@ -43,7 +43,7 @@ async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_messa
         await asyncio.sleep(0)  # as the feed does: writers take their message
     for _ in range(5):
         await asyncio.sleep(0)
-    assert [id(f) for f in healthy.frames] == [id(m) for m in messages]  # the same bytes objects, in order
+    assert healthy.messages == messages  # every message, in order
     assert b.closing and not a.closing
     assert (stuck.close_code, stuck.close_reason) == (4008, b"SLOW_CONSUMER")
     assert metrics.registry.get_sample_value("tickerwire_stream_slow_clients_closed_total") == 1
@@ -53,7 +53,7 @@ async def test_a_stuck_client_is_closed_with_4008_and_the_others_get_every_messa
 
 async def test_a_writer_that_fails_on_its_own_closes_its_client_with_1011_and_logs_an_error(caplog):
     metrics = StreamMetrics()
-    hub = Hub(metrics, queue_size=4)
+    hub = Hub(metrics, queue_size=4, sink_of=lambda ws: ws)
     healthy, broken = FakeSocket(), FakeSocket(fail=ValueError("a defect in the write path"))
     a = hub.open(healthy, None, "ws", "k1", "ses_a")
     b = hub.open(broken, None, "ws", "k2", "ses_b")
@@ -61,7 +61,7 @@ async def test_a_writer_that_fails_on_its_own_closes_its_client_with_1011_and_lo
     for _ in range(5):
         await asyncio.sleep(0)
     assert (broken.close_code, broken.close_reason) == (1011, b"INTERNAL_ERROR")
-    assert b.closing and not a.closing and len(healthy.frames) == 1
+    assert b.closing and not a.closing and len(healthy.messages) == 1
     assert [r.levelname for r in caplog.records if r.getMessage() == "stream writer failed"] == ["ERROR"]
     assert "a defect in the write path" in caplog.text
     await hub.forget(a)
@@ -69,7 +69,7 @@ async def test_a_writer_that_fails_on_its_own_closes_its_client_with_1011_and_lo
 
 
 async def test_shutdown_closes_every_connection_with_1001():
-    hub = Hub(StreamMetrics(), queue_size=4)
+    hub = Hub(StreamMetrics(), queue_size=4, sink_of=lambda ws: ws)
     sockets = [FakeSocket() for _ in range(3)]
     for i, ws in enumerate(sockets):
         hub.open(ws, None, "ws", f"k{i}", f"ses_{i}")
