@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from .broker import answers_kafka
-from .child import ChildServer
+from .child import DataDirServer
 from .errors import EmbeddedError
 from .ports import LOCALHOST, ensure_running, free_port, listens_on, pick_port, spawn
 
@@ -171,7 +171,7 @@ def available() -> str | None:
     return None
 
 
-class ApacheKafka(ChildServer):
+class ApacheKafka(DataDirServer):
     """One Apache Kafka node on ``127.0.0.1:port`` with its log in ``data_dir``.
 
     ``start()`` returns the bootstrap address once the node logged that it started and answers
@@ -180,23 +180,14 @@ class ApacheKafka(ChildServer):
     """
 
     label = "Apache Kafka"
+    log_name = "kafka.log"
 
     def __init__(
         self, data_dir: Path, port: int | None = None, log_path: Path | None = None, settings: dict | None = None
     ) -> None:
-        super().__init__(port)
-        self._data_dir = Path(data_dir).absolute()
-        self._log_path = Path(log_path).absolute() if log_path else self._data_dir / "kafka.log"
+        super().__init__(data_dir, port, log_path)
         self._settings = {**SETTINGS, **(settings or {})}
         self._controller_port: int | None = None
-
-    @property
-    def data_dir(self) -> Path:
-        return self._data_dir
-
-    @property
-    def log_path(self) -> Path:
-        return self._log_path
 
     @property
     def bootstrap_servers(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import subprocess
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Callable
 
@@ -73,3 +74,23 @@ class ChildServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class DataDirServer(ChildServer):
+    """An embedded server that keeps its data in a folder, and by default its log there too
+    (``log_name``): a second start on the same folder finds its data again."""
+
+    log_name = "server.log"
+
+    def __init__(self, data_dir: Path, port: int | None, log_path: Path | None) -> None:
+        super().__init__(port)
+        self._data_dir = Path(data_dir).absolute()
+        self._log_path = Path(log_path).absolute() if log_path else self._data_dir / self.log_name
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_path

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from .child import ChildServer
+from .child import DataDirServer
 from .errors import EmbeddedError
 from .ports import LOCALHOST, ensure_running, pick_port, spawn, wait_for_port
 
@@ -58,7 +58,7 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
 _MAX_SOCKET_PATH = 100  # sun_path holds 104-108 bytes depending on the OS
 
 
-class EmbeddedPostgres(ChildServer):
+class EmbeddedPostgres(DataDirServer):
     """One PostgreSQL server on ``data_dir``, listening on ``127.0.0.1:port``.
 
     ``start()`` initializes the data directory if needed (an initialized one is reused,
@@ -68,6 +68,7 @@ class EmbeddedPostgres(ChildServer):
     """
 
     label = "PostgreSQL"
+    log_name = "postgres.log"
 
     def __init__(
         self,
@@ -77,18 +78,8 @@ class EmbeddedPostgres(ChildServer):
         *,
         settings: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(port)
-        self._data_dir = Path(data_dir).absolute()
-        self._log_path = Path(log_path).absolute() if log_path else self._data_dir / "postgres.log"
+        super().__init__(data_dir, port, log_path)
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
-
-    @property
-    def data_dir(self) -> Path:
-        return self._data_dir
-
-    @property
-    def log_path(self) -> Path:
-        return self._log_path
 
     @property
     def dsn(self) -> str:
