@@ -34,7 +34,7 @@ from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, sett
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import cancel_on_signals
 from ..common.runtime.retry import Backoff, backoff_delays
-from .up_broker import PREFERRED_PORT, DemoState, OwnBroker, choose_broker, demo_key_id
+from .up_broker import PREFERRED_PORT, DemoState, OwnBroker, choose_broker, database_kept, demo_key_id
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
@@ -186,7 +186,7 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         parts.broker = broker
     if not dsn:
         data = stack.state_dir / "pgdata"
-        if own is None or not own.found_log:
+        if not database_kept(own, stack.state_dir):
             # A new log (the embedded broker's always is): the read model starts empty too.
             shutil.rmtree(data, ignore_errors=True)
         settings = PRIMARY_REPLICATION_SETTINGS if replicas else None

@@ -94,6 +94,20 @@ class OwnBroker:
         tmp.replace(self._demo_file)
 
 
+def database_kept(own: OwnBroker | None, state_dir: Path) -> bool:
+    """Whether this start keeps the embedded database: only beside a kept log it was last
+    projected from (a start on another broker re-created it for that broker's log). Marks the
+    database as following this start's broker."""
+    marker = state_dir / "pgdata.follows-kafka"
+    follows = own is not None and own.keeps_log
+    kept = follows and own is not None and own.found_log and marker.exists()
+    if follows:
+        marker.touch()
+    else:
+        marker.unlink(missing_ok=True)
+    return kept
+
+
 def demo_key_id(broker: OwnBroker | None) -> str:
     """The id of a new demo key: ``key_demo`` in a new log, a fresh one where the log may hold
     ``key_demo`` already (a kept or a configured log)."""
