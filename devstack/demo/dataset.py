@@ -1568,7 +1568,6 @@ def access_events(
 ) -> list[WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent]:
     """An active workspace with default limits, one key issued ``now``, a badge and a fresh heartbeat."""
     key = ApiKey(id=key_id, workspace_id=workspace_id, key_hash=key_hash, display_prefix=display_prefix, issued_at=now)
-    heartbeat = Heartbeat(embed_id=embed_id, workspace_id=workspace_id, landed_at=now)
     return [
         WorkspaceEvent(
             version=1, emitted_at=now, data=Workspace(id=workspace_id, name="Demo workspace", status="active")
@@ -1577,5 +1576,11 @@ def access_events(
         EmbedEvent(
             version=1, emitted_at=now, data=Embed(id=embed_id, workspace_id=workspace_id, kind="badge", created_at=now)
         ),
-        HeartbeatEvent(version=int(now.timestamp() * 1000), emitted_at=now, data=heartbeat),
+        heartbeat_event(now=now, workspace_id=workspace_id, embed_id=embed_id),
     ]
+
+
+def heartbeat_event(*, now: datetime, workspace_id: str = "ws_demo", embed_id: str = "bdg_demo0001") -> HeartbeatEvent:
+    """The badge's heartbeat landing ``now`` (its version is the time, so a later one supersedes it)."""
+    heartbeat = Heartbeat(embed_id=embed_id, workspace_id=workspace_id, landed_at=now)
+    return HeartbeatEvent(version=int(now.timestamp() * 1000), emitted_at=now, data=heartbeat)

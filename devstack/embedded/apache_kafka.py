@@ -171,6 +171,11 @@ def available() -> str | None:
     return None
 
 
+def has_log(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds a formatted log (of an earlier start), which a start keeps."""
+    return (Path(data_dir) / "log" / "meta.properties").exists()
+
+
 class ApacheKafka(DataDirServer):
     """One Apache Kafka node on ``127.0.0.1:port`` with its log in ``data_dir``.
 
@@ -205,7 +210,7 @@ class ApacheKafka(DataDirServer):
         self._controller_port = free_port()
         self._data_dir.mkdir(parents=True, exist_ok=True)
         properties = self._write_properties()
-        if not (self._data_dir / "log" / "meta.properties").exists():
+        if not has_log(self._data_dir):
             self._format(binary, cp, properties)
         self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
         log.info(

@@ -544,6 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="kafka_bootstrap_servers",
         help="use this Kafka instead of the embedded broker (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)",
     )
+    up.add_argument(
+        "--broker",
+        choices=("embedded", "apache"),
+        help="the broker up starts: embedded (the default: Tansu, log in memory, the database re-created on "
+        "each start) or apache (Apache Kafka, needs Java 17+ and Maven; log and database kept in the state "
+        "directory across starts). Not with --kafka",
+    )
     port = _bounded_int(1, 65535)
     for flag, what, var, default in (
         ("--api-port", "partner API", "API_PORT", 8080),

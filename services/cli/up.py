@@ -1,8 +1,10 @@
 """``tickerwire up``: the whole system on one machine.
 
-Without a configured database and broker it starts an embedded PostgreSQL and an embedded
-Kafka-protocol broker (both ephemeral: the broker keeps the log in memory, so the database
-is re-created on every start to stay consistent with it). Then it creates the topics,
+Without a configured database and broker it starts an embedded PostgreSQL and a broker of its
+own (``--broker``, :mod:`.up_broker`): by default the embedded Kafka-protocol broker, which
+keeps the log in memory, so the database is re-created on every start to stay consistent with
+it; with ``--broker apache`` an Apache Kafka whose log, and so the database too, is kept in
+the state directory from one start to the next. Then it creates the topics,
 applies migrations, starts the projector, the API and the stream as separate processes,
 publishes the demo dataset and a live trickle, and prints where everything is. Ctrl-C or
 SIGTERM stops every child and the embedded servers, leaving no process and no port behind.
@@ -32,8 +34,10 @@ from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, sett
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import cancel_on_signals
 from ..common.runtime.retry import Backoff, backoff_delays
+from .up_broker import PREFERRED_PORT, DemoState, OwnBroker, choose_broker, database_kept, demo_key_id
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
+    from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
     from tickerwire.schemas.models import AnyEvent
@@ -145,13 +149,14 @@ class Embedded:
     """The embedded servers ``up`` started (None where a configured one is used)."""
 
     postgres: EmbeddedPostgres | None = None
-    broker: EmbeddedBroker | None = None
+    broker: EmbeddedBroker | ApacheKafka | None = None
+    #: Which broker of its own ``up`` started (None: a configured one).
+    own: OwnBroker | None = None
     #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
     replicas: list[EmbeddedReplica] = field(default_factory=list)
 
 
 def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
-    from tickerwire.devstack.embedded.broker import EmbeddedBroker
     from tickerwire.devstack.embedded.postgres import PRIMARY_REPLICATION_SETTINGS, EmbeddedPostgres, EmbeddedReplica
 
     dsn = args.database_url
@@ -164,22 +169,26 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
     bootstrap = args.kafka_bootstrap_servers
     if dsn and not bootstrap:
         # The embedded broker keeps the log in memory: its next start would be an empty log
-        # under a read model that remembers positions in the old one.
+        # under a read model that remembers positions in the old one (and an Apache Kafka's log
+        # in the state directory is as easily deleted without the database knowing).
         raise UpError(
             "a configured database needs a configured broker too (--kafka or TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS): "
             "the embedded broker forgets its log on every start, which the database would not"
         )
-    parts = Embedded()
-    if not bootstrap:
-        broker, bootstrap = _start_server(
-            lambda port: EmbeddedBroker(port=port, log_path=stack.state_dir / "broker.log"), 19092
-        )
+    try:
+        own = choose_broker(getattr(args, "broker", None), bootstrap, stack.state_dir)
+    except ValueError as exc:
+        raise UpError(str(exc)) from None
+    parts = Embedded(own=own)
+    if own is not None:
+        broker, bootstrap = _start_server(own.make, PREFERRED_PORT)
         stack.embedded.append(broker)
         parts.broker = broker
     if not dsn:
         data = stack.state_dir / "pgdata"
-        # The embedded broker forgets everything on restart, so the read model starts empty too.
-        shutil.rmtree(data, ignore_errors=True)
+        if not database_kept(own, stack.state_dir):
+            # A new log (the embedded broker's always is): the read model starts empty too.
+            shutil.rmtree(data, ignore_errors=True)
         settings = PRIMARY_REPLICATION_SETTINGS if replicas else None
         pg, dsn = _start_server(
             lambda port: EmbeddedPostgres(
@@ -239,31 +248,38 @@ async def prepare(config: Config) -> None:
         await migrate(conn, config.read_model_schema)
 
 
-async def publish_demo(config: Config, args) -> tuple[str, int, dict]:
-    """Publish the demo dataset and a demo workspace; returns (api key, last post id, marks)."""
+async def publish_demo(config: Config, args, own: OwnBroker | None) -> tuple[str, dict]:
+    """Publish a demo workspace and key, and the demo dataset, unless the kept log of ``own``
+    has them (then only a fresh badge heartbeat, so the key is served); returns (api key, marks)."""
     from tickerwire.devstack.demo import dataset
 
     from ..common.http.keys import display_prefix, generate_key, hash_key
     from .publish import publish
 
     now = datetime.now(timezone.utc)
-    key = generate_key()
-    access = dataset.access_events(
-        now=now,
-        workspace_id=DEMO_WORKSPACE,
-        key_hash=hash_key(key),
-        display_prefix=display_prefix(key),
-        embed_id=DEMO_EMBED,
-    )
-    events: list[AnyEvent] = list(access)
-    last_id = 0
-    if not args.no_demo:
+    saved = own.saved_demo() if own is not None else None
+    events: list[AnyEvent] = [dataset.heartbeat_event(now=now, workspace_id=DEMO_WORKSPACE, embed_id=DEMO_EMBED)]
+    if saved is None:
+        key = generate_key()
+        saved = DemoState(key, demo_key_id(own), dataset=False)
+        events = list(
+            dataset.access_events(
+                now=now,
+                workspace_id=DEMO_WORKSPACE,
+                key_hash=hash_key(key),
+                display_prefix=display_prefix(key),
+                key_id=saved.key_id,
+                embed_id=DEMO_EMBED,
+            )
+        )
+    if not args.no_demo and not saved.dataset:
         events += dataset.catalog_events(now=now, tokens=args.tokens)
-        posts = dataset.post_events(now=now, posts=args.posts)
-        events += posts
-        last_id = max((e.data.id for e in posts), default=0)
+        events += dataset.post_events(now=now, posts=args.posts)
+        saved = DemoState(saved.api_key, saved.key_id, dataset=True)
     marks = await publish(config, events)
-    return key, last_id, marks
+    if own is not None:
+        own.save_demo(saved)  # after publishing: a log without the key never has it saved
+    return saved.api_key, marks
 
 
 async def wait_projected(
@@ -291,6 +307,14 @@ async def wait_projected(
         ends[key] = max(ends.get(key, 0), mark)
     async with connect(config.database_url, schema=config.read_model_schema) as conn:
         await positions.wait_until(conn, ends, timeout=timeout)
+
+
+async def newest_post_id(config: Config) -> int:
+    """The highest post id the read model holds (0 when none): the trickle goes on above it."""
+    from ..common.db import connect
+
+    async with connect(config.database_url, schema=config.read_model_schema) as conn:
+        return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM posts"))
 
 
 async def sweep(config: Config) -> None:
@@ -485,8 +509,9 @@ async def run(args, stack: Stack, base: Config) -> None:
     host = config.host
     key, last_id = None, 0
     if demo:
-        key, last_id, marks = await publish_demo(config, args)
+        key, marks = await publish_demo(config, args, parts.own)
         await wait_projected(config, marks)
+        last_id = await newest_post_id(config)
         await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
         # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
         await asyncio.sleep(1.0)
@@ -499,6 +524,7 @@ async def run(args, stack: Stack, base: Config) -> None:
         "database_url": dsn,
         "database_read_urls": [replica.dsn for replica in parts.replicas],
         "kafka_bootstrap_servers": bootstrap,
+        "broker": parts.own.kind if parts.own is not None else "configured",
         "topic_prefix": config.topic_prefix,
         # Operator endpoints (/healthz, /readyz, /metrics) of each process, on its admin listener.
         "admin": admin,
@@ -512,6 +538,9 @@ async def run(args, stack: Stack, base: Config) -> None:
         f"  stream URL: {info['stream_url']}",
         f"  docs:       {info['docs_url']}",
     ]
+    if parts.own is not None and parts.own.keeps_log:
+        kept = "an earlier start's, kept" if parts.own.found_log else "new"
+        lines.append(f"  broker:     {parts.own.label} on {bootstrap}, log {parts.own.data_dir} ({kept})")
     if key:
         lines.append(f"  API key:    {key}")
     else:
@@ -542,8 +571,9 @@ def write_state(state_file: Path, info: dict, stack: Stack) -> None:
 @dataclass
 class Supervision:
     """Keeps the stack running: restarts dead children, the embedded PostgreSQL and the
-    embedded broker (then re-creates the topics and re-syncs the projector with the new,
-    empty log), and keeps the demo trickle going; says what it does on the output."""
+    broker of its own (the embedded one comes back empty: the topics are re-created and the
+    projector re-synced with the new log; an Apache Kafka comes back with its log), and keeps
+    the demo trickle going; says what it does on the output."""
 
     stack: Stack
     config: Config
@@ -621,7 +651,12 @@ class Supervision:
         if self._trickle_task is not None:
             self._trickle_task.cancel()
             self._trickle_task = None
-        await self._restart_server(self.parts.broker, "broker")
+        own = self.parts.own
+        await self._restart_server(self.parts.broker, "broker" if own is None else own.label)
+        if own is not None and own.keeps_log:
+            say(f"{own.label} came back with its log ({own.data_dir}): nothing to re-sync, the projector goes on")
+            self._start_trickle()
+            return
         delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
         while True:
             try:

@@ -1,5 +1,7 @@
 """`tickerwire up` as a user runs it: it comes up, serves, survives a crashed child, refuses a
-second `up` on its state dir, and Ctrl-C leaves nothing behind."""
+second `up` on its state dir, and Ctrl-C leaves nothing behind; with `--broker apache` its log
+and read model outlive Ctrl-C. (One file: two `up`s at once on the same machine race for the
+embedded servers' default ports, and xdist runs a file on one worker.)"""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 
 from tests.support.faults import alive, start_up, stop_up, up_command, up_env, up_ports, wait_up
 from tests.support.ws import session
+from tickerwire.devstack.embedded import apache_kafka
 from tickerwire.devstack.embedded.ports import listens_on, port_is_free
 
 pytestmark = pytest.mark.e2e
@@ -185,12 +188,17 @@ def test_up_starts_a_replica_the_api_reads_from_and_restarts_it_when_it_dies():
     shutil.rmtree(state_dir)
 
 
-def test_up_refuses_a_configured_database_with_the_memory_only_broker():
+def refused(*extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    """``up`` run with these arguments, expected to refuse at once; its result and state directory."""
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    env = up_env()
-    env["TICKERWIRE_DATABASE_URL"] = "postgresql://nobody@127.0.0.1:1/nothing"
-    ports = up_ports()
-    result = subprocess.run(up_command(state_dir, ports), env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        up_command(state_dir, up_ports(), *extra), env=env or up_env(), capture_output=True, text=True, timeout=60
+    )
+    return result, state_dir
+
+
+def test_up_refuses_a_configured_database_with_the_memory_only_broker():
+    result, state_dir = refused(env={**up_env(), "TICKERWIRE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/nothing"})
     assert result.returncode == 1
     assert "a configured database needs a configured broker too" in result.stderr
     assert "Traceback" not in result.stderr
@@ -271,3 +279,143 @@ def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_
                 run.wait()
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# `tickerwire up --broker apache`: a real Apache Kafka, its log kept in the state directory.
+
+#: The catalog and access events of the demo: a start that replays the log applies them again.
+REPLAYED_TYPES = ("locale", "category", "token", "workspace", "api_key", "embed")
+
+
+async def served_posts(info: dict) -> dict[int, str]:
+    """Every post the API serves (id -> title), paged with ``before``."""
+    headers = {"Authorization": f"Bearer {info['api_key']}"}
+    posts: dict[int, str] = {}
+    query = "limit=50"
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(f"{info['base_url']}/posts?{query}", headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                page = (await resp.json())["posts"]
+            if not page:
+                return posts
+            posts.update((post["id"], post["title"]) for post in page)
+            query = f"limit=50&before={min(post['id'] for post in page)}"
+
+
+async def newest_post(info: dict) -> int:
+    """The id of the newest post served (one request: the demo workspace allows 60 a minute)."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(
+            f"{info['base_url']}/posts?limit=1", headers={"Authorization": f"Bearer {info['api_key']}"}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+            return (await resp.json())["posts"][0]["id"]
+
+
+async def projector_metrics(info: dict) -> dict[str, float]:
+    """The projector's samples (``name{labels}`` -> value)."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(info["metrics"]["projector"]) as resp:
+            text = await resp.text()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def left_nothing_behind(info: dict, broker_pid: int) -> None:
+    """No process and no broker port of the stopped ``up`` is left."""
+    pids = [info["pids"]["up"], *info["pids"]["children"], broker_pid]
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)], "processes left behind"
+    assert port_is_free(int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1]))
+
+
+@pytest.mark.skipif(bool(apache_kafka.available()), reason=f"no Apache Kafka here: {apache_kafka.available()}")
+def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_second_start():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-apache-"))
+    ports = up_ports()
+    run = start_up(state_dir, ports, "--broker", "apache")
+    try:
+        wait_up(run, timeout=150)
+        first = run.info
+        assert first["broker"] == "apache"
+        asyncio.run(exercise(first, ports))  # the demo data, the stream (a trickled post), /readyz of each
+        before = asyncio.run(served_posts(first))
+        demo = {i: title for i, title in before.items() if i <= 60}  # `up_command` publishes 60
+        assert len(demo) > 30 and max(before) > 60, sorted(before)  # and the trickle goes on above them
+        broker_pid = run.broker_pid()
+        assert broker_pid is not None
+    finally:
+        assert stop_up(run) == 0  # SIGINT, as Ctrl-C
+    left_nothing_behind(first, broker_pid)
+    assert (state_dir / "kafka" / "log").is_dir() and (state_dir / "pgdata").is_dir()
+    projector_log = state_dir / "projector.log"
+    first_run_log = projector_log.stat().st_size
+
+    run = start_up(state_dir, ports, "--broker", "apache")
+    try:
+        wait_up(run, timeout=150)
+        second = run.info
+        assert second["api_key"] == first["api_key"]  # kept beside the log, which has its hash
+        asyncio.run(exercise(second, ports))  # the key is served, every process is ready
+        after = asyncio.run(served_posts(second))
+        assert set(before) <= set(after), sorted(set(before) - set(after))
+        assert {i: after[i] for i in demo} == demo  # the same posts, not a new demo dataset
+        assert max(after) > max(before)  # the trickle goes on above the kept posts
+        samples = asyncio.run(projector_metrics(second))
+        # The read model was kept: nothing of the kept log's catalog or access was applied again.
+        replayed = {t: samples[f'tickerwire_projector_events_applied_total{{type="{t}"}}'] for t in REPLAYED_TYPES}
+        assert not any(replayed.values()), replayed
+        stopped = {k: v for k, v in samples.items() if k.startswith("tickerwire_projector_log_discontinuity") and v}
+        assert not stopped, stopped
+        # The broker dies: up restarts it on its log and port, and nothing needs re-syncing.
+        killed = run.broker_pid()
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+        collect(run.proc.stdout, run.lines)
+        deadline = time.monotonic() + 120
+        while not any("came back with its log" in line for line in run.lines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert any("came back with its log" in line for line in run.lines), run.lines[-5:]
+        broker_pid = run.broker_pid()
+        assert (
+            broker_pid not in (None, killed)
+            and run.info["kafka_bootstrap_servers"] == second["kafka_bootstrap_servers"]
+        )
+        newest = max(after)
+        while asyncio.run(newest_post(second)) == newest and time.monotonic() < deadline:
+            time.sleep(2)
+        assert asyncio.run(newest_post(second)) > newest  # the trickle and the projector go on
+        asyncio.run(exercise(second, ports))
+    finally:
+        assert stop_up(run) == 0
+    left_nothing_behind(second, broker_pid)
+    second_run = projector_log.read_bytes()[first_run_log:].decode()
+    assert second_run and "projection of this partition is stopped" not in second_run  # no log discontinuity
+    said = "\n".join(run.lines)
+    assert "an earlier start's, kept" in said and "re-syncing" not in said and "came back empty" not in said
+    shutil.rmtree(state_dir)  # passed: a failure keeps its logs
+
+
+def test_up_refuses_broker_apache_without_java_in_one_line_and_starts_nothing():
+    env = {**up_env(), "JAVA_HOME": "/nonexistent-jdk"}
+    result, state_dir = refused("--broker", "apache", env=env)
+    assert result.returncode == 1
+    said = [line for line in result.stderr.splitlines() if not line.startswith("{")]  # not up's JSON log records
+    assert len(said) == 1 and said[0].startswith("tickerwire up: --broker apache: Apache Kafka needs Java 17"), said
+    assert not (state_dir / "pgdata").exists() and not (state_dir / "kafka").exists()
+    shutil.rmtree(state_dir)
+
+
+def test_up_refuses_broker_with_a_configured_kafka():
+    result, state_dir = refused("--broker", "embedded", "--kafka", "127.0.0.1:1")
+    assert result.returncode == 1
+    assert "--broker embedded starts a broker of up's own, and a broker is configured" in result.stderr
+    assert "Traceback" not in result.stderr and not (state_dir / "pgdata").exists()
+    shutil.rmtree(state_dir)

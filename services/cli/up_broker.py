@@ -1,0 +1,145 @@
+"""The broker ``tickerwire up`` starts itself (``--broker``): the embedded Tansu, memory only
+(the default), or a real Apache Kafka whose log is kept in the state directory.
+
+A kept log changes three things in ``up``: the embedded database is kept with it (its stored
+positions are places in that log), the demo key and dataset are published only into a log that
+lacks them (the key is kept beside the log, which holds only its hash), and a broker that died
+is restarted on its log with nothing to re-sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+
+if TYPE_CHECKING:  # imported lazily, by `up` only
+    from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
+    from tickerwire.devstack.embedded.broker import EmbeddedBroker
+
+EMBEDDED = "embedded"
+APACHE = "apache"
+#: The port up's broker prefers (a free one when it is taken).
+PREFERRED_PORT = 19092
+#: The demo key of a new log; a log that may hold it already gets a fresh key id (an event
+#: for a key id the log has is older than what the read model stored, and would be ignored).
+DEMO_KEY_ID = "key_demo"
+
+
+@dataclass(frozen=True)
+class DemoState:
+    """What ``up`` published into a kept log: the demo key (the log holds only its hash) and
+    whether the demo dataset went out too."""
+
+    api_key: str
+    key_id: str
+    dataset: bool
+
+
+@dataclass(frozen=True)
+class OwnBroker:
+    """The broker ``up`` starts: which kind, and whether it comes back with a log of an earlier start."""
+
+    kind: str
+    state_dir: Path
+    #: The log survives a stop (Apache Kafka's, in ``state_dir/kafka``).
+    keeps_log: bool
+    #: This start found the log of an earlier one (so the read model is kept with it).
+    found_log: bool
+
+    @property
+    def label(self) -> str:
+        return "Apache Kafka" if self.kind == APACHE else "broker"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "kafka"
+
+    def make(self, port: int) -> EmbeddedBroker | ApacheKafka:
+        """The server, not started, on ``port`` (its output in ``state_dir/broker.log``)."""
+        if self.kind == APACHE:
+            from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
+
+            return ApacheKafka(self.data_dir, port=port, log_path=self.state_dir / "broker.log")
+        from tickerwire.devstack.embedded.broker import EmbeddedBroker
+
+        return EmbeddedBroker(port=port, log_path=self.state_dir / "broker.log")
+
+    @property
+    def _demo_file(self) -> Path:
+        return self.data_dir / "demo.json"
+
+    def saved_demo(self) -> DemoState | None:
+        """The demo this log was given at an earlier start (None: not known to be in it)."""
+        if not (self.keeps_log and self.found_log):
+            return None
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            saved = orjson.loads(self._demo_file.read_bytes())
+            return DemoState(str(saved["api_key"]), str(saved["key_id"]), bool(saved["dataset"]))
+        return None
+
+    def save_demo(self, state: DemoState) -> None:
+        """Remember the published demo beside the log (readable by this user only: it holds the key)."""
+        if not self.keeps_log:
+            return
+        tmp = self._demo_file.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(orjson.dumps({"api_key": state.api_key, "key_id": state.key_id, "dataset": state.dataset}))
+        tmp.replace(self._demo_file)
+
+
+def database_kept(own: OwnBroker | None, state_dir: Path) -> bool:
+    """Whether this start keeps the embedded database: only beside a kept log it was last
+    projected from (a start on another broker re-created it for that broker's log). Marks the
+    database as following this start's broker."""
+    marker = state_dir / "pgdata.follows-kafka"
+    follows = own is not None and own.keeps_log
+    kept = follows and own is not None and own.found_log and marker.exists()
+    if follows:
+        marker.touch()
+    else:
+        marker.unlink(missing_ok=True)
+    return kept
+
+
+def demo_key_id(broker: OwnBroker | None) -> str:
+    """The id of a new demo key: ``key_demo`` in a new log, a fresh one where the log may hold
+    ``key_demo`` already (a kept or a configured log)."""
+    if broker is not None and not broker.found_log:
+        return DEMO_KEY_ID
+    return f"{DEMO_KEY_ID}_{secrets.token_hex(4)}"
+
+
+def choose_broker(kind: str | None, configured: str | None, state_dir: Path) -> OwnBroker | None:
+    """The broker ``up`` starts (None: it uses the configured one). Raises ValueError, in one
+    line, for ``--broker`` with a configured broker, or an Apache Kafka that cannot run here."""
+    if configured:
+        if kind is not None:
+            raise ValueError(
+                f"--broker {kind} starts a broker of up's own, and a broker is configured (--kafka or "
+                "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS): drop one of them"
+            )
+        return None
+    if kind != APACHE:
+        return OwnBroker(EMBEDDED, state_dir, keeps_log=False, found_log=False)
+    from tickerwire.devstack.embedded import apache_kafka
+    from tickerwire.devstack.embedded.errors import EmbeddedError
+
+    reason = apache_kafka.available()
+    if reason is None:
+        try:
+            apache_kafka.classpath()  # fetched from Maven Central on first use
+        except EmbeddedError as exc:
+            reason = str(exc)
+    if reason is not None:
+        raise ValueError(f"--broker apache: {reason.splitlines()[0]}")
+    broker = OwnBroker(APACHE, state_dir, keeps_log=True, found_log=apache_kafka.has_log(state_dir / "kafka"))
+    if not broker.found_log:
+        broker._demo_file.unlink(missing_ok=True)  # it named a key of a log that is gone
+    return broker
