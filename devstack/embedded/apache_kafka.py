@@ -282,14 +282,31 @@ class ApacheKafka(DataDirServer):
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (self._said_started() and self._serving()):
             ensure_running(self._process, "Apache Kafka")
+            if (fatal := self._said_fatal()) is not None:
+                # Kafka logs a fatal start-up error (its port taken, a bad setting) and then
+                # waits about a minute in its shutdown before it exits: do not wait with it.
+                raise EmbeddedError(f"Apache Kafka could not start: {fatal}")
             if time.monotonic() >= deadline:
                 raise EmbeddedError(f"Apache Kafka did not start on port {self._port} within {START_TIMEOUT_S:.0f}s")
             time.sleep(0.1)
 
-    def _said_started(self) -> bool:
+    def _this_start(self) -> bytes:
+        """What the node logged since this start (the file keeps earlier starts' lines)."""
         with open(self._log_path, "rb") as file:
             file.seek(self._log_start)
-            return b"Kafka Server started" in file.read()
+            return file.read()
+
+    def _said_started(self) -> bool:
+        return b"Kafka Server started" in self._this_start()
+
+    def _said_fatal(self) -> str | None:
+        """The fatal start-up error the node logged this start, with its cause's line, or None."""
+        lines = self._this_start().decode(errors="replace").splitlines()
+        for n, line in enumerate(lines):
+            if "Fatal error during" in line:
+                cause = next((later for later in lines[n + 1 : n + 4] if "Exception" in later), "")
+                return f"{line.strip()} {cause.strip()}".strip()
+        return None
 
     def _serving(self) -> bool:
         assert self._process is not None and self._port is not None

@@ -458,6 +458,8 @@ async def run(args, stack: Stack, base: Config) -> None:
         # log whole, and reports the compaction it was created with, so the topic check passes.
         env["TICKERWIRE_TOPIC_REPLICATION_FACTOR"] = "1"
     env.setdefault("TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS", "6000")
+    # Static group membership: the projector child up restarts takes its partitions back at once.
+    env.setdefault("TICKERWIRE_PROJECTOR_GROUP_INSTANCE_ID", "up-projector")
     env.setdefault("TICKERWIRE_KAFKA_HEARTBEAT_INTERVAL_MS", "1000")
     env.setdefault("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "20")
     env.setdefault("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "2")
