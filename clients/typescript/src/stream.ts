@@ -207,6 +207,32 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
     return { done: true, value: undefined };
   }
 
+  /**
+   * Connects now (else the first `next()` does), retrying as `next()` would: from here on
+   * nothing is missed, and `position` holds the cursor of this point.
+   */
+  async connect(): Promise<void> {
+    await this.start();
+    while (this.socket === null && !this.closed) {
+      const entry = this.buffer[0];
+      if (entry?.kind === "end" && entry.error !== null) {
+        this.closed = true;
+        throw entry.error;
+      }
+      if (this.pendingDelayMs > 0) {
+        const delay = this.pendingDelayMs;
+        this.pendingDelayMs = 0;
+        await this.sleepUnlessClosed(delay);
+      }
+      await this.open();
+    }
+  }
+
+  /** Drops the connection and resumes from the last post taken (e.g. after a network change). */
+  reconnect(): void {
+    if (this.socket !== null) this.end("a reconnect was asked for", 0);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     this.drop();
@@ -219,12 +245,7 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
       this.finished = null;
       await this.options.store?.save(done.position);
     }
-    if (!this.started) {
-      this.started = true;
-      if (this.options.resumeFrom == null && this.options.store) {
-        this.position = (await this.options.store.load()) ?? this.position;
-      }
-    }
+    await this.start();
     for (;;) {
       if (this.closed) return { done: true, value: undefined };
       const fill = this.filled.shift();
@@ -260,12 +281,20 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
           await this.sleepUnlessClosed(delay);
           continue;
         }
-        await this.connect();
+        await this.open();
         continue;
       }
       await new Promise<void>((resolve) => {
         this.wake = resolve;
       });
+    }
+  }
+
+  private async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    if (this.options.resumeFrom == null && this.options.store) {
+      this.position = (await this.options.store.load()) ?? this.position;
     }
   }
 
@@ -289,6 +318,9 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
 
   private drop(): void {
     this.generation += 1;
+    const waiter = this.readyWaiter;
+    this.readyWaiter = null;
+    waiter?.reject(new Error("the connection was given up before ready"));
     if (this.watchdog !== null) clearTimeout(this.watchdog);
     this.watchdog = null;
     const socket = this.socket;
@@ -365,7 +397,7 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
     else this.end(`closed ${code} ${reason}`, this.backoff.next());
   }
 
-  private async connect(): Promise<void> {
+  private async open(): Promise<void> {
     const generation = ++this.generation;
     const ready = new Promise<StreamMessage>((resolve, reject) => {
       this.readyWaiter = { resolve, reject };
