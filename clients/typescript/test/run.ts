@@ -85,9 +85,12 @@ async function main(): Promise<number> {
     .filter((name) => name.endsWith(".test.js"))
     .sort()
     .map((name) => join(here, name));
-  const only = process.argv.slice(2);
+  // Arguments: parts of file names to run (default all), and options for node's test runner
+  // (e.g. --test-name-pattern=SIGKILL).
+  const only = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+  const flags = process.argv.slice(2).filter((a) => a.startsWith("--"));
   const chosen = only.length ? files.filter((f) => only.some((o) => f.includes(o))) : files;
-  const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", ...chosen], {
+  const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", "--test-timeout=120000", ...flags, ...chosen], {
     env: { ...process.env, TICKERWIRE_STATE_DIR: state, TICKERWIRE_TEST_PYTHON: python },
     stdio: "inherit",
   });

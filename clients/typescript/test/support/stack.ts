@@ -2,10 +2,10 @@
 
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { Client, type ClientOptions } from "../../src/index.js";
+import { PACKAGE as PACKAGE_DIR } from "./paths.js";
 
 export interface UpState {
   readonly base_url: string;
@@ -14,8 +14,7 @@ export interface UpState {
   readonly pids: { readonly up: number; readonly children: readonly number[] };
 }
 
-const here = dirname(fileURLToPath(import.meta.url)); // build/test/support
-export const PACKAGE = resolve(here, "..", "..", "..");
+export { PACKAGE } from "./paths.js";
 export const STATE_DIR = process.env["TICKERWIRE_STATE_DIR"] ?? "";
 export const PYTHON = process.env["TICKERWIRE_TEST_PYTHON"] ?? "";
 
@@ -65,7 +64,7 @@ export class Helper {
   readonly ready: Promise<void>;
 
   constructor() {
-    this.proc = spawn(PYTHON, [join(PACKAGE, "test", "support", "stack_helper.py")], {
+    this.proc = spawn(PYTHON, [join(PACKAGE_DIR, "test", "support", "stack_helper.py")], {
       env: { ...process.env, TICKERWIRE_STATE_DIR: STATE_DIR },
     });
     this.proc.stderr.on("data", (chunk: Buffer) => process.stderr.write(`# helper: ${chunk.toString()}`));
