@@ -435,6 +435,7 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
       this.drop();
       this.buffer = [];
       this.bufferedPosts = 0;
+      this.stats.connectFailures += 1;
       if (error instanceof ApiError && STOP_STATUSES.has(error.status)) {
         this.buffer.push({ kind: "end", why: error.message, delayMs: 0, error });
         return;
@@ -443,7 +444,6 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
         this.buffer.push({ kind: "end", why: error.message, delayMs: 0, error });
         return;
       }
-      this.stats.connectFailures += 1;
       this.pendingDelayMs = (error instanceof ApiError ? error.retryAfterMs : null) ?? this.backoff.next();
     } finally {
       clearTimeout(timer);

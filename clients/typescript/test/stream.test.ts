@@ -23,23 +23,37 @@ import {
   type ResumingStream,
   type StreamItem,
 } from "../src/index.js";
-import { Helper, LANGS, PACKAGE, STATE_DIR, client, freshIds, sleep, streamPid, until, workspace, type PostSpec } from "./support/stack.js";
+import { Helper, LANGS, PACKAGE, STATE_DIR, client, freshIds, sleep, streamPid, until, within, workspace, type PostSpec } from "./support/stack.js";
 
 const helper = new Helper();
 after(() => helper.close());
 
 const key = (id: number, lang: string): string => `${id}/${lang}`;
 
-/** Takes items from `stream` into `seen` (counting repeats) until `done()` or the stream ends. */
-async function consume(stream: ResumingStream, seen: Map<string, number>, done: () => boolean, onItem?: (item: StreamItem) => Promise<void> | void): Promise<StreamItem[]> {
+/**
+ * Takes items from `stream` into `seen` (counting repeats) until `done()`, the stream ends or
+ * `timeoutMs` passed (then the stream is closed: the test's assertions say what was missing).
+ */
+async function consume(
+  stream: ResumingStream,
+  seen: Map<string, number>,
+  done: () => boolean,
+  onItem?: (item: StreamItem) => Promise<void> | void,
+  timeoutMs = 45_000,
+): Promise<StreamItem[]> {
   const items: StreamItem[] = [];
   if (done()) return items;
-  for await (const item of stream) {
-    const k = key(item.post.id, item.post.lang);
-    seen.set(k, (seen.get(k) ?? 0) + 1);
-    items.push(item);
-    await onItem?.(item);
-    if (done()) break;
+  const timer = setTimeout(() => void stream.close(), timeoutMs);
+  try {
+    for await (const item of stream) {
+      const k = key(item.post.id, item.post.lang);
+      seen.set(k, (seen.get(k) ?? 0) + 1);
+      items.push(item);
+      await onItem?.(item);
+      if (done()) break;
+    }
+  } finally {
+    clearTimeout(timer);
   }
   return items;
 }
@@ -61,7 +75,7 @@ async function headPoint(): Promise<ResumePoint> {
 }
 
 describe("the resuming stream", () => {
-  test("posts come with their cursor and source; the position is the Python client's format", async () => {
+  test("posts come with their cursor and source; the position is the Python client's format", { timeout: 100_000 }, async () => {
     const ids = freshIds(3);
     const store = new MemoryCursorStore();
     const stream = client().stream({ langs: ["en-US", "de-DE"], store });
@@ -81,7 +95,7 @@ describe("the resuming stream", () => {
     assert.deepEqual((await store.load())?.toJson(), items[items.length - 2]?.position.toJson(), "the item in hand is not saved yet");
   });
 
-  test("200 random reconnects while posts, late translations, backdated posts and edits are published: 0 missed, 0 duplicates", async () => {
+  test("200 random reconnects while posts, late translations, backdated posts and edits are published: 0 missed, 0 duplicates", { timeout: 100_000 }, async () => {
     const ids = freshIds(1000);
     let next = 0;
     const random = mulberry32(37);
@@ -91,6 +105,7 @@ describe("the resuming stream", () => {
     const seen = new Map<string, number>();
     let published = false;
     let reconnects = 0;
+    let stopped = false;
     const started = Date.now();
     const publisher = (async () => {
       for (let cycle = 0; cycle < 200; cycle++) {
@@ -126,7 +141,7 @@ describe("the resuming stream", () => {
     })();
     const expected = (): Set<string> => new Set([...langsOf].flatMap(([id, langs]) => langs.map((l) => key(id, l))));
     const disconnector = (async () => {
-      while (reconnects < 200) {
+      while (reconnects < 200 && !stopped) {
         await sleep(5 + random() * 60);
         if (stream.stats.connects > reconnects) {
           stream.reconnect();
@@ -135,12 +150,13 @@ describe("the resuming stream", () => {
       }
     })();
     const done = (): boolean => published && reconnects >= 200 && [...expected()].every((k) => seen.has(k));
-    const consumer = consume(stream, seen, done);
+    const consumer = consume(stream, seen, done, undefined, 150_000);
     const watchdog = setInterval(() => {
       if (done()) void stream.close();
     }, 100);
-    await Promise.race([Promise.all([publisher, disconnector, consumer]), sleep(150_000)]);
+    await within(Promise.all([publisher, disconnector, consumer]), 150_000);
     clearInterval(watchdog);
+    stopped = true;
     await stream.close();
     assert.ok(reconnects >= 200, `${reconnects} reconnects`);
     assert.ok(expected().size > 200, `${expected().size} announcements`);
@@ -149,7 +165,7 @@ describe("the resuming stream", () => {
     console.log(`# 200 reconnects: ${expected().size} announcements, ${stream.stats.connects} connects, ${((Date.now() - started) / 1000).toFixed(1)} s`);
   });
 
-  test("a SIGKILL of the stream process: resumed, nothing missed or repeated", async () => {
+  test("a SIGKILL of the stream process: resumed, nothing missed or repeated", { timeout: 100_000 }, async () => {
     const ids = freshIds(40);
     const stream = client().stream({ langs: ["en-US"], resumeFrom: await headPoint(), backoffBaseMs: 100, backoffCapMs: 1_000 });
     const seen = new Map<string, number>();
@@ -161,14 +177,14 @@ describe("the resuming stream", () => {
       if (i === 15) process.kill(before, "SIGKILL");
       await sleep(50);
     }
-    await Promise.race([consumer, sleep(60_000)]);
+    await within(consumer, 60_000);
     await stream.close();
     assertExactlyOnce(mine(seen, ids), expected);
     assert.ok(stream.stats.connects >= 2 && stream.stats.resumed >= 1, JSON.stringify(stream.stats));
     await until("up restarted the stream process", () => streamPid() !== before);
   });
 
-  test("a silent socket (the stream process stopped) is noticed by the ping watchdog and resumed", async () => {
+  test("a silent socket (the stream process stopped) is noticed by the ping watchdog and resumed", { timeout: 100_000 }, async () => {
     const ids = freshIds(10);
     const stream = client().stream({ langs: ["en-US"], resumeFrom: await headPoint(), silenceTimeoutMs: 2_500, connectTimeoutMs: 1_500, backoffBaseMs: 100, backoffCapMs: 500 });
     await stream.connect();
@@ -187,25 +203,25 @@ describe("the resuming stream", () => {
     } finally {
       process.kill(pid, "SIGCONT");
     }
-    await Promise.race([consumer, sleep(30_000)]);
+    await within(consumer, 30_000);
     await stream.close();
     assertExactlyOnce(mine(seen, ids), expected);
   });
 
-  test("a loop slower than the stream: the buffer stays bounded, the socket is dropped and resumed, nothing lost", async () => {
+  test("a loop slower than the stream: the buffer stays bounded, the socket is dropped and resumed, nothing lost", { timeout: 100_000 }, async () => {
     const ids = freshIds(60);
     const stream = client().stream({ langs: ["en-US"], resumeFrom: await headPoint(), bufferSize: 4 });
     await stream.connect();
     await helper.publish(ids.map((id) => ({ id, langs: ["en-US"] })));
     const seen = new Map<string, number>();
     const expected = new Set(ids.map((id) => key(id, "en-US")));
-    await Promise.race([consume(stream, seen, () => [...expected].every((k) => seen.has(k)), () => sleep(30)), sleep(60_000)]);
+    await consume(stream, seen, () => [...expected].every((k) => seen.has(k)), () => sleep(30));
     await stream.close();
     assertExactlyOnce(mine(seen, ids), expected);
     assert.ok(stream.stats.slowConsumerDrops >= 1, JSON.stringify(stream.stats));
   });
 
-  test("a refused cursor is loud: the typed event, a count, the gap-fill from the last ids", async () => {
+  test("a refused cursor is loud: the typed event, a count, the gap-fill from the last ids", { timeout: 100_000 }, async () => {
     const ids = freshIds(6);
     const head = await headPoint();
     await helper.publish(ids.slice(0, 2).map((id) => ({ id, langs: ["en-US"] })));
@@ -234,7 +250,7 @@ describe("the resuming stream", () => {
     assert.notEqual(stream.position.cursor, foreign, "the new cursor is kept");
   });
 
-  test("refused handshakes and the stop-close end the iteration with the typed error", async () => {
+  test("refused handshakes and the stop-close end the iteration with the typed error", { timeout: 100_000 }, async () => {
     const bad = client({ apiKey: "tw_live_not_a_key" }).stream({ langs: ["en-US"] });
     await assert.rejects(bad.next(), AuthenticationError);
     const invalid = client().stream({ resumeFrom: "not-a-cursor" });
@@ -247,13 +263,14 @@ describe("the resuming stream", () => {
     const stream = client({ apiKey: keyOf }).stream({ langs: ["en-US"] });
     await stream.connect();
     await helper.cli("workspace", "suspend", "ts_stop");
-    const revoked = await stream.next().catch((e: unknown) => e);
+    const revoked = (await within(stream.next().catch((e: unknown) => e), 20_000)) ?? "no error within 20 s";
     assert.ok(revoked instanceof WorkspaceSuspendedError, String(revoked));
     assert.equal(revoked.status, 403);
     assert.equal(stream.stats.closes[4003], 1);
+    assert.equal(stream.stats.connectFailures, 0, "ended by the close, not by a refused reconnect");
   });
 
-  test("a handshake refused for the connection limit waits, then connects", async () => {
+  test("a handshake refused for the connection limit waits, then connects", { timeout: 100_000 }, async () => {
     const keyOf = await workspace(helper, "ts_limit", ["--stream-connections", "1"]);
     const api = client({ apiKey: keyOf });
     const first = api.stream({ langs: ["en-US"] });
@@ -263,12 +280,12 @@ describe("the resuming stream", () => {
     await until("a refused handshake", () => second.stats.connectFailures >= 1, 10_000);
     assert.equal(second.stats.connects, 0);
     await first.close();
-    await Promise.race([connecting, sleep(30_000)]);
+    await within(connecting, 30_000);
     assert.equal(second.stats.connects, 1);
     await second.close();
   });
 
-  test("a client process killed and restarted from its file cursor store misses nothing", async () => {
+  test("a client process killed and restarted from its file cursor store misses nothing", { timeout: 100_000 }, async () => {
     const ids = freshIds(40);
     const dir = mkdtempSync(join(tmpdir(), "tw-follow-"));
     const storePath = join(dir, "position.json");
@@ -292,24 +309,28 @@ describe("the resuming stream", () => {
       };
     };
     let follower = run();
-    await until("the first start saved its position", () => {
-      try {
-        return readFileSync(storePath, "utf8").includes("c1~");
-      } catch {
-        return false;
-      }
-    });
-    for (const [i, id] of ids.entries()) {
-      await helper.publish([{ id, langs: ["en-US", "de-DE"] }]);
-      await sleep(40);
-      if (i % 10 === 9) {
-        await follower.stop();
-        kills += 1;
-        follower = run();
-      }
-    }
     const expected = new Set(ids.flatMap((id) => [key(id, "en-US"), key(id, "de-DE")]));
-    await until("every post", () => [...expected].every((k) => seen.has(k)), 30_000).finally(() => follower.stop());
+    try {
+      await until("the first start saved its position", () => {
+        try {
+          return readFileSync(storePath, "utf8").includes("c1~");
+        } catch {
+          return false;
+        }
+      });
+      for (const [i, id] of ids.entries()) {
+        await helper.publish([{ id, langs: ["en-US", "de-DE"] }]);
+        await sleep(40);
+        if (i % 10 === 9) {
+          await follower.stop();
+          kills += 1;
+          follower = run();
+        }
+      }
+      await until("every post", () => [...expected].every((k) => seen.has(k)), 30_000);
+    } finally {
+      await follower.stop();
+    }
     const got = mine(seen, ids);
     const missed = [...expected].filter((k) => !got.has(k));
     const repeats = [...got.values()].reduce((sum, n) => sum + n - 1, 0);
@@ -321,7 +342,7 @@ describe("the resuming stream", () => {
     void FileCursorStore;
   });
 
-  test("a position saved by the Python client resumes here, and the reverse", async () => {
+  test("a position saved by the Python client resumes here, and the reverse", { timeout: 100_000 }, async () => {
     const ids = freshIds(10);
     const head = await headPoint();
     await helper.publish(ids.map((id) => ({ id, langs: ["en-US", "de-DE"] })));

@@ -114,6 +114,16 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** `promise`, or after `ms` undefined (the timer is cleared either way, so it keeps no process alive). */
+export async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([promise, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Until `check()` is true, or throws naming `what` after `timeoutMs`. */
 export async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
