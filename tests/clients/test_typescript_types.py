@@ -21,10 +21,16 @@ PACKAGE = ROOT / "clients" / "typescript"
 
 def test_the_generated_wire_types_match_the_openapi_document(tmp_path):
     command = node_command("openapi-typescript")
-    pinned = json.loads((PACKAGE / "package-lock.json").read_text())["packages"]["node_modules/openapi-typescript"]["version"]
-    installed = json.loads((node_tools() / "node_modules" / "openapi-typescript" / "package.json").read_text())["version"]
+    pinned = json.loads((PACKAGE / "package-lock.json").read_text())["packages"]["node_modules/openapi-typescript"][
+        "version"
+    ]
+    installed = json.loads((node_tools() / "node_modules" / "openapi-typescript" / "package.json").read_text())[
+        "version"
+    ]
     if installed != pinned:
-        pytest.skip(f"openapi-typescript {installed} in {node_tools()}, the package pins {pinned} (.ci/node/package.json)")
+        pytest.skip(
+            f"openapi-typescript {installed} in {node_tools()}, the package pins {pinned} (.ci/node/package.json)"
+        )
     out = tmp_path / "openapi.ts"
     done = subprocess.run(
         [*command, str(ROOT / "schemas" / "openapi.json"), "-o", str(out)],

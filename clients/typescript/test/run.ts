@@ -90,7 +90,7 @@ async function main(): Promise<number> {
   const only = process.argv.slice(2).filter((a) => !a.startsWith("--"));
   const flags = process.argv.slice(2).filter((a) => a.startsWith("--"));
   const chosen = only.length ? files.filter((f) => only.some((o) => f.includes(o))) : files;
-  const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", "--test-timeout=600000", ...flags, ...chosen], {
+  const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", "--test-timeout=600000", "--test-force-exit", ...flags, ...chosen], {
     env: { ...process.env, TICKERWIRE_STATE_DIR: state, TICKERWIRE_TEST_PYTHON: python },
     stdio: "inherit",
   });

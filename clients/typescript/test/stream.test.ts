@@ -95,7 +95,7 @@ describe("the resuming stream", () => {
     assert.deepEqual((await store.load())?.toJson(), items[items.length - 2]?.position.toJson(), "the item in hand is not saved yet");
   });
 
-  test("200 random reconnects while posts, late translations, backdated posts and edits are published: 0 missed, 0 duplicates", { timeout: 100_000 }, async () => {
+  test("200 random reconnects while posts, late translations, backdated posts and edits are published: 0 missed, 0 duplicates", { timeout: 170_000 }, async () => {
     const ids = freshIds(1000);
     let next = 0;
     const random = mulberry32(37);
@@ -150,11 +150,11 @@ describe("the resuming stream", () => {
       }
     })();
     const done = (): boolean => published && reconnects >= 200 && [...expected()].every((k) => seen.has(k));
-    const consumer = consume(stream, seen, done, undefined, 150_000);
+    const consumer = consume(stream, seen, done, undefined, 120_000);
     const watchdog = setInterval(() => {
       if (done()) void stream.close();
     }, 100);
-    await within(Promise.all([publisher, disconnector, consumer]), 150_000);
+    await within(Promise.all([publisher, disconnector, consumer]), 120_000);
     clearInterval(watchdog);
     stopped = true;
     await stream.close();
