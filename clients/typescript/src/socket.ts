@@ -63,13 +63,20 @@ function openGlobal(url: string, timeoutMs: number, handlers: SocketHandlers): P
       resolve(socket);
     });
     ws.addEventListener("message", (event) => handlers.message(decode(event.data)));
-    ws.addEventListener("close", (event) => {
+    // A refused handshake fires "error" (and, in some runtimes, "close"): settle once, on the first.
+    let refused = false;
+    const refuse = (detail: string): void => {
+      if (opened || refused) return;
+      refused = true;
       clearTimeout(timer);
+      void refusalByGet(url, timeoutMs).then((error) =>
+        reject(error ?? new ConnectionError(`the stream refused the handshake (${detail})`)),
+      );
+    };
+    ws.addEventListener("error", () => refuse("error"));
+    ws.addEventListener("close", (event) => {
       if (opened) handlers.close(event.code, event.reason);
-      else
-        void refusalByGet(url, timeoutMs).then((error) =>
-          reject(error ?? new ConnectionError(`the stream refused the handshake (close ${event.code})`)),
-        );
+      else refuse(`close ${event.code}`);
     });
   });
 }
