@@ -8,7 +8,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, describe, test } from "node:test";
@@ -287,7 +286,7 @@ describe("the resuming stream", () => {
 
   test("a client process killed and restarted from its file cursor store misses nothing", { timeout: 100_000 }, async () => {
     const ids = freshIds(40);
-    const dir = mkdtempSync(join(tmpdir(), "tw-follow-"));
+    const dir = mkdtempSync(join(STATE_DIR, "follow-"));
     const storePath = join(dir, "position.json");
     const seen = new Map<string, number>();
     let kills = 0;
@@ -353,7 +352,7 @@ describe("the resuming stream", () => {
     const pyJson = py["position"] as string;
     assert.equal(ResumePoint.fromJson(pyJson).toJson(), pyJson, "byte for byte the Python client's format");
     const seen = new Map<string, number>(pyItems.map((k) => [k, 1]));
-    const dir = mkdtempSync(join(tmpdir(), "tw-interop-"));
+    const dir = mkdtempSync(join(STATE_DIR, "interop-"));
     const store = new FileCursorStore(join(dir, "position.json"));
     const ts = client().stream({ langs: ["en-US", "de-DE"], resumeFrom: ResumePoint.fromJson(pyJson), store });
     await consume(ts, seen, () => mine(seen, ids).size === expected.length);
