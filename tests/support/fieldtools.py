@@ -25,6 +25,7 @@ NODE_PACKAGES = {
     "spectral": "@stoplight/spectral-cli",
     "redocly": "@redocly/cli",
     "asyncapi": "@asyncapi/cli",
+    "openapi-typescript": "openapi-typescript",
 }
 
 

@@ -1,0 +1,10 @@
+export { Client, PostWalk, defaultStreamUrl, type CallOptions, type ClientOptions } from "./http.js";
+export { ResumingStream, MAX_FILL_PAGES, bcp47Case, type CursorRefusal, type ItemSource, type StreamItem, type StreamOptions, type StreamStats } from "./stream.js";
+export { ResumePoint, FileCursorStore, MemoryCursorStore, type CursorStore } from "./position.js";
+export * from "./errors.js";
+export { limitsFromHeaders, metaFromResponse, parseStructuredList, retryAfterMs, type Limits, type RateLimitPolicy, type ResponseMeta } from "./meta.js";
+export { Backoff, DEFAULT_RETRY, fullJitterMs, retryDelayMs, retryPolicy, type RetryPolicy } from "./retry.js";
+export type { WebSocketChoice } from "./socket.js";
+export { CloseCode, type Cursor, type PingMessage, type PostCreatedMessage, type ReadyMessage, type StreamMessage } from "./wire.js";
+export type * from "./types.js";
+export type { components, operations, paths } from "./generated/openapi.js";
