@@ -582,7 +582,7 @@ export interface components {
         slug: string;
         /** @description Ticker symbol, case-insensitive in ASCII (the segment is upper-cased: /tokens/btc is /tokens/BTC); a segment with non-ASCII letters names no token (404). */
         ticker_path: string;
-        /** @description A resume cursor from a previous /changes page or from the stream (`ready.cursor`, `post.created.cursor` with `cursors=true`). Absent: start at the current head (an empty page and the head's cursor). Not a cursor this service wrote: 422 VALIDATION_FAILED with field `cursor`. A cursor of an earlier log (the posts log was reset or re-created, or the read model rebuilt with other positions): 409 CURSOR_EPOCH_CHANGED with field `cursor`; gap-fill with GET /posts?after= once and start again without a cursor. */
+        /** @description A resume cursor from a previous /changes page or from the stream (`ready.cursor`, `post.created.cursor` with `cursors=true`). Absent: start at the current head (an empty page and the head's cursor). Not a cursor (an empty one included), or one this read model cannot have issued (a partition the posts topic does not have, a mark past the committed log position): 422 VALIDATION_FAILED with field `cursor`. A cursor of an earlier log (the posts log was reset or re-created, or the read model rebuilt with other positions): 409 CURSOR_EPOCH_CHANGED with field `cursor`; gap-fill with GET /posts?after= once and start again without a cursor. */
         cursor: string;
         /** @description Comma-separated locale codes (OR), the stream's `lang` filter: matched case-insensitively (`de-de` is `de-DE`) but otherwise exactly, no fallback to the default locale; an unknown code matches nothing. Absent: every locale the API answers in. At most 20 items (else 422); empty items skipped, a repeated value taken once. */
         changes_lang: string[];
@@ -1063,7 +1063,7 @@ export interface operations {
     listChanges: {
         parameters: {
             query?: {
-                /** @description A resume cursor from a previous /changes page or from the stream (`ready.cursor`, `post.created.cursor` with `cursors=true`). Absent: start at the current head (an empty page and the head's cursor). Not a cursor this service wrote: 422 VALIDATION_FAILED with field `cursor`. A cursor of an earlier log (the posts log was reset or re-created, or the read model rebuilt with other positions): 409 CURSOR_EPOCH_CHANGED with field `cursor`; gap-fill with GET /posts?after= once and start again without a cursor. */
+                /** @description A resume cursor from a previous /changes page or from the stream (`ready.cursor`, `post.created.cursor` with `cursors=true`). Absent: start at the current head (an empty page and the head's cursor). Not a cursor (an empty one included), or one this read model cannot have issued (a partition the posts topic does not have, a mark past the committed log position): 422 VALIDATION_FAILED with field `cursor`. A cursor of an earlier log (the posts log was reset or re-created, or the read model rebuilt with other positions): 409 CURSOR_EPOCH_CHANGED with field `cursor`; gap-fill with GET /posts?after= once and start again without a cursor. */
                 cursor?: components["parameters"]["cursor"];
                 /** @description Comma-separated locale codes (OR), the stream's `lang` filter: matched case-insensitively (`de-de` is `de-DE`) but otherwise exactly, no fallback to the default locale; an unknown code matches nothing. Absent: every locale the API answers in. At most 20 items (else 422); empty items skipped, a repeated value taken once. */
                 lang?: components["parameters"]["changes_lang"];
@@ -1121,7 +1121,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description VALIDATION_FAILED: a parameter is invalid; `field` names it (`cursor` when it is not a cursor this service wrote). */
+            /** @description VALIDATION_FAILED: a parameter is invalid; `field` names it. `cursor`: not a cursor at all (an empty `cursor=` included), or a well-formed cursor of this epoch that this read model cannot have issued: it names a partition the posts topic does not have, or a mark past the committed log position (a hand-edited cursor is refused, never obeyed). Gap-fill with GET /posts?after= once, then start again without a cursor. */
             422: {
                 headers: {
                     "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
