@@ -29,6 +29,7 @@ class Window:
     start: float
     end: float
     failures: int
+    #: The fault it is put down to (:func:`around`), if any.
     faults: tuple[str, ...]
 
     @property
@@ -54,7 +55,10 @@ def windows(history: History) -> list[Window]:
 
 
 def around(faults: list[Fault], t: float) -> tuple[str, ...]:
-    return tuple(f.kind for f in faults if f.start - 1.0 <= t <= f.end + AFTERMATH_S)
+    """The fault a window that opened at ``t`` is put down to: the last one started by then
+    (within a second) and not over for more than ``AFTERMATH_S``; none when there is none."""
+    started = [f for f in faults if f.start - 1.0 <= t <= f.end + AFTERMATH_S]
+    return (max(started, key=lambda f: f.start).kind,) if started else ()
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -86,6 +90,9 @@ def summary(history: History, violations: list[str], extra: dict) -> dict:
     lat = latencies(history)
     kills = [f.start for f in history.faults if f.kind == "kill projector"]
     after_kill = [d for t, d in lat.values() if any(k - 1.0 <= t <= k + 15.0 for k in kills)]
+    by_fault: dict[str, list[float]] = {}
+    for t, d in lat.values():  # each latency put down to a fault as a window is (:func:`around`)
+        by_fault.setdefault((around(history.faults, t) or ("(no fault)",))[0], []).append(d)
     wins = windows(history)
     by_kind: dict[str, dict[str, float]] = {}
     for w in wins:
@@ -112,8 +119,10 @@ def summary(history: History, violations: list[str], extra: dict) -> dict:
         "violations": violations,
         "latency_s": stats([d for _, d in lat.values()]),
         "latency_after_projector_kill_s": stats(after_kill),
+        "latency_s_by_fault": {kind: stats(values) for kind, values in sorted(by_fault.items())},
         "longest_window_s_by_fault": dict(sorted(by_kind.items())),
         "windows": [asdict(w) | {"seconds": round(w.seconds, 2)} for w in wins],
+        "fault_spans": [asdict(f) for f in history.faults],
         "api_request_s_near_replica_faults": stats(api_near_replica),
         **extra,
     }
@@ -185,13 +194,24 @@ def markdown(report: dict, picture_link: str) -> str:
         f"{_fmt(report['api_request_s_near_replica_faults'])}",
         f"- ERROR lines in the service logs: {report.get('error_lines', '?')}",
         "",
-        "Longest unavailable window (from the first failed operation to the next served one) per fault and endpoint:",
+        "Longest unavailable window per endpoint (from the first failed operation to the next served one), by the fault "
+        f"it is put down to (the last one started before it, ended at most {AFTERMATH_S:.0f} s before):",
         "",
         "| fault | " + " | ".join(endpoints := sorted({w["endpoint"] for w in report["windows"]})) + " |",
         "|---|" + "---|" * len(endpoints),
     ]
     for kind, slot in report["longest_window_s_by_fault"].items():
         lines.append(f"| {kind} | " + " | ".join(f"{slot[e]:.2f} s" if e in slot else "-" for e in endpoints) + " |")
+    if by_fault := report.get("latency_s_by_fault"):
+        lines += [
+            "",
+            "Publish-to-delivery by the fault each post is put down to (the same rule, from its publication):",
+            "",
+            "| fault | posts | p50 | p99 | max |",
+            "|---|---|---|---|---|",
+        ]
+        for kind, st in by_fault.items():
+            lines.append(f"| {kind} | {st['n']} | {st['p50']:.2f} s | {st['p99']:.2f} s | {st['max']:.2f} s |")
     lines += ["", f"![Timeline: faults against publish-to-delivery latency and failed operations]({picture_link})", ""]
     return "\n".join(lines)
 
