@@ -19,6 +19,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tests.chaos.report import kept
+
 from .scenarios import Outcome, UpScenarios, log_reset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         for note in o.notes:
             print(f"      - {note}")
     if args.doc:
-        Path(args.doc).write_text(markdown(outcomes, conditions(started, load_start)))
+        doc = Path(args.doc)
+        mixed = kept(doc.read_text()) if doc.exists() else ""  # the mixed-fault run's section (tests/chaos)
+        doc.write_text(markdown(outcomes, conditions(started, load_start)) + ("\n" + mixed if mixed else ""))
         print(f"wrote {args.doc}")
     return 0 if all(o.passed for o in outcomes) else 1
 

@@ -1,0 +1,80 @@
+"""What a mixed-fault run saw, recorded as it happened: every operation the workload made (its
+endpoint, when, how long, whether it was served), every fault the nemesis injected (a span),
+every (post, locale) published and every one delivered. The checker and the report read it;
+nothing here judges."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+#: (post id, locale): one announcement.
+Key = tuple[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation of the workload: ``ok`` False is an error or a timeout (``detail`` says which)."""
+
+    endpoint: str
+    start: float
+    end: float
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected fault: ``kind`` such as ``kill projector``; the span it lasted (a kill: until restarted)."""
+
+    kind: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One ``post.created`` a stream client processed."""
+
+    key: Key
+    partition: int
+    offset: int
+    at: float
+
+
+@dataclass
+class History:
+    seed: int
+    t0: float = field(default_factory=time.monotonic)
+    ops: list[Op] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    #: When the broker acknowledged the record that first made each (post, locale) visible.
+    published: dict[Key, float] = field(default_factory=dict)
+    #: Posts only ever written in aborted transactions: never to be seen.
+    aborted: set[int] = field(default_factory=set)
+    #: Per stream client, what it processed, in order.
+    deliveries: dict[str, list[Delivery]] = field(default_factory=lambda: defaultdict(list))
+    #: What the ``/changes`` walker read, in order, with (partition, offset) from its cursor walk.
+    walked: list[Key] = field(default_factory=list)
+    #: Processes restarted by the supervisor: (name, when).
+    restarts: list[tuple[str, float]] = field(default_factory=list)
+    #: Violations seen while the run went on (a stale read, a refused resume), in order.
+    violations: list[str] = field(default_factory=list)
+
+    def now(self) -> float:
+        """Seconds since the run started."""
+        return time.monotonic() - self.t0
+
+    def op(self, endpoint: str, start: float, ok: bool, detail: str = "") -> None:
+        self.ops.append(Op(endpoint, start, self.now(), ok, detail))
+
+    def acknowledged(self, keys: Iterable[Key]) -> None:
+        """The broker acknowledged records making ``keys`` visible: the first time counts."""
+        acked = self.now()
+        for key in keys:
+            self.published.setdefault(key, acked)
+
+    def violation(self, text: str) -> None:
+        self.violations.append(f"{self.now():.1f}s: {text}")

@@ -1,0 +1,252 @@
+"""The report of a mixed-fault run: operations, faults by kind, violations, unavailable windows
+per endpoint (each matched to the faults it overlapped), publish-to-delivery latency, and a
+timeline picture (faults as spans against latency and errors). Written to a results folder;
+:func:`update_doc` puts its summary into docs/reliability.md."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tests.chaos.history import Fault, History
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "reliability.md"
+DOC_PICTURE = REPO / "docs" / "chaos-timeline.png"
+BEGIN, END = "<!-- mixed-faults:begin -->", "<!-- mixed-faults:end -->"
+#: A window or a latency is put down to a fault that ended at most this long before it.
+AFTERMATH_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A run of failed operations on one endpoint: from the first failure to the next success."""
+
+    endpoint: str
+    start: float
+    end: float
+    failures: int
+    #: The fault it is put down to (:func:`around`), if any.
+    faults: tuple[str, ...]
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def windows(history: History) -> list[Window]:
+    found: list[Window] = []
+    for endpoint in sorted({op.endpoint for op in history.ops}):
+        opened: float | None = None
+        failures = 0
+        for op in sorted((o for o in history.ops if o.endpoint == endpoint), key=lambda o: o.start):
+            if not op.ok:
+                opened = op.start if opened is None else opened
+                failures += 1
+            elif opened is not None:
+                found.append(Window(endpoint, opened, op.start, failures, around(history.faults, opened)))
+                opened, failures = None, 0
+        if opened is not None:
+            found.append(Window(endpoint, opened, history.now(), failures, around(history.faults, opened)))
+    return found
+
+
+def around(faults: list[Fault], t: float) -> tuple[str, ...]:
+    """The fault a window that opened at ``t`` is put down to: the last one started by then
+    (within a second) and not over for more than ``AFTERMATH_S``; none when there is none."""
+    started = [f for f in faults if f.start - 1.0 <= t <= f.end + AFTERMATH_S]
+    return (max(started, key=lambda f: f.start).kind,) if started else ()
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def latencies(history: History) -> dict[tuple[int, str], tuple[float, float]]:
+    """Per (post, locale): (publish time, seconds until the first stream client had it)."""
+    first: dict[tuple[int, str], float] = {}
+    for got in history.deliveries.values():
+        for d in got:
+            first[d.key] = min(first.get(d.key, d.at), d.at)
+    return {k: (t, first[k] - t) for k, t in history.published.items() if k in first}
+
+
+def stats(values: list[float]) -> dict[str, float | int | None]:
+    return {
+        "n": len(values),
+        "p50": percentile(values, 0.5),
+        "p99": percentile(values, 0.99),
+        "max": max(values) if values else None,
+    }
+
+
+def summary(history: History, violations: list[str], extra: dict) -> dict:
+    lat = latencies(history)
+    kills = [f.start for f in history.faults if f.kind == "kill projector"]
+    after_kill = [d for t, d in lat.values() if any(k - 1.0 <= t <= k + 15.0 for k in kills)]
+    by_fault: dict[str, list[float]] = {}
+    for t, d in lat.values():  # each latency put down to a fault as a window is (:func:`around`)
+        by_fault.setdefault((around(history.faults, t) or ("(no fault)",))[0], []).append(d)
+    wins = windows(history)
+    by_kind: dict[str, dict[str, float]] = {}
+    for w in wins:
+        for kind in w.faults or ("(no fault)",):
+            slot = by_kind.setdefault(kind, {})
+            slot[w.endpoint] = max(slot.get(w.endpoint, 0.0), round(w.seconds, 2))
+    replica = [f for f in history.faults if f.kind.endswith("replica")]
+    api_near_replica = [
+        op.end - op.start
+        for op in history.ops
+        if op.endpoint.startswith("api") and any(f.start <= op.start <= f.end + AFTERMATH_S for f in replica)
+    ]
+    ops = Counter(f"{op.endpoint} {'ok' if op.ok else 'failed'}" for op in history.ops)
+    return {
+        "seed": history.seed,
+        "duration_s": round(history.now(), 1),
+        "operations": dict(sorted(ops.items())),
+        "announcements": len(history.published),
+        "aborted_posts": len(history.aborted),
+        "deliveries": {name: len(got) for name, got in sorted(history.deliveries.items())},
+        "walked": len(history.walked),
+        "faults": dict(sorted(Counter(f.kind for f in history.faults).items())),
+        "restarts": dict(sorted(Counter(name for name, _ in history.restarts).items())),
+        "violations": violations,
+        "latency_s": stats([d for _, d in lat.values()]),
+        "latency_after_projector_kill_s": stats(after_kill),
+        "latency_s_by_fault": {kind: stats(values) for kind, values in sorted(by_fault.items())},
+        "longest_window_s_by_fault": dict(sorted(by_kind.items())),
+        "windows": [asdict(w) | {"seconds": round(w.seconds, 2)} for w in wins],
+        "fault_spans": [asdict(f) for f in history.faults],
+        "api_request_s_near_replica_faults": stats(api_near_replica),
+        **extra,
+    }
+
+
+def picture(history: History, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True, height_ratios=[3, 2])
+    kinds = sorted({f.kind for f in history.faults})
+    colors = {k: plt.get_cmap("tab20")(i % 20) for i, k in enumerate(kinds)}
+    for ax in (top, bottom):
+        for f in history.faults:
+            ax.axvspan(f.start, max(f.end, f.start + 0.3), color=colors[f.kind], alpha=0.35, lw=0)
+    lat = latencies(history)
+    top.scatter([t for t, _ in lat.values()], [d for _, d in lat.values()], s=6, color="black")
+    top.set_ylabel("publish to delivery (s)")
+    top.set_title(f"Mixed faults, seed {history.seed}: faults (spans), delivery latency, failed operations")
+    endpoints = sorted({op.endpoint for op in history.ops})
+    failed = [op for op in history.ops if not op.ok]
+    bottom.scatter(
+        [op.start for op in failed], [endpoints.index(op.endpoint) for op in failed], s=10, marker="x", color="red"
+    )
+    bottom.set_yticks(range(len(endpoints)), endpoints)
+    bottom.set_xlabel("seconds since the start of the run")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k], alpha=0.5) for k in kinds]
+    fig.legend(handles, kinds, loc="lower center", ncol=min(5, max(1, len(kinds))), fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write(history: History, violations: list[str], results: Path, extra: dict) -> dict:
+    results.mkdir(parents=True, exist_ok=True)
+    report = summary(history, violations, extra)
+    (results / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (results / "report.md").write_text(markdown(report, "timeline.png"))
+    picture(history, results / "timeline.png")
+    return report
+
+
+def _fmt(stat: dict) -> str:
+    if not stat["n"]:
+        return "none"
+    return f"p50 {stat['p50']:.2f} s, p99 {stat['p99']:.2f} s, max {stat['max']:.2f} s (n={stat['n']})"
+
+
+def markdown(report: dict, picture_link: str) -> str:
+    ops = report["operations"]
+    lines = [
+        f"- Seed {report['seed']}, {report['duration_s']:.0f} s in all ({report.get('fault_minutes', '?')} min of faults); "
+        + "; ".join(f"{k}: {v}" for k, v in report.get("conditions", {}).items()),
+        f"- Operations: {', '.join(f'{k} {v}' for k, v in ops.items())}",
+        f"- Announcements expected: {report['announcements']} (posts of aborted transactions: "
+        f"{report['aborted_posts']}); received per stream client: "
+        + ", ".join(f"{k} {v}" for k, v in report["deliveries"].items())
+        + f"; walked in /changes: {report['walked']}",
+        f"- Faults: {', '.join(f'{k} ×{v}' for k, v in report['faults'].items())}; processes restarted by the "
+        f"supervisor: {', '.join(f'{k} ×{v}' for k, v in report['restarts'].items()) or 'none'}",
+        f"- Violations: {len(report['violations'])}"
+        + (f" (first: {report['violations'][0]})" if report["violations"] else ""),
+        f"- Publish-to-delivery (first stream client): {_fmt(report['latency_s'])}",
+        f"- Publish-to-delivery of posts published from 1 s before to 15 s after a projector SIGKILL: "
+        f"{_fmt(report['latency_after_projector_kill_s'])}",
+        f"- API requests (any endpoint) started during a replica fault or {AFTERMATH_S:.0f} s after: "
+        f"{_fmt(report['api_request_s_near_replica_faults'])}",
+        f"- ERROR lines in the service logs: {report.get('error_lines', '?')}",
+        "",
+        "Longest unavailable window per endpoint (from the first failed operation to the next served one), by the fault "
+        f"it is put down to (the last one started before it, ended at most {AFTERMATH_S:.0f} s before):",
+        "",
+        "| fault | " + " | ".join(endpoints := sorted({w["endpoint"] for w in report["windows"]})) + " |",
+        "|---|" + "---|" * len(endpoints),
+    ]
+    for kind, slot in report["longest_window_s_by_fault"].items():
+        lines.append(f"| {kind} | " + " | ".join(f"{slot[e]:.2f} s" if e in slot else "-" for e in endpoints) + " |")
+    if by_fault := report.get("latency_s_by_fault"):
+        lines += [
+            "",
+            "Publish-to-delivery by the fault each post is put down to (the same rule, from its publication):",
+            "",
+            "| fault | posts | p50 | p99 | max |",
+            "|---|---|---|---|---|",
+        ]
+        for kind, st in by_fault.items():
+            lines.append(f"| {kind} | {st['n']} | {st['p50']:.2f} s | {st['p99']:.2f} s | {st['max']:.2f} s |")
+    lines += ["", f"![Timeline: faults against publish-to-delivery latency and failed operations]({picture_link})", ""]
+    return "\n".join(lines)
+
+
+INTRO = """## Mixed faults
+
+Generated by `python -m tests.chaos.run --doc` (tests/chaos; [testing.md](testing.md) says how to
+run it); do not edit the figures by hand. One run of its own Apache Kafka, a PostgreSQL primary
+with one streaming replica (the API and the stream read from it) and a projector (static
+membership), an API and a stream process, each restarted by a supervisor when it dies. For
+the minutes given, a seeded nemesis injects one fault after another (SIGKILL or a 2 to 6 s
+SIGSTOP of each service process, the replica killed or frozen, the primary and the broker
+restarted) while a librdkafka writer publishes about 6 posts a second (a quarter partial,
+completed 5 to 20 s later; a fifth backdated), a transactional aiokafka writer commits two
+posts every ~3 s and aborts one transaction in five, three stream clients resume with cursors
+after dropping themselves every 2 to 20 s, a walker follows `/changes`, and two readers demand
+`X-Min-Log-Position`. A request counts as failed on an error, a 5xx or no answer within 3 s.
+"""
+
+
+def kept(doc_text: str) -> str:
+    """The mixed-fault part of a reliability document (from its section on), which a rewrite of
+    the rest by ``python -m tests.reliability.run`` keeps; '' when there is none."""
+    return doc_text[doc_text.index(BEGIN) :] if BEGIN in doc_text else ""
+
+
+def update_doc(report: dict, results: Path) -> None:
+    """Replace the mixed-fault section of docs/reliability.md with this run's, and its picture
+    (what follows the section, notes by hand, stays)."""
+    shutil.copyfile(results / "timeline.png", DOC_PICTURE)
+    section = "\n".join([BEGIN, INTRO, markdown(report, DOC_PICTURE.name), END])
+    text = DOC.read_text()
+    if BEGIN in text:
+        head, _, rest = text.partition(BEGIN)
+        text = head + section + rest.partition(END)[2]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    DOC.write_text(text)

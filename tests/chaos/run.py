@@ -1,0 +1,146 @@
+"""A mixed-fault run: ``python -m tests.chaos.run --minutes 30 --seed 7 [--doc]``.
+
+Starts the cluster (tests/chaos/harness.py), runs the workload and the nemesis together for
+``--minutes``, stops the faults, lets every client catch up, checks (tests/chaos/checker.py)
+and writes the report into ``chaos-results/<date>-seed<N>/`` (with the services' logs);
+``--doc`` also puts its summary and picture into docs/reliability.md. Exits 1 on a violation,
+after printing the seed and the first one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import aiohttp
+
+from tests.chaos import checker, report
+from tests.chaos.harness import ROLES, cluster
+from tests.chaos.history import History
+from tests.chaos.nemesis import Nemesis
+from tests.chaos.workload import Follower, PostWriter, Reader, TransactionalWriter, Walker
+from tests.reliability.run import conditions
+
+RESULTS = report.REPO / "chaos-results"
+#: How long the clients get, once the faults and the writers stopped, to catch up.
+CATCH_UP_S = 120.0
+
+
+async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, followers: int = 3) -> dict:
+    """One run; its report (``violations`` empty when every check held)."""
+    rng = random.Random(seed)
+    load_start, started = os.getloadavg(), time.monotonic()
+    async with cluster() as c, aiohttp.ClientSession() as http:
+        history = History(seed)
+        pushed: asyncio.Queue = asyncio.Queue(maxsize=20)
+        writing, reading, faulting = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        names = [f"follower{n}" for n in range(followers)]
+        for name in names:
+            history.deliveries[name] = []
+        writers = [
+            asyncio.create_task(PostWriter(c, history, random.Random(rng.random()), rate).run(writing)),
+            asyncio.create_task(TransactionalWriter(c, history, random.Random(rng.random())).run(writing)),
+        ]
+        clients = [
+            *(Follower(n, c, history, random.Random(rng.random()), pushed).run(reading, http) for n in names),
+            Walker(c, history).run(reading, http),
+            Reader(c, history, None).run(reading, http),
+            Reader(c, history, pushed).run(reading, http),
+        ]
+        client_tasks = [asyncio.create_task(coro) for coro in clients]
+        supervisor = asyncio.create_task(c.supervise(history))
+        nemesis = asyncio.create_task(Nemesis(c, history, random.Random(rng.random())).run(faulting))
+        try:
+            await watch([nemesis, supervisor, *writers, *client_tasks], minutes * 60)
+            faulting.set()
+            await nemesis
+            writing.set()
+            await asyncio.gather(*writers)
+            deadline = time.monotonic() + CATCH_UP_S
+            while not checker.caught_up(history) and time.monotonic() < deadline:
+                await asyncio.sleep(1.0)
+            reading.set()
+            for task in client_tasks:
+                task.cancel()
+            await asyncio.gather(*client_tasks, return_exceptions=True)
+            for role in ROLES:
+                with contextlib.suppress(TimeoutError, RuntimeError):
+                    await c.ready(role, timeout=30)
+            violations = list(history.violations)
+            violations += checker.deliveries(history)
+            violations += await checker.served(c, history, http)
+            violations += await checker.processes(c, http)
+        finally:
+            for task in [*writers, *client_tasks, supervisor, nemesis]:
+                task.cancel()
+            await asyncio.gather(*writers, *client_tasks, supervisor, nemesis, return_exceptions=True)
+            c.stack.stop_all()
+            shutil.copytree(c.stack.log_dir, results / "logs", dirs_exist_ok=True)
+    extra = {
+        "fault_minutes": minutes,
+        "error_lines": error_lines(results / "logs"),
+        "conditions": {
+            **dict(line[2:].split(": ", 1) for line in conditions(started, load_start) if "Durability" not in line),
+            "Servers": "Apache Kafka (one KRaft node, its log on disk); a PostgreSQL primary and one streaming "
+            "replica (fsync off)",
+        },
+    }
+    return report.write(history, violations, results, extra)
+
+
+async def watch(tasks: list[asyncio.Task], seconds: float) -> None:
+    """Wait ``seconds``, failing at once if one of ``tasks`` (each runs until told to stop) ended."""
+    done, _ = await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        task.result()
+        raise RuntimeError(f"{task.get_coro()} ended before the run did")
+
+
+def error_lines(logs: Path) -> dict[str, int]:
+    """ERROR lines per service, over every process's log of the run."""
+    counts: dict[str, int] = {}
+    for log in sorted(logs.glob("*.log")):
+        role = log.name.split("-", 1)[0]
+        counts[role] = counts.get(role, 0) + sum(
+            " ERROR " in line for line in log.read_text(errors="replace").splitlines()
+        )
+    return counts
+
+
+def results_dir(seed: int) -> Path:
+    return RESULTS / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-seed{seed}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=30.0, help="how long the nemesis injects faults")
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
+    parser.add_argument("--rate", type=float, default=6.0, help="new posts per second (librdkafka)")
+    parser.add_argument("--followers", type=int, default=3, help="stream clients")
+    parser.add_argument("--doc", action="store_true", help="put the summary and picture into docs/reliability.md")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    results = results_dir(args.seed)
+    found = asyncio.run(run(args.minutes, args.seed, results, rate=args.rate, followers=args.followers))
+    print(report.markdown(found, "timeline.png"))
+    print(f"report: {results}")
+    if args.doc:
+        report.update_doc(found, results)
+        print(f"updated {report.DOC}")
+    if found["violations"]:
+        print(f"FAIL seed {args.seed}: {len(found['violations'])} violation(s); the first: {found['violations'][0]}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""The mixed-fault run's clients, each recording into the :class:`History` what it did and saw:
+
+- :class:`PostWriter`: a librdkafka producer publishing new posts (some partial, completed with
+  more locales 5 to 20 s later; some backdated by up to a day);
+- :class:`TransactionalWriter`: an aiokafka transactional producer, committing, and now and
+  then aborting a transaction whose posts must never appear;
+- :class:`Follower`: a stream client with cursors that drops itself at random and resumes;
+- :class:`Walker`: follows ``GET /changes`` from the head it saw at the start;
+- :class:`Reader`: reads with ``X-Min-Log-Position`` (its last ``X-Log-Position``, or the
+  position of a post a follower was pushed) and checks the answer is at least that fresh.
+
+Each client retries what failed after a short pause, as a partner would, and records the
+failure (an error or a timeout) as an operation that was not served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import datetime, timedelta, timezone
+
+import aiohttp
+import orjson
+
+from tests.chaos.harness import LOCALES, Cluster
+from tests.chaos.history import Delivery, History, Key
+from tests.support.events import post_ev
+from tests.support.producers import Raw, librdkafka
+from tests.support.stack import BASE, auth
+from tickerwire.schemas.models import PostEvent, encode_event, entity_key, topic_for_event_type
+from tickerwire.services.cli.publish import send_events
+from tickerwire.services.common import kafka
+from tickerwire.services.common.db.replicas import at_least, parse_marks
+
+#: Posts of each writer come from their own range, so the checker knows who wrote what.
+PLAIN_IDS = 1_000_000
+COMMITTED_IDS = 2_000_000
+ABORTED_IDS = 3_000_000
+#: A request slower than this counts as a timeout (not served).
+REQUEST_TIMEOUT_S = 3.0
+#: A stream silent for this long (the server pings every second) is taken as stalled.
+STREAM_SILENCE_S = 5.0
+RETRY_S = 0.3
+
+
+def post(post_id: int, version: int, langs: list[str], *, status: str = "published", age_s: float = 0.0) -> PostEvent:
+    now = datetime.now(timezone.utc)
+    return post_ev(post_id, version, status=status, langs=langs, at=now - timedelta(seconds=age_s + 1), emitted_at=now)
+
+
+class PostWriter:
+    """New posts at ``rate`` per second through librdkafka; partial ones gain locales later."""
+
+    def __init__(self, cluster: Cluster, history: History, rng: random.Random, rate: float) -> None:
+        self.cluster, self.history, self.rng, self.rate = cluster, history, rng, rate
+        self.topic = topic_for_event_type(cluster.stack.topic_prefix, "post")
+        self.next_id = PLAIN_IDS
+        #: (when due, post id, version, locales it will have): partial posts to complete.
+        self.due: list[tuple[float, int, int, list[str]]] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            events = [self._new() for _ in range(max(1, round(self.rate / 2)))]
+            now = self.history.now()
+            for item in [d for d in self.due if d[0] <= now]:
+                self.due.remove(item)
+                _, post_id, version, langs = item
+                events.append(post(post_id, version, langs))
+            await self.send(events)
+            await asyncio.sleep(0.5)
+        for _, post_id, version, langs in self.due:  # the run ends: complete what is still partial
+            await self.send([post(post_id, version, langs)])
+        self.due.clear()
+
+    def _new(self) -> PostEvent:
+        post_id, self.next_id = self.next_id, self.next_id + 1
+        kind = self.rng.random()
+        if kind < 0.25:  # partial: one locale now, more 5 to 20 s later
+            later = ["en-US", *self.rng.sample(LOCALES[1:], self.rng.randint(1, 2))]
+            self.due.append((self.history.now() + self.rng.uniform(5, 20), post_id, 2, later))
+            return post(post_id, 1, ["en-US"], status="partial")
+        langs = self.rng.sample(LOCALES, self.rng.randint(1, 3))
+        return post(post_id, 1, langs, age_s=self.rng.uniform(60, 86_400) if kind < 0.45 else 0.0)
+
+    async def send(self, events: list[PostEvent]) -> None:
+        records = [Raw(encode_event(e), entity_key(e).encode()) for e in events]
+        while True:
+            start = self.history.now()
+            try:
+                await librdkafka(
+                    self.cluster.kafka.bootstrap_servers, self.topic, records, **{"enable.idempotence": True}
+                )
+            except Exception as exc:  # the broker restarting: the same records again (a replay is harmless)
+                self.history.op("publish librdkafka", start, False, type(exc).__name__)
+                await asyncio.sleep(RETRY_S)
+                continue
+            self.history.op("publish librdkafka", start, True)
+            self.history.acknowledged((e.data.id, t.lang) for e in events for t in e.data.translations)
+            return
+
+
+class TransactionalWriter:
+    """Two posts per transaction every ~3 s; about one transaction in five is aborted."""
+
+    def __init__(self, cluster: Cluster, history: History, rng: random.Random) -> None:
+        self.cluster, self.history, self.rng = cluster, history, rng
+        self.committed, self.aborted = COMMITTED_IDS, ABORTED_IDS
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if self.rng.random() < 0.2:
+                ids = [self.aborted, self.aborted + 1]
+                self.aborted += 2
+                self.history.aborted.update(ids)
+                await self.transaction(ids, commit=False)
+            else:
+                ids = [self.committed, self.committed + 1]
+                self.committed += 2
+                await self.transaction(ids, commit=True)
+            await asyncio.sleep(self.rng.uniform(2, 4))
+
+    async def transaction(self, ids: list[int], commit: bool) -> None:
+        events = [post(i, 1, self.rng.sample(LOCALES, self.rng.randint(1, 2))) for i in ids]
+        config = self.cluster.stack.config
+        while True:
+            start = self.history.now()
+            try:
+                async with asyncio.timeout(30):
+                    async with kafka.started_producer(config, transactional_id="chaos-tx") as producer:
+                        await producer.begin_transaction()
+                        await send_events(producer, config.topic_prefix, events)
+                        await (producer.commit_transaction() if commit else producer.abort_transaction())
+            except Exception as exc:  # a new producer with the same id aborts what was left open
+                self.history.op("publish transaction", start, False, type(exc).__name__)
+                if not commit:
+                    return  # never committed: the posts stay forbidden
+                await asyncio.sleep(RETRY_S)
+                continue
+            self.history.op("publish transaction", start, True)
+            if commit:
+                self.history.acknowledged((e.data.id, t.lang) for e in events for t in e.data.translations)
+            return
+
+
+class Follower:
+    """A stream client with cursors: processes ``post.created`` one at a time, keeps the cursor
+    of the last, drops the connection itself every 2 to 20 s and resumes with that cursor."""
+
+    def __init__(
+        self, name: str, cluster: Cluster, history: History, rng: random.Random, pushed: asyncio.Queue
+    ) -> None:
+        self.name, self.cluster, self.history, self.rng, self.pushed = name, cluster, history, rng, pushed
+        self.cursor: str | None = None
+        self.drops = 0
+        #: Whether the current connection was accepted (a failure after that is dated when it happens).
+        self.live = False
+
+    async def run(self, stop: asyncio.Event, http: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            start = self.history.now()
+            try:
+                await self.session(http, stop)
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                self.history.op("stream", self.history.now() if self.live else start, False, type(exc).__name__)
+                await asyncio.sleep(RETRY_S)
+
+    async def session(self, http: aiohttp.ClientSession, stop: asyncio.Event) -> None:
+        query = f"resume={self.cursor}" if self.cursor else "cursors=true"
+        url = f"{self.cluster.stream_url}{BASE}/stream?key={self.cluster.key}&{query}"
+        start, self.live = self.history.now(), False
+        async with http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=2), autoping=True) as ws:
+            ready = orjson.loads((await ws.receive(timeout=REQUEST_TIMEOUT_S)).data)
+            if ready.get("type") != "ready":
+                raise ValueError(f"first message {ready}")
+            if self.cursor is not None and ready.get("resumed") is not True:
+                self.history.violation(f"{self.name}: resume refused: {ready}")
+            self.cursor = ready["cursor"]
+            self.history.op("stream", start, True)
+            self.live = True
+            until = self.history.now() + self.rng.uniform(2, 20)
+            while not stop.is_set() and self.history.now() < until:
+                msg = await ws.receive(timeout=STREAM_SILENCE_S)
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    raise aiohttp.ClientError(f"closed {ws.close_code}")
+                body = orjson.loads(msg.data)
+                if body["type"] != "post.created":
+                    continue
+                partition, _, offset = body["log_position"].partition(":")
+                key: Key = (body["data"]["id"], body["data"]["lang"])
+                self.history.deliveries[self.name].append(
+                    Delivery(key, int(partition), int(offset), self.history.now())
+                )
+                self.cursor = body["cursor"]
+                if self.pushed.full():
+                    self.pushed.get_nowait()
+                self.pushed.put_nowait((key, int(partition), int(offset)))
+            self.drops += 1
+
+
+class Walker:
+    """Follows ``GET /changes`` page by page from the head it saw first, once a second."""
+
+    def __init__(self, cluster: Cluster, history: History) -> None:
+        self.cluster, self.history = cluster, history
+        self.cursor: str | None = None
+
+    async def run(self, stop: asyncio.Event, http: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            if not await self.page(http):
+                await asyncio.sleep(1.0)
+
+    async def page(self, http: aiohttp.ClientSession) -> bool:
+        """One page; whether there is more right away."""
+        start = self.history.now()
+        params = {"limit": "50", **({"cursor": self.cursor} if self.cursor else {})}
+        try:
+            async with http.get(
+                f"{self.cluster.api_url}{BASE}/changes",
+                params=params,
+                headers=auth(self.cluster.key),
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+            ) as resp:
+                body = await resp.json()
+                if resp.status != 200:
+                    self.history.op("api /changes", start, False, str(resp.status))
+                    return False
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            self.history.op("api /changes", start, False, type(exc).__name__)
+            return False
+        self.history.op("api /changes", start, True)
+        self.history.walked += [(p["id"], p["lang"]) for p in body["posts"]]
+        self.cursor = body["cursor"]
+        return bool(body["has_more"])
+
+
+class Reader:
+    """Reads that demand freshness. ``follow_pushes``: ``GET /posts/{id}?lang=`` of a post a
+    follower was pushed, demanding that post's position (it must be served, never a 404);
+    otherwise ``GET /posts`` demanding the last ``X-Log-Position`` this reader saw (monotonic
+    reads). Either way the answer's ``X-Log-Position`` is at least the one demanded."""
+
+    def __init__(self, cluster: Cluster, history: History, pushed: asyncio.Queue | None) -> None:
+        self.cluster, self.history, self.pushed = cluster, history, pushed
+        self.mark = ""
+
+    async def run(self, stop: asyncio.Event, http: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            if self.pushed is None:
+                await self.read(http, "/posts", {"limit": "20"}, self.mark, None)
+            else:
+                key, partition, offset = await self.pushed.get()
+                # A read has caught up with a push once its offset there is past the push's.
+                await self.read(http, f"/posts/{key[0]}", {"lang": key[1]}, f"{partition}:{offset + 1}", key)
+            await asyncio.sleep(0.3)
+
+    async def read(self, http: aiohttp.ClientSession, path: str, params: dict, want: str, key: Key | None) -> None:
+        endpoint = "api /posts/{id}" if key else "api /posts"
+        start = self.history.now()
+        headers = {**auth(self.cluster.key), **({"X-Min-Log-Position": want} if want else {})}
+        try:
+            async with http.get(
+                f"{self.cluster.api_url}{BASE}{path}",
+                params=params,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+            ) as resp:
+                await resp.read()
+                status, mark = resp.status, resp.headers.get("X-Log-Position")
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self.history.op(endpoint, start, False, type(exc).__name__)
+            return
+        if status >= 500:
+            self.history.op(endpoint, start, False, str(status))
+            return
+        self.history.op(endpoint, start, True, str(status))
+        if status == 404 and key is not None:
+            self.history.violation(f"stale read: {path}?lang={key[1]} 404 with X-Min-Log-Position {want} (mark {mark})")
+        elif status != 200:
+            self.history.violation(f"{path}: {status} with X-Min-Log-Position {want!r}")
+        elif mark is None or not at_least(parse_marks(mark), parse_marks(want)):
+            self.history.violation(f"stale read: {path} X-Log-Position {mark} below the demanded {want}")
+        elif key is None:
+            self.mark = mark
