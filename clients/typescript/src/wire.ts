@@ -17,7 +17,7 @@ export interface ReadyMessage {
   /** With `resume`: whether the replay from the cursor is given. */
   readonly resumed?: boolean;
   /** With `resumed: false`: why. */
-  readonly reason?: { readonly code: "CURSOR_EPOCH_CHANGED"; readonly message: string };
+  readonly reason?: { readonly code: "CURSOR_EPOCH_CHANGED" | "CURSOR_NOT_ISSUED"; readonly message: string };
 }
 
 export interface PingMessage {
