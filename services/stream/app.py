@@ -266,10 +266,10 @@ def _refusal(resume: cursors.Cursor, start: cursors.Cursor, page: cursors.Change
     """Why ``resume`` is refused (a cursor of another epoch, or one this read model cannot have
     issued, judged by the frontier read with the replay's first page), or None."""
     if page.epoch != resume.epoch or page.epoch != start.epoch:
-        return protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE
+        return cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE
     if (why := cursors.not_issued(resume, page.frontier)) is not None:
         log.info("resume refused: %s", why)
-        return protocol.RESUME_NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why=why)
+        return cursors.NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why=why)
     return None
 
 
