@@ -35,7 +35,7 @@ from ..readmodel.access import AccessDenied, Principals
 from ..readmodel.stamps import StampWatcher
 from ..readmodel.taxonomy import served_locales
 from . import protocol
-from .errors import error_middleware
+from .errors import error_envelope
 from .feed import Feed
 from .filters import StreamFilter, parse_filter
 from .handshake import handshake_error
@@ -310,7 +310,7 @@ async def _close_connections(app: web.Application) -> None:
 
 def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware(config.base_path, max_body=config.max_body_bytes)],
+        middlewares=[error_envelope(config.base_path, max_body=config.max_body_bytes)],
         client_max_size=config.max_body_bytes,
     )
     add_request_log(app)

@@ -37,7 +37,7 @@ from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import cursors, positions
 from ..readmodel.announcements import announced
 from . import protocol
-from .filters import PostFacts
+from .filters import FilterFacts
 from .hub import Hub
 from .metrics import StreamMetrics
 
@@ -413,7 +413,7 @@ class Feed:
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
         marks = self.marks
         for n, a in enumerate(found, start=1):
-            facts = PostFacts.of(a.lang, a.tickers, a.category_slugs)
+            facts = FilterFacts.of(a.lang, a.tickers, a.category_slugs)
             cursors.advance(marks, a.partition, (a.offset, a.lang))
             with_cursor = (
                 protocol.post_created(a.lean, a.partition, a.offset, cursors.encode(self.epoch, marks))

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from ..readmodel.cursors import START, Mark
 from . import protocol
-from .filters import EVERYTHING, PostFacts, StreamFilter
+from .filters import EVERYTHING, FilterFacts, StreamFilter
 from .frames import Message
 from .metrics import StreamMetrics
 from .wire import Wire
@@ -178,7 +178,11 @@ class Hub:
         return len(self.connections) - len(slow)
 
     def publish(
-        self, payload: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None
+        self,
+        payload: bytes,
+        post: FilterFacts,
+        with_cursor: bytes | None = None,
+        key: tuple[int, int, str] | None = None,
     ) -> int:
         """Queue a post.created to every connection whose filter admits ``post``; returns how many got it.
 
