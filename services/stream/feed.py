@@ -60,7 +60,14 @@ class Pending:
 
 class Feed:
     def __init__(
-        self, config: Config, pool: asyncpg.Pool, hub: Hub, metrics: StreamMetrics, poll_s: float = 0.02
+        self,
+        config: Config,
+        pool: asyncpg.Pool,
+        hub: Hub,
+        metrics: StreamMetrics,
+        poll_s: float = 0.02,
+        *,
+        before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -102,7 +109,7 @@ class Feed:
         self.marks: dict[int, cursors.Mark] = {}
         #: Awaited with the (partition, offset) of committed records before they are announced
         #: (the stream's wait for its replicas: replicated.py), when set.
-        self.before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None
+        self.before_announce = before_announce
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the

@@ -214,6 +214,12 @@ class Hub:
             self._slow(conn)
         return offered - len(slow)
 
+    @staticmethod
+    def skip_live(conn: Connection, replayed: dict[int, Mark] | None) -> None:
+        """While ``conn``'s resume replays: announcements at or below ``replayed`` (per partition)
+        are part of the replay, so :meth:`publish` never sends them to it live (None: none is)."""
+        conn.skip = replayed
+
     async def go_live(self, conn: Connection) -> None:
         """After a resume's replay was queued: queue the live messages held meanwhile (waiting for
         room, as the replay did), then send live messages straight to the queue."""
