@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 
 from aiohttp import web
 
-from ..readmodel.cursors import START, Mark
+from ..readmodel.cursors import START, Mark, after
 from . import protocol
 from .filters import EVERYTHING, FilterFacts, StreamFilter
 from .frames import Message
@@ -71,6 +71,10 @@ class Connection:
     held: list[Message] | None = None
     #: Announcements at or below these marks were replayed: never sent again live.
     skip: dict[int, Mark] | None = None
+
+    def replayed(self, key: tuple[int, int, str]) -> bool:
+        """Whether announcement ``key`` (partition, offset, lang) was part of this connection's replay."""
+        return self.skip is not None and not after(self.skip.get(key[0], START), key[1], key[2])
 
 
 class Hub:
@@ -203,7 +207,7 @@ class Hub:
             for conn in group.values():
                 if not conn.cursors:
                     ok = self._offer(conn, message)
-                elif conn.skip is not None and key is not None and (key[1], key[2]) <= conn.skip.get(key[0], START):
+                elif key is not None and conn.replayed(key):
                     offered -= 1
                     continue
                 else:
