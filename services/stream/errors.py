@@ -3,11 +3,12 @@ for an unknown path or a wrong method."""
 
 from __future__ import annotations
 
-from ..common.http.envelope import Routes, error_middleware as envelope_middleware
+from ..common.http.envelope import Routes, error_middleware
 
 
-def error_middleware(base_path: str, max_body: int):
-    return envelope_middleware(
+def error_envelope(base_path: str, max_body: int):
+    """The envelope's middleware (:func:`..common.http.envelope.error_middleware`) with the stream's words."""
+    return error_middleware(
         Routes(
             not_found=f"No such endpoint. The stream is served at {base_path}/stream?key=<API_KEY>.",
             method_not_allowed="The stream accepts only GET (a WebSocket upgrade).",

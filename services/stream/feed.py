@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Annotated, Awaitable, Callable
 
 import asyncpg
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -37,7 +37,7 @@ from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import cursors, positions
 from ..readmodel.announcements import announced
 from . import protocol
-from .filters import PostFacts
+from .filters import FilterFacts
 from .hub import Hub
 from .metrics import StreamMetrics
 
@@ -60,7 +60,14 @@ class Pending:
 
 class Feed:
     def __init__(
-        self, config: Config, pool: asyncpg.Pool, hub: Hub, metrics: StreamMetrics, poll_s: float = 0.02
+        self,
+        config: Config,
+        pool: asyncpg.Pool,
+        hub: Hub,
+        metrics: StreamMetrics,
+        poll_s: float = 0.02,
+        *,
+        before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -102,7 +109,7 @@ class Feed:
         self.marks: dict[int, cursors.Mark] = {}
         #: Awaited with the (partition, offset) of committed records before they are announced
         #: (the stream's wait for its replicas: replicated.py), when set.
-        self.before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None
+        self.before_announce = before_announce
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the
@@ -179,6 +186,20 @@ class Feed:
     # ------------------------------------------------------------------ consuming
 
     async def _consume(self, consumer) -> None:
+        tps = await self._assign(consumer, await self._wait_for_topic(consumer))
+        while True:
+            honour_cancellation()
+            await self._room.wait()
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(
+                self.config.projector_log_check_interval_s
+            ):
+                await self._check_log(consumer, tps)
+            batches = await self._fetch(consumer, tps)
+            if batches is not None:
+                self._queue(batches)
+
+    async def _wait_for_topic(self, consumer) -> set[int]:
+        """The partitions of the posts topic, once the broker has it."""
         while not (partitions := await kafka.partitions_of(consumer, self.topic)):
             if self._topic_missing_since is None:
                 self._topic_missing_since = time.monotonic()
@@ -193,6 +214,11 @@ class Feed:
         if self._topic_missing_logged:
             log.warning("stream feed: topic %s exists now", self.topic)
         self._topic_missing_since, self._topic_missing_logged = None, False
+        return partitions
+
+    async def _assign(self, consumer, partitions: set[int]) -> list[TopicPartition]:
+        """Assign every partition to ``consumer`` and seek each to the next offset to read: the
+        projector's stored positions the first time, where this feed got to after that."""
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if not self._next:
@@ -203,44 +229,46 @@ class Feed:
             consumer.seek(tp, self._next.setdefault(tp.partition, 0))
         self.started.set()
         log.info("stream feed reading from %s", dict(self._next))
-        while True:
-            honour_cancellation()
-            await self._room.wait()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(
-                self.config.projector_log_check_interval_s
-            ):
-                await self._check_log(consumer, tps)
+        return tps
 
-            async def rewind(tps: list[TopicPartition]) -> None:
-                for tp in tps:
-                    consumer.seek(tp, self._next.get(tp.partition, 0))
+    async def _fetch(self, consumer, tps: list[TopicPartition]) -> dict[TopicPartition, list[ConsumerRecord]] | None:
+        """The records of one fetch by partition, or None when a position was out of range (the
+        log is checked then)."""
 
-            try:
-                # A batch that cannot be decoded is found and skipped (the projector dead-letters
-                # it); the other partitions go on.
-                batches, bad = await kafka.fetch(consumer, rewind, timeout_ms=500)
-            except OffsetOutOfRangeError as exc:
-                log.warning("stream feed position out of range (%s); checking the log", exc)
-                await self._check_log(consumer, tps)
-                continue
-            if bad is not None:
-                log.warning("stream feed skips %s[%d]@%d: %s", bad.tp.topic, bad.tp.partition, bad.offset, bad.reason)
-                self._next[bad.tp.partition] = bad.offset + 1
-                consumer.seek(bad.tp, bad.offset + 1)
-            self.backoff.reset()
-            arrived = time.perf_counter()
-            for tp, msgs in batches.items():
-                for m in msgs:
-                    if (post_id := announced_post_id(m.value)) is not None:
-                        self._pending.append(Pending(tp.partition, m.offset, post_id, arrived))
-                if msgs:
-                    self._next[tp.partition] = msgs[-1].offset + 1
-                    if msgs[-1].timestamp > self._seen_ts.get(tp.partition, -1):
-                        self._seen_ts[tp.partition] = msgs[-1].timestamp
-            if self._pending:
-                self._has_pending.set()
-                if len(self._pending) >= self.max_pending:
-                    self._pause()
+        async def rewind(tps: list[TopicPartition]) -> None:
+            for tp in tps:
+                consumer.seek(tp, self._next.get(tp.partition, 0))
+
+        try:
+            # A batch that cannot be decoded is found and skipped (the projector dead-letters
+            # it); the other partitions go on.
+            batches, bad = await kafka.fetch(consumer, rewind, timeout_ms=500)
+        except OffsetOutOfRangeError as exc:
+            log.warning("stream feed position out of range (%s); checking the log", exc)
+            await self._check_log(consumer, tps)
+            return None
+        if bad is not None:
+            log.warning("stream feed skips %s[%d]@%d: %s", bad.tp.topic, bad.tp.partition, bad.offset, bad.reason)
+            self._next[bad.tp.partition] = bad.offset + 1
+            consumer.seek(bad.tp, bad.offset + 1)
+        self.backoff.reset()
+        return batches
+
+    def _queue(self, batches: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Queue the post records of a fetch for the announcer; pause reading at ``max_pending``."""
+        arrived = time.perf_counter()
+        for tp, msgs in batches.items():
+            for m in msgs:
+                if (post_id := announced_post_id(m.value)) is not None:
+                    self._pending.append(Pending(tp.partition, m.offset, post_id, arrived))
+            if msgs:
+                self._next[tp.partition] = msgs[-1].offset + 1
+                if msgs[-1].timestamp > self._seen_ts.get(tp.partition, -1):
+                    self._seen_ts[tp.partition] = msgs[-1].timestamp
+        if self._pending:
+            self._has_pending.set()
+            if len(self._pending) >= self.max_pending:
+                self._pause()
 
     async def _check_log(self, consumer, tps: list[TopicPartition]) -> None:
         """When the post log no longer holds the feed's positions (log reset, or records deleted
@@ -392,7 +420,7 @@ class Feed:
         arrived = {(p.partition, p.offset): p.arrived for p in ready}
         marks = self.marks
         for n, a in enumerate(found, start=1):
-            facts = PostFacts.of(a.lang, a.tickers, a.category_slugs)
+            facts = FilterFacts.of(a.lang, a.tickers, a.category_slugs)
             cursors.advance(marks, a.partition, (a.offset, a.lang))
             with_cursor = (
                 protocol.post_created(a.lean, a.partition, a.offset, cursors.encode(self.epoch, marks))

@@ -23,15 +23,15 @@ from ..common.http.querystring import bcp47_case, csv_values, tickers
 
 
 @dataclass(frozen=True, slots=True)
-class PostFacts:
-    """What the filters look at, from the announced translation's row."""
+class FilterFacts:
+    """What a :class:`StreamFilter` looks at, from the announced translation's row."""
 
     lang: str  # in BCP 47 case, like a filter's langs: tags compare case-insensitively
     tickers: frozenset[str]
     categories: frozenset[str]  # leaf and group slugs, as the /posts category filter sees them
 
     @classmethod
-    def of(cls, lang: str, tickers: Iterable[str], categories: Iterable[str]) -> "PostFacts":
+    def of(cls, lang: str, tickers: Iterable[str], categories: Iterable[str]) -> "FilterFacts":
         """The facts of an announced translation; its ``lang`` as published (``pt-br`` is
         matched by a filter's ``pt-BR``, as /posts matches it)."""
         return cls(bcp47_case(lang), frozenset(tickers), frozenset(categories))
@@ -45,7 +45,7 @@ class StreamFilter:
     tickers: frozenset[str] | None = None
     categories: frozenset[str] | None = None
 
-    def admits(self, post: PostFacts) -> bool:
+    def admits(self, post: FilterFacts) -> bool:
         return (
             (self.langs is None or post.lang in self.langs)
             and (self.tickers is None or not self.tickers.isdisjoint(post.tickers))

@@ -22,9 +22,9 @@ from typing import Callable, Protocol
 
 from aiohttp import web
 
-from ..readmodel.cursors import START, Mark
+from ..readmodel.cursors import START, Mark, after
 from . import protocol
-from .filters import EVERYTHING, PostFacts, StreamFilter
+from .filters import EVERYTHING, FilterFacts, StreamFilter
 from .frames import Message
 from .metrics import StreamMetrics
 from .wire import Wire
@@ -71,6 +71,10 @@ class Connection:
     held: list[Message] | None = None
     #: Announcements at or below these marks were replayed: never sent again live.
     skip: dict[int, Mark] | None = None
+
+    def replayed(self, key: tuple[int, int, str]) -> bool:
+        """Whether announcement ``key`` (partition, offset, lang) was part of this connection's replay."""
+        return self.skip is not None and not after(self.skip.get(key[0], START), key[1], key[2])
 
 
 class Hub:
@@ -178,7 +182,11 @@ class Hub:
         return len(self.connections) - len(slow)
 
     def publish(
-        self, payload: bytes, post: PostFacts, with_cursor: bytes | None = None, key: tuple[int, int, str] | None = None
+        self,
+        payload: bytes,
+        post: FilterFacts,
+        with_cursor: bytes | None = None,
+        key: tuple[int, int, str] | None = None,
     ) -> int:
         """Queue a post.created to every connection whose filter admits ``post``; returns how many got it.
 
@@ -199,7 +207,7 @@ class Hub:
             for conn in group.values():
                 if not conn.cursors:
                     ok = self._offer(conn, message)
-                elif conn.skip is not None and key is not None and (key[1], key[2]) <= conn.skip.get(key[0], START):
+                elif key is not None and conn.replayed(key):
                     offered -= 1
                     continue
                 else:
@@ -209,6 +217,12 @@ class Hub:
         for conn in slow:  # closed after the loop: closing changes the set being walked
             self._slow(conn)
         return offered - len(slow)
+
+    @staticmethod
+    def skip_live(conn: Connection, replayed: dict[int, Mark] | None) -> None:
+        """While ``conn``'s resume replays: announcements at or below ``replayed`` (per partition)
+        are part of the replay, so :meth:`publish` never sends them to it live (None: none is)."""
+        conn.skip = replayed
 
     async def go_live(self, conn: Connection) -> None:
         """After a resume's replay was queued: queue the live messages held meanwhile (waiting for

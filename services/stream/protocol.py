@@ -38,12 +38,6 @@ def _now() -> str:
     return iso_utc(datetime.now(timezone.utc))
 
 
-#: ``ready.reason.code`` of a resume refused because the cursor belongs to another log.
-RESUME_EPOCH_CHANGED = "CURSOR_EPOCH_CHANGED"
-#: ``ready.reason.code`` of a cursor of this epoch that the read model cannot have issued.
-RESUME_NOT_ISSUED = "CURSOR_NOT_ISSUED"
-
-
 def ready(
     session_id: str, cursor: str | None = None, resumed: bool | None = None, reason: tuple[str, str] | None = None
 ) -> bytes:

@@ -63,13 +63,11 @@ def test_the_cursor_opt_ins_and_their_messages_validate_against_the_message_sche
         ("Ready", protocol.ready("ses_x", cursor, True)),
         (
             "Ready",
-            protocol.ready("ses_x", cursor, False, (protocol.RESUME_EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE)),
+            protocol.ready("ses_x", cursor, False, (cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE)),
         ),
         (
             "Ready",
-            protocol.ready(
-                "ses_x", cursor, False, (protocol.RESUME_NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why="past"))
-            ),
+            protocol.ready("ses_x", cursor, False, (cursors.NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why="past"))),
         ),
         ("PostCreated", protocol.post_created('{"id":1}', 0, 12, cursor)),
     ]

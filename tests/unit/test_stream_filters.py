@@ -13,7 +13,7 @@ from tickerwire.services.api.params import parse_filters
 from tickerwire.services.common.http.envelope import ApiError
 from tickerwire.services.common.runtime.errors import InvalidParameter
 from tickerwire.services.stream import protocol
-from tickerwire.services.stream.filters import EVERYTHING, PostFacts, StreamFilter, parse_filter
+from tickerwire.services.stream.filters import EVERYTHING, FilterFacts, StreamFilter, parse_filter
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
 
@@ -21,7 +21,7 @@ from tickerwire.services.stream.metrics import StreamMetrics
 def test_no_parameter_means_everything():
     assert parse_filter({}) == EVERYTHING
     assert parse_filter({"lang": "", "tickers": ",,", "categories": ","}) == EVERYTHING  # empty items are skipped
-    assert EVERYTHING.admits(PostFacts("ja-JP", frozenset(), frozenset()))
+    assert EVERYTHING.admits(FilterFacts("ja-JP", frozenset(), frozenset()))
 
 
 def test_values_are_normalized_like_posts():
@@ -49,7 +49,7 @@ def test_the_grammar_is_the_one_of_posts(stream_name, posts_name, raw):
 
 
 def test_or_within_and_between_parameters():
-    post = PostFacts("de-DE", frozenset({"BTC", "SOL"}), frozenset({"markets", "trading"}))
+    post = FilterFacts("de-DE", frozenset({"BTC", "SOL"}), frozenset({"markets", "trading"}))
     assert parse_filter({"lang": "en-US,de-DE"}).admits(post)
     assert not parse_filter({"lang": "en-US"}).admits(post)
     assert not parse_filter({"lang": "xx"}).admits(post)  # unknown values match nothing, no error
@@ -64,7 +64,7 @@ class CountingFilter(StreamFilter):
 
     decisions: list = []
 
-    def admits(self, post: PostFacts) -> bool:
+    def admits(self, post: FilterFacts) -> bool:
         CountingFilter.decisions.append(self)
         return StreamFilter.admits(self, post)
 
@@ -94,7 +94,7 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
     assert len(hub.groups) == 3 and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 3
     CountingFilter.decisions.clear()
     message = protocol.post_created('{"id":1,"lang":"en-US"}', 3, 99)
-    delivered = hub.publish(message, PostFacts("en-US", frozenset({"BTC"}), frozenset()))
+    delivered = hub.publish(message, FilterFacts("en-US", frozenset({"BTC"}), frozenset()))
     assert len(CountingFilter.decisions) == 3  # 60 connections, 3 filter sets: 3 decisions
     assert delivered == 40
     for _ in range(3):
@@ -111,7 +111,7 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
 def test_a_locale_published_in_another_case_is_matched_like_posts_matches_it():
     # The event contract accepts "pt-br"; a filter's "pt-BR" (or "PT-br") must match it, as
     # GET /posts?lang=pt-BR serves it.
-    published = PostFacts.of("pt-br", ["BTC"], ["markets"])
+    published = FilterFacts.of("pt-br", ["BTC"], ["markets"])
     assert parse_filter({"lang": "pt-BR"}).admits(published)
     assert parse_filter({"lang": "PT-br"}).admits(published)
     assert not parse_filter({"lang": "pt-PT"}).admits(published)
