@@ -1,9 +1,9 @@
 """The stream process: ``create_app(config)`` builds the aiohttp application serving
 ``{base_path}/stream`` (WebSocket); the operator routes are on its admin listener.
 
-A handshake passes the access gates of spec 5 and takes a connection slot of the
+A handshake passes the access gates (docs/api.md#access-gates) and takes a connection slot of the
 workspace (a lease shared by every stream process); a refusal is the HTTP status with the
-spec-7 JSON envelope, no upgrade. Stream messages never touch the usage (quota) tables.
+JSON error envelope (docs/api.md#error-envelope), no upgrade. Stream messages never touch the usage (quota) tables.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def limit_reached(limit: int, retry_after_s: float) -> web.Response:
 
 
 def presented_key(request: web.Request) -> str | None:
-    """The key of the handshake: the ``key`` query parameter (spec 5.2) when it is non-empty, else
+    """The key of the handshake: the ``key`` query parameter (docs/api.md#stream-key) when it is non-empty, else
     an ``Authorization: Bearer <key>`` header, as on HTTP. Either way the same gates apply."""
     return request.query.get("key") or bearer_key(authorization(request.headers))
 
