@@ -521,25 +521,40 @@ def test_every_path_module_and_name_in_backticks_exists():
     assert not problems, f"{len(problems)} broken references:\n" + "\n".join(problems)
 
 
-def test_a_broken_reference_is_found():
-    """The check itself can fail: a renamed file, module, function or method; and it leaves wire
-    names, fields, settings, routes and third-party modules alone."""
+def test_a_broken_reference_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The check itself can fail: a renamed file, module, function or method, relative or not;
+    and it leaves wire names, fields, settings, routes and third-party modules alone. (The
+    probe package lives in tmp_path, so renames in the product never break this test.)"""
+    package = tmp_path / "probe" / "sub"
+    package.mkdir(parents=True)
+    (tmp_path / "probe" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "mod.py").write_text(
+        "class Watcher:\n    def fresh(self):\n        self.seen = 1\n\n\ndef gated():\n    pass\n"
+    )
+    (package / "other.py").write_text("")
+    monkeypatch.setitem(PACKAGES, "probe", tmp_path / "probe")
     source = ROOT / "docs" / "architecture.md"
     broken = [
         "services/api/access.py",
         "docs/no-such-page.md",
         "gone_module.py",
-        "services.api.no_such_module",
-        "services.readmodel.positions.no_such_function",
-        "tickerwire.services.readmodel.stamps.StampWatcher.no_such_method",
+        "probe.sub.gone",
+        "probe.sub.mod.gone",
+        "probe.sub.mod.Watcher.gone",
+        "tests.unit.test_doc_links.no_such_function",
         ".ci/no-such-script",
     ]
     fine = [
-        "services/api/gates.py",
-        "base/networkpolicy.yaml",
-        "apply.py",
-        "services.readmodel.positions",
-        "tickerwire.services.readmodel.stamps.StampWatcher",
+        "tests/unit/test_doc_links.py",
+        "unit/test_doc_links.py",
+        "test_doc_links.py",
+        "docs/api.md",
+        "probe.sub.mod",
+        "probe.sub.mod.gated",
+        "probe.sub.mod.Watcher.fresh",
+        "probe.sub.mod.Watcher.seen",
+        "tests.unit.test_doc_links.broken_reference",
         "post.created",
         "ready.resumed",
         "checks.feed.detail",
@@ -552,9 +567,9 @@ def test_a_broken_reference_is_found():
     ]
     assert [ref for ref in broken if not broken_reference(ref, source)] == []
     assert [ref for ref in fine if broken_reference(ref, source)] == []
-    pipeline = ROOT / "services" / "api" / "pipeline.py"
-    assert broken_reference(".access.gated", pipeline, "services.api.pipeline")
-    assert not broken_reference(".gates.gated", pipeline, "services.api.pipeline")
-    assert names_in_files("`services/readmodel/positions.py`, `no_such_name`", source) == [
-        "services/readmodel/positions.py: no_such_name"
-    ]
+    module = package / "other.py"
+    assert broken_reference(".gone.gated", module, "probe.sub.other")
+    assert broken_reference(".mod.gone", module, "probe.sub.other")
+    assert not broken_reference(".mod.gated", module, "probe.sub.other")
+    assert not broken_reference("..sub.mod.Watcher", module, "probe.sub.other")
+    assert names_in_files("`mod.py`, `gone` and `mod.py` (`gated`)", module) == ["mod.py: gone"]
