@@ -114,6 +114,11 @@ def test_api_md_states_the_limits_and_compression_as_the_document_does():
     assert f'"minute";q={number(minute)};w=60, "day";q={number(day)};w=86400' in text
     threshold = re.search(r"at least ([\d,]+) bytes goes out with `Content-Encoding: gzip`", text).group(1)
     assert f"at least {number(threshold)} bytes" in described
+    languages = re.search(r"`/languages` carries `Cache-Control: ([^`]+)`", text).group(1)
+    assert f"Cache-Control: {languages}" in OPENAPI["paths"]["/languages"]["get"]["description"]
+    assert f"{languages} on /languages" in OPENAPI["components"]["headers"]["Cache-Control"]["description"]
+    listed = int(re.search(r"at most (\d+) by the platform's rule", text).group(1))
+    assert f"At most {listed} locales" in OPENAPI["paths"]["/languages"]["get"]["description"]
 
 
 def test_every_error_code_of_api_md_is_in_the_documents_and_back():
