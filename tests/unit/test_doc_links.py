@@ -399,8 +399,11 @@ def broken_reference(ref: str, source: Path, module: str = "", is_package: bool 
     return False
 
 
-#: A name written right after its file: `apply.py:name`, `apply.py`, `name`, `apply.py` (`name`.
-NAMED_IN_FILE = re.compile(r"`([\w./-]+\.py)`(?::`?|, `| \(`| in `)([A-Za-z_]\w*)`")
+#: Names written right after their file: `apply.py:name`, `apply.py`, `name`, `apply.py` (`a`,
+#: `b`), `apply.py` in `name`; and the one span `apply.py:name`.
+NAMED_IN_FILE = re.compile(
+    r"`([\w./-]+\.py)(?:`(?::`?|, `| \(`| in `)([A-Za-z_]\w*)`((?:(?:, | and | or )`[A-Za-z_]\w*`)*)|:([A-Za-z_]\w*)`)"
+)
 
 
 def files_at(ref: str, source: Path) -> list[Path]:
@@ -415,10 +418,12 @@ def names_in_files(text: str, source: Path) -> list[str]:
     """Each `file.py`-then-`name` pair whose file exists but binds no such name."""
     broken = []
     for match in NAMED_IN_FILE.finditer(text.replace("``", "`")):
-        ref, name = match.groups()
+        ref, first, more, joined = match.groups()
+        names = [joined] if joined else [first, *re.findall(r"`(\w+)`", more or "")]
         files = [f for f in files_at(ref, source) if f.suffix == ".py"]
-        if files and not any(name in every_name(f) for f in files):
-            broken.append(f"{ref}: {name}")
+        if joined and not files:  # `gone.py:name`: no other span names the file
+            broken.append(f"{ref}:{joined}")
+        broken += [f"{ref}: {name}" for name in names if files and not any(name in every_name(f) for f in files)]
     return broken
 
 
@@ -572,4 +577,11 @@ def test_a_broken_reference_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert broken_reference(".mod.gone", module, "probe.sub.other")
     assert not broken_reference(".mod.gated", module, "probe.sub.other")
     assert not broken_reference("..sub.mod.Watcher", module, "probe.sub.other")
-    assert names_in_files("`mod.py`, `gone` and `mod.py` (`gated`)", module) == ["mod.py: gone"]
+    assert names_in_files("`mod.py`, `gone` and `mod.py` (`gated`, `Watcher` or `lost`)", module) == [
+        "mod.py: gone",
+        "mod.py: lost",
+    ]
+    assert names_in_files("`mod.py:gated`, `mod.py:vanished`, `gone.py:gated`", module) == [
+        "mod.py: vanished",
+        "gone.py:gated",
+    ]
