@@ -111,7 +111,10 @@ def test_api_md_states_the_limits_and_compression_as_the_document_does():
     described = OPENAPI["info"]["description"]
     minute, day = re.search(r"Limits: ([\d,]+) per minute and ([\d,]+) per UTC day by default", text).groups()
     assert re.search(rf"Defaults are {number(minute)} requests per minute and {number(day)} per UTC day", described)
-    assert f'"minute";q={number(minute)};w=60, "day";q={number(day)};w=86400' in text
+    policy = f'"minute";q={number(minute)};w=60, "day";q={number(day)};w=86400'
+    assert policy in text and policy in described
+    low, high = re.search(r"`X-Request-Id` is taken from the request when it is (\d+)–(\d+) characters", text).groups()
+    assert f"`X-Request-Id` ({low} to {high} characters" in described
     threshold = re.search(r"at least ([\d,]+) bytes goes out with `Content-Encoding: gzip`", text).group(1)
     assert f"at least {number(threshold)} bytes" in described
     languages = re.search(r"`/languages` carries `Cache-Control: ([^`]+)`", text).group(1)
