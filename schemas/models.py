@@ -31,7 +31,8 @@ from .topics import ACCESS, CATALOG, POSTS, TopicSpec, topic_name
 
 SCHEMA_VERSION: Final = 1
 
-#: The nine tracked centralized exchanges (spec 2.4). The set is fixed.
+#: The nine tracked centralized exchanges (``exchange_listings`` of
+#: schemas/openapi.json#/components/schemas/Token). The set is fixed.
 EXCHANGE_KEYS: tuple[str, ...] = (
     "binance",
     "coinbase",
@@ -74,7 +75,7 @@ class PostStatus(str, Enum):
     retracted = "retracted"
 
 
-#: Statuses that count toward a token's post_count (spec 2.4 and 3.1).
+#: Statuses that count toward a token's post_count (docs/api.md#post-count).
 LIVE_STATUSES = frozenset({PostStatus.queued, PostStatus.publishing, PostStatus.published, PostStatus.partial})
 #: Statuses whose translations partners can read (published everywhere, or in some locales).
 VISIBLE_STATUSES = frozenset({PostStatus.published, PostStatus.partial})
@@ -94,7 +95,7 @@ def _utc_ms(value: datetime) -> datetime:
     return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
 
 
-#: A post's publication time, to the millisecond: partners see milliseconds (spec timestamps),
+#: A post's publication time, to the millisecond: partners see milliseconds (the partner JSON's timestamps),
 #: and posts are ordered and paged by (published_at, id), so the order must be the one they
 #: can see. Two posts published within one millisecond are tied, and ties go by id.
 PublishedAt = Annotated[datetime, AfterValidator(_utc_ms)]

@@ -3,7 +3,7 @@
 Posts are shaped when they are projected (:func:`.readmodel.lean_post`,
 :func:`.readmodel.detail_post`) and served as stored. Everything else partners read is shaped
 here from read-model rows (mappings by column name, JSON columns already decoded): the API
-caches or sends the result and only serializes it. Fields are in the specification's order.
+caches or sends the result and only serializes it. Fields are in the order of the OpenAPI schemas.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from .readmodel import category_name, iso_utc
 
 Row = Mapping[str, Any]
 
-#: Spec 2.7: the pulse's sentiments, in the order of its breakdown.
+#: schemas/openapi.json#/components/schemas/SentimentPulse: the pulse's sentiments, in the order of its breakdown.
 SENTIMENTS = tuple(s.value for s in Sentiment)
 
 
-# --------------------------------------------------------------------------- languages (spec 4.2)
+# --------------------------------------------------------------------------- languages (LanguageList)
 
 
 def languages(listed: Sequence[Row], default: str) -> dict[str, Any]:
@@ -42,12 +42,12 @@ def languages(listed: Sequence[Row], default: str) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- categories (spec 4.3, 4.4)
+# --------------------------------------------------------------------------- categories (CategoryTree, Category)
 
 
 class CategoryTree:
     """The category rows (``slug``, ``is_group``, ``group_slug``, ``names`` decoded; in listing
-    order) and the shapes of spec 4.3/4.4 in any locale, names by :func:`.readmodel.category_name`."""
+    order) and the shapes of ``CategoryTree`` and ``Category`` (schemas/openapi.json) in any locale, names by :func:`.readmodel.category_name`."""
 
     def __init__(self, rows: Sequence[Row], default: str) -> None:
         self.rows = list(rows)
@@ -66,7 +66,7 @@ class CategoryTree:
         return [{"slug": l["slug"], "name": self.name(l["slug"], lang)} for l in self._leaves.get(group, [])]
 
     def tree(self, lang: str) -> dict[str, Any]:
-        """Spec 4.3: every group with its leaves."""
+        """schemas/openapi.json#/components/schemas/CategoryTree: every group with its leaves."""
         return {
             "groups": [
                 {"slug": g["slug"], "name": self.name(g["slug"], lang), "leaves": self._leaf_list(g["slug"], lang)}
@@ -76,7 +76,7 @@ class CategoryTree:
         }
 
     def category(self, slug: str, lang: str) -> dict[str, Any]:
-        """Spec 4.4: one category; a group with its leaves, a leaf with its group (None when the
+        """schemas/openapi.json#/components/schemas/Category: one category; a group with its leaves, a leaf with its group (None when the
         group is unknown)."""
         r = self._by_slug[slug]
         if r["is_group"]:
@@ -92,11 +92,11 @@ class CategoryTree:
         return {"slug": slug, "name": self.name(slug, lang), "is_group": False, "group": group, "leaves": None}
 
 
-# --------------------------------------------------------------------------- tokens (spec 2.4, 2.5, 4.5)
+# --------------------------------------------------------------------------- tokens (Token, TokenDetail, TokenList)
 
 
 def token_item(r: Row) -> dict[str, Any]:
-    """A token in the listing (spec 2.4); ``primary_ecosystem`` decoded, ``post_count`` counted."""
+    """A token in the listing (schemas/openapi.json#/components/schemas/Token); ``primary_ecosystem`` decoded, ``post_count`` counted."""
     return {
         "ticker": r["ticker"],
         "name": r["name"],
@@ -111,16 +111,16 @@ def token_item(r: Row) -> dict[str, Any]:
 
 
 def token_detail(r: Row) -> dict[str, Any]:
-    """One token (spec 2.5): the listing fields, then its homepage and description."""
+    """One token (schemas/openapi.json#/components/schemas/TokenDetail): the listing fields, then its homepage and description."""
     return {**token_item(r), "homepage_url": r["homepage_url"], "description": r["description"]}
 
 
 def tokens(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The token listing (spec 4.5) of :func:`token_item` shapes, in the given order."""
+    """The token listing (schemas/openapi.json#/components/schemas/TokenList) of :func:`token_item` shapes, in the given order."""
     return {"tokens": list(items)}
 
 
-# --------------------------------------------------------------------------- sentiment pulse (spec 2.7)
+# --------------------------------------------------------------------------- sentiment pulse (SentimentPulse)
 
 
 def pulse(counts: Mapping[str, int], as_of: datetime) -> dict[str, Any]:

@@ -45,14 +45,14 @@ def text_search_config(lang: str) -> str:
 
 
 def iso_utc(value: datetime) -> str:
-    """Spec timestamps: ISO 8601 in UTC with a ``Z`` suffix and millisecond precision."""
+    """Partner timestamps: ISO 8601 in UTC with a ``Z`` suffix and millisecond precision."""
     value = value.astimezone(timezone.utc)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
-#: Spec 4: "the default locale (en-US)", when no listed locale is flagged default.
+#: The default locale when no listed locale is flagged default (docs/api.md#lang-fallback).
 FALLBACK_LOCALE = "en-US"
-#: Spec 2.6 and 8: the languages list has at most this many entries.
+#: The languages list has at most this many entries (docs/api.md#languages).
 MAX_LISTED_LOCALES = 14
 
 
@@ -127,7 +127,7 @@ class MappedTranslation:
 
 
 def lean_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
-    """The lean shape of spec 2.1, fields in spec order."""
+    """The lean shape (schemas/openapi.json#/components/schemas/PostLean), fields in its order."""
     return {
         "id": post.id,
         "slug": tr.slug,
@@ -144,7 +144,7 @@ def lean_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, 
 
 
 def detail_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
-    """The detail shape of spec 2.2: the lean fields plus the detail fields."""
+    """The detail shape (schemas/openapi.json#/components/schemas/PostDetail): the lean fields plus the detail fields."""
     doc = lean_post(post, tr, taxonomy)
     doc.update(
         body=tr.body,

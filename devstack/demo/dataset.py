@@ -2,7 +2,8 @@
 
 :func:`generate` returns the event snapshots a fresh platform would publish to the log:
 16 locales, a 7 x 5 category taxonomy localized in every locale, about 3,000 tokens that
-cover every nullable and empty case of spec 2.4/2.5, and a month of posts whose
+cover every nullable and empty case of the token shapes
+(schemas/openapi.json#/components/schemas/TokenDetail), and a month of posts whose
 translations are parallel renderings of one story in up to 8 languages. The access
 events that let one demo workspace read (workspace, key, badge embed, heartbeat) come
 from :func:`access_events`.

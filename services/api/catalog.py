@@ -43,7 +43,7 @@ class Languages:
     by_case: Mapping[str, str] = field(default_factory=dict)
 
     def resolve(self, lang: str | None) -> str:
-        """Spec 4: a ``lang`` outside the supported list, or none, falls back to the default.
+        """docs/api.md#lang-fallback: a ``lang`` outside the supported list, or none, falls back to the default.
         Tags compare case-insensitively, as BCP 47 says (``de-de`` is ``de-DE``)."""
         if lang in self.codes:
             return lang
@@ -55,8 +55,8 @@ class Languages:
 def languages_of(rows: list[asyncpg.Record]) -> Languages:
     """The supported languages from the listed locales' rows (:func:`..readmodel.taxonomy.listed_locales`).
 
-    More than the spec's 14 are listed all the same, with an ERROR: the platform's data breaks
-    the spec, and hiding a locale whose posts ``?lang=`` serves would make it worse."""
+    More than 14 are listed all the same, with an ERROR (docs/api.md#languages): the platform's
+    data breaks the rule, and hiding a locale whose posts ``?lang=`` serves would make it worse."""
     if len(rows) > MAX_LISTED_LOCALES:
         log.error(
             "%d locales are listed (active on the web channel); the spec allows at most %d, so /languages "
@@ -92,7 +92,7 @@ class Body:
 
 @dataclass(frozen=True, slots=True)
 class Categories:
-    """Spec 4.3/4.4 bodies for every listed locale: the tree, and each category by slug."""
+    """The ``CategoryTree`` and ``Category`` bodies (schemas/openapi.json) for every listed locale: the tree, and each category by slug."""
 
     tree: dict[str, Body] = field(default_factory=dict)
     by_slug: dict[tuple[str, str], Body] = field(default_factory=dict)
@@ -114,7 +114,7 @@ def _categories(rows: list[dict[str, Any]], languages: Languages) -> Categories:
 
 @dataclass(frozen=True, slots=True)
 class Tokens:
-    """Spec 4.5 as one body, and the spec 2.5 single shape of each token by upper-case ticker."""
+    """The ``TokenList`` as one body, and the ``TokenDetail`` shape (schemas/openapi.json) of each token by upper-case ticker."""
 
     listing: Body = field(default_factory=lambda: Body.of({"tokens": []}))
     by_ticker: dict[str, Body] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 The counting itself happens in the database (``tw_admit``, platform migration 0003), group-
 committed by :mod:`.admission`. This module turns its answer into the headers every
-counted response carries and into the two 429 errors of spec section 7: the spec's
+counted response carries and into the two 429 errors (docs/api.md#limit-headers):
 X-RateLimit-* and X-Quota-*, and the standard ``RateLimit-Policy`` and ``RateLimit`` fields of
 draft-ietf-httpapi-ratelimit-headers-11 (policies ``"minute"`` and ``"day"``).
 

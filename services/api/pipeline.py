@@ -2,7 +2,7 @@
 
 In order, for each request: its id and access-log line (:mod:`..common.http.requestlog`), the 400 of
 an undecodable header, the 413 of a body over the bound or of unknown length, then either the
-partner path (:func:`.access.gated`: the gates, the admission, the handler, its
+partner path (:func:`.gates.gated`: the gates, the admission, the handler, its
 representation, the pacing headers) or, for every other route
 (the OpenAPI document, the docs, an unknown path, a wrong method), the handler with its errors
 as the envelope; finally the request's metrics and its ``X-Request-Id`` header.

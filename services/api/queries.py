@@ -17,7 +17,7 @@ from .params import Filters, Page
 # stamp read: a replica that has replayed it holds what the stamps say (or later).
 SELECT_STAMPS = f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position, {replica_lsn.INSERT_LSN_SQL} AS lsn FROM change_stamps"
 
-# Spec 2.4: every token, zero-post ones included; ranked tokens first by rank, then unranked by ticker.
+# docs/api.md#tokens-categories-languages-pulse: every token, zero-post ones included; ranked tokens first by rank, then unranked by ticker.
 SELECT_TOKENS = """
 SELECT t.ticker, t.name, t.logo_url, COALESCE(c.post_count, 0) AS post_count, t.market_cap_rank,
        t.exchange_listings, t.categories, to_char(t.genesis_date, 'YYYY-MM-DD') AS genesis_date,

@@ -1,6 +1,6 @@
 """Pure derivations of the projector: how one post change moves the derived counters.
 
-A post contributes +1 to ``post_count`` of each ticker while it is live (spec 2.4), and +1 to
+A post contributes +1 to ``post_count`` of each ticker while it is live (docs/api.md#post-count), and +1 to
 one sentiment bucket (minute of published_at, sentiment) while it is visible. A change of
 status, tickers, sentiment or published_at moves those contributions; these functions say how.
 """

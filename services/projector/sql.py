@@ -203,7 +203,7 @@ UPSERT_HEARTBEAT = upsert_from_arrays(HeartbeatRow, "embed_id", "t.landed_at < E
 
 # --------------------------------------------------------------------------- badge sweeper
 
-# One tick of spec 3.2, on the database clock: each workspace's status from the latest heartbeat of an embed it owns.
+# One tick of docs/api.md#badge-status, on the database clock: each workspace's status from the latest heartbeat of an embed it owns.
 SWEEP_BADGES = """
 WITH last AS (
     SELECT e.workspace_id, max(h.landed_at) AS landed_at

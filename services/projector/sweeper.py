@@ -1,4 +1,4 @@
-"""The badge sweeper (spec 3.2): recomputes every workspace's badge status at each tick.
+"""The badge sweeper (docs/api.md#badge-status): recomputes every workspace's badge status at each tick.
 
 Status moves only at ticks; a heartbeat alone changes nothing until the next one.
 """

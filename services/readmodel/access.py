@@ -1,4 +1,4 @@
-"""The access gates of spec section 5, shared by the API and the stream: one rule, in Python.
+"""The access gates (docs/api.md#access-gates), shared by the API and the stream: one rule, in Python.
 
 Order: authentication (key known, not revoked), workspace suspended, badge missing or unknown
 (:func:`gate`); the API then admits the request against the rate limit and the daily quota
@@ -92,7 +92,7 @@ class Principal:
 
 
 def gate(principal: Principal | None) -> Denial | None:
-    """THE access rule (spec 5, in order): None when the key's requests may be served."""
+    """THE access rule (docs/api.md#access-gates, in order): None when the key's requests may be served."""
     if principal is None or principal.revoked:
         return NOT_AUTHENTICATED
     if principal.workspace_status == "suspended":

@@ -37,7 +37,7 @@ class Announcement:
     partition: int
     offset: int
     lang: str
-    #: The partner JSON of the post (spec 2.1 lean shape), as stored.
+    #: The partner JSON of the post (schemas/openapi.json#/components/schemas/PostLean), as stored.
     lean: str
     tickers: tuple[str, ...]
     category_slugs: tuple[str, ...]

@@ -1,6 +1,6 @@
 """Opt-in stream filters (``lang``, ``tickers``, ``categories`` on the stream URL).
 
-Without any of them a connection receives everything, exactly as spec section 6 says. Each
+Without any of them a connection receives everything, as docs/api.md#stream says. Each
 takes the CSV grammar of the ``/posts`` filters (``services/common/http/querystring.py``: empty items
 skipped, repeats counted once, at most 20 distinct values; a value over 100 characters matches
 nothing); more values refuse the handshake with 422 VALIDATION_FAILED before the upgrade. Semantics are those of ``/posts``:

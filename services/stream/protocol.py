@@ -1,4 +1,4 @@
-"""The stream protocol (spec 6): messages, each encoded once into the bytes of one JSON
+"""The stream protocol (docs/api.md#stream-messages, schemas/asyncapi.json): messages, each encoded once into the bytes of one JSON
 text frame, and the close codes the server uses. Documented in schemas/asyncapi.json."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _now() -> str:
 def ready(
     session_id: str, cursor: str | None = None, resumed: bool | None = None, reason: tuple[str, str] | None = None
 ) -> bytes:
-    """The spec's ready; with cursors opted in, also ``cursor`` (where this connection starts)
+    """The ``ready`` message (schemas/asyncapi.json); with cursors opted in, also ``cursor`` (where this connection starts)
     and, when asked to resume, ``resumed`` and (when false) ``reason`` {code, message}."""
     message: dict[str, object] = {"type": "ready", "ts": _now(), "session_id": session_id}
     if cursor is not None:

@@ -231,7 +231,7 @@ class DocumentClient:
             cursor = page["prev_cursor"]
 
     async def gap_fill(self, last_id: int, limit: int = 20) -> list[int]:
-        """Spec 6 rule 3: after=<last_id> repeatedly until the page is empty."""
+        """docs/api.md#reconnect: after=<last_id> repeatedly until the page is empty."""
         ids, cursor = [], last_id
         while True:
             page = await self.call("listPosts", limit=limit, after=cursor)

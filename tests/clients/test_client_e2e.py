@@ -413,7 +413,7 @@ async def test_cursors_say_what_the_application_took_not_what_was_queued(stack: 
 
 
 async def test_an_exhausted_daily_quota_does_not_stop_the_stream(stack: ServiceStack):
-    """Spec 6: stream messages do not count against the quota. The gap-fill (an API call) is
+    """docs/api.md#what-counts: stream messages do not count against the quota. The gap-fill (an API call) is
     refused; the pushes still reach the application, and the gap-fill waits its Retry-After."""
     quota_key = await stack.provision("ws_client_stream_quota", daily_quota=1)
     port = stack.of("stream")[0].port

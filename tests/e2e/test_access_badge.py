@@ -1,4 +1,4 @@
-"""The badge state machine of spec 3.2 end to end: heartbeat events on the log, ticks of the
+"""The badge state machine (docs/api.md#badge-status) end to end: heartbeat events on the log, ticks of the
 real ``tickerwire sweep`` command, and what two API processes then serve."""
 
 from __future__ import annotations

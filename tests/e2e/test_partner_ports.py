@@ -226,7 +226,7 @@ async def test_api_headers_that_are_not_utf8_are_400(stack, key):
     ).encode() + b"X-Name: \xff\xfe\r\n\r\n"
     status, headers, body = await raw(stack.of("api")[0].port, request)
     assert status == 400 and orjson.loads(body)["error"]["code"] == "VALIDATION_FAILED"
-    # An Authorization header that is not UTF-8 is an invalid one: 401 (spec 5.1), not 400.
+    # An Authorization header that is not UTF-8 is an invalid one: 401 (docs/api.md#access-gates), not 400.
     request = (
         f"GET {BASE}/languages HTTP/1.1\r\nHost: x\r\n"
     ).encode() + b"Authorization: Bearer tw_live_\xff\xfe\r\n\r\n"

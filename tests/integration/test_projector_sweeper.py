@@ -1,4 +1,4 @@
-"""The badge sweeper (spec 3.2) against the real PostgreSQL: boundaries, and status moves only at ticks."""
+"""The badge sweeper (docs/api.md#badge-status) against the real PostgreSQL: boundaries, and status moves only at ticks."""
 
 from __future__ import annotations
 

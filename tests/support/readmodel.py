@@ -39,7 +39,7 @@ async def announcements(conn: asyncpg.Connection, schema: str = "rm") -> dict[tu
 
 
 async def derived_from_scratch(conn: asyncpg.Connection, schema: str = "rm") -> tuple[list[dict], list[dict]]:
-    """post_count and the sentiment buckets computed from the posts table alone (spec 2.4, 2.7)."""
+    """post_count and the sentiment buckets computed from the posts table alone (docs/api.md#post-count, and the SentimentPulse schema of schemas/openapi.json)."""
     await conn.execute(f'SET search_path TO "{schema}", public')
     counts = await conn.fetch("""
         SELECT ticker, count(*)::integer AS post_count

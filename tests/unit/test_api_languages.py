@@ -1,4 +1,4 @@
-"""Which supported locale a request's ``lang`` names (spec 4): exact, then case-insensitive as
+"""Which supported locale a request's ``lang`` names (docs/api.md#lang-fallback): exact, then case-insensitive as
 BCP 47 says, else the default."""
 
 from __future__ import annotations

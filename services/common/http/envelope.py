@@ -1,4 +1,4 @@
-"""The error envelope of spec section 7, for every process and every listener.
+"""The error envelope (docs/api.md#error-envelope), for every process and every listener.
 
 Every 4xx and 5xx leaves a Tickerwire process as ``{"error": {"code", "message", "field"?,
 "retry_after_sec"?}}`` with ``Content-Type: application/json`` and ``Cache-Control:
@@ -148,7 +148,7 @@ async def answer(routes: Routes, request: web.Request, handler: Handler) -> web.
 def header_error(request: web.Request, *, authenticated: bool = False) -> ApiError | None:
     """The 400 of a request with a header that is not UTF-8, refused before any handler sees it;
     on a route that needs a key (``authenticated``), an undecodable ``Authorization`` is the 401
-    of every invalid one (spec 5.1)."""
+    of every invalid one (docs/api.md#access-gates)."""
     bad = undecodable_header(request.headers.items())
     if bad is None:
         return None

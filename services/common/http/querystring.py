@@ -4,7 +4,7 @@ A CSV parameter takes at most 20 comma-separated items (the OpenAPI ``maxItems``
 repeated items count, as they do there): empty items are skipped, a repeated value is taken
 once, and a parameter with no value left is "not given". A value longer than 100 characters
 names nothing stored (no slug, ticker, hashtag or locale is that long), so it is kept as a
-value that matches nothing: an unknown value silently matches nothing, as the specification
+value that matches nothing: an unknown value silently matches nothing, as docs/api.md#posts-and-pagination
 says of slugs and tickers. ``/posts`` and ``/search`` use it for ``category``, ``ticker``,
 ``hashtag`` and ``sentiment``; the stream for its opt-in filters ``lang``, ``tickers`` and
 ``categories``. More than 20 items raise :class:`InvalidParameter`, which each service turns

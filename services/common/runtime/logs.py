@@ -28,7 +28,7 @@ from .errors import ConfigError
 #: off (it would print the stream's ``?key=`` query string); ours (requestlog.py) never does.
 _KEY_RE = re.compile(r"tw_(live|test)_[A-Za-z0-9_\-]{8,}")
 
-#: The id of the request being handled (set by the request log, see :mod:`.requestlog`).
+#: The id of the request being handled (set by the request log, see :mod:`..http.requestlog`).
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 #: INFO lines wait at most this long (or until this many bytes are pending) before being written.

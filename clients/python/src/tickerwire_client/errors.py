@@ -1,4 +1,4 @@
-"""The spec-7 error envelope as exceptions.
+"""The error envelope (docs/api.md#error-envelope) as exceptions.
 
 ``ApiError`` carries the status, ``code``, ``message``, ``field`` and ``retry_after`` of the
 envelope plus the response ``meta`` (limit headers). Known codes map to their own class;
@@ -141,7 +141,7 @@ def error_from_response(
         envelope = {}
     code = str(envelope.get("code") or f"HTTP_{status}")
     message = str(envelope.get("message") or "no error envelope in the response")
-    retry_after = retry_after_seconds(headers)  # spec 7 rule 1: prefer the header
+    retry_after = retry_after_seconds(headers)  # docs/api.md#retry-after: prefer the header
     if retry_after is None and isinstance(envelope.get("retry_after_sec"), (int, float)):
         retry_after = float(envelope["retry_after_sec"])
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else ClientError)

@@ -84,7 +84,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The rate-limit and quota headers of one response (spec 7): epoch seconds for resets."""
+    """The rate-limit and quota headers of one response (docs/api.md#limit-headers): epoch seconds for resets."""
 
     rate_limit: int | None = None
     rate_remaining: int | None = None

@@ -110,7 +110,7 @@ _LEAN = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class PostLean:
-    """Spec 2.1: lists, search and the stream."""
+    """The lean shape (schemas/openapi.json#/components/schemas/PostLean): lists, search and the stream."""
 
     id: int
     slug: str
@@ -156,7 +156,7 @@ _DETAIL = _LEAN | {"body", "og_image_url", "gallery_urls", "tags", "hashtags", "
 
 @dataclass(frozen=True, slots=True)
 class PostDetail(PostLean):
-    """Spec 2.2: every lean field plus the body and media."""
+    """The detail shape (schemas/openapi.json#/components/schemas/PostDetail): every lean field plus the body and media."""
 
     body: str = ""
     og_image_url: str = ""
@@ -185,7 +185,7 @@ class PostDetail(PostLean):
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """Spec 2.8: lean posts newest first (search: best first), with both cursors."""
+    """A page (schemas/openapi.json#/components/schemas/PostPage): lean posts newest first (search: best first), with both cursors."""
 
     posts: list[PostLean]
     next_cursor: str | None
@@ -209,7 +209,7 @@ _CATEGORY = frozenset({"slug", "name", "is_group", "group", "leaves"})
 
 @dataclass(frozen=True, slots=True)
 class Category:
-    """Spec 2.3: a group (``group`` None, ``leaves`` a list) or a leaf (``group`` set, ``leaves`` None)."""
+    """A category (schemas/openapi.json#/components/schemas/Category): a group (``group`` None, ``leaves`` a list) or a leaf (``group`` set, ``leaves`` None)."""
 
     slug: str
     name: str
@@ -252,7 +252,7 @@ class CategoryGroup:
 
 @dataclass(frozen=True, slots=True)
 class CategoryTree:
-    """Spec 4.3: groups with their leaves, each in display order."""
+    """The taxonomy (schemas/openapi.json#/components/schemas/CategoryTree): groups with their leaves, each in display order."""
 
     groups: list[CategoryGroup]
     extra: dict[str, Any] = _extra_field()
@@ -302,7 +302,7 @@ _TOKEN = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    """Spec 2.4, the list shape."""
+    """A token, the list shape (schemas/openapi.json#/components/schemas/Token)."""
 
     ticker: str
     name: str
@@ -338,7 +338,7 @@ class Token:
 
 @dataclass(frozen=True, slots=True)
 class TokenDetail(Token):
-    """Spec 2.5, the single shape: the list fields plus homepage and description."""
+    """A token, the single shape (schemas/openapi.json#/components/schemas/TokenDetail): the list fields plus homepage and description."""
 
     homepage_url: str = ""
     description: str | None = None
@@ -375,7 +375,7 @@ _LANGUAGE = frozenset({"code", "name", "native_name", "country_code", "direction
 
 @dataclass(frozen=True, slots=True)
 class Language:
-    """Spec 2.6."""
+    """A language (schemas/openapi.json#/components/schemas/Language)."""
 
     code: str
     name: str
@@ -429,7 +429,7 @@ class SentimentShare:
 
 @dataclass(frozen=True, slots=True)
 class SentimentPulse:
-    """Spec 2.7. ``breakdown`` is keyed by sentiment (an unknown sentiment keeps its string key)."""
+    """The pulse (schemas/openapi.json#/components/schemas/SentimentPulse). ``breakdown`` is keyed by sentiment (an unknown sentiment keeps its string key)."""
 
     window: str
     as_of: datetime

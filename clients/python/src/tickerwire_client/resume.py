@@ -11,7 +11,7 @@ with no gap and no duplicate (the server's docs/resume.md). So this stream:
 - after any disconnect (close, error, 60 s of silence), reconnects with ``resume=`` that
   position. Duplicates are impossible by construction: nothing is filtered after the fact.
 - only when the server refuses the cursor (``ready.resumed: false``: the log was reset, or the
-  cursor is not one the server issued; or a 422 on ``resume``: not a cursor at all) falls back to the specification's gap-fill (``GET /posts?after=<last id>`` per locale),
+  cursor is not one the server issued; or a 422 on ``resume``: not a cursor at all) falls back to the basic gap-fill (docs/api.md#reconnect) (``GET /posts?after=<last id>`` per locale),
   says so (a WARNING log, :attr:`ResumeStats.refused`, the ``on_refused`` callback and the
   items' ``source == "gap_fill"``), then follows the new cursor. Only in that fallback may a
   post the application already had come again.
@@ -250,7 +250,7 @@ class ResumingStream:
         return ready
 
     async def _refused(self, ready: dict[str, Any]) -> None:
-        """The server refused the cursor: the spec's gap-fill from the last ids, then the new cursor."""
+        """The server refused the cursor: the basic gap-fill (docs/api.md#reconnect) from the last ids, then the new cursor."""
         reason = ready.get("reason") or {}
         code, message = str(reason.get("code", "")), str(reason.get("message", ""))
         self.stats.refused += 1

@@ -1,13 +1,13 @@
-"""``PostStream``: the stream with the specification's partner rules applied.
+"""``PostStream``: the stream with its partner rules (docs/api.md#stream) applied.
 
 - Connects to ``{ws_url}/stream?key=...`` (plus the opt-in filters ``lang``, ``tickers``,
   ``categories`` when given; a server that ignores them is fine: language and category are
   also checked here).
-- Reconnects on close, error or ``silence_timeout`` (60 s, spec 6 rule 1) without any
+- Reconnects on close, error or ``silence_timeout`` (60 s, docs/api.md#stream-keepalive) without any
   message, with capped, jittered back-off; a refused handshake for a sixth connection waits
   its ``Retry-After``; a refusal for the key or workspace (401/403, or close 4003) is raised.
 - After every connect (the first one too), one gap-fill per locale consumed:
-  ``GET /posts?after=<cursor>&lang=<L>`` until the page is empty (spec 6 rule 3; the server
+  ``GET /posts?after=<cursor>&lang=<L>`` until the page is empty (docs/api.md#reconnect; the server
   returns the posts right after the cursor, newest first), delivered oldest first.
 - Merges pushes and gap-fill pages per locale (see :mod:`tickerwire_client.ordering`):
   every post exactly once, in order.

@@ -73,7 +73,7 @@ export interface paths {
         };
         /**
          * One category (group or leaf)
-         * @description Per spec 4.4; unknown slug: 404 NOT_FOUND.
+         * @description A leaf (with its group) or a group (with its leaves); unknown slug: 404 NOT_FOUND.
          */
         get: operations["getCategory"];
         put?: never;
@@ -212,7 +212,7 @@ export interface components {
             slug: string;
             name: string;
         };
-        /** @description Spec 2.1, the lean shape (lists, search, the stream). */
+        /** @description The lean shape of a post (lists, search, the stream). */
         PostLean: {
             /** @description Stable, monotonic; the cursor value */
             id: number;
@@ -238,7 +238,7 @@ export interface components {
             /** @enum {string} */
             sentiment: "BULLISH" | "NEUTRAL" | "BEARISH";
         };
-        /** @description Spec 2.2, the detail shape: every lean field plus the detail fields. */
+        /** @description The detail shape of a post: every lean field plus the detail fields. */
         PostDetail: {
             /** @description Stable, monotonic; the cursor value */
             id: number;
@@ -274,7 +274,7 @@ export interface components {
             /** Format: uri */
             source_url: string;
         };
-        /** @description Spec 2.8, the pagination envelope. */
+        /** @description The pagination envelope. */
         PostPage: {
             posts: components["schemas"]["PostLean"][];
             /** @description Id of the last (oldest, or lowest ranked) item when more items follow it; pass as `before`. Null at the end. */
@@ -282,7 +282,7 @@ export interface components {
             /** @description Id of the first (newest, or highest ranked) item when items precede it; pass as `after`. Null at the start. */
             prev_cursor: string | null;
         };
-        /** @description Spec 2.3. A group has is_group true, group null and a leaves array; a leaf has is_group false, a group object and leaves null. */
+        /** @description One category. A group has is_group true, group null and a leaves array; a leaf has is_group false, a group object and leaves null. */
         Category: {
             slug: string;
             /** @description Localized by lang */
@@ -293,7 +293,7 @@ export interface components {
             /** @description The children (by position) for a group; null for a leaf */
             leaves: components["schemas"]["NamedRef"][] | null;
         };
-        /** @description Spec 4.3: groups and their leaves, each ordered by position; names localized. */
+        /** @description The taxonomy: groups and their leaves, each ordered by position; names localized. */
         CategoryTree: {
             groups: {
                 slug: string;
@@ -301,7 +301,7 @@ export interface components {
                 leaves: components["schemas"]["NamedRef"][];
             }[];
         };
-        /** @description Spec 2.4, the list shape (no homepage_url or description). */
+        /** @description A token, the list shape (no homepage_url or description). */
         Token: {
             /** @description Uppercase symbol */
             ticker: string;
@@ -322,14 +322,14 @@ export interface components {
             genesis_date: string | null;
             primary_ecosystem: {
                 /**
-                 * @description Ecosystem slug: one of the five in x-extensible-enum, the set the spec fixes (2.4); the event contract refuses any other, so the server sends only these. The document still leaves the set open (not `enum`): should the platform ever add an ecosystem, the set may grow, and a client validating against this document must treat an unknown slug as valid rather than fail.
+                 * @description Ecosystem slug: one of the five in x-extensible-enum, the set the platform fixes; the event contract refuses any other, so the server sends only these. The document still leaves the set open (not `enum`): should the platform ever add an ecosystem, the set may grow, and a client validating against this document must treat an unknown slug as valid rather than fail.
                  * @example ecosystems-ethereum
                  */
                 slug: string;
                 name: string;
             } | null;
         };
-        /** @description Spec 2.5, the single shape: every list field plus homepage_url and description. */
+        /** @description A token, the single shape: every list field plus homepage_url and description. */
         TokenDetail: {
             /** @description Uppercase symbol */
             ticker: string;
@@ -350,7 +350,7 @@ export interface components {
             genesis_date: string | null;
             primary_ecosystem: {
                 /**
-                 * @description Ecosystem slug: one of the five in x-extensible-enum, the set the spec fixes (2.4); the event contract refuses any other, so the server sends only these. The document still leaves the set open (not `enum`): should the platform ever add an ecosystem, the set may grow, and a client validating against this document must treat an unknown slug as valid rather than fail.
+                 * @description Ecosystem slug: one of the five in x-extensible-enum, the set the platform fixes; the event contract refuses any other, so the server sends only these. The document still leaves the set open (not `enum`): should the platform ever add an ecosystem, the set may grow, and a client validating against this document must treat an unknown slug as valid rather than fail.
                  * @example ecosystems-ethereum
                  */
                 slug: string;
@@ -386,7 +386,7 @@ export interface components {
             /** @description count / total_posts as a fraction; 0 when total_posts is 0 */
             percent: number;
         };
-        /** @description Spec 2.7. Counts visible posts (status published or partial; once each, whatever the locales of their translations, listed or not) by the minute of their published_at over the 1,440 whole minutes ending with as_of's minute (minute buckets strictly after as_of - 24h and not after as_of). The fractions sum to 1 (up to floating-point rounding) when total_posts > 0 and are all 0 when it is 0. */
+        /** @description The 24-hour sentiment pulse. Counts visible posts (status published or partial; once each, whatever the locales of their translations, listed or not) by the minute of their published_at over the 1,440 whole minutes ending with as_of's minute (minute buckets strictly after as_of - 24h and not after as_of). The fractions sum to 1 (up to floating-point rounding) when total_posts > 0 and are all 0 when it is 0. */
         SentimentPulse: {
             /** @constant */
             window: "24h";
@@ -402,7 +402,7 @@ export interface components {
                 BEARISH: components["schemas"]["SentimentShare"];
             };
         };
-        /** @description Spec 7, the error envelope of every 4xx and 5xx. */
+        /** @description The error envelope of every 4xx and 5xx. */
         Error: {
             error: {
                 /** @enum {string} */

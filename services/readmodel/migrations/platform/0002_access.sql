@@ -4,7 +4,7 @@
 -- the gates in their documented order:
 --   NOT_AUTHENTICATED    unknown or revoked key
 --   WORKSPACE_SUSPENDED  workspace status 'suspended'
---   BADGE_MISSING        badge status 'missing' or 'unknown' (spec 3.2)
+--   BADGE_MISSING        badge status 'missing' or 'unknown' (docs/api.md#badge-status)
 -- and, when `count` is true (HTTP requests; the stream passes false), admits the request against
 --   RATE_LIMITED         the workspace's fixed window of the current UTC minute
 --   QUOTA_EXHAUSTED      the workspace's current UTC day

@@ -102,7 +102,7 @@ CREATE TABLE tokens (
     description        text
 );
 
--- Derived: live posts per ticker (spec 2.4), kept exact by the projector.
+-- Derived: live posts per ticker (docs/api.md#post-count), kept exact by the projector.
 CREATE TABLE ticker_post_counts (
     ticker      text    PRIMARY KEY,
     post_count  integer NOT NULL CHECK (post_count >= 0)
@@ -124,7 +124,7 @@ CREATE TABLE workspaces (
     rate_limit_per_minute    integer,
     daily_quota              integer,
     stream_connection_limit  integer,
-    -- Moved only by sweeper ticks (spec 3.2): unknown until the first tick sees a heartbeat.
+    -- Moved only by sweeper ticks (docs/api.md#badge-status): unknown until the first tick sees a heartbeat.
     badge_status             text        NOT NULL DEFAULT 'unknown',
     badge_swept_at           timestamptz
 );
