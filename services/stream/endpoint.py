@@ -1,8 +1,8 @@
 """The ``{base_path}/stream`` handler: one handshake, then the connection's life.
 
-A handshake passes the access gates of spec 5 and takes a connection slot of the
+A handshake passes the access gates (docs/api.md#access-gates) and takes a connection slot of the
 workspace (a lease shared by every stream process); a refusal is the HTTP status with the
-spec-7 JSON envelope, no upgrade. Stream messages never touch the usage (quota) tables.
+JSON error envelope (docs/api.md#error-envelope), no upgrade. Stream messages never touch the usage (quota) tables.
 
 The handshake is read by :mod:`.handshake`, the slot kept by :mod:`.leases`. Once upgraded,
 the connection is registered with the hub, which sends it every announcement from then on

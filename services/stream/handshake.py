@@ -59,7 +59,7 @@ def handshake_error(headers: Mapping[str, str]) -> web.Response | None:
 
 
 def presented_key(request: web.Request) -> str | None:
-    """The key of the handshake: the ``key`` query parameter (spec 5.2) when it is non-empty, else
+    """The key of the handshake: the ``key`` query parameter (docs/api.md#stream-key) when it is non-empty, else
     an ``Authorization: Bearer <key>`` header, as on HTTP. Either way the same gates apply."""
     return request.query.get("key") or bearer_key(authorization(request.headers))
 
