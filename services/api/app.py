@@ -53,12 +53,12 @@ def add_partner_routes(app: web.Application, base: str) -> None:
     routes = [
         ("/posts", handlers.list_posts, "posts"),
         ("/posts/{id_or_slug}", handlers.post_detail, "post"),
-        ("/categories", handlers.categories, "categories"),
+        ("/categories", handlers.list_categories, "categories"),
         ("/categories/{slug}", handlers.category, "category"),
-        ("/tokens", handlers.tokens, "tokens"),
+        ("/tokens", handlers.list_tokens, "tokens"),
         ("/tokens/{ticker}", handlers.token, "token"),
         ("/sentiment-pulse", handlers.sentiment_pulse, "sentiment_pulse"),
-        ("/languages", handlers.languages, "languages"),
+        ("/languages", handlers.list_languages, "languages"),
         ("/search", handlers.search, "search"),
         ("/changes", handlers.changes, "changes"),
     ]
