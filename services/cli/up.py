@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Iterator
 
 import orjson
 
-from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, setting
+from ..common.runtime.config import STATE_DIR_DEFAULT, ConfigError, setting
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import cancel_on_signals
 from ..common.runtime.retry import Backoff, backoff_delays
+from .settings import FullConfig
 from .up_broker import PREFERRED_PORT, DemoState, OwnBroker, choose_broker, database_kept, demo_key_id
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
@@ -238,7 +239,7 @@ def _one_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-async def prepare(config: Config) -> None:
+async def prepare(config: FullConfig) -> None:
     from ..common.db import connect
     from ..common.kafka import ensure_topics
     from ..readmodel.migrate import migrate
@@ -248,7 +249,7 @@ async def prepare(config: Config) -> None:
         await migrate(conn, config.read_model_schema)
 
 
-async def publish_demo(config: Config, args, own: OwnBroker | None) -> tuple[str, dict]:
+async def publish_demo(config: FullConfig, args, own: OwnBroker | None) -> tuple[str, dict]:
     """Publish a demo workspace and key, and the demo dataset, unless the kept log of ``own``
     has them (then only a fresh badge heartbeat, so the key is served); returns (api key, marks)."""
     from tickerwire.devstack.demo import dataset
@@ -283,7 +284,7 @@ async def publish_demo(config: Config, args, own: OwnBroker | None) -> tuple[str
 
 
 async def wait_projected(
-    config: Config, marks: dict[tuple[str, int], int] | None = None, timeout: float = 120.0
+    config: FullConfig, marks: dict[tuple[str, int], int] | None = None, timeout: float = 120.0
 ) -> None:
     """Until the projector's stored positions reach the end of every partition of every topic.
 
@@ -309,7 +310,7 @@ async def wait_projected(
         await positions.wait_until(conn, ends, timeout=timeout)
 
 
-async def newest_post_id(config: Config) -> int:
+async def newest_post_id(config: FullConfig) -> int:
     """The highest post id the read model holds (0 when none): the trickle goes on above it."""
     from ..common.db import connect
 
@@ -317,7 +318,7 @@ async def newest_post_id(config: Config) -> int:
         return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM posts"))
 
 
-async def sweep(config: Config) -> None:
+async def sweep(config: FullConfig) -> None:
     from ..common.db import connect
     from ..projector.sweeper import sweep_once
 
@@ -329,7 +330,7 @@ async def sweep(config: Config) -> None:
 class Trickle:
     """The live demo trickle: it never takes anything down; it retries with backoff."""
 
-    config: Config
+    config: FullConfig
     next_id: int
     interval: float
     #: Pauses after a failed publish; short again once a post went out.
@@ -438,13 +439,13 @@ async def wait_healthy(probes: list[Probe], children: list[Child], timeout: floa
 PORTS = ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")
 
 
-def settings_check(env: dict[str, str], database_url: str | None) -> Config:
+def settings_check(env: dict[str, str], database_url: str | None) -> FullConfig:
     """The environment's settings, checked before anything starts (the database and broker
     may not exist yet: a configured database's URL is checked, placeholders stand in for the rest)."""
-    return Config.from_env(env, database_url=database_url or "postgresql:///embedded", kafka_bootstrap_servers="-")
+    return FullConfig.from_env(env, database_url=database_url or "postgresql:///embedded", kafka_bootstrap_servers="-")
 
 
-async def run(args, stack: Stack, base: Config) -> None:
+async def run(args, stack: Stack, base: FullConfig) -> None:
     """``base``: the environment's settings, as :func:`settings_check` found them."""
     dsn, bootstrap, parts = start_embedded(stack, args)
     # Demo data goes only into a broker of our own, unless asked for.
@@ -463,7 +464,7 @@ async def run(args, stack: Stack, base: Config) -> None:
     env.setdefault("TICKERWIRE_KAFKA_HEARTBEAT_INTERVAL_MS", "1000")
     env.setdefault("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "20")
     env.setdefault("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "2")
-    config = Config.from_env(env)
+    config = FullConfig.from_env(env)
     await prepare(config)
     for attempt in range(PORT_ATTEMPTS):
         # Each child binds its own ports; the probes check that the answer comes from it. Two
@@ -477,7 +478,7 @@ async def run(args, stack: Stack, base: Config) -> None:
 
             ports = dict(zip(PORTS, free_ports(len(PORTS))))
         env.update({"TICKERWIRE_" + name.upper(): str(port) for name, port in ports.items()})
-        config = Config.from_env(env)
+        config = FullConfig.from_env(env)
         children = {name: stack.spawn(name, env) for name in ("projector", "api", "stream")}
         admin = {
             "projector": f"http://{config.admin_host}:{config.projector_admin_port}",
@@ -578,7 +579,7 @@ class Supervision:
     the demo trickle going; says what it does on the output."""
 
     stack: Stack
-    config: Config
+    config: FullConfig
     parts: Embedded
     trickle: Trickle | None
     state_file: Path

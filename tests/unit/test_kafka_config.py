@@ -19,15 +19,15 @@ from aiokafka.errors import (
 )
 
 from tickerwire import services
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import BrokerUnavailable, ConfigError
 
 BASE = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9093"}
 
 
-def cfg(**env: str) -> Config:
-    return Config.from_env({**BASE, **{f"TICKERWIRE_{k}": v for k, v in env.items()}})
+def cfg(**env: str) -> FullConfig:
+    return FullConfig.from_env({**BASE, **{f"TICKERWIRE_{k}": v for k, v in env.items()}})
 
 
 @pytest.fixture
