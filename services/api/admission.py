@@ -216,7 +216,6 @@ class Admissions:
         failing_since: float | None = None  # reconnects failing since then: said once, not every 2 s
         while True:
             conn: asyncpg.Connection | None = None
-            batch: list[_Pending] = []
             try:
                 conn = await open_connection(
                     self._dsn,
@@ -225,50 +224,11 @@ class Admissions:
                 )
                 self._up.add(number)
                 delays = backoff_delays(0.1, 2.0)
-                if failing_since is None:
-                    log.info("admission connection %d up", number)
-                else:
-                    log.warning(
-                        "admission connection %d up again after %.1f s", number, time.monotonic() - failing_since
-                    )
-                    failing_since = None
-                while True:
-                    await self._wake.wait()
-                    self._wake.clear()
-                    await asyncio.sleep(0)  # requests parsed in this loop turn join the batch
-                    batch = self._take()
-                    if self._queue:
-                        self._wake.set()
-                    if batch:
-                        self._in_flight[number] = batch
-                        try:
-                            await self._settle(conn, batch)
-                        except CONNECTION_ERRORS:
-                            raise
-                        except asyncpg.PostgresError as exc:  # e.g. a statement timeout: this batch only
-                            log.error("settling %d admissions failed: %s: %s", len(batch), type(exc).__name__, exc)
-                            for p in batch:
-                                _fail(p, type(exc).__name__)
-                        finally:
-                            del self._in_flight[number]
-                    batch = []
-            except Exception as exc:  # connection lost (or a bug): fail what waits, reconnect with backoff
-                if isinstance(exc, CONNECTION_ERRORS):
-                    cause = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (no answer in time)"
-                    if number in self._up:  # it was working: news
-                        log.error("admission connection %d lost: %s; reconnecting", number, cause)
-                        failing_since = time.monotonic()
-                    elif failing_since is None:  # at start, or the first reconnect after a loss that was not news
-                        log.error(
-                            "admission connection %d cannot connect: %s; retrying (said again when it is up)",
-                            number,
-                            cause,
-                        )
-                        failing_since = time.monotonic()
-                else:
-                    log.exception("admission worker %d crashed; restarting", number)
-                for p in batch:
-                    _fail(p, "connection lost")
+                _said_up(number, failing_since)
+                failing_since = None
+                await self._serve(number, conn)
+            except Exception as exc:  # connection lost (or a bug): what waited failed, reconnect with backoff
+                failing_since = self._said_down(number, exc, failing_since)
             finally:
                 self._up.discard(number)
                 if conn is not None and not conn.is_closed():
@@ -278,3 +238,55 @@ class Admissions:
                     _fail(p, "no connection to the usage counters")
                 self._queue.clear()
             await asyncio.sleep(next(delays))
+
+    async def _serve(self, number: int, conn: asyncpg.Connection) -> None:
+        """Settle batches on ``conn`` as requests arrive, until it fails."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(0)  # requests parsed in this loop turn join the batch
+            batch = self._take()
+            if self._queue:
+                self._wake.set()
+            if batch:
+                await self._settle_in_flight(number, conn, batch)
+
+    async def _settle_in_flight(self, number: int, conn: asyncpg.Connection, batch: list[_Pending]) -> None:
+        """:meth:`_settle` one batch, in flight meanwhile (the watchdog sees it). A statement that
+        fails fails this batch only; a lost connection (or a bug) fails it and is raised."""
+        self._in_flight[number] = batch
+        try:
+            await self._settle(conn, batch)
+        except Exception as exc:
+            if isinstance(exc, CONNECTION_ERRORS) or not isinstance(exc, asyncpg.PostgresError):
+                for p in batch:
+                    _fail(p, "connection lost")
+                raise
+            # e.g. a statement timeout: this batch only
+            log.error("settling %d admissions failed: %s: %s", len(batch), type(exc).__name__, exc)
+            for p in batch:
+                _fail(p, type(exc).__name__)
+        finally:
+            del self._in_flight[number]
+
+    def _said_down(self, number: int, exc: Exception, failing_since: float | None) -> float | None:
+        """Log why connection ``number`` is down, once per outage; returns since when it fails."""
+        if not isinstance(exc, CONNECTION_ERRORS):
+            log.exception("admission worker %d crashed; restarting", number)
+            return failing_since
+        cause = f"{type(exc).__name__}: {exc}" if str(exc) else f"{type(exc).__name__} (no answer in time)"
+        if number in self._up:  # it was working: news
+            log.error("admission connection %d lost: %s; reconnecting", number, cause)
+            return time.monotonic()
+        if failing_since is None:  # at start, or the first reconnect after a loss that was not news
+            log.error("admission connection %d cannot connect: %s; retrying (said again when it is up)", number, cause)
+            return time.monotonic()
+        return failing_since
+
+
+def _said_up(number: int, failing_since: float | None) -> None:
+    """Log that connection ``number`` is up (again, after how long, when it was failing)."""
+    if failing_since is None:
+        log.info("admission connection %d up", number)
+    else:
+        log.warning("admission connection %d up again after %.1f s", number, time.monotonic() - failing_since)

@@ -18,7 +18,6 @@ from ..common.db import reader_pool
 from ..common.db.replicas import Replicas
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
-from ..common.runtime.config import Config
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import stamps as stamp
 from ..readmodel.access import Principals
@@ -34,6 +33,7 @@ from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
 from .pipeline import request_middleware
+from .settings import ApiConfig
 from .state import (
     ADMISSIONS,
     CATALOG,
@@ -53,12 +53,12 @@ def add_partner_routes(app: web.Application, base: str) -> None:
     routes = [
         ("/posts", handlers.list_posts, "posts"),
         ("/posts/{id_or_slug}", handlers.post_detail, "post"),
-        ("/categories", handlers.categories, "categories"),
+        ("/categories", handlers.list_categories, "categories"),
         ("/categories/{slug}", handlers.category, "category"),
-        ("/tokens", handlers.tokens, "tokens"),
+        ("/tokens", handlers.list_tokens, "tokens"),
         ("/tokens/{ticker}", handlers.token, "token"),
         ("/sentiment-pulse", handlers.sentiment_pulse, "sentiment_pulse"),
-        ("/languages", handlers.languages, "languages"),
+        ("/languages", handlers.list_languages, "languages"),
         ("/search", handlers.search, "search"),
         ("/changes", handlers.changes, "changes"),
     ]
@@ -88,7 +88,7 @@ async def _refresh(app: web.Application) -> None:
         app[ADMISSIONS].forget_exhaustion()  # a workspace's limits may have changed
 
 
-def create_app(config: Config, metrics: ApiMetrics | None = None) -> web.Application:
+def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Application:
     compressed = Compressed()
     metrics = metrics or ApiMetrics()
     app = web.Application(
@@ -162,5 +162,5 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     return ready
 
 
-async def serve(config: Config) -> None:
+async def serve(config: ApiConfig) -> None:
     await run_app(create_app(config), config, name="api", port=config.api_port, admin_port=config.api_admin_port)

@@ -20,12 +20,13 @@ from ..common.db import storage_errors
 from ..common.db.replicas import at_least, parse_marks
 from ..common.http.envelope import ApiError
 from ..readmodel import cursors, stamps as stamp
+from ..readmodel.taxonomy import answered_locales
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
 from .freshness import fresh_enough
-from .pages import Page as CachedPage
-from .params import Filters, Page, parse_changes, parse_filters, parse_page, parse_q, text_key
+from .pages import CachedPage
+from .params import Filters, PageWindow, parse_changes, parse_filters, parse_page, parse_q, text_key
 from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
@@ -96,7 +97,7 @@ def _current(request: web.Request, mark: str) -> bool:
 
 
 async def _page(
-    request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None
+    request: web.Request, what: str, lang: str, filters: Filters, page: PageWindow, search: queries.Search | None
 ) -> web.Response:
     if search is None and page.after is None:  # the stream's gap-fill (after=) always reads the database
         return await _cached(
@@ -106,7 +107,7 @@ async def _page(
 
 
 async def _page_body(
-    request: web.Request, what: str, lang: str, filters: Filters, page: Page, search: queries.Search | None
+    request: web.Request, what: str, lang: str, filters: Filters, page: PageWindow, search: queries.Search | None
 ) -> bytes:
     sql, args = queries.page_query(lang, filters, page, search, log_topic=_log_topic(request))
     with storage_errors(what):
@@ -172,15 +173,11 @@ async def post_detail(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- changes (docs/resume.md)
 
 
-def served_langs(languages) -> frozenset[str]:
-    """The locales the API answers in, lower-cased: the stream announces only these."""
-    return frozenset(code.lower() for code in languages.codes) | {languages.default.lower()}
-
-
 async def changes(request: web.Request) -> web.Response:
     """Announcements after a cursor, in announcement order, up to what the projector committed."""
     q = parse_changes(request.query)
-    served = served_langs(request.app[CATALOG].languages)
+    listed = request.app[CATALOG].languages
+    served = answered_locales(listed.codes, listed.default)
     langs = served if q.langs is None else served & q.langs
     marks = dict(q.cursor.marks) if q.cursor is not None else {}
     limit = q.limit + 1 if q.cursor is not None else 0
@@ -225,12 +222,12 @@ async def changes(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- catalog
 
 
-async def languages(request: web.Request) -> web.Response:
+async def list_languages(request: web.Request) -> web.Response:
     languages = request.app[CATALOG].languages
     return json_bytes(languages.body, cache="private, max-age=30", etag=languages.etag or None)
 
 
-async def categories(request: web.Request) -> web.Response:
+async def list_categories(request: web.Request) -> web.Response:
     return cached(request.app[CATALOG].categories.tree_for(_lang(request)))
 
 
@@ -242,7 +239,7 @@ async def category(request: web.Request) -> web.Response:
     return cached(body)
 
 
-async def tokens(request: web.Request) -> web.Response:
+async def list_tokens(request: web.Request) -> web.Response:
     return cached(request.app[CATALOG].tokens.listing)
 
 

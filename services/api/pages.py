@@ -29,19 +29,19 @@ DEPENDS_ON = (stamp.POSTS, stamp.CATEGORIES, stamp.LOCALES)
 
 
 @dataclass(frozen=True, slots=True)
-class Page:
+class CachedPage:
     body: bytes
     etag: str
     log_position: str
 
 
-def _size(page: Page) -> int:
+def _size(page: CachedPage) -> int:
     return len(page.body)
 
 
 class PageCache:
     def __init__(self, max_entries: int = 4096, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._items: BoundedLRU[Page] = BoundedLRU(_size, max_entries=max_entries, max_bytes=max_bytes)
+        self._items: BoundedLRU[CachedPage] = BoundedLRU(_size, max_entries=max_entries, max_bytes=max_bytes)
         self.generation: tuple | None = None
         self.hits = 0
         self.misses = 0
@@ -56,7 +56,7 @@ class PageCache:
             self._items.clear()
             self.generation = generation
 
-    def get(self, key: Hashable) -> Page | None:
+    def get(self, key: Hashable) -> CachedPage | None:
         page = self._items.get(key)
         if page is None:
             self.misses += 1
@@ -71,7 +71,7 @@ class PageCache:
     def counts(self) -> dict[str, float]:
         return {"hit": self.hits, "miss": self.misses}
 
-    def put(self, key: Hashable, page: Page, generation: tuple | None) -> None:
+    def put(self, key: Hashable, page: CachedPage, generation: tuple | None) -> None:
         """Store ``page`` if no refresh moved the generation since its query began."""
         if generation is not None and generation == self.generation:
             self._items.put(key, page)

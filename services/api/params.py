@@ -62,7 +62,7 @@ class Filters:
 
 
 @dataclass(frozen=True, slots=True)
-class Page:
+class PageWindow:
     limit: int = DEFAULT_LIMIT
     after: int | None = None
     before: int | None = None
@@ -82,13 +82,13 @@ def _integer(query: Mapping[str, str], name: str, low: int, high: int, default: 
     return value
 
 
-def parse_page(query: Mapping[str, str]) -> Page:
+def parse_page(query: Mapping[str, str]) -> PageWindow:
     """limit (1-50, default 20), after and before (post ids, 1 to 2^53)."""
     limit = _integer(query, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
     after = _integer(query, "after", 1, MAX_CURSOR, None)
     before = _integer(query, "before", 1, MAX_CURSOR, None)
     assert limit is not None
-    return Page(limit, after, before)
+    return PageWindow(limit, after, before)
 
 
 def parse_since(raw: str | None) -> datetime | None:
@@ -172,7 +172,7 @@ class Listing:
     """What a /posts query string asks for: the page, the filters, and the raw ``lang``
     (resolved against the current locales per request, as they may change)."""
 
-    page: Page
+    page: PageWindow
     filters: Filters
     lang: str | None
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..common.db import replicas as replica_lsn
 from ..readmodel import positions
-from .params import Filters, Page
+from .params import Filters, PageWindow
 
 # The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the
 # cached bodies are current for, and the primary's WAL position, at or past the commit of every
@@ -107,7 +107,7 @@ def _filters(lang_ref: str, filters: Filters, arg) -> list[str]:
 
 
 def page_query(
-    lang: str, filters: Filters, page: Page, search: Search | None = None, log_topic: str | None = None
+    lang: str, filters: Filters, page: PageWindow, search: Search | None = None, log_topic: str | None = None
 ) -> tuple[str, list]:
     """One statement answering a page of /posts or /search, with its parameters.
 
@@ -160,7 +160,7 @@ def page_query(
     return _assemble(ctes, flags, desc, log_topic, args, arg)
 
 
-def _missing_flags(page: Page) -> list[str]:
+def _missing_flags(page: PageWindow) -> list[str]:
     flags = []
     if page.after is not None:
         flags.append(f"SELECT {MISSING_AFTER}, NULL::bigint, NULL::text, 0::bigint WHERE NOT EXISTS (SELECT 1 FROM a)")
@@ -194,7 +194,9 @@ def _tier_bound(tier: int, ref: str, op: str) -> str:
     )
 
 
-def _search_query(lang: str, filters: Filters, page: Page, search: Search, log_topic: str | None) -> tuple[str, list]:
+def _search_query(
+    lang: str, filters: Filters, page: PageWindow, search: Search, log_topic: str | None
+) -> tuple[str, list]:
     args: list = []
     arg = _binder(args)
     q = f"websearch_to_tsquery({arg(search.config)}::regconfig, {arg(search.text)})"

@@ -7,7 +7,6 @@ from aiohttp import web
 
 from ..common.db import BoundedReader
 from ..common.db.replicas import Marks, ReplicaReader, Replicas
-from ..common.runtime.config import Config
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
@@ -16,8 +15,9 @@ from .compression import Compressed
 from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
+from .settings import ApiConfig
 
-CONFIG = web.AppKey("config", Config)
+CONFIG = web.AppKey("config", ApiConfig)
 POOL = web.AppKey("pool", asyncpg.Pool)
 CATALOG = web.AppKey("catalog", Catalog)
 METRICS = web.AppKey("metrics", ApiMetrics)

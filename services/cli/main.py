@@ -12,12 +12,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
-from ..common.runtime.config import STATE_DIR_DEFAULT, Config, ConfigError, describe, setting
+from ..common.runtime.config import STATE_DIR_DEFAULT, ConfigError, setting
 from ..common.runtime.logs import setup_logging
+from .settings import FullConfig, describe
 
 
-def _config() -> Config:
-    """Settings from the environment; falls back to a running ``tickerwire up``'s state file."""
+def _config() -> FullConfig:
+    """Every service's settings from the environment (:mod:`.settings`); falls back to a running ``tickerwire up``'s state file."""
     env = dict(os.environ)
     state = Path(setting("STATE_DIR", STATE_DIR_DEFAULT, env) or STATE_DIR_DEFAULT) / "up.json"
     if state.exists():
@@ -34,7 +35,7 @@ def _config() -> Config:
         ):
             if var not in env and var + "_FILE" not in env:
                 env[var] = info.get(key, default)
-    return Config.from_env(env)
+    return FullConfig.from_env(env)
 
 
 def _service(name: str):
@@ -50,12 +51,16 @@ def _service(name: str):
                 from ..projector.accept import accept_log_main
 
                 return accept_log_main(_config(), args.start_from)
-            from ..projector.app import serve
-        elif name == "api":
-            from ..api.app import serve
-        else:
-            from ..stream.app import serve
-        return run_service(name, serve, _config())
+            from ..projector.app import serve as projector
+
+            return run_service(name, projector, _config())
+        if name == "api":
+            from ..api.app import serve as api
+
+            return run_service(name, api, _config())
+        from ..stream.app import serve as stream
+
+        return run_service(name, stream, _config())
 
     return run
 
@@ -98,7 +103,7 @@ def _run(command: str, coro) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _read_conn(config: Config, *, read_only: bool = True):
+async def _read_conn(config: FullConfig, *, read_only: bool = True):
     """A connection to the read model: read-only for admin commands, which never write it
     (only the sweep, the projector's own sweeper run once, writes badge statuses)."""
     from ..common.db import command_connection, storage_errors
@@ -145,7 +150,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return _run("publish", go())
 
 
-async def _publish_one(config: Config, event) -> None:
+async def _publish_one(config: FullConfig, event) -> None:
     from .publish import publish_declared
 
     await publish_declared(config, [event])
@@ -319,7 +324,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.markdown:
-        from ..common.runtime.config import markdown
+        from .settings import markdown
 
         sys.stdout.write(markdown())
         return 0

@@ -18,17 +18,17 @@ from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
-from ..common.runtime.config import Config
 from ..common.runtime.retry import retry_transient
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.migrate import migrate
 from .metrics import ProjectorMetrics
 from .runner import Projector, ensure_topics_with_retry
+from .settings import ProjectorConfig
 from .sweeper import run_sweeper
 
 log = logging.getLogger(__name__)
 
-CONFIG = web.AppKey("config", Config)
+CONFIG = web.AppKey("config", ProjectorConfig)
 METRICS = web.AppKey("metrics", ProjectorMetrics)
 POOL = web.AppKey("pool", asyncpg.Pool)
 PROJECTOR = web.AppKey("projector", Projector)
@@ -67,7 +67,7 @@ async def _consume(app: web.Application) -> None:
     await app[PROJECTOR].run()
 
 
-def create_app(config: Config, metrics: ProjectorMetrics | None = None) -> web.Application:
+def create_app(config: ProjectorConfig, metrics: ProjectorMetrics | None = None) -> web.Application:
     app = web.Application()
     app[CONFIG] = config
     app[METRICS] = metrics or ProjectorMetrics()
@@ -115,5 +115,5 @@ def readiness(app: web.Application, supervisor: Supervisor) -> Readiness:
     return ready
 
 
-async def serve(config: Config) -> None:
+async def serve(config: ProjectorConfig) -> None:
     await run_app(create_app(config), config, name="projector", port=None, admin_port=config.projector_admin_port)

@@ -56,7 +56,6 @@ from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
 from ..common.db import create_pool, quote_ident
-from ..common.runtime.config import Config
 from ..common.runtime.errors import TickerwireError
 from ..common.runtime.logs import setup_logging
 from ..readmodel import positions, stamps as stamp
@@ -76,6 +75,7 @@ from .apply import (
 )
 from .derive import merge, sentiment_deltas, ticker_deltas
 from .logread import read_until
+from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ class Progress:
 
 
 async def _read(
-    config: Config, tps: list[TopicPartition], ends: dict[TopicPartition, int]
+    config: ProjectorConfig, tps: list[TopicPartition], ends: dict[TopicPartition, int]
 ) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
     """Every record of ``tps`` from the beginning up to (not including) the measured ends."""
     consumer = kafka.consumer(
@@ -227,7 +227,7 @@ def workers_for(partitions: int) -> int:
 
 
 async def bulk_load_posts(
-    config: Config,
+    config: ProjectorConfig,
     pool: asyncpg.Pool,
     schema: str,
     tps: list[TopicPartition],
@@ -307,7 +307,11 @@ READ, LOADED = 0, 1
 
 
 async def _run_workers(
-    config: Config, schema: str, shares: list[list[tuple[TopicPartition, int]]], vectors: str, progress: Progress
+    config: ProjectorConfig,
+    schema: str,
+    shares: list[list[tuple[TopicPartition, int]]],
+    vectors: str,
+    progress: Progress,
 ) -> list[PartitionLoad]:
     """Run one worker process per share and wait for all of them, showing their progress. The
     first failure (an error a worker reports, or a worker that dies without a word) stops the
@@ -366,7 +370,12 @@ def _died(process: multiprocessing.process.BaseProcess) -> str:
 
 
 def _worker(
-    config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts, pipe: Connection
+    config: ProjectorConfig,
+    schema: str,
+    share: list[tuple[TopicPartition, int]],
+    vectors: str,
+    counts: Counts,
+    pipe: Connection,
 ) -> None:
     """A worker process: reduce and load ``share``, then send ("ok", PartitionLoad) or
     ("error", exception) to the parent."""
@@ -385,7 +394,7 @@ def _worker(
 
 
 async def _load_share(
-    config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
+    config: ProjectorConfig, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
 ) -> PartitionLoad:
     result = PartitionLoad()
     tps, ends = [tp for tp, _ in share], dict(share)

@@ -47,7 +47,6 @@ from ..common import kafka
 from ..common.db import connect, create_pool, is_migrated, storage_errors
 from ..common.kafka.declaration import declared_topics
 from ..common.kafka.topicgate import require_safe_topics
-from ..common.runtime.config import Config
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import command_failed
 from ..common.runtime.retry import retry_transient
@@ -57,6 +56,7 @@ from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, Record, apply_batch
 from .bulk import BulkReport, NotBulkable
 from .logread import discontinuities, read_until
+from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RebuildReport:
     bulk: BulkReport | None = None
 
 
-def _tps(config: Config) -> list[TopicPartition]:
+def _tps(config: ProjectorConfig) -> list[TopicPartition]:
     return [TopicPartition(d.name, p) for d in declared_topics(config) for p in range(d.partitions)]
 
 
@@ -79,7 +79,11 @@ class Replayer:
     """A group-less consumer over every partition that applies what it reads into one schema."""
 
     def __init__(
-        self, config: Config, pool: asyncpg.Pool, report: RebuildReport, tps: list[TopicPartition] | None = None
+        self,
+        config: ProjectorConfig,
+        pool: asyncpg.Pool,
+        report: RebuildReport,
+        tps: list[TopicPartition] | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -143,7 +147,7 @@ async def _live_positions(
     return {tp: 0 if tp in lost else stored.get((tp.topic, tp.partition), 0) for tp in tps}
 
 
-async def _lost(config: Config, live: str, tps: list[TopicPartition]) -> set[TopicPartition]:
+async def _lost(config: ProjectorConfig, live: str, tps: list[TopicPartition]) -> set[TopicPartition]:
     """The partitions whose live position the log does not hold (a log reset, a re-created
     topic, records deleted unread). A rebuild is a way out of that state, so it reads them to
     the log's end instead of catching up with positions that will never come."""
@@ -186,7 +190,7 @@ async def prepare_schema(conn: asyncpg.Connection, schema: str) -> None:
 
 
 async def replay_into(
-    config: Config,
+    config: ProjectorConfig,
     schema: str,
     *,
     switch_from: str | None = None,
@@ -206,7 +210,7 @@ async def replay_into(
 
 
 async def _replay_into(
-    config: Config, schema: str, switch_from: str | None, catch_up_with: str | None, *, bulk: bool
+    config: ProjectorConfig, schema: str, switch_from: str | None, catch_up_with: str | None, *, bulk: bool
 ) -> RebuildReport:
     report = RebuildReport(schema)
     started = time.perf_counter()
@@ -258,7 +262,7 @@ async def _replay_into(
 
 
 async def _bulk(
-    config: Config,
+    config: ProjectorConfig,
     pool: asyncpg.Pool,
     schema: str,
     report: RebuildReport,
@@ -286,12 +290,12 @@ async def _bulk(
     report.bulk = loaded
 
 
-async def rebuild(config: Config, *, bulk: bool = True) -> RebuildReport:
+async def rebuild(config: ProjectorConfig, *, bulk: bool = True) -> RebuildReport:
     live = config.read_model_schema
     return await replay_into(config, f"{live}_next", switch_from=live, bulk=bulk)
 
 
-def rebuild_main(config: Config) -> int:
+def rebuild_main(config: ProjectorConfig) -> int:
     setup_logging("rebuild", config.log_level)
     try:
         report = asyncio.run(rebuild(config))

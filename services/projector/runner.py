@@ -25,12 +25,12 @@ from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.kafka.leave import leave_as_static_member
 from ..common.kafka.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
 from ..common.runtime import retry
-from ..common.runtime.config import Config
 from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, Record, apply_batch, reject_record
 from .metrics import ProjectorMetrics
+from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ JOIN_WATCH_EVERY_S = 1.0
 REFUSALS = (asyncpg.exceptions.DataError, asyncpg.exceptions.IntegrityConstraintViolationError)
 
 
-def projector_topics(config: Config) -> list[str]:
+def projector_topics(config: ProjectorConfig) -> list[str]:
     return [topic_name(config.topic_prefix, spec) for spec in ALL_TOPICS]
 
 
@@ -104,7 +104,7 @@ class Projector:
 
     def __init__(
         self,
-        config: Config,
+        config: ProjectorConfig,
         pool: asyncpg.Pool,
         metrics: ProjectorMetrics,
         *,
@@ -476,9 +476,7 @@ class Projector:
         assert self.consumer is not None
         while True:
             honour_cancellation()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(
-                self.config.projector_log_check_interval_s
-            ):
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.log_check_interval_s):
                 await self.check_log(self.consumer.assignment())
             # A fetch position out of the log's range makes the consumer jump to the log start;
             # what it then reads lies below the stored position and is skipped, never applied,
@@ -597,5 +595,5 @@ class Projector:
                 log.debug("kafka commit failed: %s", exc)
 
 
-async def ensure_topics_with_retry(config: Config, failing: Failing | None = None) -> None:
+async def ensure_topics_with_retry(config: ProjectorConfig, failing: Failing | None = None) -> None:
     await retry_transient(lambda: kafka.ensure_topics(config), what="create topics", cap=2.0, failing=failing)

@@ -9,7 +9,7 @@ so the names in posts (projector) and in ``/categories`` (API) come from the sam
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import orjson
 
@@ -32,13 +32,17 @@ async def listed_locales(db: Queryable) -> list:
     return await db.fetch(_SELECT_LISTED_LOCALES)
 
 
-async def served_locales(db: Queryable) -> frozenset[str]:
+def answered_locales(codes: Iterable[str], default: str) -> frozenset[str]:
     """The locales the API answers in, lower-cased (tags compare case-insensitively): the listed
     ones and the default (en-US when none is listed). A ``lang`` outside them falls back to the
     default, so a translation in another locale is never served as itself."""
+    return frozenset(code.lower() for code in codes) | {default.lower()}
+
+
+async def served_locales(db: Queryable) -> frozenset[str]:
+    """:func:`answered_locales` of the listed locales, read now."""
     rows = await listed_locales(db)
-    default = default_locale((r["code"], r["is_default"]) for r in rows)
-    return frozenset({r["code"].lower() for r in rows} | {default.lower()})
+    return answered_locales((r["code"] for r in rows), default_locale((r["code"], r["is_default"]) for r in rows))
 
 
 async def load_default_locale(db: Queryable) -> str:

@@ -19,7 +19,6 @@ from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
-from ..common.runtime.config import Config
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
@@ -31,6 +30,7 @@ from .hub import Hub
 from .leases import Leases
 from .metrics import StreamMetrics
 from .replicated import replicated, stream_replicas
+from .settings import StreamConfig
 from .state import CONFIG, FEED, HUB, LEASES, METRICS, POOL, PRINCIPALS, REPLICAS, WATCHER
 from .watchdog import recheck, run_watchdog
 
@@ -75,7 +75,7 @@ async def _close_connections(app: web.Application) -> None:
         await app[LEASES].release_all()
 
 
-def create_app(config: Config, metrics: StreamMetrics | None = None) -> web.Application:
+def create_app(config: StreamConfig, metrics: StreamMetrics | None = None) -> web.Application:
     app = web.Application(
         middlewares=[error_envelope(config.base_path, max_body=config.max_body_bytes)],
         client_max_size=config.max_body_bytes,
@@ -141,7 +141,7 @@ def _on_lease_lost(hub: Hub):
     return on_lost
 
 
-async def serve(config: Config) -> None:
+async def serve(config: StreamConfig) -> None:
     await run_app(
         create_app(config), config, name="stream", port=config.stream_port, admin_port=config.stream_admin_port
     )

@@ -31,7 +31,6 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common import kafka
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
 from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
-from ..common.runtime.config import Config
 from ..common.runtime.retry import Backoff, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import cursors, positions
@@ -40,6 +39,7 @@ from . import protocol
 from .filters import FilterFacts
 from .hub import Hub
 from .metrics import StreamMetrics
+from .settings import StreamConfig
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Pending:
 class Feed:
     def __init__(
         self,
-        config: Config,
+        config: StreamConfig,
         pool: asyncpg.Pool,
         hub: Hub,
         metrics: StreamMetrics,
@@ -190,9 +190,7 @@ class Feed:
         while True:
             honour_cancellation()
             await self._room.wait()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(
-                self.config.projector_log_check_interval_s
-            ):
+            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.log_check_interval_s):
                 await self._check_log(consumer, tps)
             batches = await self._fetch(consumer, tps)
             if batches is not None:

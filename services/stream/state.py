@@ -7,15 +7,15 @@ import asyncpg
 from aiohttp import web
 
 from ..common.db.replicas import Replicas
-from ..common.runtime.config import Config
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
 from .feed import Feed
 from .hub import Hub
 from .leases import Leases
 from .metrics import StreamMetrics
+from .settings import StreamConfig
 
-CONFIG = web.AppKey("config", Config)
+CONFIG = web.AppKey("config", StreamConfig)
 POOL = web.AppKey("pool", asyncpg.Pool)
 HUB = web.AppKey("hub", Hub)
 FEED = web.AppKey("feed", Feed)

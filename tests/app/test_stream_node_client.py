@@ -17,7 +17,7 @@ from tests.support.events import locale_ev
 from tests.support.fieldtools import node_modules_with
 from tests.support.stack import BASE
 from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.cli.settings import FullConfig
 
 #: Connects as a partner would (ws's defaults: permessage-deflate offered), prints what the
 #: server answered in Sec-WebSocket-Extensions and the first message, then closes.
@@ -55,7 +55,7 @@ async def test_node_ws_gets_permessage_deflate_exactly_when_the_stream_offers_it
     node_modules_with("ws")  # skip before starting anything
     prefix = f"nodews{os.getpid()}"
     overrides = {} if compress is None else {"stream_compress": compress}
-    expected = Config.__dataclass_fields__["stream_compress"].default if compress is None else compress
+    expected = FullConfig.__dataclass_fields__["stream_compress"].default if compress is None else compress
     async with scratch_database(pg_dsn) as dsn:
         model = ReadModel(dsn, prefix)
         await model.project([locale_ev("en-US", default=True)])

@@ -28,7 +28,7 @@ from typing import AsyncIterator
 import asyncpg
 
 from tickerwire.services.api import queries
-from tickerwire.services.api.params import Filters, Page
+from tickerwire.services.api.params import Filters, PageWindow
 
 from .common import Context, Result, percentile
 
@@ -75,7 +75,7 @@ def zipf_cum(n: int, s: float = 1.0) -> list[float]:
 
 def ranked_statement(lang: str, text: str) -> tuple[str, list, str]:
     """(sql, args, source) of the API's search statement for the first page of 20."""
-    sql, args = queries.page_query(lang, Filters(), Page(limit=20), queries.Search("simple", text))
+    sql, args = queries.page_query(lang, Filters(), PageWindow(limit=20), queries.Search("simple", text))
     return sql, args, "services/api/queries.py page_query"
 
 

@@ -13,13 +13,13 @@ import time
 import pytest
 
 from tests.support.tls import TlsFront, make_pki
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import ConfigError
 
 
-def config(bootstrap: str, **overrides) -> Config:
-    return Config(database_url="postgresql://unused/unused", kafka_bootstrap_servers=bootstrap, **overrides)
+def config(bootstrap: str, **overrides) -> FullConfig:
+    return FullConfig(database_url="postgresql://unused/unused", kafka_bootstrap_servers=bootstrap, **overrides)
 
 
 async def test_a_broker_that_answers_is_ready(kafka_bootstrap):

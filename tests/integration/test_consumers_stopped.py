@@ -17,12 +17,12 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.kafka.logcheck import LogProbe
-from tickerwire.services.common.runtime.config import Config
 
 
-def config(bootstrap: str) -> Config:
-    return Config(database_url="postgresql://unused/unused", kafka_bootstrap_servers=bootstrap)
+def config(bootstrap: str) -> FullConfig:
+    return FullConfig(database_url="postgresql://unused/unused", kafka_bootstrap_servers=bootstrap)
 
 
 @contextlib.contextmanager

@@ -10,8 +10,8 @@ import pytest
 from aiokafka.admin import NewTopic
 
 from tests.support.containers import docker_available, engines
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 
 pytestmark = pytest.mark.skipif(
     not docker_available() or bool(os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS")),
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 
 async def test_the_broker_is_apache_kafka_and_reports_its_default_cleanup_policy(kafka_bootstrap, topic_prefix):
-    config = Config.from_env(
+    config = FullConfig.from_env(
         {
             "TICKERWIRE_DATABASE_URL": "postgresql://unused/unused",
             "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,

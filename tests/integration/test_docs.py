@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.support.stack import BASE
 from tickerwire.services.api.app import create_app
-from tickerwire.services.common.runtime.config import Config
+from tickerwire.services.cli.settings import FullConfig
 
 DOC = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 
@@ -43,7 +43,7 @@ class References(html.parser.HTMLParser):
 @pytest.fixture
 async def api(fresh_db):
     server = TestServer(
-        create_app(Config(database_url=fresh_db, kafka_bootstrap_servers="unused:9092")), host="127.0.0.1"
+        create_app(FullConfig(database_url=fresh_db, kafka_bootstrap_servers="unused:9092")), host="127.0.0.1"
     )
     await server.start_server()
     try:

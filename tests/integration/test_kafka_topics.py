@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 
 from tests.support.tls import Pki, TlsFront, make_pki
 from tickerwire.devstack.embedded.ports import free_port
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
 from tickerwire.services.common.kafka.topicgate import TopicGate, require_safe_topics
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import ConfigError
 
 
@@ -67,7 +67,7 @@ async def test_ensure_creates_compacted_topics_and_check_then_passes(kafka_boots
     assert result.returncode == 0, result.stderr
     assert f"created {topic_prefix}.posts.v1" in result.stdout
     assert "topics match the declaration" in result.stdout
-    states = await kafka.cluster_topics(Config.from_env(env))
+    states = await kafka.cluster_topics(FullConfig.from_env(env))
     assert {name: (s.partitions, s.configs.get("cleanup.policy")) for name, s in states.items()} == {
         f"{topic_prefix}.posts.v1": (4, "compact"),
         f"{topic_prefix}.catalog.v1": (2, "compact"),
@@ -78,7 +78,7 @@ async def test_ensure_creates_compacted_topics_and_check_then_passes(kafka_boots
 
 async def test_check_reports_a_topic_without_compaction_and_services_refuse_it(kafka_bootstrap, topic_prefix):
     env = env_for(kafka_bootstrap, topic_prefix)
-    config = Config.from_env(env)
+    config = FullConfig.from_env(env)
     async with kafka.started_admin(config) as admin:  # created by hand, as a default cluster would
         await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])
     await kafka.ensure_topics(config)
@@ -92,7 +92,7 @@ async def test_check_reports_a_topic_without_compaction_and_services_refuse_it(k
 
     with pytest.raises(ConfigError, match="TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS=1"):
         await require_safe_topics(config, create=True)
-    await require_safe_topics(Config.from_env({**env, "TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS": "1"}), create=False)
+    await require_safe_topics(FullConfig.from_env({**env, "TICKERWIRE_KAFKA_ALLOW_UNSAFE_TOPICS": "1"}), create=False)
 
     # A service refuses it loudly and waits, instead of exiting: an ERROR line, the gauge and
     # readiness on its admin listener, and its partner port not bound.
@@ -140,7 +140,7 @@ async def test_check_reports_a_topic_without_compaction_and_services_refuse_it(k
 
 async def test_a_refused_topic_setting_lets_the_process_start_once_fixed(kafka_bootstrap, topic_prefix):
     env = env_for(kafka_bootstrap, topic_prefix)
-    config = Config.from_env(env)
+    config = FullConfig.from_env(env)
     async with kafka.started_admin(config) as admin:
         await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])  # not compacted
     await kafka.ensure_topics(config)
@@ -168,7 +168,7 @@ async def test_a_refused_topic_setting_lets_the_process_start_once_fixed(kafka_b
 async def test_a_topic_recreated_while_the_process_runs_is_reported_not_ignored(kafka_bootstrap, topic_prefix, caplog):
     # An emptied broker on which a client's request had the topic created with the broker's
     # own settings: the gauge kept its start-up 0, so no alert could fire.
-    config = Config.from_env(env_for(kafka_bootstrap, topic_prefix))
+    config = FullConfig.from_env(env_for(kafka_bootstrap, topic_prefix))
     await kafka.ensure_topics(config)
     registry = CollectorRegistry()
     gate = TopicGate(config, registry, create=False, watch_s=0.2)
@@ -206,7 +206,7 @@ async def test_clients_speak_kafka_over_the_configured_tls_with_a_client_certifi
             TICKERWIRE_KAFKA_SASL_USERNAME="svc",
             TICKERWIRE_KAFKA_SASL_PASSWORD="pw",
         )
-        producer = kafka.producer(Config.from_env(env), request_timeout_ms=5000)
+        producer = kafka.producer(FullConfig.from_env(env), request_timeout_ms=5000)
         try:
             await producer.start()
         except Exception:
@@ -231,7 +231,7 @@ async def test_a_broker_certificate_the_client_does_not_trust_is_a_refusal_named
     async with TlsFront(pki, kafka_bootstrap.split(",")[0]) as front:
         env = tls_env(front.port, "tls-refused", other, "SSL")
         with pytest.raises(ConfigError, match="refused this client: SSLCertVerificationError"):  # not retried
-            await kafka.check_topics(Config.from_env(env))
+            await kafka.check_topics(FullConfig.from_env(env))
         # The command line: one line naming the cause, status 2 (the front runs on this loop,
         # so the command runs without blocking it).
         proc = await asyncio.create_subprocess_exec(

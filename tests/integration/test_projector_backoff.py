@@ -9,14 +9,14 @@ import os
 from tests.support.forward import Forwarder
 from tests.support.projector import projector_on
 from tests.support.wait import background, until
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 
 
 async def test_the_consume_loops_pause_is_short_again_after_a_fetch_worked(fresh_db, kafka_bootstrap):
     prefix = f"backoff{os.getpid()}"
     settings = dict(topic_prefix=prefix, topic_replication_factor=1, projector_group=f"{prefix}-projector")
-    await kafka.ensure_topics(Config(database_url=fresh_db, kafka_bootstrap_servers=kafka_bootstrap, **settings))
+    await kafka.ensure_topics(FullConfig(database_url=fresh_db, kafka_bootstrap_servers=kafka_bootstrap, **settings))
     async with (
         Forwarder(kafka_bootstrap) as forwarder,
         projector_on(fresh_db, kafka_bootstrap_servers=forwarder.address, **settings) as (projector, _, metrics),

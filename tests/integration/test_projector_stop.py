@@ -9,14 +9,14 @@ import os
 
 from tests.support.projector import projector_on
 from tests.support.swallow import fail_once_then_stop_swallowing
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 
 
 async def test_a_stop_asked_for_while_the_consumer_restarts_stops_the_projector(fresh_db, kafka_bootstrap, monkeypatch):
     prefix = f"stop{os.getpid()}"
     settings = dict(topic_prefix=prefix, topic_replication_factor=1, projector_group=f"{prefix}-projector")
-    await kafka.ensure_topics(Config(database_url=fresh_db, kafka_bootstrap_servers=kafka_bootstrap, **settings))
+    await kafka.ensure_topics(FullConfig(database_url=fresh_db, kafka_bootstrap_servers=kafka_bootstrap, **settings))
     stopping = fail_once_then_stop_swallowing(monkeypatch)
     async with projector_on(fresh_db, kafka_bootstrap_servers=kafka_bootstrap, **settings) as (projector, _, _):
         running = asyncio.create_task(projector.run())

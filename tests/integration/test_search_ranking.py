@@ -8,7 +8,7 @@ import json
 import asyncpg
 import pytest
 
-from tickerwire.services.api.params import Filters, Page
+from tickerwire.services.api.params import Filters, PageWindow
 from tickerwire.services.api.queries import ITEM, NEWER, OLDER, Search, page_query
 from tickerwire.services.readmodel.migrate import migrate
 
@@ -67,7 +67,7 @@ async def database(dsn: str, posts: int, locales: tuple[str, ...]) -> asyncpg.Co
 
 
 async def page(conn, word: str, filters: Filters = Filters(), **cursor) -> tuple[list[int], set[int]]:
-    sql, args = page_query("en-US", filters, Page(**cursor), Search("simple", word), log_topic="posts")
+    sql, args = page_query("en-US", filters, PageWindow(**cursor), Search("simple", word), log_topic="posts")
     rows = await conn.fetch(sql, *args)
     return [r["post_id"] for r in rows if r["kind"] == ITEM], {r["kind"] for r in rows if r["kind"] != ITEM}
 
@@ -139,7 +139,9 @@ def _nodes(plan: dict):
 
 
 async def explain(conn, word: str, **cursor) -> dict:
-    sql, args = page_query("en-US", Filters(), Page(limit=20, **cursor), Search("simple", word), log_topic="posts")
+    sql, args = page_query(
+        "en-US", Filters(), PageWindow(limit=20, **cursor), Search("simple", word), log_topic="posts"
+    )
     return json.loads(await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args))[0]["Plan"]
 
 
@@ -181,7 +183,7 @@ async def test_rare_words_use_the_locale_text_index(generated):
 async def test_every_search_is_planned_for_its_words(generated):
     """A prepared search statement never falls back to one generic plan: after many executions
     a common word still walks the feed index and a rare one still reads the text index."""
-    sql, _ = page_query("en-US", Filters(), Page(limit=20), Search("simple", "x"), log_topic="posts")
+    sql, _ = page_query("en-US", Filters(), PageWindow(limit=20), Search("simple", "x"), log_topic="posts")
     statement = await generated.prepare(sql)
     for word in ["common", "rarissime"] * 8:
         await statement.fetch("simple", word, 20, "posts")

@@ -9,15 +9,15 @@ import time
 import asyncpg
 import pytest
 
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.db import connect, create_pool
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import StorageUnavailable
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.stream import sql
 from tickerwire.services.stream.leases import Leases
 
 #: The configured defaults (TICKERWIRE_STREAM_LEASE_TTL_S, _LEASE_RENEW_S).
-_DEFAULTS = Config.from_env({}, database_url="postgresql:///unused", kafka_bootstrap_servers="-")
+_DEFAULTS = FullConfig.from_env({}, database_url="postgresql:///unused", kafka_bootstrap_servers="-")
 TTL_S, RENEW_S = _DEFAULTS.stream_lease_ttl_s, _DEFAULTS.stream_lease_renew_s
 
 

@@ -16,17 +16,18 @@ import pytest
 
 from tests.support.forward import Forwarder
 from tests.support.wait import background, until
-from tickerwire.services.cli.up import Child, PortTaken, Probe, Trickle, wait_healthy
+from tickerwire.services.cli.settings import FullConfig
+from tickerwire.services.cli.up_children import Child, PortTaken, Probe, wait_healthy
+from tickerwire.services.cli.up_demo import Trickle
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 
 
 async def test_the_trickles_pause_is_short_again_after_a_post_went_out(kafka_bootstrap):
     prefix = f"trickle{os.getpid()}"
     settings = dict(database_url="postgresql://unused/x", topic_prefix=prefix, topic_replication_factor=1)
-    await kafka.ensure_topics(Config(kafka_bootstrap_servers=kafka_bootstrap, **settings))
+    await kafka.ensure_topics(FullConfig(kafka_bootstrap_servers=kafka_bootstrap, **settings))
     async with Forwarder(kafka_bootstrap) as forwarder:
-        trickle = Trickle(Config(kafka_bootstrap_servers=forwarder.address, **settings), next_id=1, interval=0.05)
+        trickle = Trickle(FullConfig(kafka_bootstrap_servers=forwarder.address, **settings), next_id=1, interval=0.05)
         async with background(trickle.run_forever()):
             await until(lambda: trickle.backoff.failures >= 2, 30, "two failed publishes")
             assert trickle.backoff.ceiling >= 4.0

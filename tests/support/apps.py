@@ -24,10 +24,10 @@ from tests.support.projector import projector_on
 from tests.support.stack import wait_http
 from tickerwire.schemas.topics import topic_name
 from tickerwire.services.api.app import create_app
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import connect
 from tickerwire.services.common.operator.endpoints import ADMIN_APP
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.sweeper import sweep_once
 from tickerwire.services.stream.app import create_app as create_stream_app
 
@@ -81,14 +81,14 @@ class Served:
     app: web.Application
 
 
-def config_for(dsn: str, **overrides: Any) -> Config:
+def config_for(dsn: str, **overrides: Any) -> FullConfig:
     """The frozen configuration of an app under test: no broker unless given, one-node topics."""
     settings: dict[str, Any] = {
         "kafka_bootstrap_servers": "unused:9092",
         "topic_prefix": PREFIX,
         "topic_replication_factor": 1,
     }
-    return Config(database_url=dsn, **{**settings, **overrides})
+    return FullConfig(database_url=dsn, **{**settings, **overrides})
 
 
 @contextlib.asynccontextmanager

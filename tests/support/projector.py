@@ -7,8 +7,8 @@ from typing import AsyncIterator
 
 import asyncpg
 
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.db import create_pool
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.metrics import ProjectorMetrics
 from tickerwire.services.projector.runner import Projector
 from tickerwire.services.readmodel.migrate import migrate
@@ -26,7 +26,7 @@ async def projector_on(dsn: str, **settings) -> AsyncIterator[tuple[Projector, a
     pool = await create_pool(dsn, "rm", min_size=1, max_size=2)
     metrics = ProjectorMetrics()
     try:
-        config = Config(database_url=dsn, **{"kafka_bootstrap_servers": "unused:9092", **settings})
+        config = FullConfig(database_url=dsn, **{"kafka_bootstrap_servers": "unused:9092", **settings})
         yield Projector(config, pool, metrics), pool, metrics
     finally:
         await pool.close()

@@ -28,10 +28,10 @@ from tests.support.events import provisioning
 from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.cli.publish import publish, send_events
-from tickerwire.services.cli.up import wait_projected
+from tickerwire.services.cli.settings import FullConfig
+from tickerwire.services.cli.up_demo import wait_projected
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import connect
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.sweeper import sweep_once
 from tickerwire.services.readmodel.migrate import migrate
 
@@ -122,8 +122,8 @@ class ServiceStack:
         return env
 
     @property
-    def config(self) -> Config:
-        return Config.from_env(self.env())
+    def config(self) -> FullConfig:
+        return FullConfig.from_env(self.env())
 
     # ------------------------------------------------------------------ processes
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 
 
-async def recreate_topic(config: Config, name: str, timeout: float = 30.0) -> None:
+async def recreate_topic(config: FullConfig, name: str, timeout: float = 30.0) -> None:
     """Delete ``name`` and create it again as declared (a new, empty log)."""
     deadline = time.monotonic() + timeout
     async with kafka.started_admin(config) as admin:

@@ -15,8 +15,8 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.support.fieldtools import binary
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.kafka.topicgate import TopicGate
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_KINDS, ProjectorMetrics
 
 ROOT = Path(__file__).parents[2]
@@ -91,5 +91,7 @@ def test_the_zeroed_label_values_are_every_value_the_projector_uses():
 
 def test_topic_differences_exist_at_zero_before_the_first_check():
     registry = CollectorRegistry()
-    TopicGate(Config(database_url="postgresql://unused", kafka_bootstrap_servers="unused:9092"), registry, create=False)
+    TopicGate(
+        FullConfig(database_url="postgresql://unused", kafka_bootstrap_servers="unused:9092"), registry, create=False
+    )
     assert samples(registry, "tickerwire_topic_differences") == {'kind="loses_history"': 0.0, 'kind="other"': 0.0}

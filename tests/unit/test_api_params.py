@@ -14,7 +14,7 @@ from tickerwire.services.api.params import (
     Filters,
     Listing,
     Listings,
-    Page,
+    PageWindow,
     parse_filters,
     parse_page,
     parse_q,
@@ -65,8 +65,8 @@ def test_since_with_an_unencoded_plus_says_how_to_send_it():
 
 
 def test_page_limits_and_cursors():
-    assert parse_page({}) == Page(20, None, None)
-    assert parse_page({"limit": "50", "after": "7", "before": "9"}) == Page(50, 7, 9)
+    assert parse_page({}) == PageWindow(20, None, None)
+    assert parse_page({"limit": "50", "after": "7", "before": "9"}) == PageWindow(50, 7, 9)
     for params, field in [
         ({"limit": "0"}, "limit"),
         ({"limit": "51"}, "limit"),
@@ -140,7 +140,7 @@ def test_if_none_match_weak_comparison_lists_and_star():
 
 
 def test_page_query_passes_values_only_as_parameters():
-    sql, args = page_query("en-US", Filters(ticker=("X'; DROP TABLE posts; --",)), Page(20, 5, None))
+    sql, args = page_query("en-US", Filters(ticker=("X'; DROP TABLE posts; --",)), PageWindow(20, 5, None))
     assert "DROP" not in sql and args[0] == "en-US" and ["X'; DROP TABLE posts; --"] in args
 
 
@@ -154,7 +154,7 @@ def test_listings_keep_valid_parses_only_bounded_and_short():
         return decoded
 
     first = listings.parse("limit=5&lang=es-ES&sentiment=BULLISH", query)
-    assert first == Listing(Page(5), parse_filters(decoded), "es-ES")
+    assert first == Listing(PageWindow(5), parse_filters(decoded), "es-ES")
     assert listings.parse("limit=5&lang=es-ES&sentiment=BULLISH", query) is first and len(calls) == 1
     for _ in range(2):  # an invalid query raises its 422 every time: never kept
         with pytest.raises(ApiError) as exc:

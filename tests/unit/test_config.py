@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tickerwire.services.common.runtime.config import Config, ConfigError
+from tickerwire.services.cli.settings import FullConfig
+from tickerwire.services.common.runtime.config import ConfigError
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 
 
 def test_listener_defaults():
-    config = Config.from_env(REQUIRED)
+    config = FullConfig.from_env(REQUIRED)
     assert (config.admin_host, config.api_admin_port, config.stream_admin_port, config.projector_admin_port) == (
         "127.0.0.1",
         9080,
@@ -34,7 +35,7 @@ def test_listener_defaults():
 )
 def test_bad_listener_settings_stop_the_process_with_one_clear_message(var, value, word):
     with pytest.raises(ConfigError) as exc:
-        Config.from_env({**REQUIRED, var: value})
+        FullConfig.from_env({**REQUIRED, var: value})
     assert word in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -55,15 +56,15 @@ def test_bad_listener_settings_stop_the_process_with_one_clear_message(var, valu
 )
 def test_every_duration_and_size_is_checked_at_start_up(var, value):
     with pytest.raises(ConfigError) as exc:
-        Config.from_env({**REQUIRED, var: value})
+        FullConfig.from_env({**REQUIRED, var: value})
     assert var in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_a_pool_whose_minimum_exceeds_its_maximum_is_refused():
     with pytest.raises(ConfigError, match="TICKERWIRE_DB_POOL_MIN"):
-        Config.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "8", "TICKERWIRE_DB_POOL_MAX": "4"})
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "8", "TICKERWIRE_DB_POOL_MAX": "4"})
     assert (
-        Config.from_env(
+        FullConfig.from_env(
             {**REQUIRED, "TICKERWIRE_DB_POOL_MIN": "0", "TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS": "0"}
         ).db_pool_min
         == 0
@@ -71,7 +72,7 @@ def test_a_pool_whose_minimum_exceeds_its_maximum_is_refused():
 
 
 def test_stream_lease_and_watchdog_settings():
-    config = Config.from_env(
+    config = FullConfig.from_env(
         {
             **REQUIRED,
             "TICKERWIRE_STREAM_LEASE_TTL_S": "20",
@@ -80,7 +81,7 @@ def test_stream_lease_and_watchdog_settings():
         }
     )
     assert (config.stream_lease_ttl_s, config.stream_lease_renew_s, config.stream_access_recheck_s) == (20.0, 5.0, 0.5)
-    defaults = Config.from_env(REQUIRED)
+    defaults = FullConfig.from_env(REQUIRED)
     assert (defaults.stream_lease_ttl_s, defaults.stream_lease_renew_s, defaults.stream_access_recheck_s) == (
         10.0,
         3.0,
@@ -99,7 +100,7 @@ def test_stream_lease_and_watchdog_settings():
 )
 def test_a_lease_that_would_expire_before_its_renewal_is_refused(env, word):
     with pytest.raises(ConfigError) as exc:
-        Config.from_env({**REQUIRED, **env})
+        FullConfig.from_env({**REQUIRED, **env})
     assert word in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -128,7 +129,7 @@ def test_command_line_settings_are_read_like_every_text_setting(tmp_path):
 )
 def test_a_database_url_no_connection_could_use_is_refused_at_start_up_without_echoing_it(url, word):
     with pytest.raises(ConfigError) as caught:
-        Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url})
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url})
     assert word in str(caught.value) and "pw" not in str(caught.value)
 
 
@@ -142,11 +143,11 @@ def test_a_database_url_no_connection_could_use_is_refused_at_start_up_without_e
     ],
 )
 def test_database_urls_asyncpg_accepts_pass(url):
-    assert Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url}).database_url == url
+    assert FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url}).database_url == url
 
 
 def test_the_configuration_repr_shows_no_password():
-    config = Config.from_env(
+    config = FullConfig.from_env(
         {
             **REQUIRED,
             "TICKERWIRE_DATABASE_URL": "postgresql://svc:s3cret-pw@db:5432/tw",
@@ -163,7 +164,7 @@ def test_the_configuration_repr_shows_no_password():
 def test_every_setting_can_come_from_a_file(tmp_path):
     (tmp_path / "pool").write_text("7\n")
     (tmp_path / "hostname").write_text("false\n")
-    config = Config.from_env(
+    config = FullConfig.from_env(
         {
             **REQUIRED,
             "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool"),
@@ -172,17 +173,18 @@ def test_every_setting_can_come_from_a_file(tmp_path):
     )
     assert (config.db_pool_max, config.kafka_ssl_check_hostname) == (7, False)
     with pytest.raises(ConfigError, match="not both"):
-        Config.from_env(
+        FullConfig.from_env(
             {**REQUIRED, "TICKERWIRE_DB_POOL_MAX": "7", "TICKERWIRE_DB_POOL_MAX_FILE": str(tmp_path / "pool")}
         )
 
 
 def test_configuration_md_is_what_tickerwire_config_markdown_prints():
-    """docs/configuration.md is generated from Config; a setting added, removed or given another
-    default without regenerating it fails here (`tickerwire config --markdown > docs/configuration.md`)."""
+    """docs/configuration.md is generated from every service's settings; a setting added, removed
+    or given another default without regenerating it fails here
+    (`tickerwire config --markdown > docs/configuration.md`)."""
     from pathlib import Path
 
-    from tickerwire.services.common.runtime.config import markdown
+    from tickerwire.services.cli.settings import markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == markdown(), "regenerate: tickerwire config --markdown > docs/configuration.md"
@@ -191,6 +193,31 @@ def test_configuration_md_is_what_tickerwire_config_markdown_prints():
 def test_every_setting_says_what_it_does():
     from dataclasses import fields
 
-    from tickerwire.services.common.runtime.config import MEANING
+    assert [f.name for f in fields(FullConfig) if not f.metadata.get("meaning")] == []
 
-    assert sorted(MEANING) == sorted(f.name for f in fields(Config))
+
+def test_each_service_reads_its_own_section_and_the_shared_one_only():
+    """The stream never reads the projector's settings (nor the API's), and so on: a service's
+    configuration type has the shared contract and its own section, which no other has."""
+    from dataclasses import fields
+
+    from tickerwire.services.api.settings import ApiConfig
+    from tickerwire.services.common.runtime.config import Config
+    from tickerwire.services.projector.settings import ProjectorConfig
+    from tickerwire.services.stream.settings import StreamConfig
+
+    shared = {f.name for f in fields(Config)}
+    own = {c: {f.name for f in fields(c)} - shared for c in (ApiConfig, StreamConfig, ProjectorConfig)}
+    assert all(own.values())
+    assert not own[ApiConfig] & own[StreamConfig] and not own[StreamConfig] & own[ProjectorConfig]
+    assert not own[ApiConfig] & own[ProjectorConfig]
+    assert shared | set().union(*own.values()) == {f.name for f in fields(FullConfig)}
+    assert {n.split("_")[0] for n in own[StreamConfig]} == {"stream"}
+    assert {n.split("_")[0] for n in own[ProjectorConfig]} <= {"projector", "sweep"}
+
+
+def test_a_shared_setting_keeps_the_variable_it_had():
+    """The log check's pace is shared by the projector and the stream; its variable is still
+    TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S."""
+    config = FullConfig.from_env({**REQUIRED, "TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S": "2"})
+    assert config.log_check_interval_s == 2.0

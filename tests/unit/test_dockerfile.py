@@ -16,7 +16,8 @@ from pathlib import Path
 import dockerfile
 import pytest
 
-from tickerwire.services.common.runtime.config import PREFIX, Config
+from tickerwire.services.cli.settings import FullConfig
+from tickerwire.services.common.runtime.config import PREFIX, variable
 
 ROOT = Path(__file__).parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -137,13 +138,13 @@ def test_it_starts_the_tickerwire_command_of_the_environment(final):
 
 
 def test_it_exposes_the_ports_the_configuration_listens_on_on_every_interface(final):
-    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    defaults = {f.name: f.default for f in dataclasses.fields(FullConfig)}
     ports = {v for k, v in defaults.items() if k.endswith("_port")}
     exposed = {int(p) for c in final.all("EXPOSE") for p in c.value}
     assert exposed == ports
     env = final.env()
     assert env[PREFIX + "HOST"] == "0.0.0.0"  # a container is reached through its own interface
-    settings = {PREFIX + name.upper() for name in defaults}
+    settings = {variable(f) for f in dataclasses.fields(FullConfig)}
     assert {k for k in env if k.startswith(PREFIX)} <= settings  # no misspelt setting
 
 

@@ -19,15 +19,15 @@ from aiokafka.errors import (
 )
 
 from tickerwire import services
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
-from tickerwire.services.common.runtime.config import Config
 from tickerwire.services.common.runtime.errors import BrokerUnavailable, ConfigError
 
 BASE = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9093"}
 
 
-def cfg(**env: str) -> Config:
-    return Config.from_env({**BASE, **{f"TICKERWIRE_{k}": v for k, v in env.items()}})
+def cfg(**env: str) -> FullConfig:
+    return FullConfig.from_env({**BASE, **{f"TICKERWIRE_{k}": v for k, v in env.items()}})
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ async def test_every_consumer_the_product_builds_reads_committed_records_only():
                 and getattr(node.func, "id", getattr(node.func, "attr", None)) == "AIOKafkaConsumer"
             ):
                 builders.append(path.relative_to(package).as_posix())
-    assert builders == ["services/common/kafka/__init__.py"]
+    assert builders == ["services/common/kafka/clients.py"]
     config = cfg()
     for kw in ({}, {"auto_offset_reset": "none", "max_poll_records": 10}):
         built = kafka.consumer(config, "t", group_id=None, client_id="c", **kw)

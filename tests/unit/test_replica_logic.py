@@ -7,8 +7,9 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.db.replicas import Replicas, at_least, parse_marks, replica_name
-from tickerwire.services.common.runtime.config import Config, ConfigError
+from tickerwire.services.common.runtime.config import ConfigError
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 
@@ -38,20 +39,20 @@ def test_a_replica_is_named_by_host_and_port_never_by_its_password():
 
 
 def test_read_urls_are_listed_checked_and_kept_out_of_the_repr():
-    config = Config.from_env(
+    config = FullConfig.from_env(
         {**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "postgresql://a:pw@r1:5432/tw, postgresql://r2/tw"}
     )
     assert config.read_urls == ["postgresql://a:pw@r1:5432/tw", "postgresql://r2/tw"]
     assert "pw" not in repr(config)
-    assert Config.from_env(REQUIRED).read_urls == []
+    assert FullConfig.from_env(REQUIRED).read_urls == []
     with pytest.raises(ConfigError, match="TICKERWIRE_DATABASE_READ_URLS must be a postgresql:// URL"):
-        Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "mysql://r1/tw"})
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "mysql://r1/tw"})
     with pytest.raises(ConfigError, match="TICKERWIRE_DATABASE_READ_URLS has an invalid port"):
-        Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "postgresql://r1:99999/tw"})
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": "postgresql://r1:99999/tw"})
 
 
 def replicas(*urls: str, registry: CollectorRegistry | None = None) -> Replicas:
-    config = Config.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": ",".join(urls)})
+    config = FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": ",".join(urls)})
     return Replicas(
         config, "tw.posts.v1", leave_after_s=2.0, rejoin_below_s=0.5, registry=registry or CollectorRegistry()
     )

@@ -288,11 +288,11 @@ async def test_an_operation_still_failing_after_a_while_is_said_at_error_once_an
 async def test_readiness_says_why_a_service_is_still_starting_from_the_failures_it_is_given():
     """The facts come in as an argument (the service's Failing), not from a module global: two
     services in one process each say their own cause."""
+    from tickerwire.services.cli.settings import FullConfig
     from tickerwire.services.common.db import CONNECT_POSTGRES
     from tickerwire.services.common.operator.readiness import service_readiness
-    from tickerwire.services.common.runtime.config import Config
 
-    config = Config.from_env(
+    config = FullConfig.from_env(
         {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
     )
     refused, quiet = retry.Failing(), retry.Failing()

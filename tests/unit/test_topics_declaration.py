@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.kafka.declaration import TopicState, compare, declared_topics
-from tickerwire.services.common.runtime.config import Config
 
 
-def config(**overrides) -> Config:
-    return Config(database_url="postgresql://x/y", kafka_bootstrap_servers="k:9092", **overrides)
+def config(**overrides) -> FullConfig:
+    return FullConfig(database_url="postgresql://x/y", kafka_bootstrap_servers="k:9092", **overrides)
 
 
-def matching(cfg: Config) -> dict[str, TopicState]:
+def matching(cfg: FullConfig) -> dict[str, TopicState]:
     return {d.name: d for d in declared_topics(cfg)}
 
 

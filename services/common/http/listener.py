@@ -63,7 +63,10 @@ class ListenerMetrics:
 
 
 @dataclass
-class Limits:
+class ConnectionLimits:
+    """What a listener allows each connection: how many at once, and how long for a request head
+    and between requests."""
+
     max_connections: int
     header_timeout_s: float
     keepalive_timeout_s: float
@@ -89,7 +92,7 @@ REFUSAL = _refusal()
 class Guard:
     """The connections of one listener: the bound, the timeouts, the error log's limiter."""
 
-    def __init__(self, name: str, limits: Limits, metrics: ListenerMetrics) -> None:
+    def __init__(self, name: str, limits: ConnectionLimits, metrics: ListenerMetrics) -> None:
         self.name = name
         self.limits = limits
         self.metrics = metrics

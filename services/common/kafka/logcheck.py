@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError, OffsetOutOfRangeError
 
-from .. import kafka
+from . import clients
 
 #: A discontinuity counts once seen continuously for this long: some brokers report a stale
 #: end offset for a few seconds after writes (a real reset does not go away).
@@ -126,14 +126,14 @@ class LogProbe:
 
     async def _held(self, offsets: dict[TopicPartition, int], timeout_s: float) -> set[TopicPartition]:
         if self._consumer is None:
-            consumer = kafka.consumer(self.config, group_id=None, client_id=self.client_id, auto_offset_reset="none")
+            consumer = clients.consumer(self.config, group_id=None, client_id=self.client_id, auto_offset_reset="none")
             try:
                 async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
                     await consumer.start()
             except BaseException as exc:  # never dropped unstopped: a refused or cancelled start too
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
-                        await kafka.stop_consumer(consumer)
+                        await clients.stop_consumer(consumer)
                 if isinstance(exc, TimeoutError):
                     raise KafkaTimeoutError(
                         f"the log probe could not connect within {LIST_OFFSETS_TIMEOUT_S:g}s"
@@ -162,7 +162,7 @@ class LogProbe:
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            await kafka.stop_consumer(consumer)
+            await clients.stop_consumer(consumer)
 
 
 class Confirmer:

@@ -1,7 +1,7 @@
 """The topic check of a long-running process that reads the log (projector, stream), as a gate.
 
 Before the process starts its work it checks the cluster's topics against the declaration
-(:func:`.kafka.check_topics`; the projector creates missing ones first). A configuration that
+(:func:`.topics.check_topics`; the projector creates missing ones first). A configuration that
 would make a rebuild lose history (a topic not compacted, another partition count) is refused
 loudly and the process waits, instead of exiting:
 
@@ -36,11 +36,11 @@ from aiohttp import web
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Gauge
 
-from .. import kafka
 from ..runtime.config import Config
 from ..runtime.errors import BrokerUnavailable, ConfigError
 from ..runtime.retry import retry_transient
 from ..runtime.supervise import supervisor_of
+from . import topics
 from .declaration import Difference
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,8 @@ WATCH_S = 60.0
 async def _read(config: Config, create: bool) -> list[Difference]:
     """How the topics differ from the declaration, after creating missing ones when ``create``."""
     if create:
-        await kafka.ensure_topics(config)
-    return await kafka.check_topics(config)
+        await topics.ensure_topics(config)
+    return await topics.check_topics(config)
 
 
 async def differences(config: Config, *, create: bool) -> list[Difference]:

@@ -15,7 +15,7 @@ import time
 from ..runtime import retry
 from ..runtime.config import Config
 from ..runtime.supervise import honour_cancellation
-from . import broker_check
+from .probe import broker_check
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from ..http.envelope import Routes, error_middleware
-from ..http.listener import Guard, GuardedRunner, Limits, ListenerMetrics, server_header
+from ..http.listener import ConnectionLimits, Guard, GuardedRunner, ListenerMetrics, server_header
 from ..runtime.config import Config
 from ..runtime.supervise import SUPERVISOR
 
@@ -151,10 +151,14 @@ async def run_app(app: web.Application, config: Config, *, name: str, port: int 
     # Only a process with a partner listener needs the connection budget in its fd limit.
     max_connections = _fit_fd_limit(config, name) if port is not None else config.max_connections
     partner = Guard(
-        "partner", Limits(max_connections, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics
+        "partner",
+        ConnectionLimits(max_connections, config.http_header_timeout_s, config.http_keepalive_timeout_s),
+        metrics,
     )
     admin = Guard(
-        "admin", Limits(ADMIN_MAX_CONNECTIONS, config.http_header_timeout_s, config.http_keepalive_timeout_s), metrics
+        "admin",
+        ConnectionLimits(ADMIN_MAX_CONNECTIONS, config.http_header_timeout_s, config.http_keepalive_timeout_s),
+        metrics,
     )
     runners = [await _start(app[ADMIN_APP], admin, config.admin_host, admin_port, f"{name} admin")]
     try:

@@ -7,7 +7,7 @@ import gc
 import logging
 import signal
 import sys
-from typing import Awaitable, Callable, NamedTuple
+from typing import Awaitable, Callable, NamedTuple, TypeVar
 
 import asyncpg
 
@@ -16,6 +16,8 @@ from .errors import BrokerUnavailable, ConfigError, StorageUnavailable, Tickerwi
 from .logs import setup_logging
 
 log = logging.getLogger(__name__)
+
+C = TypeVar("C", bound=Config)
 
 
 def cancel_on_signals() -> None:
@@ -68,9 +70,8 @@ def command_failed(command: str, exc: BaseException) -> int:
     return failure.status
 
 
-def run_service(name: str, main: Callable[[Config], Awaitable[None]], config: Config | None = None) -> int:
+def run_service(name: str, main: Callable[[C], Awaitable[None]], config: C) -> int:
     """Run ``main(config)`` until it returns or SIGINT/SIGTERM arrives; returns an exit status."""
-    config = config or Config.from_env()
     setup_logging(name, config.log_level)
     try:
         import uvloop

@@ -29,7 +29,7 @@ from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions
 
 T = TypeVar("T")
-Direction = Literal["older", "newer"]
+PagingDirection = Literal["older", "newer"]
 Cursor = int | str | None
 #: Fetches one page at the cursors ``before`` / ``after``.
 PageFetch = Callable[[Cursor, Cursor], Awaitable[Page]]
@@ -239,7 +239,7 @@ class AsyncClient:
         self,
         where: PostFilter | None = None,
         *,
-        direction: Direction = "older",
+        direction: PagingDirection = "older",
         lang: str | None = None,
         after: Cursor = None,
         before: Cursor = None,
@@ -265,7 +265,7 @@ class AsyncClient:
         q: str,
         where: PostFilter | None = None,
         *,
-        direction: Direction = "older",
+        direction: PagingDirection = "older",
         lang: str | None = None,
         after: Cursor = None,
         before: Cursor = None,
@@ -298,7 +298,9 @@ class AsyncClient:
         return stream
 
 
-async def _iterate(fetch: PageFetch, direction: Direction, after: Cursor, before: Cursor) -> AsyncIterator[PostLean]:
+async def _iterate(
+    fetch: PageFetch, direction: PagingDirection, after: Cursor, before: Cursor
+) -> AsyncIterator[PostLean]:
     if direction == "older":
         cursor = before
         while True:

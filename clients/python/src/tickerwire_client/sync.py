@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, AsyncGenerator, AsyncIterator, Coroutine, Iterator, TypeVar, Unpack
 
-from .client import AsyncClient, Cursor, Direction
+from .client import AsyncClient, Cursor, PagingDirection
 from .filters import PostFilter, PostFilterArgs
 from .models import (
     Category,
@@ -178,7 +178,7 @@ class Client:
         self,
         where: PostFilter | None = None,
         *,
-        direction: Direction = "older",
+        direction: PagingDirection = "older",
         lang: str | None = None,
         after: Cursor = None,
         before: Cursor = None,
@@ -197,7 +197,7 @@ class Client:
         q: str,
         where: PostFilter | None = None,
         *,
-        direction: Direction = "older",
+        direction: PagingDirection = "older",
         lang: str | None = None,
         after: Cursor = None,
         before: Cursor = None,

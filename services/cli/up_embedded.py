@@ -1,0 +1,114 @@
+"""The embedded servers ``tickerwire up`` starts when no database or broker is configured:
+PostgreSQL (and its replicas with ``--replicas``) and a broker of its own (:mod:`.up_broker`)."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .up_broker import PREFERRED_PORT, OwnBroker, choose_broker, database_kept
+from .up_children import Stack
+from .up_output import UpError, one_line, say
+
+if TYPE_CHECKING:  # imported lazily, by `up` only
+    from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
+    from tickerwire.devstack.embedded.broker import EmbeddedBroker
+    from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
+
+
+def port_free_or_other(preferred: int) -> int:
+    """``preferred`` when it is free, else a port the kernel picks."""
+    from tickerwire.devstack.embedded.ports import free_port, port_is_free
+
+    return preferred if port_is_free(preferred) else free_port()
+
+
+@dataclass
+class Embedded:
+    """The embedded servers ``up`` started (None where a configured one is used)."""
+
+    postgres: EmbeddedPostgres | None = None
+    broker: EmbeddedBroker | ApacheKafka | None = None
+    #: Which broker of its own ``up`` started (None: a configured one).
+    own: OwnBroker | None = None
+    #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
+    replicas: list[EmbeddedReplica] = field(default_factory=list)
+
+
+def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
+    from tickerwire.devstack.embedded.postgres import PRIMARY_REPLICATION_SETTINGS, EmbeddedPostgres, EmbeddedReplica
+
+    dsn = args.database_url
+    replicas = getattr(args, "replicas", 0) or 0
+    if dsn and replicas:
+        raise UpError(
+            "--replicas starts replicas of the embedded PostgreSQL; a configured database's replicas are "
+            "configured with TICKERWIRE_DATABASE_READ_URLS"
+        )
+    bootstrap = args.kafka_bootstrap_servers
+    if dsn and not bootstrap:
+        # The embedded broker keeps the log in memory: its next start would be an empty log
+        # under a read model that remembers positions in the old one (and an Apache Kafka's log
+        # in the state directory is as easily deleted without the database knowing).
+        raise UpError(
+            "a configured database needs a configured broker too (--kafka or TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS): "
+            "the embedded broker forgets its log on every start, which the database would not"
+        )
+    try:
+        own = choose_broker(getattr(args, "broker", None), bootstrap, stack.state_dir)
+    except ValueError as exc:
+        raise UpError(str(exc)) from None
+    parts = Embedded(own=own)
+    if own is not None:
+        broker, bootstrap = _start_server(own.make, PREFERRED_PORT)
+        stack.embedded.append(broker)
+        parts.broker = broker
+    if not dsn:
+        data = stack.state_dir / "pgdata"
+        if not database_kept(own, stack.state_dir):
+            # A new log (the embedded broker's always is): the read model starts empty too.
+            shutil.rmtree(data, ignore_errors=True)
+        settings = PRIMARY_REPLICATION_SETTINGS if replicas else None
+        pg, dsn = _start_server(
+            lambda port: EmbeddedPostgres(
+                data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings
+            ),
+            5433,
+        )
+        stack.embedded.append(pg)
+        parts.postgres = pg
+        for n in range(1, replicas + 1):
+            shutil.rmtree(stack.state_dir / f"pgreplica{n}", ignore_errors=True)
+            replica = EmbeddedReplica(
+                dsn,
+                stack.state_dir / f"pgreplica{n}",
+                port=port_free_or_other(5433 + n),
+                log_path=stack.state_dir / f"postgres-replica{n}.log",
+            )
+            replica.start()
+            stack.embedded.append(replica)
+            parts.replicas.append(replica)
+    return dsn, bootstrap, parts
+
+
+def _start_server(make, preferred: int):
+    """An embedded server started on ``preferred`` if free; if that fails (another process,
+    another ``up`` perhaps, took the port between the check and the server's bind), once more
+    on a port the kernel picks. The server binds its port itself and is checked to hold it."""
+    from tickerwire.devstack.embedded.errors import EmbeddedError
+    from tickerwire.devstack.embedded.ports import free_port
+
+    port = port_free_or_other(preferred)
+    server = make(port)
+    try:
+        return server, server.start()
+    except EmbeddedError as exc:
+        if port != preferred:
+            raise UpError(one_line(exc)) from None
+        say(f"{server.label} could not start on port {port} ({one_line(exc)}); trying another port")
+    server = make(free_port())
+    try:
+        return server, server.start()
+    except EmbeddedError as exc:
+        raise UpError(one_line(exc)) from None

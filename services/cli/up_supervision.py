@@ -1,0 +1,127 @@
+"""Keeping the stack of ``tickerwire up`` running: dead children, embedded servers and the
+broker of its own are restarted, and the demo trickle kept going."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.runtime.retry import backoff_delays
+from .settings import FullConfig
+from .up_children import HEALTHY_AFTER_S, RESTART_BASE_S, RESTART_CAP_S, Stack
+from .up_demo import Trickle
+from .up_embedded import Embedded
+from .up_output import say
+from .up_state import write_state
+
+
+@dataclass
+class Supervision:
+    """Keeps the stack running: restarts dead children, the embedded PostgreSQL and the
+    broker of its own (the embedded one comes back empty: the topics are re-created and the
+    projector re-synced with the new log; an Apache Kafka comes back with its log), and keeps
+    the demo trickle going; says what it does on the output."""
+
+    stack: Stack
+    config: FullConfig
+    parts: Embedded
+    trickle: Trickle | None
+    state_file: Path
+    info: dict
+    _trickle_task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        self._start_trickle()
+        try:
+            while True:
+                await asyncio.sleep(0.25)
+                if self.parts.postgres is not None and not self.parts.postgres.running():
+                    await self._restart_server(self.parts.postgres, "PostgreSQL")
+                for n, replica in enumerate(self.parts.replicas, start=1):
+                    if not replica.running():
+                        await self._restart_server(replica, f"PostgreSQL replica {n}")
+                if self.parts.broker is not None and not self.parts.broker.running():
+                    await self._recover_broker()
+                self._restart_children()
+        finally:
+            if self._trickle_task is not None:
+                self._trickle_task.cancel()
+
+    def _start_trickle(self) -> None:
+        if self.trickle is not None and (self._trickle_task is None or self._trickle_task.done()):
+            self._trickle_task = asyncio.create_task(self.trickle.run_forever(), name="demo-trickle")
+
+    def _restart_children(self) -> None:
+        changed = False
+        now = time.monotonic()
+        for child in self.stack.children:
+            if child.alive():
+                continue
+            if child.restart_at is None:
+                if now - child.started_at >= HEALTHY_AFTER_S:
+                    child.delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
+                delay = next(child.delays)
+                child.restart_at = now + delay
+                say(
+                    f"{child.name} exited (status {child.proc.returncode if child.proc else '?'}); "
+                    f"restarting it in {delay:.1f}s (log: {child.log_path})"
+                )
+            elif now >= child.restart_at:
+                proc = child.spawn()
+                child.restarts += 1
+                child.restart_at = None
+                say(f"{child.name} restarted (pid {proc.pid}, restart {child.restarts})")
+                changed = True
+        if changed:
+            write_state(self.state_file, self.info, self.stack)
+
+    async def _restart_server(self, server, what: str) -> None:
+        say(f"embedded {what} died; restarting it on port {server.port}")
+        started = time.monotonic()
+        delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
+        with contextlib.suppress(Exception):
+            server.stop()  # reap it and close its log
+        while True:
+            try:
+                await asyncio.to_thread(server.start)
+                break
+            except Exception as exc:
+                delay = next(delays)
+                say(f"embedded {what} did not start ({str(exc).splitlines()[0]}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+        say(f"embedded {what} restarted in {time.monotonic() - started:.1f}s (pid {server.pid})")
+
+    async def _recover_broker(self) -> None:
+        from ..common.kafka import ensure_topics
+        from ..projector.accept import accept_log
+
+        if self._trickle_task is not None:
+            self._trickle_task.cancel()
+            self._trickle_task = None
+        own = self.parts.own
+        await self._restart_server(self.parts.broker, "broker" if own is None else own.label)
+        if own is not None and own.keeps_log:
+            say(f"{own.label} came back with its log ({own.data_dir}): nothing to re-sync, the projector goes on")
+            self._start_trickle()
+            return
+        delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
+        while True:
+            try:
+                await ensure_topics(self.config)
+                accepted = await accept_log(self.config, "earliest")
+                if accepted.left:  # moved meanwhile: look again
+                    raise RuntimeError("; ".join(accepted.left))
+                break
+            except Exception as exc:
+                delay = next(delays)
+                say(f"re-syncing with the new log failed ({exc}); retrying in {delay:.1f}s")
+                await asyncio.sleep(delay)
+        say(
+            "the embedded broker keeps its log in memory, so it came back empty: topics re-created; "
+            f"projector positions moved to the new log's start ({len(accepted.moved)} partition(s)); the read model "
+            "keeps what it had projected and the demo key keeps working; new posts are projected from the new log"
+        )
+        self._start_trickle()

@@ -1,0 +1,29 @@
+"""The projector's settings: the shared contract (:class:`..common.runtime.config.Config`) and its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..common.runtime.config import Config, option
+
+
+@dataclass(frozen=True)
+class ProjectorConfig(Config):
+    """What a projector process reads: the shared settings and these, its own."""
+
+    projector_admin_port: int = option(9082, "admin port of the projector (its only listener)")
+    projector_group: str = option("tickerwire-projector", "consumer group of the projectors")
+    projector_group_instance_id: str = option(
+        "",
+        "static membership in the group (KIP-345): a stable id per projector replica, unique in the "
+        "group (a pod or host name); a restarted projector takes its partitions back at once instead "
+        "of after the session timeout, and a planned stop leaves the group at once; empty: dynamic "
+        "membership",
+    )
+    projector_group_join_timeout_s: float = option(
+        30.0,
+        "a consumer-group join not complete within this is a stall: readiness names it, an ERROR "
+        "line, `tickerwire_projector_group_joining_seconds`; the consumer is then replaced",
+    )
+    projector_batch_max: int = option(2_000, "records per fetch of the projector", least=1)
+    sweep_interval_s: float = option(3600.0, "badge sweeper tick")
