@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_doc_links import ROOT, anchors, prose, tracked_files
+from tests.support.doclinks import ROOT, anchors, prose, tracked_files
 
 API_MD = ROOT / "docs" / "api.md"
 OPENAPI = json.loads((ROOT / "schemas" / "openapi.json").read_text(encoding="utf-8"))
