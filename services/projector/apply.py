@@ -48,9 +48,9 @@ from tickerwire.schemas.models import (
     decode_event,
     entity_key,
 )
-from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
 
 from ..readmodel import positions, stamps as stamp
+from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
 from ..readmodel.rows import (
     ApiKeyRow,
     EmbedRow,
@@ -61,7 +61,7 @@ from ..readmodel.rows import (
     TranslationRow,
     WorkspaceRow,
 )
-from ..readmodel.taxonomy import categories, load_default_locale
+from ..readmodel.taxonomy import load_categories, load_default_locale
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
 
@@ -319,7 +319,7 @@ async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, re
 
 
 async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
-    cats = {r["slug"]: Category(**r) for r in await categories(conn)}
+    cats = {r["slug"]: Category(**r) for r in await load_categories(conn)}
     return Taxonomy(cats, await load_default_locale(conn))
 
 

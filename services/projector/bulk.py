@@ -52,7 +52,6 @@ import asyncpg
 from aiokafka import TopicPartition
 
 from tickerwire.schemas.models import Post, PostEvent
-from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
 from ..common.db import create_pool, quote_ident
@@ -60,6 +59,7 @@ from ..common.runtime.config import Config
 from ..common.runtime.errors import TickerwireError
 from ..common.runtime.logs import setup_logging
 from ..readmodel import positions, stamps as stamp
+from ..readmodel.mapping import is_visible
 from ..readmodel.rows import TranslationRow
 from . import sql
 from .apply import (
