@@ -50,13 +50,21 @@ from tickerwire.schemas.models import (
 )
 
 from ..readmodel import positions, stamps as stamp
+from ..readmodel.event_rows import (
+    api_key_row,
+    embed_row,
+    heartbeat_row,
+    locale_row,
+    post_row,
+    token_row,
+    workspace_row,
+)
 from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
 from ..readmodel.rows import (
     ApiKeyRow,
     EmbedRow,
     HeartbeatRow,
     LocaleRow,
-    PostRow,
     TokenRow,
     TranslationRow,
     WorkspaceRow,
@@ -368,17 +376,7 @@ async def _apply_posts(
 
 def post_record(d: Decoded[PostEvent]) -> tuple:
     """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
-    post: Post = d.event.data
-    return PostRow(
-        id=post.id,
-        version=d.event.version,
-        status=post.status.value,
-        published_at=post.published_at,
-        sentiment=post.sentiment.value,
-        importance=post.importance,
-        tickers=list(post.tickers),
-        snapshot=post.model_dump_json(),
-    ).values()
+    return post_row(d.event).values()
 
 
 async def write_translations(
@@ -501,39 +499,6 @@ async def _apply_tokens(
         stamps.add(stamp.TOKENS)
 
 
-def locale_row(e: LocaleEvent) -> LocaleRow:
-    l = e.data
-    return LocaleRow(
-        code=l.code,
-        version=e.version,
-        name=l.name,
-        native_name=l.native_name,
-        country_code=l.country_code,
-        direction=l.direction,
-        active=l.active,
-        web_channel=l.web_channel,
-        is_default=l.is_default,
-        position=l.position,
-    )
-
-
-def token_row(e: TokenEvent) -> TokenRow:
-    t = e.data
-    return TokenRow(
-        ticker=t.ticker,
-        version=e.version,
-        name=t.name,
-        logo_url=t.logo_url,
-        market_cap_rank=t.market_cap_rank,
-        exchange_listings=orjson.dumps(t.exchange_listings).decode(),
-        categories=orjson.dumps(t.categories).decode(),
-        genesis_date=t.genesis_date,
-        primary_ecosystem=t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None,
-        homepage_url=t.homepage_url,
-        description=t.description,
-    )
-
-
 def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
     if changed:
         result.applied[kind] += changed
@@ -541,46 +506,6 @@ def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
 
 
 # --------------------------------------------------------------------------- access
-
-
-def workspace_row(e: WorkspaceEvent) -> WorkspaceRow:
-    w = e.data
-    return WorkspaceRow(
-        id=w.id,
-        version=e.version,
-        name=w.name,
-        status=w.status,
-        rate_limit_per_minute=w.rate_limit_per_minute,
-        daily_quota=w.daily_quota,
-        stream_connection_limit=w.stream_connection_limit,
-    )
-
-
-def api_key_row(e: ApiKeyEvent) -> ApiKeyRow:
-    k = e.data
-    return ApiKeyRow(
-        id=k.id,
-        version=e.version,
-        workspace_id=k.workspace_id,
-        key_hash=k.key_hash,
-        display_prefix=k.display_prefix,
-        issued_at=k.issued_at,
-        revoked_at=k.revoked_at,
-    )
-
-
-def embed_row(e: EmbedEvent) -> EmbedRow:
-    return EmbedRow(
-        id=e.data.id,
-        version=e.version,
-        workspace_id=e.data.workspace_id,
-        kind=e.data.kind,
-        created_at=e.data.created_at,
-    )
-
-
-def heartbeat_row(e: HeartbeatEvent) -> HeartbeatRow:
-    return HeartbeatRow(embed_id=e.data.embed_id, workspace_id=e.data.workspace_id, landed_at=e.data.landed_at)
 
 
 async def _apply_access(
