@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
+class ConsumedRecord:
     """One log record as the projector sees it (a thin copy of the consumer's record)."""
 
     offset: int
@@ -133,7 +133,9 @@ def of_type(events: Iterable[Decoded[AnyEvent]], model: type[E]) -> list[Decoded
     return out
 
 
-def decode_records(records: Iterable[Record], topic: str | None) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
+def decode_records(
+    records: Iterable[ConsumedRecord], topic: str | None
+) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
     """Decode at the edge: typed events, and poison records set aside with their reason.
 
     ``topic``: the records' topic; an event whose type travels on another topic (the registry
@@ -239,7 +241,7 @@ def first_visible_offsets(chain: list[Decoded[PostEvent]]) -> dict[str, int]:
 
 
 @dataclass(slots=True)
-class Counters:
+class CounterDeltas:
     """The batch's net changes of the derived counters, written by ``sql.FINISH_BATCH``."""
 
     tickers: dict[str, int] = field(default_factory=dict)
@@ -261,7 +263,9 @@ SWITCH_LOCK = 0x7477_7377  # "twsw"
 TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
 
-async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, records: list[Record]) -> BatchResult:
+async def apply_batch(
+    conn: asyncpg.Connection, topic: str, partition: int, records: list[ConsumedRecord]
+) -> BatchResult:
     """Apply ``records`` (consecutive offsets of one partition) and store the new position."""
     result = BatchResult()
     if not records:
@@ -296,7 +300,7 @@ async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, reco
         await _apply_locales(conn, locales, result, stamps)
         await _apply_categories(conn, categories, result, stamps)
         await _apply_tokens(conn, of_type(latest, TokenEvent), result, stamps)
-        counters = Counters()
+        counters = CounterDeltas()
         await _apply_posts(conn, partition, posts, result, stamps, counters)
         await _apply_access(conn, latest, result, stamps)
         # Last, and in one statement right before the commit: the rows that batches of other
@@ -310,7 +314,9 @@ async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, reco
 # --------------------------------------------------------------------------- posts
 
 
-async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str) -> bool:
+async def reject_record(
+    conn: asyncpg.Connection, topic: str, partition: int, record: ConsumedRecord, reason: str
+) -> bool:
     """Set aside one record the read model refuses (a constraint violation) and move past it.
 
     Returns False if the position had already passed it (nothing to do)."""
@@ -341,7 +347,7 @@ async def _apply_posts(
     chains: dict[int, list[Decoded[PostEvent]]],
     result: BatchResult,
     stamps: set[str],
-    counters: Counters,
+    counters: CounterDeltas,
 ) -> None:
     if not chains:
         return

@@ -63,9 +63,9 @@ from ..readmodel.mapping import is_visible
 from ..readmodel.rows import TranslationRow
 from . import sql
 from .apply import (
+    ConsumedRecord,
     DeadLetter,
     Decoded,
-    Record,
     decode_records,
     load_taxonomy,
     of_type,
@@ -176,7 +176,7 @@ class Progress:
 
 async def _read(
     config: Config, tps: list[TopicPartition], ends: dict[TopicPartition, int]
-) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
+) -> AsyncIterator[tuple[TopicPartition, list[ConsumedRecord]]]:
     """Every record of ``tps`` from the beginning up to (not including) the measured ends."""
     consumer = kafka.consumer(
         config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max

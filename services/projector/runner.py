@@ -29,7 +29,7 @@ from ..common.runtime.config import Config
 from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
-from .apply import BatchResult, Record, apply_batch, reject_record
+from .apply import BatchResult, ConsumedRecord, apply_batch, reject_record
 from .metrics import ProjectorMetrics
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class Projector:
         self.stopped.pop(tp, None)
         self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(0)
 
-    async def apply_records(self, tp: TopicPartition, records: list[Record]) -> None:
+    async def apply_records(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
         """Apply one fetched batch of ``tp``: transient failures retried, a record the read
         model refuses isolated and dead-lettered, the outcome counted in the metrics."""
         self._applying.add(tp)
@@ -267,7 +267,7 @@ class Projector:
         finally:
             self._applying.discard(tp)
 
-    async def _apply_isolating(self, tp: TopicPartition, records: list[Record]) -> None:
+    async def _apply_isolating(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
         try:
             result = await self._apply_retrying(tp, records)
         except REFUSALS as exc:
@@ -281,7 +281,7 @@ class Projector:
             return
         self._observe(tp, records, result)
 
-    async def _apply_or_reject(self, tp: TopicPartition, record: Record) -> None:
+    async def _apply_or_reject(self, tp: TopicPartition, record: ConsumedRecord) -> None:
         try:
             result = await self._apply_retrying(tp, [record])
         except REFUSALS as exc:
@@ -299,7 +299,7 @@ class Projector:
             return
         self._observe(tp, [record], result)
 
-    async def _apply_retrying(self, tp: TopicPartition, records: list[Record]) -> BatchResult:
+    async def _apply_retrying(self, tp: TopicPartition, records: list[ConsumedRecord]) -> BatchResult:
         async def attempt():
             started = time.perf_counter()
             with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
@@ -315,7 +315,7 @@ class Projector:
             on_retry=lambda _: self.metrics.retries.labels("apply").inc(),
         )
 
-    def _observe(self, tp: TopicPartition, records: list[Record], result: BatchResult) -> None:
+    def _observe(self, tp: TopicPartition, records: list[ConsumedRecord], result: BatchResult) -> None:
         m = self.metrics
         m.batch_size.observe(len(records))
         for kind, n in result.applied.items():
@@ -351,7 +351,7 @@ class Projector:
                 "fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}
             },
         )
-        await self.apply_records(tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))])
+        await self.apply_records(tp, [ConsumedRecord(bad.offset, None, None, (bad.kind, bad.reason))])
         if self.consumer is not None:
             self.consumer.seek(tp, max(bad.offset + 1, self.stored_positions.get(tp, 0)))
 
@@ -489,7 +489,7 @@ class Projector:
             )
             self.fetched_at = time.monotonic()
             await self._apply_concurrently(
-                {tp: [Record(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
+                {tp: [ConsumedRecord(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
             )
             if bad is not None:
                 await self.set_aside(bad)
@@ -548,7 +548,7 @@ class Projector:
             log.warning("the projector applies fetches again after %.0f s", time.monotonic() - self._failing_since)
         self.fault, self._failing_since, self._fault_said_at = "", None, None
 
-    async def _apply_concurrently(self, batches: dict[TopicPartition, list[Record]]) -> None:
+    async def _apply_concurrently(self, batches: dict[TopicPartition, list[ConsumedRecord]]) -> None:
         """Apply each partition's batch in its own transaction on its own connection, all at once.
 
         Partitions never share an entity (the key picks the partition), so their transactions

@@ -36,7 +36,7 @@ from tests.support.events import (
 )
 from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
 from tickerwire.schemas.models import entity_key
-from tickerwire.services.projector.apply import Record, apply_batch
+from tickerwire.services.projector.apply import ConsumedRecord, apply_batch
 from tickerwire.services.readmodel.migrate import forget, migrate
 
 LANGS = ("en-US", "de-DE", "fr-FR")
@@ -201,7 +201,7 @@ async def test_any_delivery_of_any_history_projects_the_latest_versions(db, even
     latest = latest_only(events)
     for offset, ev in enumerate(latest):
         topic, partition = partition_of(ev)
-        await apply_batch(db, topic, partition, [Record(offset, None, records([ev])[0].value)])
+        await apply_batch(db, topic, partition, [ConsumedRecord(offset, None, records([ev])[0].value)])
     assert visible_part(delivered) == visible_part(await read_model(db, "latest"))
 
     # The derived counters, from scratch.
