@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Any, Coroutine
+from typing import Any, Coroutine, Iterable
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -55,14 +55,7 @@ class _SeekToStored(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked) -> None:
         log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
         self.projector.membership.joining()  # aiokafka calls this as a (re)join begins
-        for tp in revoked:  # another process reports them now
-            self.projector.stored_positions.pop(tp, None)
-            self.projector._settled.pop(tp, None)
-            for gauge in (self.projector.metrics.lag, self.projector.metrics.position):
-                try:
-                    gauge.remove(tp.topic, str(tp.partition))
-                except KeyError:
-                    pass
+        self.projector.release(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
         self.projector.membership.joined()  # the join completed (assigned may be empty: a spare member)
@@ -146,6 +139,17 @@ class Projector:
         #: Per partition, how many times this process stored a position (a log check that read
         #: the positions before one of them compares nothing for that partition).
         self._writes: dict[TopicPartition, int] = {}
+
+    def release(self, revoked: Iterable[TopicPartition]) -> None:
+        """Forget the revoked partitions: another process reports them now."""
+        for tp in revoked:
+            self.stored_positions.pop(tp, None)
+            self._settled.pop(tp, None)
+            for gauge in (self.metrics.lag, self.metrics.position):
+                try:
+                    gauge.remove(tp.topic, str(tp.partition))
+                except KeyError:
+                    pass
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
