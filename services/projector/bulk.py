@@ -384,11 +384,11 @@ def _worker(
         pipe.close()
 
 
-async def _load_share(
-    config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
-) -> PartitionLoad:
-    result = PartitionLoad()
-    tps, ends = [tp for tp, _ in share], dict(share)
+async def _reduce_share(
+    config: Config, tps: list[TopicPartition], ends: dict[TopicPartition, int], result: PartitionLoad, counts: Counts
+) -> dict[TopicPartition, dict[int, PostPlan]]:
+    """The reduce pass over ``tps``: every post's plan, per partition; the poison records go to
+    ``result.letters``."""
     started = time.perf_counter()
     plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
     async for tp, records in _read(config, tps, ends):
@@ -406,6 +406,15 @@ async def _load_share(
     result.seconds_reduce = time.perf_counter() - started
     result.posts = sum(len(p) for p in plans.values())
     gc.freeze()  # the plans live until the end of the load: never scan them again
+    return plans
+
+
+async def _load_share(
+    config: Config, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
+) -> PartitionLoad:
+    result = PartitionLoad()
+    tps, ends = [tp for tp, _ in share], dict(share)
+    plans = await _reduce_share(config, tps, ends, result, counts)
 
     pool = await create_pool(config.database_url, schema, min_size=1, max_size=LOADERS)
     try:
