@@ -16,14 +16,12 @@ from typing import Any, Mapping
 import asyncpg
 import orjson
 
-from tickerwire.schemas import partner
-from tickerwire.schemas.readmodel import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
-
 from ..common.db import storage_errors
 from ..common.db.replicas import Replicas
 from ..common.http.querystring import bcp47_case
-from ..readmodel import stamps as stamp
-from ..readmodel.taxonomy import categories, listed_locales
+from ..readmodel import partner, stamps as stamp
+from ..readmodel.mapping import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
+from ..readmodel.taxonomy import listed_locales, load_categories
 from . import queries
 
 log = logging.getLogger(__name__)
@@ -67,7 +65,7 @@ def languages_of(rows: list[asyncpg.Record]) -> Languages:
             ", ".join(r["code"] for r in rows),
         )
     default = default_locale((r["code"], r["is_default"]) for r in rows)
-    body = orjson.dumps(partner.languages(rows, default))
+    body = orjson.dumps(partner.language_list(rows, default))
     codes = frozenset(r["code"] for r in rows)
     return Languages(codes, default, body, etag_of(body), {bcp47_case(code): code for code in codes})
 
@@ -102,7 +100,7 @@ class Categories:
 
 
 def _categories(rows: list[dict[str, Any]], languages: Languages) -> Categories:
-    cats = partner.CategoryTree(rows, languages.default)
+    cats = partner.CategoryShapes(rows, languages.default)
     tree: dict[str, Body] = {}
     by_slug: dict[tuple[str, str], Body] = {}
     for lang in set(languages.codes) | {languages.default}:
@@ -126,7 +124,7 @@ def _tokens(rows: list[asyncpg.Record]) -> Tokens:
         for r in rows
     ]
     by_ticker = {r["ticker"].upper(): Body.of(partner.token_detail(r)) for r in decoded}
-    return Tokens(Body.of(partner.tokens([partner.token_item(r) for r in decoded])), by_ticker)
+    return Tokens(Body.of(partner.token_list([partner.token_item(r) for r in decoded])), by_ticker)
 
 
 @dataclass(slots=True)
@@ -166,7 +164,7 @@ class Catalog:
             if self._changed(stamps, stamp.LOCALES):
                 self.languages = languages_of(await listed_locales(pool))
             if self._changed(stamps, stamp.LOCALES, stamp.CATEGORIES):
-                self.categories = _categories(await categories(pool), self.languages)
+                self.categories = _categories(await load_categories(pool), self.languages)
             if self._changed(stamps, stamp.TOKENS):
                 self.tokens = _tokens(await pool.fetch(queries.SELECT_TOKENS))
         self.stamps = stamps

@@ -12,14 +12,12 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from tickerwire.schemas import partner
-from tickerwire.schemas.readmodel import text_search_config
-from tickerwire.schemas.searchtext import query_text
-
 from ..common.db import storage_errors
 from ..common.db.replicas import at_least, parse_marks
 from ..common.http.envelope import ApiError
-from ..readmodel import cursors, stamps as stamp
+from ..readmodel import cursors, partner, stamps as stamp
+from ..readmodel.mapping import text_search_config
+from ..readmodel.searchtext import query_text
 from ..readmodel.taxonomy import answered_locales
 from . import queries
 from .catalog import Body, etag_of

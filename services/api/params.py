@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
-from tickerwire.schemas.partner import SENTIMENTS
-from tickerwire.schemas.readmodel import hashtag_key
-
 from ..common.http.querystring import bcp47_case, csv_values, tickers
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
+from ..readmodel.mapping import hashtag_key
+from ..readmodel.partner import SENTIMENTS
 from .errors import validation_failed
 from .lru import BoundedLRU
 

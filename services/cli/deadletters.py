@@ -20,7 +20,7 @@ from tickerwire.schemas.models import registry_framing
 
 from ..common.kafka import ensure_declared_before, started_producer
 from ..common.runtime.config import Config
-from ..projector.apply import Record, decode_records
+from ..projector.apply import ConsumedRecord, decode_records
 from .admin import AdminError, BadArgument
 
 _COLUMNS = 'id, topic, partition, "offset", key, value, reason_kind, reason, received_at'
@@ -74,7 +74,7 @@ class Letter:
                 if self.reason_kind in ("codec", "corrupt_batch")
                 else ("it has no value (tombstone)")
             )
-        _, dead = decode_records([Record(self.offset, self.key, self.value)], self.topic)
+        _, dead = decode_records([ConsumedRecord(self.offset, self.key, self.value)], self.topic)
         return dead[0].reason if dead else None
 
 

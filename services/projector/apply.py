@@ -48,20 +48,28 @@ from tickerwire.schemas.models import (
     decode_event,
     entity_key,
 )
-from tickerwire.schemas.readmodel import Taxonomy, is_visible, translation_rows
 
 from ..readmodel import positions, stamps as stamp
+from ..readmodel.event_rows import (
+    api_key_row,
+    embed_row,
+    heartbeat_row,
+    locale_row,
+    post_row,
+    token_row,
+    workspace_row,
+)
+from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
 from ..readmodel.rows import (
     ApiKeyRow,
     EmbedRow,
     HeartbeatRow,
     LocaleRow,
-    PostRow,
     TokenRow,
     TranslationRow,
     WorkspaceRow,
 )
-from ..readmodel.taxonomy import categories, load_default_locale
+from ..readmodel.taxonomy import load_categories, load_default_locale
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
 
@@ -69,7 +77,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
+class ConsumedRecord:
     """One log record as the projector sees it (a thin copy of the consumer's record)."""
 
     offset: int
@@ -125,7 +133,9 @@ def of_type(events: Iterable[Decoded[AnyEvent]], model: type[E]) -> list[Decoded
     return out
 
 
-def decode_records(records: Iterable[Record], topic: str | None) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
+def decode_records(
+    records: Iterable[ConsumedRecord], topic: str | None
+) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
     """Decode at the edge: typed events, and poison records set aside with their reason.
 
     ``topic``: the records' topic; an event whose type travels on another topic (the registry
@@ -231,7 +241,7 @@ def first_visible_offsets(chain: list[Decoded[PostEvent]]) -> dict[str, int]:
 
 
 @dataclass(slots=True)
-class Counters:
+class CounterDeltas:
     """The batch's net changes of the derived counters, written by ``sql.FINISH_BATCH``."""
 
     tickers: dict[str, int] = field(default_factory=dict)
@@ -253,7 +263,9 @@ SWITCH_LOCK = 0x7477_7377  # "twsw"
 TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
 
-async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, records: list[Record]) -> BatchResult:
+async def apply_batch(
+    conn: asyncpg.Connection, topic: str, partition: int, records: list[ConsumedRecord]
+) -> BatchResult:
     """Apply ``records`` (consecutive offsets of one partition) and store the new position."""
     result = BatchResult()
     if not records:
@@ -288,7 +300,7 @@ async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, reco
         await _apply_locales(conn, locales, result, stamps)
         await _apply_categories(conn, categories, result, stamps)
         await _apply_tokens(conn, of_type(latest, TokenEvent), result, stamps)
-        counters = Counters()
+        counters = CounterDeltas()
         await _apply_posts(conn, partition, posts, result, stamps, counters)
         await _apply_access(conn, latest, result, stamps)
         # Last, and in one statement right before the commit: the rows that batches of other
@@ -302,7 +314,9 @@ async def apply_batch(conn: asyncpg.Connection, topic: str, partition: int, reco
 # --------------------------------------------------------------------------- posts
 
 
-async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, record: Record, reason: str) -> bool:
+async def reject_record(
+    conn: asyncpg.Connection, topic: str, partition: int, record: ConsumedRecord, reason: str
+) -> bool:
     """Set aside one record the read model refuses (a constraint violation) and move past it.
 
     Returns False if the position had already passed it (nothing to do)."""
@@ -319,7 +333,7 @@ async def reject_record(conn: asyncpg.Connection, topic: str, partition: int, re
 
 
 async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
-    cats = {r["slug"]: Category(**r) for r in await categories(conn)}
+    cats = {r["slug"]: Category(**r) for r in await load_categories(conn)}
     return Taxonomy(cats, await load_default_locale(conn))
 
 
@@ -333,7 +347,7 @@ async def _apply_posts(
     chains: dict[int, list[Decoded[PostEvent]]],
     result: BatchResult,
     stamps: set[str],
-    counters: Counters,
+    counters: CounterDeltas,
 ) -> None:
     if not chains:
         return
@@ -368,17 +382,7 @@ async def _apply_posts(
 
 def post_record(d: Decoded[PostEvent]) -> tuple:
     """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
-    post: Post = d.event.data
-    return PostRow(
-        id=post.id,
-        version=d.event.version,
-        status=post.status.value,
-        published_at=post.published_at,
-        sentiment=post.sentiment.value,
-        importance=post.importance,
-        tickers=list(post.tickers),
-        snapshot=post.model_dump_json(),
-    ).values()
+    return post_row(d.event).values()
 
 
 async def write_translations(
@@ -501,39 +505,6 @@ async def _apply_tokens(
         stamps.add(stamp.TOKENS)
 
 
-def locale_row(e: LocaleEvent) -> LocaleRow:
-    l = e.data
-    return LocaleRow(
-        code=l.code,
-        version=e.version,
-        name=l.name,
-        native_name=l.native_name,
-        country_code=l.country_code,
-        direction=l.direction,
-        active=l.active,
-        web_channel=l.web_channel,
-        is_default=l.is_default,
-        position=l.position,
-    )
-
-
-def token_row(e: TokenEvent) -> TokenRow:
-    t = e.data
-    return TokenRow(
-        ticker=t.ticker,
-        version=e.version,
-        name=t.name,
-        logo_url=t.logo_url,
-        market_cap_rank=t.market_cap_rank,
-        exchange_listings=orjson.dumps(t.exchange_listings).decode(),
-        categories=orjson.dumps(t.categories).decode(),
-        genesis_date=t.genesis_date,
-        primary_ecosystem=t.primary_ecosystem.model_dump_json() if t.primary_ecosystem else None,
-        homepage_url=t.homepage_url,
-        description=t.description,
-    )
-
-
 def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
     if changed:
         result.applied[kind] += changed
@@ -541,46 +512,6 @@ def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
 
 
 # --------------------------------------------------------------------------- access
-
-
-def workspace_row(e: WorkspaceEvent) -> WorkspaceRow:
-    w = e.data
-    return WorkspaceRow(
-        id=w.id,
-        version=e.version,
-        name=w.name,
-        status=w.status,
-        rate_limit_per_minute=w.rate_limit_per_minute,
-        daily_quota=w.daily_quota,
-        stream_connection_limit=w.stream_connection_limit,
-    )
-
-
-def api_key_row(e: ApiKeyEvent) -> ApiKeyRow:
-    k = e.data
-    return ApiKeyRow(
-        id=k.id,
-        version=e.version,
-        workspace_id=k.workspace_id,
-        key_hash=k.key_hash,
-        display_prefix=k.display_prefix,
-        issued_at=k.issued_at,
-        revoked_at=k.revoked_at,
-    )
-
-
-def embed_row(e: EmbedEvent) -> EmbedRow:
-    return EmbedRow(
-        id=e.data.id,
-        version=e.version,
-        workspace_id=e.data.workspace_id,
-        kind=e.data.kind,
-        created_at=e.data.created_at,
-    )
-
-
-def heartbeat_row(e: HeartbeatEvent) -> HeartbeatRow:
-    return HeartbeatRow(embed_id=e.data.embed_id, workspace_id=e.data.workspace_id, landed_at=e.data.landed_at)
 
 
 async def _apply_access(

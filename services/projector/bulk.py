@@ -52,19 +52,19 @@ import asyncpg
 from aiokafka import TopicPartition
 
 from tickerwire.schemas.models import Post, PostEvent
-from tickerwire.schemas.readmodel import is_visible
 
 from ..common import kafka
 from ..common.db import create_pool, quote_ident
 from ..common.runtime.errors import TickerwireError
 from ..common.runtime.logs import setup_logging
 from ..readmodel import positions, stamps as stamp
+from ..readmodel.mapping import is_visible
 from ..readmodel.rows import TranslationRow
 from . import sql
 from .apply import (
+    ConsumedRecord,
     DeadLetter,
     Decoded,
-    Record,
     decode_records,
     load_taxonomy,
     of_type,
@@ -176,7 +176,7 @@ class Progress:
 
 async def _read(
     config: ProjectorConfig, tps: list[TopicPartition], ends: dict[TopicPartition, int]
-) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
+) -> AsyncIterator[tuple[TopicPartition, list[ConsumedRecord]]]:
     """Every record of ``tps`` from the beginning up to (not including) the measured ends."""
     consumer = kafka.consumer(
         config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max
@@ -393,11 +393,15 @@ def _worker(
         pipe.close()
 
 
-async def _load_share(
-    config: ProjectorConfig, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
-) -> PartitionLoad:
-    result = PartitionLoad()
-    tps, ends = [tp for tp, _ in share], dict(share)
+async def _reduce_share(
+    config: ProjectorConfig,
+    tps: list[TopicPartition],
+    ends: dict[TopicPartition, int],
+    result: PartitionLoad,
+    counts: Counts,
+) -> dict[TopicPartition, dict[int, PostPlan]]:
+    """The reduce pass over ``tps``: every post's plan, per partition; the poison records go to
+    ``result.letters``."""
     started = time.perf_counter()
     plans: dict[TopicPartition, dict[int, PostPlan]] = {tp: {} for tp in tps}
     async for tp, records in _read(config, tps, ends):
@@ -415,6 +419,15 @@ async def _load_share(
     result.seconds_reduce = time.perf_counter() - started
     result.posts = sum(len(p) for p in plans.values())
     gc.freeze()  # the plans live until the end of the load: never scan them again
+    return plans
+
+
+async def _load_share(
+    config: ProjectorConfig, schema: str, share: list[tuple[TopicPartition, int]], vectors: str, counts: Counts
+) -> PartitionLoad:
+    result = PartitionLoad()
+    tps, ends = [tp for tp, _ in share], dict(share)
+    plans = await _reduce_share(config, tps, ends, result, counts)
 
     pool = await create_pool(config.database_url, schema, min_size=1, max_size=LOADERS)
     try:

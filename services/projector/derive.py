@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from tickerwire.schemas.models import LIVE_STATUSES, PostStatus
-from tickerwire.schemas.readmodel import visible_state
+
+from ..readmodel.mapping import visible_state
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from ..common import kafka
 from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogProbe, find_discontinuities
 from ..common.runtime.config import Config
 from ..common.runtime.errors import BrokerUnavailable
-from .apply import Record
+from .apply import ConsumedRecord
 
 #: No partition position moving for this long, short of its target, ends the read.
 STALL_S = 60.0
@@ -39,7 +39,7 @@ async def read_until(
     *,
     max_records: int,
     stall_s: float = STALL_S,
-) -> AsyncIterator[tuple[TopicPartition, list[Record]]]:
+) -> AsyncIterator[tuple[TopicPartition, list[ConsumedRecord]]]:
     """Fetch whole batches of the assigned partitions until each position in ``targets`` has
     reached its target offset (records past a target are yielded too; the caller decides). A
     record the consumer cannot decode is yielded alone with its ``fault``, and read past.
@@ -62,11 +62,11 @@ async def read_until(
         for tp, records in batches.items():
             if records:
                 unread[tp] = records[-1].offset + 1
-                yield tp, [Record(m.offset, m.key, m.value) for m in records]
+                yield tp, [ConsumedRecord(m.offset, m.key, m.value) for m in records]
         if bad is not None:
             unread[bad.tp] = bad.offset + 1
             consumer.seek(bad.tp, bad.offset + 1)
-            yield bad.tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))]
+            yield bad.tp, [ConsumedRecord(bad.offset, None, None, (bad.kind, bad.reason))]
         for tp in list(pending):
             position = await consumer.position(tp)
             if position != positions[tp]:

@@ -53,7 +53,7 @@ from ..common.runtime.retry import retry_transient
 from ..readmodel import cursors, positions
 from ..readmodel.migrate import MIGRATION_LOCK, forget, migrate, renamed
 from . import bulk as bulk_mod
-from .apply import SWITCH_LOCK, Record, apply_batch
+from .apply import SWITCH_LOCK, ConsumedRecord, apply_batch
 from .bulk import BulkReport, NotBulkable
 from .logread import discontinuities, read_until
 from .settings import ProjectorConfig
@@ -121,7 +121,7 @@ class Replayer:
         async for tp, records in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
             await self._apply(tp, records, conn)
 
-    async def _apply(self, tp: TopicPartition, records: list[Record], conn: asyncpg.Connection | None) -> None:
+    async def _apply(self, tp: TopicPartition, records: list[ConsumedRecord], conn: asyncpg.Connection | None) -> None:
         async def attempt():
             with storage_errors(f"rebuild {tp.topic}[{tp.partition}]"):
                 if conn is not None:

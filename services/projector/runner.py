@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Any, Coroutine
+from typing import Any, Coroutine, Iterable
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -28,7 +28,7 @@ from ..common.runtime import retry
 from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
-from .apply import BatchResult, Record, apply_batch, reject_record
+from .apply import BatchResult, ConsumedRecord, apply_batch, reject_record
 from .metrics import ProjectorMetrics
 from .settings import ProjectorConfig
 
@@ -55,14 +55,7 @@ class _SeekToStored(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked) -> None:
         log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
         self.projector.membership.joining()  # aiokafka calls this as a (re)join begins
-        for tp in revoked:  # another process reports them now
-            self.projector.stored_positions.pop(tp, None)
-            self.projector._settled.pop(tp, None)
-            for gauge in (self.projector.metrics.lag, self.projector.metrics.position):
-                try:
-                    gauge.remove(tp.topic, str(tp.partition))
-                except KeyError:
-                    pass
+        self.projector.release(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
         self.projector.membership.joined()  # the join completed (assigned may be empty: a spare member)
@@ -146,6 +139,17 @@ class Projector:
         #: Per partition, how many times this process stored a position (a log check that read
         #: the positions before one of them compares nothing for that partition).
         self._writes: dict[TopicPartition, int] = {}
+
+    def release(self, revoked: Iterable[TopicPartition]) -> None:
+        """Forget the revoked partitions: another process reports them now."""
+        for tp in revoked:
+            self.stored_positions.pop(tp, None)
+            self._settled.pop(tp, None)
+            for gauge in (self.metrics.lag, self.metrics.position):
+                try:
+                    gauge.remove(tp.topic, str(tp.partition))
+                except KeyError:
+                    pass
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -258,7 +262,7 @@ class Projector:
         self.stopped.pop(tp, None)
         self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(0)
 
-    async def apply_records(self, tp: TopicPartition, records: list[Record]) -> None:
+    async def apply_records(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
         """Apply one fetched batch of ``tp``: transient failures retried, a record the read
         model refuses isolated and dead-lettered, the outcome counted in the metrics."""
         self._applying.add(tp)
@@ -267,7 +271,7 @@ class Projector:
         finally:
             self._applying.discard(tp)
 
-    async def _apply_isolating(self, tp: TopicPartition, records: list[Record]) -> None:
+    async def _apply_isolating(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
         try:
             result = await self._apply_retrying(tp, records)
         except REFUSALS as exc:
@@ -281,7 +285,7 @@ class Projector:
             return
         self._observe(tp, records, result)
 
-    async def _apply_or_reject(self, tp: TopicPartition, record: Record) -> None:
+    async def _apply_or_reject(self, tp: TopicPartition, record: ConsumedRecord) -> None:
         try:
             result = await self._apply_retrying(tp, [record])
         except REFUSALS as exc:
@@ -299,7 +303,7 @@ class Projector:
             return
         self._observe(tp, [record], result)
 
-    async def _apply_retrying(self, tp: TopicPartition, records: list[Record]) -> BatchResult:
+    async def _apply_retrying(self, tp: TopicPartition, records: list[ConsumedRecord]) -> BatchResult:
         async def attempt():
             started = time.perf_counter()
             with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
@@ -315,7 +319,7 @@ class Projector:
             on_retry=lambda _: self.metrics.retries.labels("apply").inc(),
         )
 
-    def _observe(self, tp: TopicPartition, records: list[Record], result: BatchResult) -> None:
+    def _observe(self, tp: TopicPartition, records: list[ConsumedRecord], result: BatchResult) -> None:
         m = self.metrics
         m.batch_size.observe(len(records))
         for kind, n in result.applied.items():
@@ -351,7 +355,7 @@ class Projector:
                 "fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}
             },
         )
-        await self.apply_records(tp, [Record(bad.offset, None, None, (bad.kind, bad.reason))])
+        await self.apply_records(tp, [ConsumedRecord(bad.offset, None, None, (bad.kind, bad.reason))])
         if self.consumer is not None:
             self.consumer.seek(tp, max(bad.offset + 1, self.stored_positions.get(tp, 0)))
 
@@ -487,7 +491,7 @@ class Projector:
             )
             self.fetched_at = time.monotonic()
             await self._apply_concurrently(
-                {tp: [Record(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
+                {tp: [ConsumedRecord(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
             )
             if bad is not None:
                 await self.set_aside(bad)
@@ -546,7 +550,7 @@ class Projector:
             log.warning("the projector applies fetches again after %.0f s", time.monotonic() - self._failing_since)
         self.fault, self._failing_since, self._fault_said_at = "", None, None
 
-    async def _apply_concurrently(self, batches: dict[TopicPartition, list[Record]]) -> None:
+    async def _apply_concurrently(self, batches: dict[TopicPartition, list[ConsumedRecord]]) -> None:
         """Apply each partition's batch in its own transaction on its own connection, all at once.
 
         Partitions never share an entity (the key picks the partition), so their transactions

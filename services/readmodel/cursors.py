@@ -28,7 +28,7 @@ import asyncpg
 import orjson
 
 from ..common.db import Queryable, is_migrated, quote_ident
-from .announcements import Announcement
+from .announcements import COLUMNS, Announcement
 
 PREFIX = "c1~"
 #: A token longer than this is malformed.
@@ -187,6 +187,9 @@ async def carry_epoch(conn: asyncpg.Connection, live: str, rebuilt: str) -> bool
 
 # --------------------------------------------------------------------------- reading announcements
 
+# The replay's reader of announcements; the live stream's is :mod:`.announcements`, which says
+# why there are two and what holds them equal.
+#
 # Announcements after the marks ($1 partitions, $2 offsets, $3 langs of the marks; a partition
 # of the posts topic not given is at its start), with $11 only up to the upper marks ($4 offsets,
 # $5 langs; a partition not given: nothing), else up to whatever is committed, in the locales $6
@@ -209,7 +212,7 @@ WITH pos AS (
       ON c.p = pos.partition
 ), page AS (
     SELECT x.* FROM {ranges}
-        SELECT t.announced_partition AS partition, t.announced_offset AS "offset", t.lang, t.lean, t.tickers, t.category_slugs
+        SELECT {columns}
         FROM post_translations t
         WHERE t.visible AND t.announced_offset IS NOT NULL AND {locale}
           AND t.announced_partition = cur.p AND t.announced_offset >= cur.o AND t.announced_offset <= cur.uo
@@ -234,6 +237,7 @@ UNION ALL
 #: Many locales: one range per partition of post_translations_announced_order, in key order, the
 #: other locales skipped (a page of every locale reads about ``limit`` rows per partition).
 CHANGES_SQL = _CHANGES.format(
+    columns=COLUMNS,
     # IS TRUE: the locale test is never an index condition, so no plan (a generic one included)
     # reads the per-locale index and sorts what it read instead of reading this one in order.
     ranges="cur CROSS JOIN LATERAL (",
@@ -243,6 +247,7 @@ CHANGES_SQL = _CHANGES.format(
 #: One or two locales: one range per (locale, partition) of post_translations_announced, so a
 #: rare locale is as cheap as a common one.
 CHANGES_BY_LOCALE_SQL = _CHANGES.format(
+    columns=COLUMNS,
     ranges="cur CROSS JOIN unnest($6::text[]) AS lg(code) CROSS JOIN LATERAL (",
     locale="lower(t.lang) = lg.code",
     order="lower(t.lang), t.announced_partition, t.announced_offset",
@@ -299,9 +304,5 @@ async def read_changes(
         elif r["kind"] == 1:
             frontier[r["partition"]] = r["offset"]
         else:
-            items.append(
-                Announcement(
-                    r["partition"], r["offset"], r["lang"], r["lean"], tuple(r["tickers"]), tuple(r["category_slugs"])
-                )
-            )
+            items.append(Announcement.of(r))
     return Changes(epoch, frontier, items)

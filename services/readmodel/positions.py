@@ -7,8 +7,8 @@ its partition is greater than ``offset`` (:func:`projected`); a set of marks (of
 publisher was acknowledged for, or a log's end offsets) is reached when every partition's
 position is at or past its mark (:func:`caught_up`). Every reader of positions uses this
 module: the projector (load, lock, save), the rebuild (another schema's positions), the
-stream's feed (announce only what is projected), ``tickerwire up`` (wait until projected) and
-the API's consistency mark (:func:`mark_sql`).
+stream's feed (announce only what is projected), ``tickerwire up`` (wait until projected),
+the API's consistency mark (:func:`mark_sql`) and the replicas' probe (:func:`marks_array_sql`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,21 @@ def mark_sql(topic_ref: str) -> str:
     """The consistency mark as an SQL expression, to be read inside the statement whose snapshot
     a response reflects; ``topic_ref`` is the parameter holding the posts topic (``$2``)."""
     return _MARK.format(topic=topic_ref)
+
+
+# The same positions as an array of [partition, next offset] pairs ('{}' while none is stored):
+# what a replica's probe reads to know how far its data goes.
+_MARKS_ARRAY = (
+    "COALESCE((SELECT array_agg(ARRAY[partition::bigint, next_offset]) FROM positions WHERE topic = {topic}), '{{}}')"
+)
+
+
+def marks_array_sql(topic_ref: str) -> str:
+    """The stored positions of one topic as an SQL expression: an array of ``[partition, next
+    offset]`` pairs, empty while none is stored; ``topic_ref`` is the parameter holding the
+    topic (``$1``). The replica monitor (:class:`tickerwire.services.common.db.replicas.Replicas`)
+    is handed it: it reads the positions of the read model it does not know."""
+    return _MARKS_ARRAY.format(topic=topic_ref)
 
 
 def _table(schema: str | None) -> str:

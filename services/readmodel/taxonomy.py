@@ -2,7 +2,7 @@
 
 A locale is listed when it is active on the web channel, in listing order (position, then
 code). The API lists exactly these (``/languages``) and the default locale is chosen from them
-by :func:`tickerwire.schemas.readmodel.default_locale`, for the API's fallbacks and for the
+by :func:`.mapping.default_locale`, for the API's fallbacks and for the
 category names the projector renders into posts alike. The categories are read once here too,
 so the names in posts (projector) and in ``/categories`` (API) come from the same rows.
 """
@@ -13,9 +13,8 @@ from typing import Any, Iterable
 
 import orjson
 
-from tickerwire.schemas.readmodel import default_locale
-
 from ..common.db import Queryable
+from .mapping import default_locale
 
 _SELECT_LISTED_LOCALES = """
 SELECT code, name, native_name, country_code, direction, is_default
@@ -50,7 +49,7 @@ async def load_default_locale(db: Queryable) -> str:
     return default_locale((r["code"], r["is_default"]) for r in await listed_locales(db))
 
 
-async def categories(db: Queryable) -> list[dict[str, Any]]:
+async def load_categories(db: Queryable) -> list[dict[str, Any]]:
     """Every category (slug, is_group, group_slug, position, names) in listing order (position,
     then slug), ``names`` (locale -> name) decoded."""
     return [{**r, "names": orjson.loads(r["names"])} for r in await db.fetch(_SELECT_CATEGORIES)]

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from tickerwire.schemas.readmodel import iso_utc
+from ..readmodel.mapping import iso_utc
 
 #: The server shuts down (SIGTERM): reconnect, possibly to another process.
 CLOSE_GOING_AWAY = 1001

@@ -17,6 +17,7 @@ import time
 from typing import Iterable
 
 from ..common.db.replicas import POLL_S, Replicas, at_least
+from ..readmodel import positions
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ def stream_replicas(config, topic: str, registry) -> Replicas:
     return Replicas(
         config,
         topic,
+        positions_sql=positions.marks_array_sql("$1"),
         leave_after_s=config.replica_max_lag_s * LEAVE_FACTOR,
         rejoin_below_s=config.replica_max_lag_s * REJOIN_FACTOR,
         registry=registry,

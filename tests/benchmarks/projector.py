@@ -19,9 +19,9 @@ import asyncpg
 from aiokafka import TopicPartition
 
 from tickerwire.schemas.models import encode_event, entity_key
-from tickerwire.schemas.readmodel import Taxonomy, translation_rows
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
+from tickerwire.services.readmodel.mapping import Taxonomy, translation_rows
 from tickerwire.services.readmodel.migrate import migrate
 
 from .common import Context, Deadline, Result, RssSampler, catalog, log, percentile, posts

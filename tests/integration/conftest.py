@@ -18,3 +18,14 @@ async def conn(fresh_db: str):
         yield c
     finally:
         await c.close()
+
+
+@pytest.fixture
+async def db(fresh_db: str):
+    """A connection to an empty database: each example of a property test migrates the read
+    models it compares (``tests.support.readmodel.reset``)."""
+    c = await asyncpg.connect(fresh_db)
+    try:
+        yield c
+    finally:
+        await c.close()

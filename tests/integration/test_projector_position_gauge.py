@@ -8,7 +8,7 @@ from aiokafka import TopicPartition
 
 from tests.support.projector import projector_on
 from tickerwire.schemas.models import Workspace, WorkspaceEvent, encode_event
-from tickerwire.services.projector.apply import Record
+from tickerwire.services.projector.apply import ConsumedRecord
 
 NOW = datetime(2026, 11, 20, tzinfo=timezone.utc)
 
@@ -18,9 +18,9 @@ def exported(metrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def record(offset: int) -> Record:
+def record(offset: int) -> ConsumedRecord:
     event = WorkspaceEvent(version=1, emitted_at=NOW, data=Workspace(id=f"ws_{offset}", name="w", status="active"))
-    return Record(offset, f"workspace:ws_{offset}".encode(), encode_event(event))
+    return ConsumedRecord(offset, f"workspace:ws_{offset}".encode(), encode_event(event))
 
 
 async def test_redelivered_records_leave_the_gauge_at_the_stored_position(fresh_db):

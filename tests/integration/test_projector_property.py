@@ -18,8 +18,6 @@ from __future__ import annotations
 import zlib
 from datetime import timedelta
 
-import asyncpg
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.support.events import (
@@ -34,10 +32,9 @@ from tests.support.events import (
     token_ev,
     workspace_ev,
 )
-from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model
+from tests.support.readmodel import announcements, comparable, derived_from_scratch, read_model, reset
 from tickerwire.schemas.models import entity_key
-from tickerwire.services.projector.apply import Record, apply_batch
-from tickerwire.services.readmodel.migrate import forget, migrate
+from tickerwire.services.projector.apply import ConsumedRecord, apply_batch
 
 LANGS = ("en-US", "de-DE", "fr-FR")
 #: Two partitions per topic, so one entity's events share a partition and others interleave.
@@ -128,26 +125,9 @@ def latest_only(events) -> list:
     return list(best.values())
 
 
-async def reset(conn: asyncpg.Connection, schema: str) -> None:
-    await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    await forget(conn, schema)
-    await migrate(conn, schema)
-    await conn.execute(f'SET search_path TO "{schema}", public')
-
-
 def visible_part(model: dict) -> dict:
     """What partners can read: hidden translation rows are the projector's memory only."""
     return {**model, "post_translations": [r for r in model["post_translations"] if r["visible"]]}
-
-
-@pytest.fixture
-async def db(fresh_db: str):
-    """A connection to an empty database: each example migrates the schemas it compares."""
-    c = await asyncpg.connect(fresh_db)
-    try:
-        yield c
-    finally:
-        await c.close()
 
 
 @settings(
@@ -201,7 +181,7 @@ async def test_any_delivery_of_any_history_projects_the_latest_versions(db, even
     latest = latest_only(events)
     for offset, ev in enumerate(latest):
         topic, partition = partition_of(ev)
-        await apply_batch(db, topic, partition, [Record(offset, None, records([ev])[0].value)])
+        await apply_batch(db, topic, partition, [ConsumedRecord(offset, None, records([ev])[0].value)])
     assert visible_part(delivered) == visible_part(await read_model(db, "latest"))
 
     # The derived counters, from scratch.

@@ -8,7 +8,7 @@ from aiokafka import TopicPartition
 
 from tests.support.projector import projector_on
 from tickerwire.schemas.models import ApiKey, ApiKeyEvent, Workspace, WorkspaceEvent, encode_event
-from tickerwire.services.projector.apply import Record
+from tickerwire.services.projector.apply import ConsumedRecord
 
 NOW = datetime(2026, 11, 20, tzinfo=timezone.utc)
 HASH = "ab" * 32
@@ -34,10 +34,10 @@ async def test_constraint_violation_is_dead_lettered_and_the_batch_moves_on(fres
     async with projector_on(fresh_db) as (projector, pool, metrics):
         tp = TopicPartition("t.access.v1", 0)
         records = [
-            Record(0, b"workspace:ws_1", workspace_event("ws_1")),
-            Record(1, b"api_key:key_a", key_event("key_a")),
-            Record(2, b"api_key:key_b", key_event("key_b")),  # same hash as key_a: violates UNIQUE(key_hash)
-            Record(3, b"workspace:ws_2", workspace_event("ws_2")),
+            ConsumedRecord(0, b"workspace:ws_1", workspace_event("ws_1")),
+            ConsumedRecord(1, b"api_key:key_a", key_event("key_a")),
+            ConsumedRecord(2, b"api_key:key_b", key_event("key_b")),  # same hash as key_a: violates UNIQUE(key_hash)
+            ConsumedRecord(3, b"workspace:ws_2", workspace_event("ws_2")),
         ]
         await projector.apply_records(tp, records)
         assert {r["id"] for r in await pool.fetch("SELECT id FROM workspaces")} == {"ws_1", "ws_2"}

@@ -3,7 +3,7 @@ chosen from them and the categories, read from a real read model."""
 
 from __future__ import annotations
 
-from tickerwire.services.readmodel.taxonomy import categories, listed_locales, load_default_locale
+from tickerwire.services.readmodel.taxonomy import listed_locales, load_categories, load_default_locale
 
 INSERT = """
 INSERT INTO locales (code, version, name, native_name, country_code, direction, active, web_channel, is_default, position)
@@ -44,7 +44,7 @@ async def test_categories_in_listing_order_with_their_names_decoded(conn):
     await conn.execute(insert, "markets", True, None, 1, '{"en-US": "Markets"}')
     await conn.execute(insert, "defi", False, "markets", 0, '{"de-DE": "DeFi"}')
     await conn.execute(insert, "btc", False, "markets", 1, "{}")
-    assert await categories(conn) == [
+    assert await load_categories(conn) == [
         {"slug": "defi", "is_group": False, "group_slug": "markets", "position": 0, "names": {"de-DE": "DeFi"}},
         {"slug": "btc", "is_group": False, "group_slug": "markets", "position": 1, "names": {}},
         {"slug": "markets", "is_group": True, "group_slug": None, "position": 1, "names": {"en-US": "Markets"}},

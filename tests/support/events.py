@@ -30,7 +30,7 @@ from tickerwire.schemas.models import (
     entity_key,
 )
 from tickerwire.services.cli import admin
-from tickerwire.services.projector.apply import Record
+from tickerwire.services.projector.apply import ConsumedRecord
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 
@@ -193,14 +193,14 @@ def heartbeat_ev(embed_id: str, ws_id: str, landed_at: datetime) -> HeartbeatEve
     )
 
 
-def records(events: Iterable[Any], start: int = 0) -> list[Record]:
+def records(events: Iterable[Any], start: int = 0) -> list[ConsumedRecord]:
     """Events as consecutive log records; a ``bytes`` item is a raw (possibly poison) value."""
     out = []
     for offset, ev in enumerate(events, start):
         if ev is None or isinstance(ev, bytes):
-            out.append(Record(offset, b"raw", ev))
+            out.append(ConsumedRecord(offset, b"raw", ev))
         else:
-            out.append(Record(offset, entity_key(ev).encode(), encode_event(ev)))
+            out.append(ConsumedRecord(offset, entity_key(ev).encode(), encode_event(ev)))
     return out
 
 

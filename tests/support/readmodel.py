@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from tickerwire.services.readmodel.migrate import forget, migrate
+
 #: Order-independent content of every table the API and stream read. Positions, dead letters,
 #: change stamps and announcements are compared separately where a test means them.
 _TABLES = {
@@ -65,3 +67,11 @@ def comparable(model: dict) -> dict:
         r if r["visible"] else {k: v for k, v in r.items() if k not in _RENDERED} for r in model["post_translations"]
     ]
     return {**model, "post_translations": rows}
+
+
+async def reset(conn: asyncpg.Connection, schema: str) -> None:
+    """An empty, migrated read model ``schema`` (dropped first), first on ``conn``'s search path."""
+    await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    await forget(conn, schema)
+    await migrate(conn, schema)
+    await conn.execute(f'SET search_path TO "{schema}", public')

@@ -1,11 +1,11 @@
-"""The partner JSON of languages, categories, tokens and the pulse (schemas/partner.py):
+"""The partner JSON of languages, categories, tokens and the pulse (services/readmodel/partner.py):
 fields in the specification's order, names by the one fallback rule."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from tickerwire.schemas import partner
+from tickerwire.services.readmodel import partner
 
 
 def _locale(code: str, is_default: bool = False) -> dict:
@@ -20,12 +20,12 @@ def _locale(code: str, is_default: bool = False) -> dict:
 
 
 def test_languages_flag_exactly_the_chosen_default_in_listing_order():
-    doc = partner.languages([_locale("de-DE", True), _locale("ar-SA"), _locale("en-US")], "ar-SA")
+    doc = partner.language_list([_locale("de-DE", True), _locale("ar-SA"), _locale("en-US")], "ar-SA")
     assert [l["code"] for l in doc["languages"]] == ["de-DE", "ar-SA", "en-US"]
     assert [l["is_default"] for l in doc["languages"]] == [False, True, False]  # the chosen one, not the flag
     assert list(doc["languages"][1]) == ["code", "name", "native_name", "country_code", "direction", "is_default"]
     assert doc["languages"][1]["direction"] == "rtl"
-    assert partner.languages([], "en-US") == {"languages": []}
+    assert partner.language_list([], "en-US") == {"languages": []}
 
 
 CATEGORIES = [
@@ -37,7 +37,7 @@ CATEGORIES = [
 
 
 def test_the_category_tree_lists_groups_with_their_leaves_named_in_the_locale_or_by_fallback():
-    cats = partner.CategoryTree(CATEGORIES, "en-US")
+    cats = partner.CategoryShapes(CATEGORIES, "en-US")
     assert cats.tree("de-DE") == {
         "groups": [
             {"slug": "markets", "name": "Märkte", "leaves": [{"slug": "defi", "name": "DeFi"}]},
@@ -47,7 +47,7 @@ def test_the_category_tree_lists_groups_with_their_leaves_named_in_the_locale_or
 
 
 def test_one_category_group_leaf_and_leaf_of_an_unknown_group():
-    cats = partner.CategoryTree(CATEGORIES, "de-DE")
+    cats = partner.CategoryShapes(CATEGORIES, "de-DE")
     assert cats.category("markets", "en-US") == {
         "slug": "markets",
         "name": "Markets",
@@ -97,7 +97,7 @@ def test_token_listing_item_and_single_token():
     assert item["exchange_listings"] == ["binance"]
     detail = partner.token_detail(TOKEN)
     assert list(detail) == list(item) + ["homepage_url", "description"]
-    assert partner.tokens([item]) == {"tokens": [item]}
+    assert partner.token_list([item]) == {"tokens": [item]}
 
 
 def test_pulse_counts_and_fractions():

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import orjson
 
 from tickerwire.schemas.models import Category, Post
-from tickerwire.schemas.readmodel import (
+from tickerwire.services.readmodel.mapping import (
     Taxonomy,
     category_name,
     default_locale,

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.db.replicas import Replicas, at_least, parse_marks, replica_name
 from tickerwire.services.common.runtime.config import ConfigError
+from tickerwire.services.readmodel import positions
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 
@@ -54,7 +55,12 @@ def test_read_urls_are_listed_checked_and_kept_out_of_the_repr():
 def replicas(*urls: str, registry: CollectorRegistry | None = None) -> Replicas:
     config = FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_READ_URLS": ",".join(urls)})
     return Replicas(
-        config, "tw.posts.v1", leave_after_s=2.0, rejoin_below_s=0.5, registry=registry or CollectorRegistry()
+        config,
+        "tw.posts.v1",
+        positions_sql=positions.marks_array_sql("$1"),
+        leave_after_s=2.0,
+        rejoin_below_s=0.5,
+        registry=registry or CollectorRegistry(),
     )
 
 

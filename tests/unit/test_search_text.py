@@ -8,8 +8,8 @@ import unicodedata
 import pytest
 
 from tests.support.events import post_ev
-from tickerwire.schemas.readmodel import Taxonomy, translation_rows
-from tickerwire.schemas.searchtext import classify, index_text, query_text
+from tickerwire.services.readmodel.mapping import Taxonomy, translation_rows
+from tickerwire.services.readmodel.searchtext import classify, index_text, query_text
 
 
 @pytest.mark.parametrize("text", ["Bitcoin rallies 5% (BTC) -- see https://x.example/a?b=1", "", "a\tb\nc"])

@@ -50,10 +50,11 @@ HISTORY_S = 60.0
 #: How often a wait for a fresh enough replica polls it.
 POLL_S = 0.01
 
-#: One statement a replica answers each tick: its replay position and its posts-topic positions.
+#: One statement a replica answers each tick: its replay position and its posts-topic positions
+#: (``{positions}``: the expression the wiring hands :class:`Replicas`, the topic its ``$1``).
 PROBE_SQL = """
 SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint AS lsn,
-       COALESCE((SELECT array_agg(ARRAY[partition::bigint, next_offset]) FROM positions WHERE topic = $1), '{}') AS marks
+       {positions} AS marks
 """
 #: The primary's WAL positions: what is flushed (what a replica can have), and where the next
 #: record goes (at or after the end of every commit made so far).
@@ -120,13 +121,19 @@ class Replicas:
 
     ``leave_after_s``/``rejoin_below_s``: the lag bounds of this process's rotation. The API uses
     the configured ``replica_max_lag_s`` and a quarter of it; the stream, which waits for every
-    replica the API may read from, 1.5 times and half of it, so its set holds the API's."""
+    replica the API may read from, 1.5 times and half of it, so its set holds the API's.
+
+    ``positions_sql``: the SQL expression of ``topic``'s stored positions (the topic its ``$1``)
+    as an array of ``[partition, next offset]`` pairs. The read model's tables are the
+    read-model room's to know, so the wiring hands it in
+    (``tickerwire.services.readmodel.positions.marks_array_sql``)."""
 
     def __init__(
         self,
         config: Config,
         topic: str,
         *,
+        positions_sql: str,
         leave_after_s: float,
         rejoin_below_s: float,
         registry: CollectorRegistry | None = None,
@@ -137,6 +144,7 @@ class Replicas:
         #: Whether this process reads from the replicas (the API) or only watches them (the stream).
         self.reads = reads
         self.topic = topic
+        self._probe_sql = PROBE_SQL.format(positions=positions_sql)
         self.leave_after_s = leave_after_s
         self.rejoin_below_s = rejoin_below_s
         self.tick_s = tick_s
@@ -238,7 +246,7 @@ class Replicas:
                             timeout=PROBE_TIMEOUT_S,
                             settings={"application_name": PROBE_NAME},
                         )
-                    row = await replica.probes.fetchrow(PROBE_SQL, self.topic)
+                    row = await replica.probes.fetchrow(self._probe_sql, self.topic)
             except BaseException:
                 if replica.probes is not None:
                     replica.probes.terminate()

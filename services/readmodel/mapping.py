@@ -1,4 +1,4 @@
-"""The pure mapping from events to read-model rows and partner-facing JSON.
+"""The pure mapping from a post event to its per-locale read-model rows and partner-facing JSON.
 
 No I/O here. The projector stores what these functions return, the API serves the stored
 bytes, and the stream sends the same stored bytes, so a pushed post equals the listed one
@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from .models import VISIBLE_STATUSES, Category, Post, PostStatus, PostTranslation
+from tickerwire.schemas.models import VISIBLE_STATUSES, Category, Post, PostStatus, PostTranslation
+
 from .searchtext import index_text
 
 #: PostgreSQL text-search configurations by primary language subtag; `simple` elsewhere.

@@ -1,7 +1,7 @@
 """The partner JSON of every resource but posts: pure functions, no I/O.
 
-Posts are shaped when they are projected (:func:`.readmodel.lean_post`,
-:func:`.readmodel.detail_post`) and served as stored. Everything else partners read is shaped
+Posts are shaped when they are projected (:func:`.mapping.lean_post`,
+:func:`.mapping.detail_post`) and served as stored. Everything else partners read is shaped
 here from read-model rows (mappings by column name, JSON columns already decoded): the API
 caches or sends the result and only serializes it. Fields are in the order of the OpenAPI schemas.
 """
@@ -12,10 +12,12 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from .models import Sentiment
-from .readmodel import category_name, iso_utc
+from tickerwire.schemas.models import Sentiment
 
-Row = Mapping[str, Any]
+from .mapping import category_name, iso_utc
+
+#: A read-model row by column name (JSON columns decoded).
+ReadRow = Mapping[str, Any]
 
 #: schemas/openapi.json#/components/schemas/SentimentPulse: the pulse's sentiments, in the order of its breakdown.
 SENTIMENTS = tuple(s.value for s in Sentiment)
@@ -24,9 +26,9 @@ SENTIMENTS = tuple(s.value for s in Sentiment)
 # --------------------------------------------------------------------------- languages (LanguageList)
 
 
-def languages(listed: Sequence[Row], default: str) -> dict[str, Any]:
+def language_list(listed: Sequence[ReadRow], default: str) -> dict[str, Any]:
     """The supported languages (the listed locales, in listing order); exactly the default one
-    is flagged ``is_default`` (:func:`.readmodel.default_locale` chose it)."""
+    is flagged ``is_default`` (:func:`.mapping.default_locale` chose it)."""
     return {
         "languages": [
             {
@@ -45,16 +47,16 @@ def languages(listed: Sequence[Row], default: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- categories (CategoryTree, Category)
 
 
-class CategoryTree:
+class CategoryShapes:
     """The category rows (``slug``, ``is_group``, ``group_slug``, ``names`` decoded; in listing
-    order) and the shapes of ``CategoryTree`` and ``Category`` (schemas/openapi.json) in any locale, names by :func:`.readmodel.category_name`."""
+    order) and the shapes of ``CategoryTree`` and ``Category`` (schemas/openapi.json) in any locale, names by :func:`.mapping.category_name`."""
 
-    def __init__(self, rows: Sequence[Row], default: str) -> None:
+    def __init__(self, rows: Sequence[ReadRow], default: str) -> None:
         self.rows = list(rows)
         self.default = default
         self._by_slug = {r["slug"]: r for r in self.rows}
         self._names = {r["slug"]: r["names"] for r in self.rows}
-        self._leaves: dict[str, list[Row]] = defaultdict(list)
+        self._leaves: dict[str, list[ReadRow]] = defaultdict(list)
         for r in self.rows:
             if not r["is_group"]:
                 self._leaves[r["group_slug"]].append(r)
@@ -95,7 +97,7 @@ class CategoryTree:
 # --------------------------------------------------------------------------- tokens (Token, TokenDetail, TokenList)
 
 
-def token_item(r: Row) -> dict[str, Any]:
+def token_item(r: ReadRow) -> dict[str, Any]:
     """A token in the listing (schemas/openapi.json#/components/schemas/Token); ``primary_ecosystem`` decoded, ``post_count`` counted."""
     return {
         "ticker": r["ticker"],
@@ -110,12 +112,12 @@ def token_item(r: Row) -> dict[str, Any]:
     }
 
 
-def token_detail(r: Row) -> dict[str, Any]:
+def token_detail(r: ReadRow) -> dict[str, Any]:
     """One token (schemas/openapi.json#/components/schemas/TokenDetail): the listing fields, then its homepage and description."""
     return {**token_item(r), "homepage_url": r["homepage_url"], "description": r["description"]}
 
 
-def tokens(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def token_list(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The token listing (schemas/openapi.json#/components/schemas/TokenList) of :func:`token_item` shapes, in the given order."""
     return {"tokens": list(items)}
 
