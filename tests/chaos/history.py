@@ -48,6 +48,8 @@ class Delivery:
 class History:
     seed: int
     t0: float = field(default_factory=time.monotonic)
+    #: The same instant as ``t0`` by the wall clock, to line the run up with the services' logs.
+    wall_t0: float = field(default_factory=time.time)
     ops: list[Op] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     #: When the broker acknowledged the record that first made each (post, locale) visible.
