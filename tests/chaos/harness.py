@@ -45,6 +45,7 @@ from tickerwire.services.common.db import connect
 
 ROLES = ("projector", "api", "stream")
 LOCALES = ("en-US", "de-DE", "fr-FR")
+TICKERS = ("BTC", "ETH")
 #: The projector's static group membership: a restart takes its partitions back at once.
 INSTANCE_ID = "chaos-projector-1"
 SUPERVISE_EVERY_S = 0.25
@@ -146,7 +147,9 @@ async def cluster(prefix: str = "chaos") -> AsyncIterator[Cluster]:
         stack = ServiceStack(primary.dsn, kafka.bootstrap_servers, prefix, extra_env=env, log_dir=root / "logs")
         stack.log_dir.mkdir()
         await stack.prepare()
-        await stack.publish([locale_ev(code, default=code == "en-US") for code in LOCALES] + [token_ev("BTC")])
+        await stack.publish(
+            [locale_ev(code, default=code == "en-US") for code in LOCALES] + [token_ev(t) for t in TICKERS]
+        )
         service_env = {
             "TICKERWIRE_DATABASE_URL": through(primary.dsn, links["primary"]),
             "TICKERWIRE_DATABASE_READ_URLS": through(read_url, links["replica"]),

@@ -78,6 +78,7 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
             violations = list(history.violations)
             violations += checker.deliveries(history)
             violations += await checker.served(c, history, http)
+            violations += await checker.counters(c, history, http)
             violations += await checker.processes(c, http)
         finally:
             for task in [*writers, *client_tasks, supervisor, nemesis]:
