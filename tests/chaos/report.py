@@ -301,7 +301,8 @@ def markdown(report: dict, picture_link: str) -> str:
         + " (restarted by the supervisor; ready; a post published after the kill delivered)",
         f"- API requests (any endpoint) started during a replica fault or {AFTERMATH_S:.0f} s after: "
         f"{_fmt(report['api_request_s_near_replica_faults'])}",
-        f"- ERROR lines in the service logs: {report.get('error_lines', '?')}",
+        f"- ERROR lines in the service logs: {report.get('error_lines', '?')}"
+        + "".join(f"\n  - {n} × `{kind}`" for kind, n in list(report.get("error_kinds", {}).items())[:12]),
         "",
         "Longest unavailable window per endpoint (from the first failed operation to the next served one), by the fault "
         f"it is put down to (the last one started before it, ended at most {AFTERMATH_S:.0f} s before):",
