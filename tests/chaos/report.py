@@ -253,12 +253,22 @@ def latency_table(history: History) -> str:
     return "\n".join(lines) + "\n"
 
 
+def operation_table(history: History) -> str:
+    """One line per operation of the workload, with the fault it is put down to."""
+    lines = ["endpoint,start_s,end_s,ok,detail,fault"]
+    for op in sorted(history.ops, key=lambda o: o.start):
+        fault = (around(history.faults, op.start) or ("",))[0]
+        lines.append(f"{op.endpoint},{op.start:.3f},{op.end:.3f},{int(op.ok)},{op.detail},{fault}")
+    return "\n".join(lines) + "\n"
+
+
 def write(history: History, violations: list[str], results: Path, extra: dict) -> dict:
     results.mkdir(parents=True, exist_ok=True)
     report = summary(history, violations, extra)
     (results / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (results / "report.md").write_text(markdown(report, "timeline.png"))
     (results / "latencies.csv").write_text(latency_table(history))
+    (results / "operations.csv").write_text(operation_table(history))
     picture(history, results / "timeline.png")
     return report
 
@@ -335,11 +345,13 @@ with one streaming replica (the API and the stream read from it) and a projector
 membership), an API and a stream process, each restarted by a supervisor when it dies. For
 the minutes given, a seeded nemesis injects one fault after another (SIGKILL or a 2 to 6 s
 SIGSTOP of each service process, the replica killed or frozen, the primary and the broker
-restarted) while a librdkafka writer publishes about 6 posts a second (a quarter partial,
+restarted, the services' network to the primary, the replica or Kafka cut for 2 to 6 s or
+slowed by 50 to 400 ms a chunk for 3 to 8 s) while a librdkafka writer publishes about 6 posts a second (a quarter partial,
 completed 5 to 20 s later; a fifth backdated), a transactional aiokafka writer commits two
 posts every ~3 s and aborts one transaction in five, three stream clients resume with cursors
 after dropping themselves every 2 to 20 s, a walker follows `/changes`, and two readers demand
 `X-Min-Log-Position`. A request counts as failed on an error, a 5xx or no answer within 3 s.
+At the end every token's `post_count` and the sentiment pulse must equal what the posts add up to.
 """
 
 
