@@ -77,3 +77,9 @@ async def test_a_stopped_link_refuses_connections(cut: bool):
             link.cut()
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", link.port)
+
+
+def test_a_link_never_started_stops_quietly():
+    link = Link("127.0.0.1:9")
+    link.stop()
+    link.stop()

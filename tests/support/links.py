@@ -59,6 +59,8 @@ class Link:
     def stop(self) -> None:
         """Stop listening and close every connection; the thread ends."""
         if not self._thread.is_alive():
+            if self._thread.ident is None:  # never started
+                self._loop.close()
             return
         with contextlib.suppress(Exception):
             self._call(self._close())
