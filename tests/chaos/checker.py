@@ -4,13 +4,18 @@ Every (post, locale) published is served by the API, was processed by every stre
 exactly once and, per partition, in ascending (offset, locale) order (the order cursors
 promise: docs/resume.md), and is in the ``/changes`` walk exactly once; nothing of an aborted
 transaction is seen anywhere; no read was older than it demanded (the readers record those as
-they happen, with a resume the stream refused); no dead letter; every process is ready.
+they happen, with a resume the stream refused); the counters are exact (each token's
+``post_count`` on ``GET /tokens`` and the ``GET /sentiment-pulse`` breakdown equal what the
+acknowledged posts' last versions add up to: :func:`expected_counters`); no dead letter;
+every process is ready.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from datetime import datetime, timedelta
 
 import aiohttp
 
@@ -79,6 +84,67 @@ async def served(cluster: Cluster, history: History, http: aiohttp.ClientSession
     if seen := [p for p, s in zip(aborted, statuses) if s != 404]:
         found.append(f"API: posts of an aborted transaction served: {seen[:5]}")
     return found
+
+
+#: How long the counters may take to show the last posts (the token list is refreshed on a change).
+COUNTERS_WAIT_S = 20.0
+SENTIMENTS = ("BULLISH", "NEUTRAL", "BEARISH")
+
+
+def expected_counters(history: History, as_of: datetime) -> dict[str, dict[str, int]]:
+    """Per token, its posts; per sentiment, the posts of the 24 h pulse ending with ``as_of``'s
+    minute (whole minutes: those after ``as_of`` - 24 h and not after ``as_of``; docs/api.md)."""
+    tokens: Counter[str] = Counter()
+    pulse: Counter[str] = Counter({s: 0 for s in SENTIMENTS})
+    for facts in history.posts.values():
+        tokens.update(facts.tickers)
+        minute = facts.published_at.replace(second=0, microsecond=0)
+        if as_of - timedelta(hours=24) < minute <= as_of:
+            pulse[facts.sentiment] += 1
+    return {"tokens": dict(tokens), "pulse": dict(pulse)}
+
+
+def served_counters(tokens: dict, pulse: dict) -> tuple[datetime, dict[str, dict[str, int]]]:
+    """``as_of`` and the counters in the bodies of ``GET /tokens`` and ``GET /sentiment-pulse``."""
+    as_of = datetime.fromisoformat(pulse["as_of"].replace("Z", "+00:00"))
+    return as_of, {
+        "tokens": {t["ticker"]: t["post_count"] for t in tokens["tokens"] if t["post_count"]},
+        "pulse": {s: share["count"] for s, share in pulse["breakdown"].items()},
+    }
+
+
+def counter_mismatches(history: History, tokens: dict, pulse: dict) -> list[str]:
+    as_of, got = served_counters(tokens, pulse)
+    want = expected_counters(history, as_of)
+    found = []
+    for what in ("tokens", "pulse"):
+        if got[what] != want[what]:
+            diff = {
+                k: (got[what].get(k, 0), want[what].get(k, 0)) for k in sorted(got[what].keys() | want[what].keys())
+            }
+            off = {k: v for k, v in diff.items() if v[0] != v[1]}
+            found.append(f"counters: {what} served / expected {off} (as of {pulse['as_of']})")
+    if sum(got["pulse"].values()) != pulse["total_posts"]:
+        found.append(f"counters: pulse total_posts {pulse['total_posts']} is not the sum of {got['pulse']}")
+    return found
+
+
+async def counters(cluster: Cluster, history: History, http: aiohttp.ClientSession) -> list[str]:
+    """The counters equal what the history adds up to, within ``COUNTERS_WAIT_S`` of asking."""
+    deadline = time.monotonic() + COUNTERS_WAIT_S
+    while True:
+        try:
+            bodies = []
+            for path in ("/tokens", "/sentiment-pulse"):
+                async with http.get(f"{cluster.api_url}{BASE}{path}", headers=auth(cluster.key)) as resp:
+                    resp.raise_for_status()
+                    bodies.append(await resp.json())
+            found = counter_mismatches(history, *bodies)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            found = [f"counters: not read: {type(exc).__name__}: {exc}"]
+        if not found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(1.0)
 
 
 async def processes(cluster: Cluster, http: aiohttp.ClientSession) -> list[str]:

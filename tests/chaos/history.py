@@ -8,7 +8,10 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Iterable
+
+from tickerwire.schemas.models import PostEvent
 
 #: (post id, locale): one announcement.
 Key = tuple[int, str]
@@ -44,14 +47,28 @@ class Delivery:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What a post's last acknowledged version says that the counters count."""
+
+    version: int
+    published_at: datetime
+    sentiment: str
+    tickers: tuple[str, ...]
+
+
 @dataclass
 class History:
     seed: int
     t0: float = field(default_factory=time.monotonic)
+    #: The same instant as ``t0`` by the wall clock, to line the run up with the services' logs.
+    wall_t0: float = field(default_factory=time.time)
     ops: list[Op] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     #: When the broker acknowledged the record that first made each (post, locale) visible.
     published: dict[Key, float] = field(default_factory=dict)
+    #: Per visible post, its last acknowledged version's facts (what the counters must add up).
+    posts: dict[int, Facts] = field(default_factory=dict)
     #: Posts only ever written in aborted transactions: never to be seen.
     aborted: set[int] = field(default_factory=set)
     #: Per stream client, what it processed, in order.
@@ -75,6 +92,16 @@ class History:
         acked = self.now()
         for key in keys:
             self.published.setdefault(key, acked)
+
+    def acknowledged_posts(self, events: Iterable[PostEvent]) -> None:
+        """The broker acknowledged ``events``: each post's facts and its (post, locale) pairs."""
+        events = list(events)
+        for e in events:
+            post = e.data
+            if post.id not in self.posts or self.posts[post.id].version <= e.version:
+                assert post.published_at is not None
+                self.posts[post.id] = Facts(e.version, post.published_at, post.sentiment, tuple(post.tickers))
+        self.acknowledged((e.data.id, t.lang) for e in events for t in e.data.translations)
 
     def violation(self, text: str) -> None:
         self.violations.append(f"{self.now():.1f}s: {text}")

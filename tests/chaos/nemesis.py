@@ -7,7 +7,11 @@ few seconds between them, each recorded as a span in the :class:`History`.
 - ``kill replica``: SIGKILL of the replica's processes, started again at once;
 - ``pause replica``: SIGSTOP of the replica's processes for 2 to 6 s;
 - ``restart primary``: the PostgreSQL primary stopped and started again (same port, same data);
-- ``restart kafka``: SIGKILL of the Apache Kafka node, started again on its log.
+- ``restart kafka``: SIGKILL of the Apache Kafka node, started again on its log;
+- ``cut primary|replica|kafka``: a partition between the services and that server for 2 to
+  6 s (their connections dropped, new ones held: tests/support/links.py);
+- ``slow primary|replica|kafka``: 50 to 400 ms added to every chunk each way between the
+  services and that server, for 3 to 8 s.
 """
 
 from __future__ import annotations
@@ -33,9 +37,17 @@ KINDS = {
     "pause replica": 1,
     "restart primary": 1,
     "restart kafka": 1,
+    "cut primary": 1,
+    "cut replica": 1,
+    "cut kafka": 1,
+    "slow primary": 1,
+    "slow replica": 1,
+    "slow kafka": 1,
 }
 GAP_S = (3.0, 7.0)
 PAUSE_S = (2.0, 6.0)
+SLOW_S = (3.0, 8.0)
+DELAY_S = (0.05, 0.4)
 
 
 class Nemesis:
@@ -84,5 +96,17 @@ class Nemesis:
         elif kind == "restart kafka":
             await asyncio.to_thread(self.cluster.kafka.kill)
             await asyncio.to_thread(self.cluster.kafka.start)
+        elif verb in ("cut", "slow") and target in self.cluster.links:
+            link = self.cluster.links[target]
+            if verb == "cut":
+                await asyncio.to_thread(link.cut)
+                span = self.rng.uniform(*PAUSE_S)
+            else:
+                link.slow(self.rng.uniform(*DELAY_S))
+                span = self.rng.uniform(*SLOW_S)
+            try:
+                await asyncio.sleep(span)
+            finally:
+                await asyncio.to_thread(link.heal)
         else:
             raise ValueError(f"unknown fault {kind!r}")

@@ -9,6 +9,7 @@ import json
 import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.chaos.history import Fault, History
@@ -77,6 +78,72 @@ def latencies(history: History) -> dict[tuple[int, str], tuple[float, float]]:
     return {k: (t, first[k] - t) for k, t in history.published.items() if k in first}
 
 
+#: Faults that cannot hold a delivery back: the projector and the stream never call the API.
+API_ONLY = ("kill api", "pause api")
+#: A post published this long before a projector SIGKILL to this long after it is in its window.
+KILL_WINDOW_S = (1.0, 15.0)
+
+
+def in_kill_window(kill: Fault, published: float) -> bool:
+    return kill.start - KILL_WINDOW_S[0] <= published <= kill.start + KILL_WINDOW_S[1]
+
+
+def overlapping(faults: list[Fault], kill: Fault, published: float, delivered: float) -> list[str]:
+    """The faults other than ``kill`` that could have held back a post between its publication
+    and its delivery (any that was going on then, except those of the API alone)."""
+    return [
+        f.kind
+        for f in faults
+        if f is not kill and f.kind not in API_ONLY and f.start <= delivered and f.end >= published
+    ]
+
+
+def after_kills(history: History) -> dict[str, list[float]]:
+    """Publish-to-delivery of the posts published from 1 s before to 15 s after a projector
+    SIGKILL: ``any`` all of them, ``alone`` those no other fault overlapped from publication
+    to delivery (a 2 to 6 s SIGSTOP of the projector or the stream in the window holds its
+    posts back for as long as it lasts: that is the SIGSTOP's cost, not the SIGKILL's)."""
+    kills = [f for f in history.faults if f.kind == "kill projector"]
+    found: dict[str, list[float]] = {"any": [], "alone": []}
+    for t, d in latencies(history).values():
+        windows = [k for k in kills if in_kill_window(k, t)]
+        if not windows:
+            continue
+        found["any"].append(d)
+        if any(not overlapping(history.faults, k, t, t + d) for k in windows):
+            found["alone"].append(d)
+    return found
+
+
+def kill_costs(history: History) -> list[dict]:
+    """Per projector SIGKILL: when (s into the run), how long until the supervisor restarted
+    it, until it was ready, until a post published after the kill was delivered, the slowest
+    post of its window and the other faults in that window."""
+    lat = latencies(history)
+    found = []
+    for kill in (f for f in history.faults if f.kind == "kill projector"):
+        restarted = min((t for role, t in history.restarts if role == "projector" and t >= kill.start), default=None)
+        later = [t + d for t, d in lat.values() if t >= kill.start]
+        window = [d for t, d in lat.values() if in_kill_window(kill, t)]
+        found.append(
+            {
+                "at": round(kill.start, 2),
+                "restarted_after_s": None if restarted is None else round(restarted - kill.start, 2),
+                "ready_after_s": round(kill.end - kill.start, 2),
+                "delivering_after_s": round(min(later) - kill.start, 2) if later else None,
+                "slowest_in_window_s": round(max(window), 2) if window else None,
+                "other_faults_in_window": [
+                    f.kind
+                    for f in history.faults
+                    if f is not kill
+                    and f.start <= kill.start + KILL_WINDOW_S[1]
+                    and f.end >= kill.start - KILL_WINDOW_S[0]
+                ],
+            }
+        )
+    return found
+
+
 def stats(values: list[float]) -> dict[str, float | int | None]:
     return {
         "n": len(values),
@@ -88,8 +155,8 @@ def stats(values: list[float]) -> dict[str, float | int | None]:
 
 def summary(history: History, violations: list[str], extra: dict) -> dict:
     lat = latencies(history)
-    kills = [f.start for f in history.faults if f.kind == "kill projector"]
-    after_kill = [d for t, d in lat.values() if any(k - 1.0 <= t <= k + 15.0 for k in kills)]
+    after_kill = after_kills(history)
+    costs = kill_costs(history)
     by_fault: dict[str, list[float]] = {}
     for t, d in lat.values():  # each latency put down to a fault as a window is (:func:`around`)
         by_fault.setdefault((around(history.faults, t) or ("(no fault)",))[0], []).append(d)
@@ -105,9 +172,16 @@ def summary(history: History, violations: list[str], extra: dict) -> dict:
         for op in history.ops
         if op.endpoint.startswith("api") and any(f.start <= op.start <= f.end + AFTERMATH_S for f in replica)
     ]
+    api_by_fault: dict[str, list[float]] = {}
+    for op in history.ops:  # each request put down to a fault as a window is, from its start
+        if op.endpoint.startswith("api"):
+            api_by_fault.setdefault((around(history.faults, op.start) or ("(no fault)",))[0], []).append(
+                op.end - op.start
+            )
     ops = Counter(f"{op.endpoint} {'ok' if op.ok else 'failed'}" for op in history.ops)
     return {
         "seed": history.seed,
+        "started_utc": datetime.fromtimestamp(history.wall_t0, timezone.utc).isoformat(timespec="milliseconds"),
         "duration_s": round(history.now(), 1),
         "operations": dict(sorted(ops.items())),
         "announcements": len(history.published),
@@ -118,12 +192,23 @@ def summary(history: History, violations: list[str], extra: dict) -> dict:
         "restarts": dict(sorted(Counter(name for name, _ in history.restarts).items())),
         "violations": violations,
         "latency_s": stats([d for _, d in lat.values()]),
-        "latency_after_projector_kill_s": stats(after_kill),
+        "latency_after_projector_kill_s": stats(after_kill["any"]),
+        "latency_after_projector_kill_alone_s": stats(after_kill["alone"]),
+        "projector_kills": costs,
+        "projector_kill_s": {
+            what: stats([c[key] for c in costs if c[key] is not None])
+            for what, key in (
+                ("restarted", "restarted_after_s"),
+                ("ready", "ready_after_s"),
+                ("delivering", "delivering_after_s"),
+            )
+        },
         "latency_s_by_fault": {kind: stats(values) for kind, values in sorted(by_fault.items())},
         "longest_window_s_by_fault": dict(sorted(by_kind.items())),
         "windows": [asdict(w) | {"seconds": round(w.seconds, 2)} for w in wins],
         "fault_spans": [asdict(f) for f in history.faults],
         "api_request_s_near_replica_faults": stats(api_near_replica),
+        "api_request_s_by_fault": {kind: stats(values) for kind, values in sorted(api_by_fault.items())},
         **extra,
     }
 
@@ -158,11 +243,32 @@ def picture(history: History, path: Path) -> None:
     plt.close(fig)
 
 
+def latency_table(history: History) -> str:
+    """One line per (post, locale): published and delivered (s into the run), the latency and
+    the fault it is put down to (:func:`around`): what a slow delivery can be traced with."""
+    lines = ["post,locale,published_s,delivered_s,latency_s,fault"]
+    for (post, locale), (t, d) in sorted(latencies(history).items(), key=lambda kv: kv[1][0]):
+        fault = (around(history.faults, t) or ("",))[0]
+        lines.append(f"{post},{locale},{t:.3f},{t + d:.3f},{d:.3f},{fault}")
+    return "\n".join(lines) + "\n"
+
+
+def operation_table(history: History) -> str:
+    """One line per operation of the workload, with the fault it is put down to."""
+    lines = ["endpoint,start_s,end_s,ok,detail,fault"]
+    for op in sorted(history.ops, key=lambda o: o.start):
+        fault = (around(history.faults, op.start) or ("",))[0]
+        lines.append(f"{op.endpoint},{op.start:.3f},{op.end:.3f},{int(op.ok)},{op.detail},{fault}")
+    return "\n".join(lines) + "\n"
+
+
 def write(history: History, violations: list[str], results: Path, extra: dict) -> dict:
     results.mkdir(parents=True, exist_ok=True)
     report = summary(history, violations, extra)
     (results / "report.json").write_text(json.dumps(report, indent=2, default=str))
     (results / "report.md").write_text(markdown(report, "timeline.png"))
+    (results / "latencies.csv").write_text(latency_table(history))
+    (results / "operations.csv").write_text(operation_table(history))
     picture(history, results / "timeline.png")
     return report
 
@@ -171,6 +277,15 @@ def _fmt(stat: dict) -> str:
     if not stat["n"]:
         return "none"
     return f"p50 {stat['p50']:.2f} s, p99 {stat['p99']:.2f} s, max {stat['max']:.2f} s (n={stat['n']})"
+
+
+def _by_fault(by_fault: dict | None, title: str, counted: str) -> list[str]:
+    if not by_fault:
+        return []
+    lines = ["", title, "", f"| fault | {counted} | p50 | p99 | max |", "|---|---|---|---|---|"]
+    for kind, st in by_fault.items():
+        lines.append(f"| {kind} | {st['n']} | {st['p50']:.2f} s | {st['p99']:.2f} s | {st['max']:.2f} s |")
+    return lines
 
 
 def markdown(report: dict, picture_link: str) -> str:
@@ -189,10 +304,15 @@ def markdown(report: dict, picture_link: str) -> str:
         + (f" (first: {report['violations'][0]})" if report["violations"] else ""),
         f"- Publish-to-delivery (first stream client): {_fmt(report['latency_s'])}",
         f"- Publish-to-delivery of posts published from 1 s before to 15 s after a projector SIGKILL: "
-        f"{_fmt(report['latency_after_projector_kill_s'])}",
+        f"{_fmt(report['latency_after_projector_kill_s'])}; of those no other fault overlapped from publication to "
+        f"delivery: {_fmt(report['latency_after_projector_kill_alone_s'])}",
+        "- After a projector SIGKILL: "
+        + "; ".join(f"{what} {_fmt(st)}" for what, st in report["projector_kill_s"].items())
+        + " (restarted by the supervisor; ready; a post published after the kill delivered)",
         f"- API requests (any endpoint) started during a replica fault or {AFTERMATH_S:.0f} s after: "
         f"{_fmt(report['api_request_s_near_replica_faults'])}",
-        f"- ERROR lines in the service logs: {report.get('error_lines', '?')}",
+        f"- ERROR lines in the service logs: {report.get('error_lines', '?')}"
+        + "".join(f"\n  - {n} × `{kind}`" for kind, n in list(report.get("error_kinds", {}).items())[:12]),
         "",
         "Longest unavailable window per endpoint (from the first failed operation to the next served one), by the fault "
         f"it is put down to (the last one started before it, ended at most {AFTERMATH_S:.0f} s before):",
@@ -202,16 +322,17 @@ def markdown(report: dict, picture_link: str) -> str:
     ]
     for kind, slot in report["longest_window_s_by_fault"].items():
         lines.append(f"| {kind} | " + " | ".join(f"{slot[e]:.2f} s" if e in slot else "-" for e in endpoints) + " |")
-    if by_fault := report.get("latency_s_by_fault"):
-        lines += [
-            "",
-            "Publish-to-delivery by the fault each post is put down to (the same rule, from its publication):",
-            "",
-            "| fault | posts | p50 | p99 | max |",
-            "|---|---|---|---|---|",
-        ]
-        for kind, st in by_fault.items():
-            lines.append(f"| {kind} | {st['n']} | {st['p50']:.2f} s | {st['p99']:.2f} s | {st['max']:.2f} s |")
+    lines += _by_fault(
+        report.get("latency_s_by_fault"),
+        "Publish-to-delivery by the fault each post is put down to (the same rule, from its publication):",
+        "posts",
+    )
+    lines += _by_fault(
+        report.get("api_request_s_by_fault"),
+        "API request durations (any endpoint, failed ones included) by the fault each is put down to "
+        "(the same rule, from its start):",
+        "requests",
+    )
     lines += ["", f"![Timeline: faults against publish-to-delivery latency and failed operations]({picture_link})", ""]
     return "\n".join(lines)
 
@@ -224,11 +345,13 @@ with one streaming replica (the API and the stream read from it) and a projector
 membership), an API and a stream process, each restarted by a supervisor when it dies. For
 the minutes given, a seeded nemesis injects one fault after another (SIGKILL or a 2 to 6 s
 SIGSTOP of each service process, the replica killed or frozen, the primary and the broker
-restarted) while a librdkafka writer publishes about 6 posts a second (a quarter partial,
+restarted, the services' network to the primary, the replica or Kafka cut for 2 to 6 s or
+slowed by 50 to 400 ms a chunk for 3 to 8 s) while a librdkafka writer publishes about 6 posts a second (a quarter partial,
 completed 5 to 20 s later; a fifth backdated), a transactional aiokafka writer commits two
 posts every ~3 s and aborts one transaction in five, three stream clients resume with cursors
 after dropping themselves every 2 to 20 s, a walker follows `/changes`, and two readers demand
 `X-Min-Log-Position`. A request counts as failed on an error, a 5xx or no answer within 3 s.
+At the end every token's `post_count` and the sentiment pulse must equal what the posts add up to.
 """
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
+import re
 import shutil
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -78,6 +81,7 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
             violations = list(history.violations)
             violations += checker.deliveries(history)
             violations += await checker.served(c, history, http)
+            violations += await checker.counters(c, history, http)
             violations += await checker.processes(c, http)
         finally:
             for task in [*writers, *client_tasks, supervisor, nemesis]:
@@ -88,6 +92,7 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
     extra = {
         "fault_minutes": minutes,
         "error_lines": error_lines(results / "logs"),
+        "error_kinds": error_kinds(results / "logs"),
         "conditions": {
             **dict(line[2:].split(": ", 1) for line in conditions(started, load_start) if "Durability" not in line),
             "Servers": "Apache Kafka (one KRaft node, its log on disk); a PostgreSQL primary and one streaming "
@@ -106,14 +111,30 @@ async def watch(tasks: list[asyncio.Task], seconds: float) -> None:
 
 
 def error_lines(logs: Path) -> dict[str, int]:
-    """ERROR lines per service, over every process's log of the run."""
-    counts: dict[str, int] = {}
+    """ERROR (and CRITICAL) lines per service, over every process's log of the run."""
+    return dict(Counter(service for service, _ in errors(logs)))
+
+
+def error_kinds(logs: Path) -> dict[str, int]:
+    """The same lines by service, logger and the start of the message (the figures in it
+    blanked), most frequent first: what a reader needs to tell an injected fault's from a bug."""
+    found = Counter(f"{service} {re.sub(r'[0-9]+', 'N', message)[:100]}" for service, message in errors(logs))
+    return dict(found.most_common())
+
+
+def errors(logs: Path) -> list[tuple[str, str]]:
+    """(service, "logger: message") of each ERROR or CRITICAL line of the services' logs (one
+    JSON object a line, as every service writes them)."""
+    found = []
     for log in sorted(logs.glob("*.log")):
-        role = log.name.split("-", 1)[0]
-        counts[role] = counts.get(role, 0) + sum(
-            " ERROR " in line for line in log.read_text(errors="replace").splitlines()
-        )
-    return counts
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line a library printed as it is
+            if isinstance(entry, dict) and entry.get("level") in ("error", "critical"):
+                found.append((log.name.split("-", 1)[0], f"{entry.get('logger')}: {entry.get('msg')}"))
+    return found
 
 
 def results_dir(seed: int) -> Path:

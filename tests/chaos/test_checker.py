@@ -1,10 +1,13 @@
 """The checker's judgement on made-up histories (pure logic): each kind of violation it names
-is found, and a clean history has none."""
+is found (a counter off by one among them), and a clean history has none."""
 
 from __future__ import annotations
 
-from tests.chaos.checker import deliveries
-from tests.chaos.history import Delivery, History
+from datetime import datetime, timedelta, timezone
+
+from tests.chaos.checker import counter_mismatches, deliveries, expected_counters
+from tests.chaos.history import Delivery, Facts, History
+from tests.support.events import post_ev
 
 
 def history(got: list[Delivery], walked: list, aborted: frozenset[int] = frozenset()) -> History:
@@ -38,3 +41,59 @@ def test_an_announcement_below_the_last_of_its_partition_is_out_of_order():
     assert deliveries(history(got, WALKED)) == [
         "f: out of order on partition 0: (4, 'de-DE') after (4, 'en-US') ((1, 'de-DE'))"
     ]
+
+
+AS_OF = datetime(2026, 1, 5, 15, 0, tzinfo=timezone.utc)
+
+
+def counted(history: History) -> History:
+    """Three posts: one BTC and ETH (bullish), one BTC (bearish), one of the minute that has
+    just left the 24 h window (ETH, neutral: counted by its token, not by the pulse)."""
+    for post_id, version, at, sentiment, tickers in [
+        (1, 2, AS_OF - timedelta(seconds=30), "BULLISH", ("BTC", "ETH")),
+        (2, 1, AS_OF - timedelta(hours=24) + timedelta(minutes=1), "BEARISH", ("BTC",)),
+        (3, 1, AS_OF - timedelta(hours=24) + timedelta(seconds=59), "NEUTRAL", ("ETH",)),
+    ]:
+        history.posts[post_id] = Facts(version, at, sentiment, tickers)
+    return history
+
+
+def bodies(btc: int, eth: int, bullish: int, neutral: int, bearish: int) -> tuple[dict, dict]:
+    total = bullish + neutral + bearish
+    shares = {"BULLISH": bullish, "NEUTRAL": neutral, "BEARISH": bearish}
+    return (
+        {"tokens": [{"ticker": "BTC", "post_count": btc}, {"ticker": "ETH", "post_count": eth}]},
+        {
+            "window": "24h",
+            "as_of": "2026-01-05T15:00:00.000Z",
+            "total_posts": total,
+            "breakdown": {s: {"count": n, "percent": n / total if total else 0} for s, n in shares.items()},
+        },
+    )
+
+
+def test_counters_that_add_up_to_the_history_pass():
+    assert counter_mismatches(counted(History(seed=5)), *bodies(2, 2, 1, 0, 1)) == []
+
+
+def test_a_token_count_or_a_pulse_count_off_by_one_is_named():
+    history = counted(History(seed=5))
+    assert counter_mismatches(history, *bodies(3, 2, 1, 0, 1)) == [
+        "counters: tokens served / expected {'BTC': (3, 2)} (as of 2026-01-05T15:00:00.000Z)"
+    ]
+    # The post of the minute that left the window counted anyway: the pulse is off.
+    assert counter_mismatches(history, *bodies(2, 2, 1, 1, 1)) == [
+        "counters: pulse served / expected {'NEUTRAL': (1, 0)} (as of 2026-01-05T15:00:00.000Z)"
+    ]
+
+
+def test_the_last_acknowledged_version_of_a_post_is_what_counts():
+    history = History(seed=5)
+    history.acknowledged_posts([post_ev(7, 1, tickers=("ETH",), at=AS_OF, sentiment="BEARISH")])
+    history.acknowledged_posts([post_ev(7, 2, tickers=("BTC",), at=AS_OF, sentiment="BULLISH")])
+    history.acknowledged_posts([post_ev(7, 1, tickers=("ETH",), at=AS_OF, sentiment="BEARISH")])  # a replay
+    assert expected_counters(history, AS_OF) == {
+        "tokens": {"BTC": 1},
+        "pulse": {"BULLISH": 1, "NEUTRAL": 0, "BEARISH": 0},
+    }
+    assert list(history.published) == [(7, "en-US")]

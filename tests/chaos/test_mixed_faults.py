@@ -1,6 +1,6 @@
 """The mixed-fault run under pytest: a fixed seed, about 2.5 minutes of faults (SIGKILL and
 SIGSTOP of every service process, the replica killed and frozen, the primary and the broker
-restarted) under the whole workload; every check of tests/chaos/checker.py must hold. The
+restarted, the services' network cut or slowed) under the whole workload; every check of tests/chaos/checker.py must hold. The
 report goes to chaos-results/ as with ``python -m tests.chaos.run``."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 import aiohttp
 import orjson
 
-from tests.chaos.harness import LOCALES, Cluster
+from tests.chaos.harness import LOCALES, TICKERS, Cluster
 from tests.chaos.history import Delivery, History, Key
 from tests.support.events import post_ev
 from tests.support.producers import Raw, librdkafka
@@ -41,11 +41,25 @@ REQUEST_TIMEOUT_S = 3.0
 #: A stream silent for this long (the server pings every second) is taken as stalled.
 STREAM_SILENCE_S = 5.0
 RETRY_S = 0.3
+SENTIMENTS = ("BULLISH", "NEUTRAL", "BEARISH")
 
 
-def post(post_id: int, version: int, langs: list[str], *, status: str = "published", age_s: float = 0.0) -> PostEvent:
+def post(
+    rng: random.Random, post_id: int, version: int, langs: list[str], *, status: str = "published", age_s: float = 0.0
+) -> PostEvent:
+    """A post with a sentiment and tickers of its own (a new version may change them: the
+    counters must move the post from one to the other)."""
     now = datetime.now(timezone.utc)
-    return post_ev(post_id, version, status=status, langs=langs, at=now - timedelta(seconds=age_s + 1), emitted_at=now)
+    return post_ev(
+        post_id,
+        version,
+        status=status,
+        langs=langs,
+        at=now - timedelta(seconds=age_s + 1),
+        emitted_at=now,
+        sentiment=rng.choice(SENTIMENTS),
+        tickers=rng.sample(TICKERS, rng.randint(1, len(TICKERS))),
+    )
 
 
 class PostWriter:
@@ -65,11 +79,11 @@ class PostWriter:
             for item in [d for d in self.due if d[0] <= now]:
                 self.due.remove(item)
                 _, post_id, version, langs = item
-                events.append(post(post_id, version, langs))
+                events.append(post(self.rng, post_id, version, langs))
             await self.send(events)
             await asyncio.sleep(0.5)
         for _, post_id, version, langs in self.due:  # the run ends: complete what is still partial
-            await self.send([post(post_id, version, langs)])
+            await self.send([post(self.rng, post_id, version, langs)])
         self.due.clear()
 
     def _new(self) -> PostEvent:
@@ -78,9 +92,9 @@ class PostWriter:
         if kind < 0.25:  # partial: one locale now, more 5 to 20 s later
             later = ["en-US", *self.rng.sample(LOCALES[1:], self.rng.randint(1, 2))]
             self.due.append((self.history.now() + self.rng.uniform(5, 20), post_id, 2, later))
-            return post(post_id, 1, ["en-US"], status="partial")
+            return post(self.rng, post_id, 1, ["en-US"], status="partial")
         langs = self.rng.sample(LOCALES, self.rng.randint(1, 3))
-        return post(post_id, 1, langs, age_s=self.rng.uniform(60, 86_400) if kind < 0.45 else 0.0)
+        return post(self.rng, post_id, 1, langs, age_s=self.rng.uniform(60, 86_400) if kind < 0.45 else 0.0)
 
     async def send(self, events: list[PostEvent]) -> None:
         records = [Raw(encode_event(e), entity_key(e).encode()) for e in events]
@@ -95,7 +109,7 @@ class PostWriter:
                 await asyncio.sleep(RETRY_S)
                 continue
             self.history.op("publish librdkafka", start, True)
-            self.history.acknowledged((e.data.id, t.lang) for e in events for t in e.data.translations)
+            self.history.acknowledged_posts(events)
             return
 
 
@@ -120,7 +134,7 @@ class TransactionalWriter:
             await asyncio.sleep(self.rng.uniform(2, 4))
 
     async def transaction(self, ids: list[int], commit: bool) -> None:
-        events = [post(i, 1, self.rng.sample(LOCALES, self.rng.randint(1, 2))) for i in ids]
+        events = [post(self.rng, i, 1, self.rng.sample(LOCALES, self.rng.randint(1, 2))) for i in ids]
         config = self.cluster.stack.config
         while True:
             start = self.history.now()
@@ -138,7 +152,7 @@ class TransactionalWriter:
                 continue
             self.history.op("publish transaction", start, True)
             if commit:
-                self.history.acknowledged((e.data.id, t.lang) for e in events for t in e.data.translations)
+                self.history.acknowledged_posts(events)
             return
 
 

@@ -1,0 +1,60 @@
+"""The report's account of a projector SIGKILL on made-up histories (a post held back by
+another fault in the kill's window counts in the wide figure, not in the SIGKILL's own; a post
+the SIGKILL alone held back counts in both), and its count of ERROR lines."""
+
+from __future__ import annotations
+
+from tests.chaos.history import Delivery, Fault, History
+from tests.chaos.report import after_kills, kill_costs
+from tests.chaos.run import error_kinds, error_lines
+
+
+def history(faults: list[Fault], posts: dict[int, tuple[float, float]]) -> History:
+    h = History(seed=5)
+    h.faults = faults
+    h.restarts = [("projector", 10.3)]
+    for post_id, (published, delivered) in posts.items():
+        h.published[(post_id, "en-US")] = published
+        h.deliveries["f"].append(Delivery((post_id, "en-US"), 0, post_id, delivered))
+    return h
+
+
+KILL = Fault("kill projector", 10.0, 11.5)
+
+
+def test_a_post_a_projector_sigstop_held_back_is_not_put_down_to_the_sigkill_before_it():
+    paused = Fault("pause projector", 18.0, 23.0)
+    h = history([KILL, paused], {1: (10.2, 11.9), 2: (18.5, 23.4)})
+    assert [round(d, 6) for d in sorted(after_kills(h)["any"])] == [1.7, 4.9]
+    assert [round(d, 6) for d in after_kills(h)["alone"]] == [1.7]
+
+
+def test_a_slow_hand_over_stays_the_sigkills_and_an_api_fault_changes_nothing():
+    h = history([KILL, Fault("kill api", 12.0, 13.0)], {1: (10.2, 17.2)})
+    assert [round(d, 6) for d in after_kills(h)["alone"]] == [7.0]
+    (cost,) = kill_costs(h)
+    assert cost == {
+        "at": 10.0,
+        "restarted_after_s": 0.3,
+        "ready_after_s": 1.5,
+        "delivering_after_s": 7.2,
+        "slowest_in_window_s": 7.0,
+        "other_faults_in_window": ["kill api"],
+    }
+
+
+def test_error_lines_are_counted_from_the_services_json_logs(tmp_path):
+    # Until this test the run looked for " ERROR " in lines that are JSON, and counted 0 always.
+    line = '{"ts":"2026-11-27T09:00:00.000+00:00","level":"%s","service":"s","logger":"%s","msg":"%s"}\n'
+    (tmp_path / "projector-4001.log").write_text(
+        line % ("info", "x", "fine")
+        + line % ("error", "aiokafka", "Unable connect to node with id 1")
+        + "a line a library printed: ERROR somewhere\n"
+        + line % ("error", "aiokafka", "Unable connect to node with id 1")
+    )
+    (tmp_path / "api-4002.log").write_text(line % ("critical", "tickerwire.api", "down for 12 s"))
+    assert error_lines(tmp_path) == {"api": 1, "projector": 2}
+    assert error_kinds(tmp_path) == {
+        "projector aiokafka: Unable connect to node with id N": 2,
+        "api tickerwire.api: down for N s": 1,
+    }
