@@ -189,52 +189,56 @@ async def raw_copy(conn: asyncpg.Connection, post_rows, tr_rows) -> float:
     return len(post_rows) / (time.perf_counter() - started)
 
 
+async def _watch_rows(conn: asyncpg.Connection, ids: range, seen: dict[int, float], done: asyncio.Event) -> None:
+    """Note when each post's row is committed. Partitions commit independently, so ids do not
+    arrive in order: look at all of them."""
+    while not done.is_set():
+        for r in await conn.fetch("SELECT id FROM rm.posts WHERE id BETWEEN $1 AND $2", ids[0], ids[-1]):
+            seen.setdefault(r["id"], time.perf_counter())
+        if len(seen) >= len(ids):
+            done.set()
+        await asyncio.sleep(0.002)
+
+
+async def _watch_log(
+    stack, ends: dict, ids: range, seen: dict[int, float], done: asyncio.Event, ready: asyncio.Event
+) -> None:
+    """Note when each post's record reaches a raw consumer tailing the log from ``ends``."""
+    consumer = kafka.consumer(
+        stack.config, group_id=None, client_id="bench-tail", fetch_max_wait_ms=LATENCY_FETCH_WAIT_MS
+    )
+    await consumer.start()
+    try:
+        consumer.assign(list(ends))
+        for tp, end in ends.items():
+            consumer.seek(tp, end)
+        ready.set()
+        while not done.is_set():
+            for records in (await consumer.getmany(timeout_ms=50)).values():
+                for rec in records:
+                    seen.setdefault(int(rec.key.split(b":")[1]), time.perf_counter())
+            if len(seen) >= len(ids):
+                done.set()
+    finally:
+        await consumer.stop()
+
+
 async def steady_latency(
     stack, conn: asyncpg.Connection | None, first_id: int, seconds: float, rate: float = 100.0
 ) -> list[float]:
     """Publish posts at ``rate``/s; latency to the committed row (conn given) or to a raw consumer (conn None)."""
     events = posts(first_id, int(seconds * rate))
+    ids = range(first_id, first_id + len(events))
     sent: dict[int, float] = {}
     seen: dict[int, float] = {}
     ends = await posts_end(None, stack)
     topic = next(iter(ends)).topic
-    done = asyncio.Event()
-
-    async def watch_rows() -> None:
-        # Partitions commit independently, so ids do not arrive in order: look at all of them.
-        last_id = first_id + len(events) - 1
-        while not done.is_set():
-            for r in await conn.fetch("SELECT id FROM rm.posts WHERE id BETWEEN $1 AND $2", first_id, last_id):
-                seen.setdefault(r["id"], time.perf_counter())
-            if len(seen) >= len(events):
-                done.set()
-            await asyncio.sleep(0.002)
-
-    async def watch_log() -> None:
-        consumer = kafka.consumer(
-            stack.config, group_id=None, client_id="bench-tail", fetch_max_wait_ms=LATENCY_FETCH_WAIT_MS
-        )
-        await consumer.start()
-        try:
-            consumer.assign(list(ends))
-            for tp, end in ends.items():
-                consumer.seek(tp, end)
-            ready.set()
-            while not done.is_set():
-                for records in (await consumer.getmany(timeout_ms=50)).values():
-                    for rec in records:
-                        seen.setdefault(int(rec.key.split(b":")[1]), time.perf_counter())
-                if len(seen) >= len(events):
-                    done.set()
-        finally:
-            await consumer.stop()
-
-    ready = asyncio.Event()
+    done, ready = asyncio.Event(), asyncio.Event()
     if conn is None:
-        watcher = asyncio.create_task(watch_log())
+        watcher = asyncio.create_task(_watch_log(stack, ends, ids, seen, done, ready))
         await ready.wait()
     else:
-        watcher = asyncio.create_task(watch_rows())
+        watcher = asyncio.create_task(_watch_rows(conn, ids, seen, done))
     async with kafka.started_producer(stack.config, linger_ms=0) as producer:
         t0 = time.perf_counter()
         for i, event in enumerate(events):

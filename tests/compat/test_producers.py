@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import os
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 import aiohttp
-import orjson
 import pytest
 from aiokafka.errors import KafkaError
 
@@ -32,7 +29,7 @@ from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.producers import Raw, java_producer, java_unavailable, kafkajs, kafkajs_unavailable, librdkafka
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
-from tests.support.ws import session
+from tests.support.ws import counting_pushes
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
@@ -115,25 +112,9 @@ class World:
             return resp.status
 
 
-@contextlib.asynccontextmanager
-async def pushes(
-    http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter
-) -> AsyncIterator[None]:
+def pushes(http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter):
     """A stream connection for the length of the block, counting the posts pushed by id into ``pushed``."""
-
-    async def collect(ws: aiohttp.ClientWebSocketResponse) -> None:
-        async for message in ws:
-            if message.type == aiohttp.WSMsgType.TEXT and (doc := orjson.loads(message.data))["type"] == "post.created":
-                pushed[doc["data"]["id"]] += 1
-
-    async with session(http, f"{stack.of('stream')[0].url}{BASE}/stream?key={key}") as (ws, _):
-        collector = asyncio.create_task(collect(ws))
-        try:
-            yield
-        finally:
-            collector.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await collector
+    return counting_pushes(http, f"{stack.of('stream')[0].url}{BASE}/stream?key={key}", pushed)
 
 
 async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:

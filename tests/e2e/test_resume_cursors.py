@@ -16,17 +16,18 @@ import os
 import random
 import signal
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Sequence
 
 import aiohttp
 import orjson
 import pytest
 
+from tests.support import events
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.topics import recreate_topic
 from tests.support.ws import accepted
-from tickerwire.schemas.models import Locale, LocaleEvent, Post, PostEvent
+from tickerwire.schemas.models import Locale, LocaleEvent, PostEvent
 from tickerwire.services.projector.accept import accept_log
 from tickerwire.services.projector.rebuild import rebuild
 from tickerwire.services.readmodel import cursors
@@ -58,47 +59,9 @@ def locale_event(code: str, default: bool) -> LocaleEvent:
     )
 
 
-def post_event(
-    post_id: int,
-    version: int,
-    langs: Sequence[str],
-    *,
-    status: str = "published",
-    age_s: float = 0.0,
-    tickers: Sequence[str] = ("BTC",),
-) -> PostEvent:
-    """Version ``version`` of post ``post_id`` with translations in ``langs``, published ``age_s`` ago."""
-    return PostEvent(
-        version=version,
-        emitted_at=datetime.now(timezone.utc),
-        data=Post.model_validate(
-            dict(
-                id=post_id,
-                status=status,
-                published_at=NOW - timedelta(seconds=age_s),
-                importance=50,
-                sentiment="NEUTRAL",
-                tickers=list(tickers),
-                hashtags=[],
-                categories=[],
-                cover_image_url="https://img.example/c.jpg",
-                og_image_url="https://img.example/o.jpg",
-                source_url="https://src.example/a",
-                byline="Desk",
-                translations=[
-                    dict(
-                        lang=lang,
-                        slug=f"r-{post_id}-{lang.lower()}",
-                        canonical_url=f"https://n.example/{lang}/{post_id}",
-                        title=f"Post {post_id} v{version} ({lang})",
-                        lede="A lede.",
-                        body="One.\n\nTwo.",
-                    )
-                    for lang in langs
-                ],
-            )
-        ),
-    )
+def post_event(post_id: int, version: int, langs: Sequence[str], **fields) -> PostEvent:
+    """Version ``version`` of post ``post_id`` in ``langs``, published ``age_s`` before this module loaded."""
+    return events.post_event(post_id, version, langs, now=NOW, **fields)
 
 
 @pytest.fixture(scope="module")

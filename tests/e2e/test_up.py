@@ -220,6 +220,32 @@ def listener_port(url: str) -> int:
     return int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
 
 
+def assert_exited_with_one_line(run: subprocess.Popen, err: list[str]) -> None:
+    assert run.returncode != 0
+    # stderr also has up's own log records (JSON lines); what it says to the user is one line.
+    said = [line for line in err if not line.startswith("{")]
+    assert len(said) == 1 and said[0].startswith("tickerwire up: "), err
+
+
+def assert_each_serves_on_its_own_ports(infos: list[dict]) -> None:
+    """No port is shared between the ups, and each up's listeners are its own children's."""
+    listeners = [
+        {
+            "api": listener_port(info["base_url"]),
+            "stream": listener_port(info["stream_url"]),
+            **{f"{name}_admin": listener_port(url) for name, url in info["admin"].items()},
+        }
+        for info in infos
+    ]
+    if len(infos) == 2:
+        assert not set(listeners[0].values()) & set(listeners[1].values()), listeners
+    for info, ports_of in zip(infos, listeners):
+        children = dict(zip(("projector", "api", "stream"), info["pids"]["children"]))
+        for name, port in ports_of.items():
+            assert listens_on(children[name.removesuffix("_admin")], port) is not False, (name, port)
+        asyncio.run(exercise(info, {f"{k}_port": v for k, v in ports_of.items()}))
+
+
 def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_one_line():
     # The same preferred ports for both: what two `up`s choosing free ports at the same moment get.
     ports = up_ports()
@@ -247,26 +273,8 @@ def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_
         for i in set(range(2)) - set(up):
             for reader in readers:
                 reader.join(timeout=5)
-            assert runs[i].returncode != 0
-            # stderr also has up's own log records (JSON lines); what it says to the user is one line.
-            said = [line for line in err[i] if not line.startswith("{")]
-            assert len(said) == 1 and said[0].startswith("tickerwire up: "), err[i]
-        infos = [orjson.loads((dirs[i] / "up.json").read_bytes()) for i in up]
-        listeners = [
-            {
-                "api": listener_port(info["base_url"]),
-                "stream": listener_port(info["stream_url"]),
-                **{f"{name}_admin": listener_port(url) for name, url in info["admin"].items()},
-            }
-            for info in infos
-        ]
-        if len(up) == 2:
-            assert not set(listeners[0].values()) & set(listeners[1].values()), listeners
-        for info, ports_of in zip(infos, listeners):  # each up's listeners are its own children's
-            children = dict(zip(("projector", "api", "stream"), info["pids"]["children"]))
-            for name, port in ports_of.items():
-                assert listens_on(children[name.removesuffix("_admin")], port) is not False, (name, port)
-            asyncio.run(exercise(info, {f"{k}_port": v for k, v in ports_of.items()}))
+            assert_exited_with_one_line(runs[i], err[i])
+        assert_each_serves_on_its_own_ports([orjson.loads((dirs[i] / "up.json").read_bytes()) for i in up])
     finally:
         for run in runs:
             if run.poll() is None:

@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 
 import aiohttp
-import orjson
 import pytest
 
 from tests.conftest import TEST_KAFKA_SETTINGS
 from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
-from tests.support.ws import session
+from tests.support.ws import counting_pushes
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())]
@@ -112,31 +111,6 @@ async def test_a_broker_killed_and_restarted_with_its_log_is_waited_for_loudly_a
             await conn.close()
 
 
-@contextlib.asynccontextmanager
-async def pushes(http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter):
+def pushes(http: aiohttp.ClientSession, stack: ServiceStack, key: str, pushed: collections.Counter):
     """A stream connection that resumes with its cursor whenever it drops, counting pushed posts."""
-    url = f"{stack.of('stream')[0].url}{BASE}/stream?key={key}&cursors=true"
-    cursor: list[str] = []
-
-    async def follow() -> None:
-        while True:
-            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                resume = f"&resume={cursor[-1]}" if cursor else ""
-                async with session(http, url.replace("&cursors=true", "") + "&cursors=true" + resume) as (ws, _):
-                    async for message in ws:
-                        if message.type != aiohttp.WSMsgType.TEXT:
-                            continue
-                        doc = orjson.loads(message.data)
-                        if doc["type"] == "post.created":
-                            pushed[doc["data"]["id"]] += 1
-                        if doc.get("cursor"):
-                            cursor.append(doc["cursor"])
-            await asyncio.sleep(0.5)
-
-    task = asyncio.create_task(follow())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return counting_pushes(http, f"{stack.of('stream')[0].url}{BASE}/stream?key={key}", pushed, resuming=True)

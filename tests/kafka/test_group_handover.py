@@ -19,13 +19,12 @@ import signal
 import time
 
 import aiohttp
-import orjson
 import pytest
 
 from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, Service, ServiceStack, started_stack
-from tests.support.ws import session
+from tests.support.ws import counting_pushes
 from tickerwire.services.readmodel import positions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())]
@@ -78,26 +77,8 @@ class Flow:
             self.next_id += 1
             await asyncio.sleep(1 / RATE)
 
-    @contextlib.asynccontextmanager
-    async def pushes(self, http: aiohttp.ClientSession):
-        url = f"{self.stack.of('stream')[0].url}{BASE}/stream?key={self.key}"
-
-        async def collect(ws) -> None:
-            async for message in ws:
-                if (
-                    message.type == aiohttp.WSMsgType.TEXT
-                    and (doc := orjson.loads(message.data))["type"] == "post.created"
-                ):
-                    self.pushed[doc["data"]["id"]] += 1
-
-        async with session(http, url) as (ws, _):
-            task = asyncio.create_task(collect(ws))
-            try:
-                yield
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+    def pushes(self, http: aiohttp.ClientSession):
+        return counting_pushes(http, f"{self.stack.of('stream')[0].url}{BASE}/stream?key={self.key}", self.pushed)
 
     async def check(self, http: aiohttp.ClientSession) -> None:
         """Every published post served, pushed exactly once, and one row each."""

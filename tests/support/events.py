@@ -158,6 +158,35 @@ def fresh_post_ev(post_id: int, **fields: Any) -> PostEvent:
     return post_ev(post_id, at=now - timedelta(seconds=1), emitted_at=now, **fields)
 
 
+def post_event(
+    post_id: int,
+    version: int,
+    langs: Sequence[str],
+    *,
+    now: datetime,
+    status: str = "published",
+    age_s: float = 0.0,
+    tickers: Sequence[str] = ("BTC",),
+) -> PostEvent:
+    """Version ``version`` of post ``post_id`` with translations in ``langs``, published ``age_s``
+    before ``now`` and emitted now: the posts the end-to-end suites (and the TypeScript client's)
+    publish to running processes."""
+    return post_ev(
+        post_id,
+        version,
+        status=status,
+        at=now - timedelta(seconds=age_s),
+        sentiment="NEUTRAL",
+        tickers=tickers,
+        langs=langs,
+        hashtags=(),
+        title=f"Post {post_id} v{version}",
+        lede="A lede.",
+        body="One.\n\nTwo.",
+        emitted_at=datetime.now(timezone.utc),
+    )
+
+
 def workspace_ev(ws_id: str, version: int = 1, *, status: str = "active") -> WorkspaceEvent:
     return WorkspaceEvent(
         version=version, emitted_at=T0, data=Workspace(id=ws_id, name=f"{ws_id} v{version}", status=status)

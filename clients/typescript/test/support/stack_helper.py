@@ -19,13 +19,15 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO / "clients" / "python" / "src"))
+sys.path.insert(0, str(REPO))  # tests.support
 
-from tickerwire.schemas.models import Post, PostEvent  # noqa: E402
+from tests.support import events  # noqa: E402
+from tickerwire.schemas.models import PostEvent  # noqa: E402
 from tickerwire.services.cli.main import _config  # noqa: E402
 from tickerwire.services.cli.publish import send_events  # noqa: E402
 from tickerwire.services.common.kafka import started_producer  # noqa: E402
@@ -35,38 +37,14 @@ NOW = datetime.now(timezone.utc)
 
 
 def post_event(spec: dict) -> PostEvent:
-    post_id = int(spec["id"])
-    version = int(spec.get("version", 1))
-    return PostEvent(
-        version=version,
-        emitted_at=datetime.now(timezone.utc),
-        data=Post.model_validate(
-            dict(
-                id=post_id,
-                status=spec.get("status", "published"),
-                published_at=NOW - timedelta(seconds=float(spec.get("age_s", 0))),
-                importance=50,
-                sentiment="NEUTRAL",
-                tickers=list(spec.get("tickers", ["BTC"])),
-                hashtags=[],
-                categories=[],
-                cover_image_url="https://img.example/c.jpg",
-                og_image_url="https://img.example/o.jpg",
-                source_url="https://src.example/a",
-                byline="Desk",
-                translations=[
-                    dict(
-                        lang=lang,
-                        slug=f"ts-{post_id}-{lang.lower()}",
-                        canonical_url=f"https://n.example/{lang}/{post_id}",
-                        title=f"Post {post_id} v{version} ({lang})",
-                        lede="A lede.",
-                        body="One.\n\nTwo.",
-                    )
-                    for lang in spec["langs"]
-                ],
-            )
-        ),
+    return events.post_event(
+        int(spec["id"]),
+        int(spec.get("version", 1)),
+        spec["langs"],
+        now=NOW,
+        status=spec.get("status", "published"),
+        age_s=float(spec.get("age_s", 0)),
+        tickers=spec.get("tickers", ["BTC"]),
     )
 
 
