@@ -1577,11 +1577,11 @@ def access_events(
         EmbedEvent(
             version=1, emitted_at=now, data=Embed(id=embed_id, workspace_id=workspace_id, kind="badge", created_at=now)
         ),
-        heartbeat_event(now=now, workspace_id=workspace_id, embed_id=embed_id),
+        demo_heartbeat(now=now, workspace_id=workspace_id, embed_id=embed_id),
     ]
 
 
-def heartbeat_event(*, now: datetime, workspace_id: str = "ws_demo", embed_id: str = "bdg_demo0001") -> HeartbeatEvent:
+def demo_heartbeat(*, now: datetime, workspace_id: str = "ws_demo", embed_id: str = "bdg_demo0001") -> HeartbeatEvent:
     """The badge's heartbeat landing ``now`` (its version is the time, so a later one supersedes it)."""
     heartbeat = Heartbeat(embed_id=embed_id, workspace_id=workspace_id, landed_at=now)
     return HeartbeatEvent(version=int(now.timestamp() * 1000), emitted_at=now, data=heartbeat)

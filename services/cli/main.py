@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from ..common.runtime.config import STATE_DIR_DEFAULT, ConfigError, setting
 from ..common.runtime.logs import setup_logging
-from .settings import FullConfig, describe
+from .settings import FullConfig, settings_table
 
 
 def _config() -> FullConfig:
@@ -324,11 +324,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     if args.markdown:
-        from .settings import markdown
+        from .settings import configuration_markdown
 
-        sys.stdout.write(markdown())
+        sys.stdout.write(configuration_markdown())
         return 0
-    for var, default in describe():
+    for var, default in settings_table():
         print(f"{var}\t{default}")
     return 0
 

@@ -34,10 +34,10 @@ def parse_lines(lines: Iterable[str]) -> tuple[list, list[LineError]]:
     return events, errors
 
 
-Marks = dict[tuple[str, int], int]
+TopicMarks = dict[tuple[str, int], int]
 
 
-async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence) -> Marks:
+async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence) -> TopicMarks:
     """Send every event keyed by its entity and wait until the broker has them all.
 
     Returns, per (topic, partition), the offset after the last record written there."""
@@ -51,19 +51,19 @@ async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence)
             )
         )
     await producer.flush()
-    marks: Marks = {}
+    marks: TopicMarks = {}
     for meta in await asyncio.gather(*futures):
         key = (meta.topic, meta.partition)
         marks[key] = max(marks.get(key, 0), meta.offset + 1)
     return marks
 
 
-async def publish(config: Config, events: Sequence) -> Marks:
+async def publish(config: Config, events: Sequence) -> TopicMarks:
     async with started_producer(config) as producer:
         return await send_events(producer, config.topic_prefix, events)
 
 
-async def publish_declared(config: Config, events: Sequence) -> Marks:
+async def publish_declared(config: Config, events: Sequence) -> TopicMarks:
     """What a command publishes: the declared topics are created first where missing
     (:func:`..common.kafka.ensure_declared_before`), so the broker never creates ours on demand."""
     await ensure_declared_before(config, "publishing")

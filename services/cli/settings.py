@@ -21,11 +21,11 @@ class FullConfig(ProjectorConfig, StreamConfig, ApiConfig):
     """The shared settings, then the API's, the stream's and the projector's."""
 
 
-def describe() -> list[tuple[str, str]]:
+def settings_table() -> list[tuple[str, str]]:
     """(variable, default) pairs of every setting, for ``tickerwire config``."""
     return _describe(FullConfig)
 
 
-def markdown() -> str:
+def configuration_markdown() -> str:
     """docs/configuration.md."""
     return _markdown(FullConfig)

@@ -41,7 +41,7 @@ async def publish_demo(config: FullConfig, args, own: OwnBroker | None) -> tuple
 
     now = datetime.now(timezone.utc)
     saved = own.saved_demo() if own is not None else None
-    events: list[AnyEvent] = [dataset.heartbeat_event(now=now, workspace_id=DEMO_WORKSPACE, embed_id=DEMO_EMBED)]
+    events: list[AnyEvent] = [dataset.demo_heartbeat(now=now, workspace_id=DEMO_WORKSPACE, embed_id=DEMO_EMBED)]
     if saved is None:
         key = generate_key()
         saved = DemoState(key, demo_key_id(own), dataset=False)

@@ -184,10 +184,12 @@ def test_configuration_md_is_what_tickerwire_config_markdown_prints():
     (`tickerwire config --markdown > docs/configuration.md`)."""
     from pathlib import Path
 
-    from tickerwire.services.cli.settings import markdown
+    from tickerwire.services.cli.settings import configuration_markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-    assert doc.read_text() == markdown(), "regenerate: tickerwire config --markdown > docs/configuration.md"
+    assert doc.read_text() == configuration_markdown(), (
+        "regenerate: tickerwire config --markdown > docs/configuration.md"
+    )
 
 
 def test_every_setting_says_what_it_does():
