@@ -261,6 +261,16 @@ def module_file(dotted: str) -> tuple[Path | None, list[str]]:
     return None, []
 
 
+def _names_of(node: ast.stmt) -> list[str]:
+    """The names one statement binds, other than a definition's (imports and assignments)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)]
+    return []
+
+
 def bound_in(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
     """The names a block binds (definitions, assignments, imports; also under if/try), each
     with the body of the class it names, if it is one."""
@@ -270,20 +280,12 @@ def bound_in(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
             names[node.name] = node.body
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names[node.name] = []
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names[alias.asname or alias.name.split(".")[0]] = []
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        names[name.id] = []
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
-            for block in (node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])):
+            blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+            for block in blocks + [handler.body for handler in getattr(node, "handlers", [])]:
                 names.update(bound_in(block))
-            for handler in getattr(node, "handlers", []):
-                names.update(bound_in(handler.body))
+        else:
+            names.update({name: [] for name in _names_of(node)})
     return names
 
 
