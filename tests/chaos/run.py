@@ -36,6 +36,9 @@ from tests.reliability.run import conditions
 RESULTS = report.REPO / "chaos-results"
 #: How long the clients get, once the faults and the writers stopped, to catch up.
 CATCH_UP_S = 120.0
+#: How long after an injected fault ended an ERROR line is still put down to it (a restarted
+#: process's start, a consumer that finds its session expired when it is resumed).
+ERROR_AFTERMATH_S = 15.0
 
 
 async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, followers: int = 3) -> dict:
@@ -83,12 +86,14 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
             violations += await checker.served(c, history, http)
             violations += await checker.counters(c, history, http)
             violations += await checker.processes(c, http)
+            checked_at = history.now()
         finally:
             for task in [*writers, *client_tasks, supervisor, nemesis]:
                 task.cancel()
             await asyncio.gather(*writers, *client_tasks, supervisor, nemesis, return_exceptions=True)
             c.stack.stop_all()
             shutil.copytree(c.stack.log_dir, results / "logs", dirs_exist_ok=True)
+    violations += unexplained_errors(results / "logs", history, checked_at)
     extra = {
         "fault_minutes": minutes,
         "error_lines": error_lines(results / "logs"),
@@ -123,8 +128,13 @@ def error_kinds(logs: Path) -> dict[str, int]:
 
 
 def errors(logs: Path) -> list[tuple[str, str]]:
-    """(service, "logger: message") of each ERROR or CRITICAL line of the services' logs (one
-    JSON object a line, as every service writes them)."""
+    """(service, "logger: message") of each ERROR or CRITICAL line of the services' logs."""
+    return [(service, message) for service, _, message in timed_errors(logs)]
+
+
+def timed_errors(logs: Path) -> list[tuple[str, float, str]]:
+    """(service, epoch seconds, "logger: message") of each ERROR or CRITICAL line of the
+    services' logs (one JSON object a line, as every service writes them)."""
     found = []
     for log in sorted(logs.glob("*.log")):
         for line in log.read_text(errors="replace").splitlines():
@@ -133,7 +143,22 @@ def errors(logs: Path) -> list[tuple[str, str]]:
             except ValueError:
                 continue  # a line a library printed as it is
             if isinstance(entry, dict) and entry.get("level") in ("error", "critical"):
-                found.append((log.name.split("-", 1)[0], f"{entry.get('logger')}: {entry.get('msg')}"))
+                at = datetime.fromisoformat(str(entry.get("ts")).replace("Z", "+00:00")).timestamp()
+                found.append((log.name.split("-", 1)[0], at, f"{entry.get('logger')}: {entry.get('msg')}"))
+    return found
+
+
+def unexplained_errors(logs: Path, history: History, until: float) -> list[str]:
+    """A violation for each ERROR line, logged before the checks ended at ``until``, that no
+    injected fault explains: none was under way from a second before it to
+    :data:`ERROR_AFTERMATH_S` after it ended (an ERROR line says an operator is needed; a
+    fault we inject and the system rides out must not need one, and anything else is a bug)."""
+    found = []
+    for service, at, message in timed_errors(logs):
+        t = at - history.wall_t0
+        explained = any(f.start - 1.0 <= t <= f.end + ERROR_AFTERMATH_S for f in history.faults)
+        if t <= until and not explained:
+            found.append(f"{t:.1f}s: {service} logged an ERROR no injected fault explains: {message[:200]}")
     return found
 
 

@@ -4,9 +4,11 @@ the SIGKILL alone held back counts in both), and its count of ERROR lines."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from tests.chaos.history import Delivery, Fault, History
 from tests.chaos.report import after_kills, kill_costs
-from tests.chaos.run import error_kinds, error_lines
+from tests.chaos.run import error_kinds, error_lines, unexplained_errors
 
 
 def history(faults: list[Fault], posts: dict[int, tuple[float, float]]) -> History:
@@ -58,3 +60,19 @@ def test_error_lines_are_counted_from_the_services_json_logs(tmp_path):
         "projector aiokafka: Unable connect to node with id N": 2,
         "api tickerwire.api: down for N s": 1,
     }
+
+
+def test_an_error_line_no_injected_fault_explains_is_a_violation(tmp_path):
+    history = History(7)
+    history.wall_t0 = datetime(2026, 11, 27, 9, 0, tzinfo=timezone.utc).timestamp()
+    history.faults.append(Fault("kill projector", 10.0, 11.0))
+    line = '{"ts":"2026-11-27T09:00:%06.3f+00:00","level":"error","service":"s","logger":"x","msg":"%s"}\n'
+    (tmp_path / "projector-4001.log").write_text(
+        line % (9.5, "a second before the kill: explained")
+        + line % (25.0, "fourteen seconds after the restart: explained")
+        + line % (40.0, "long after any fault: a violation")
+        + line % (59.0, "after the checks ended: the stop's business")
+    )
+    assert unexplained_errors(tmp_path, history, until=50.0) == [
+        "40.0s: projector logged an ERROR no injected fault explains: x: long after any fault: a violation"
+    ]

@@ -8,6 +8,7 @@ import logging
 import sys
 
 import orjson
+from aiokafka import errors as kafka_errors
 
 from tickerwire.services.common.http.requestlog import REQUEST_ID, RequestIdFilter, request_id
 from tickerwire.services.common.operator.endpoints import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
@@ -16,6 +17,7 @@ from tickerwire.services.common.runtime.logs import (
     JsonFormatter,
     LibraryFloodFilter,
     LogLimiter,
+    RetriedLibraryErrors,
 )
 from tickerwire.services.stream.handshake import handshake_error
 
@@ -149,3 +151,15 @@ def test_handshake_checks():
     ):
         response = handshake_error(bad)
         assert response is not None and response.status == 400, bad
+
+
+def test_a_retried_coordinator_lookup_is_a_warning_and_any_other_aiokafka_error_stays_an_error():
+    def record(msg: str, *args) -> logging.LogRecord:
+        return logging.LogRecord("aiokafka.consumer.group_coordinator", logging.ERROR, __file__, 1, msg, args, None)
+
+    retried = RetriedLibraryErrors()
+    loading = record("Group Coordinator Request failed: %s", kafka_errors.CoordinatorNotAvailableError())
+    fatal = record("Group Coordinator Request failed: %s", kafka_errors.KafkaError())
+    expired = record("Heartbeat session expired - marking coordinator dead")
+    assert all(retried.filter(r) for r in (loading, fatal, expired))
+    assert [r.levelname for r in (loading, fatal, expired)] == ["WARNING", "ERROR", "ERROR"]

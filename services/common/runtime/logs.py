@@ -268,6 +268,27 @@ class ExpectedFaultTracebacks(logging.Filter):
         return True
 
 
+class RetriedLibraryErrors(logging.Filter):
+    """A WARNING, not an ERROR, for what a library logs at ERROR and then retries on its own:
+    aiokafka's "Group Coordinator Request failed" with a retriable error (a fresh or restarted
+    broker still loading its group coordinator answers so for a second or two). The join it
+    delays is watched by the projector, which logs an ERROR of its own and turns unready when
+    a join does not finish (``TICKERWIRE_PROJECTOR_GROUP_JOIN_TIMEOUT_S``): an ERROR line
+    says that something needs an operator, and a retry that succeeds needs none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.levelno == logging.ERROR
+            and record.name == "aiokafka.consumer.group_coordinator"
+            and str(record.msg).startswith("Group Coordinator Request failed")
+            and isinstance(record.args, tuple)
+            and record.args
+            and getattr(record.args[0], "retriable", False)
+        ):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def _fold(record: logging.LogRecord, text: str) -> None:
     exc = record.exc_info[1] if record.exc_info else None
     record.msg = f"{text}: {type(exc).__name__}: {exc}" if str(exc) else f"{text}: {type(exc).__name__}"
@@ -284,6 +305,7 @@ def setup_logging(service: str, level: str = "INFO") -> None:
     handler.addFilter(LibraryFloodFilter("aiokafka"))
     handler.addFilter(LibraryFloodFilter("asyncpg"))
     handler.addFilter(ExpectedFaultTracebacks())
+    handler.addFilter(RetriedLibraryErrors())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
