@@ -83,7 +83,7 @@ class Message:
     ``tag`` is the caller's (the hub keeps the counter of the message's type there);
     ``shared``: queued to many connections (a broadcast), not one connection's own."""
 
-    __slots__ = ("payload", "tag", "shared", "frames", "after")
+    __slots__ = ("payload", "tag", "shared", "frames", "after", "_hit")
 
     def __init__(self, payload: bytes, tag: Any = None, shared: bool = False) -> None:
         self.payload = payload
@@ -93,6 +93,8 @@ class Message:
         self.frames: dict[int, bytes] = {}
         #: By (encoding, previous message's payload): the frame compressed after that message.
         self.after: dict[tuple[int, bytes], bytes] = {}
+        #: The last of them handed out, for the next connection (most have the same history).
+        self._hit: tuple[int, bytes, bytes] | None = None
 
     def frame(self, encoding: int, built: Callable[[], object] | None = None) -> bytes:
         """The frame with no history (``built`` is called when it is built now)."""
@@ -108,6 +110,9 @@ class Message:
         message was ``previous`` (None: none yet), in ``encoding`` (a deflate window)."""
         if previous is None or (self.shared and not previous.shared):
             return self.frame(encoding, built)
+        hit = self._hit
+        if hit is not None and hit[1] is previous.payload and hit[0] == encoding:
+            return hit[2]
         key = (encoding, previous.payload)
         frame_ = self.after.get(key)
         if frame_ is None:
@@ -116,4 +121,5 @@ class Message:
             frame_ = self.after[key] = frame(self.payload, encoding, previous.payload)
             if built is not None:
                 built()
+        self._hit = (encoding, previous.payload, frame_)
         return frame_

@@ -155,6 +155,10 @@ def test_a_shared_message_is_compressed_after_a_shared_one_only_and_after_a_boun
     assert nxt.frame_after(15, own) is nxt.frame(15)  # one connection's own ready: no history
     assert nxt.frame_after(15, shared) is nxt.frame_after(15, shared) != nxt.frame(15)
     assert Message(post(3)).frame_after(15, own) != Message(post(3)).frame(15)  # own after own: its history
+    other = Message(post(4), shared=True)
+    for previous in (other, shared, other, shared):  # alternating histories: each its own frame
+        assert nxt.frame_after(15, previous) is nxt.after[(15, previous.payload)]
+    assert nxt.frame_after(15, shared) != nxt.frame_after(15, other)
     for n in range(MAX_HISTORIES + 3):
         nxt.frame_after(15, Message(post(100 + n), shared=True))
     assert len(nxt.after) == MAX_HISTORIES
