@@ -2,7 +2,8 @@
 
 A message is encoded once and the same :class:`~.frames.Message` is queued to every
 connection; its frame is built once per encoding (plain, or deflated with one window size)
-and those same bytes are written to every connection of that encoding (``frames.py``). The
+and history (the previous message of a connection with context takeover), and those same
+bytes are written to every connection that shares them (``frames.py``). The
 per-message, per-connection work is one ``put_nowait``; a writer that wakes up to several
 queued messages writes their frames in one transport write. Connections
 are grouped by their opt-in filter (``filters.py``): a post.created is matched once per
@@ -47,6 +48,8 @@ class Sink(Protocol):
 
     #: Which frame of a message it takes (frames.py): 0 plain, else the deflate window bits.
     encoding: int
+    #: Deflate with context takeover: its client inflates each message after the ones before.
+    takeover: bool
 
     def write(self, data: bytes) -> None: ...
 
@@ -96,9 +99,10 @@ class Hub:
         }
         self._built = {encoding: metrics.frames_built.labels(encoding_label(encoding)) for encoding in range(16)}
 
-    def message(self, payload: bytes) -> Message:
-        """``payload`` (one encoded message) ready to be queued to any number of connections."""
-        return Message(payload, self._sent.get(payload[9:13]))
+    def message(self, payload: bytes, shared: bool = False) -> Message:
+        """``payload`` (one encoded message) ready to be queued to any number of connections
+        (``shared``: to many, a broadcast; else it is one connection's own)."""
+        return Message(payload, self._sent.get(payload[9:13]), shared)
 
     def open(
         self,
@@ -175,7 +179,7 @@ class Hub:
 
     def broadcast(self, payload: bytes) -> int:
         """Queue ``payload`` to every open connection; returns how many got it."""
-        message = self.message(payload)
+        message = self.message(payload, shared=True)
         slow = [conn for conn in self.connections.values() if not self._offer(conn, message)]
         for conn in slow:  # closed after the loop: closing changes the set being walked
             self._slow(conn)
@@ -193,8 +197,8 @@ class Hub:
         Connections that opted in to cursors get ``with_cursor`` (the same message with its
         cursor: one message for all of them), except one that already had announcement ``key``
         (partition, offset, lang) replayed."""
-        message = self.message(payload)
-        cursored = None if with_cursor is None else self.message(with_cursor)
+        message = self.message(payload, shared=True)
+        cursored = None if with_cursor is None else self.message(with_cursor, shared=True)
         slow: list[Connection] = []
         offered = 0
         for stream_filter, group in self.groups.items():
@@ -305,18 +309,22 @@ class Hub:
             self.close(conn, protocol.CLOSE_INTERNAL_ERROR, protocol.INTERNAL_ERROR_REASON)
 
     async def _drain(self, conn: Connection) -> None:
-        queue, sink, built = conn.queue, conn.sink, self._built
-        encoding = sink.encoding
+        queue, sink = conn.queue, conn.sink
+        encoding, takeover, built = sink.encoding, sink.takeover, self._built[sink.encoding].inc
+        # With context takeover: the last message written to this connection (every message
+        # is, compressed), so its client's window ends with it; chosen here, in write order.
+        last: Message | None = None
         while True:
             batch = [await queue.get()]
             while not queue.empty():  # one wake-up, one write: everything already queued
                 batch.append(queue.get_nowait())
             frames = []
             for message in batch:
-                frame = message.frames.get(encoding)
-                if frame is None:  # the first connection of this encoding to take it builds it
-                    frame = message.frame(encoding)
-                    built[encoding].inc()
+                if takeover:
+                    frame = message.frame_after(encoding, last, built)
+                    last = message
+                else:  # the first connection of this encoding to take it builds it
+                    frame = message.frames.get(encoding) or message.frame(encoding, built)
                 frames.append(frame)
             try:
                 sink.write(frames[0] if len(frames) == 1 else b"".join(frames))

@@ -2,8 +2,12 @@
 Node's ``ws`` (deflate offered, its default, and not), Python's ``websockets`` (its default
 offer, an offer of a 10-bit server window, no offer) and aiohttp's client (deflate and
 not, one with resume cursors) are connected to one stream at once; each gets every post, with
-the same ``data`` byte for byte, and the stream built each post's frame once per encoding,
-not once per connection. The Node clients skip, naming it, without node and ``ws``."""
+the same ``data`` byte for byte, and the stream built each post's frame once per encoding and
+history, not once per connection. Then a long mixed sequence: frequent ``ping`` messages
+between the posts, a filtered connection, clients asking for ``server_no_context_takeover``
+and for 9- and 10-bit windows, a connection resuming with a cursor while posts go live; with
+context takeover, each frame is compressed after the connection's previous message, and every
+client inflates every message. The Node clients skip, naming it, without node and ``ws``."""
 
 from __future__ import annotations
 
@@ -30,12 +34,14 @@ from tickerwire.services.cli.publish import publish
 
 POSTS = 40
 
-#: argv: url, posts expected, "deflate" or "plain". Prints the negotiated extensions once ready,
-#: then one JSON line of every post.created payload as received.
+#: argv: url, posts expected, "deflate", "plain", "notakeover" (deflate, asking for
+#: server_no_context_takeover) or "window9" (deflate, asking for a 9-bit server window). Prints
+#: the negotiated extensions once ready, then one JSON line of every post.created payload as received.
 NODE_CLIENT = """
 const WebSocket = require('ws');
 const [url, expect, mode] = process.argv.slice(1);
-const ws = new WebSocket(url, {perMessageDeflate: mode === 'deflate'});
+const deflate = {deflate: true, plain: false, notakeover: {serverNoContextTakeover: true}, window9: {serverMaxWindowBits: 9}};
+const ws = new WebSocket(url, {perMessageDeflate: deflate[mode]});
 const got = [];
 let extensions = null;
 ws.on('upgrade', (res) => { extensions = res.headers['sec-websocket-extensions'] || null; });
@@ -53,25 +59,27 @@ ws.on('error', (err) => { console.error(String(err)); process.exit(1); });
 
 class Client:
     """One client: ``ready`` resolves with the Sec-WebSocket-Extensions answer once it has its
-    ready message; ``done`` with every post.created payload it received."""
+    ready message; ``done`` with every post.created payload it received (``got``, as they come)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.ready: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task | None = None
+        self.got: list[bytes] = []
 
     async def done(self) -> list[bytes]:
         assert self.task is not None
         return await asyncio.wait_for(self.task, 60)
 
 
-def aiohttp_client(url: str, compress: int, cursors: bool = False) -> Client:
-    client = Client(f"aiohttp compress={compress}" + (" cursors" if cursors else ""))
+def aiohttp_client(url: str, compress: int, cursors: bool = False, expect: int = POSTS, query: str = "") -> Client:
+    client = Client(f"aiohttp compress={compress}{query}" + (" cursors" if cursors else ""))
+    url += query
     if cursors:
         url += "&cursors=true"
 
     async def run() -> list[bytes]:
-        got: list[bytes] = []
+        got = client.got
         async with aiohttp.ClientSession() as session, session.ws_connect(url, compress=compress) as ws:
             async for msg in ws:
                 assert msg.type == aiohttp.WSMsgType.TEXT, msg
@@ -79,7 +87,7 @@ def aiohttp_client(url: str, compress: int, cursors: bool = False) -> Client:
                     client.ready.set_result("permessage-deflate" if ws.compress else None)
                 elif msg.data.startswith('{"type":"post.created"'):
                     got.append(msg.data.encode())
-                    if len(got) == POSTS:
+                    if len(got) == expect:
                         return got
         return got
 
@@ -87,10 +95,12 @@ def aiohttp_client(url: str, compress: int, cursors: bool = False) -> Client:
     return client
 
 
-def websockets_client(url: str, window: int | None | bool) -> Client:
+def websockets_client(url: str, window: int | None | bool, notakeover: bool = False, expect: int = POSTS) -> Client:
     """``window``: True for the library's default offer, an int for a server window of that many
-    bits, None for no offer."""
-    client = Client(f"websockets window={window}")
+    bits, None for no offer; ``notakeover``: asking for server_no_context_takeover."""
+    client = Client(
+        f"websockets window={window}" + (" notakeover" if notakeover else "") + (" resume" if "resume=" in url else "")
+    )
     if window is True:
         options: dict = {}
     elif window is None:
@@ -98,13 +108,17 @@ def websockets_client(url: str, window: int | None | bool) -> Client:
     else:
         options = {
             "compression": None,
-            "extensions": [ClientPerMessageDeflateFactory(server_max_window_bits=window, client_max_window_bits=True)],
+            "extensions": [
+                ClientPerMessageDeflateFactory(
+                    server_max_window_bits=window, client_max_window_bits=True, server_no_context_takeover=notakeover
+                )
+            ],
         }
 
     async def run() -> list[bytes]:
-        got: list[bytes] = []
+        got = client.got
         async with websockets.connect(url, **options) as ws:
-            while len(got) < POSTS:
+            while len(got) < expect:
                 message = await ws.recv()
                 assert isinstance(message, str)
                 if message.startswith('{"type":"ready"'):
@@ -117,7 +131,7 @@ def websockets_client(url: str, window: int | None | bool) -> Client:
     return client
 
 
-def node_client(url: str, mode: str) -> Client:
+def node_client(url: str, mode: str, expect: int = POSTS) -> Client:
     client = Client(f"node ws {mode}")
 
     async def run() -> list[bytes]:
@@ -126,11 +140,12 @@ def node_client(url: str, mode: str) -> Client:
             "-e",
             NODE_CLIENT,
             url,
-            str(POSTS),
+            str(expect),
             mode,
             env={**os.environ, "NODE_PATH": str(node_modules_with("ws"))},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            limit=1 << 24,  # every post on one line
         )
         try:
             assert proc.stdout is not None
@@ -205,7 +220,7 @@ async def test_every_client_decodes_every_prepared_frame_compressed_and_not(pg_d
     for name, answer in answers.items():
         deflate = not any(mark in name for mark in ("compress=0", "window=None", "plain"))
         if deflate and not name.startswith("aiohttp"):  # aiohttp's client does not show the header
-            assert answer is not None and "server_no_context_takeover" in answer, (name, answer)
+            assert answer is not None and "server_no_context_takeover" not in answer, (name, answer)
         assert (answer is not None) == deflate, (name, answer)
     assert "server_max_window_bits=10" in answers["websockets window=10"]
     expected = [orjson.loads(p)["data"] for p in received["aiohttp compress=0"]]
@@ -216,7 +231,89 @@ async def test_every_client_decodes_every_prepared_frame_compressed_and_not(pg_d
         assert all(("cursor" in d) == name.endswith("cursors") for d in docs), name
     grown = {encoding: after.get(encoding, 0) - before.get(encoding, 0) for encoding in after}
     # Each post once per encoding in use (plain, 15-bit and 10-bit windows), with and without a
-    # cursor for the 15-bit window (the cursor client's): never once per connection.
+    # cursor for the 15-bit window (the cursor client's), each after the post before it (the
+    # first alone: each connection's previous message was its own ready): never once per connection.
     assert grown["plain"] == POSTS
     assert grown["deflate-10"] == POSTS
     assert grown["deflate-15"] == 2 * POSTS
+
+
+MIXED = 60
+#: The first post a resuming client's cursor is after.
+RESUME_AFTER = 10
+
+
+def mixed_posts() -> list:
+    """Posts of every size, some longer than a 9- or 10-bit window, one in three about ETH only."""
+    rng = random.Random(7692)
+    return [
+        post_ev(
+            n,
+            title=f"Post {n} " + "market update " * rng.randrange(30),
+            lede=" ".join(f"w{rng.randrange(997)}" for _ in range(rng.randrange(1, 400))),
+            tickers=("ETH",) if n % 3 == 0 else ("BTC",),
+        )
+        for n in range(1, MIXED + 1)
+    ]
+
+
+async def test_every_client_inflates_a_long_mixed_sequence_with_context_takeover(pg_dsn, kafka_bootstrap):
+    try:
+        node_modules_with("ws")
+        node = True
+    except pytest.skip.Exception:  # the Python clients still run
+        node = False
+    prefix = f"mixed{os.getpid()}"
+    posts = mixed_posts()
+    eth = [p.data.id for p in posts if "ETH" in p.data.tickers]
+    # A ping every 50 ms: pings fall between the posts, between a connection's ready and its
+    # first post, between a resume's replay and its live posts.
+    settings = dict(topic_posts_partitions=1, stream_ping_interval_s=0.05)
+    async with scratch_database(pg_dsn) as dsn:
+        model = ReadModel(dsn, prefix)
+        await model.project([locale_ev("en-US", default=True)])
+        key = await model.provision("ws_mixed", stream_connection_limit=30)
+        config = config_for(dsn, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, **settings)
+        async with stream_served(dsn, kafka_bootstrap, prefix, **settings) as stream:
+            url = f"{stream.url.replace('http', 'ws', 1)}{BASE}/stream?key={key}"
+            cursored = aiohttp_client(url, 15, cursors=True, expect=MIXED)
+            clients = [
+                aiohttp_client(url, 15, expect=MIXED),
+                aiohttp_client(url, 0, expect=MIXED),
+                cursored,
+                aiohttp_client(url, 15, expect=len(eth), query="&tickers=ETH"),
+                websockets_client(url, True, expect=MIXED),
+                websockets_client(url, 10, expect=MIXED),
+                websockets_client(url, 9, expect=MIXED),
+                websockets_client(url, 15, notakeover=True, expect=MIXED),
+                websockets_client(url, 10, notakeover=True, expect=MIXED),
+                websockets_client(url, None, expect=MIXED),
+            ]
+            if node:
+                clients += [node_client(url, mode, MIXED) for mode in ("deflate", "plain", "notakeover", "window9")]
+            answers = {c.name: await asyncio.wait_for(c.ready, 60) for c in clients}
+            half = MIXED // 2
+            await publish(config, posts[:half])
+            await model.project(posts[:half])
+            async with asyncio.timeout(60):
+                while len(cursored.got) < half:
+                    await asyncio.sleep(0.05)
+            # Resumes while the second half goes live: its replay is its own, its live posts shared.
+            cursor = orjson.loads(cursored.got[RESUME_AFTER - 1])["cursor"]
+            resume = f"&resume={cursor}"
+            resumers = [
+                aiohttp_client(url, 15, cursors=True, expect=MIXED - RESUME_AFTER, query=resume),
+                websockets_client(url + resume + "&cursors=true", 9, expect=MIXED - RESUME_AFTER),
+            ]
+            await publish(config, posts[half:])
+            await model.project(posts[half:])
+            received = {c.name: await c.done() for c in clients + resumers}
+    for name, answer in answers.items():
+        if answer is not None and not name.startswith("aiohttp"):  # aiohttp's client does not show the header
+            assert ("server_no_context_takeover" in answer) == ("notakeover" in name), (name, answer)
+    assert "server_max_window_bits=9" in answers["websockets window=9"]
+    expected = {orjson.loads(p)["data"]["id"]: orjson.loads(p)["data"] for p in received["aiohttp compress=0"]}
+    assert list(expected) == list(range(1, MIXED + 1))
+    for name, payloads in received.items():
+        ids = eth if "tickers=ETH" in name else list(range(RESUME_AFTER + 1 if "resume" in name else 1, MIXED + 1))
+        assert [orjson.loads(p)["data"] for p in payloads] == [expected[i] for i in ids], name

@@ -266,9 +266,10 @@ async def run(ctx: Context) -> Result:
     timeout = s.pick(30.0, 90.0)
     result.notes.append(
         "permessage-deflate: the stream runs with TICKERWIRE_STREAM_COMPRESS on; each size is measured with clients "
-        "that do not offer it (deflate off) and with clients that do (deflate on, 15-bit windows). The stream answers "
-        "with server_no_context_takeover and compresses each message once per window size, then writes the same "
-        "frame to every connection of that window (services/stream/frames.py). Bytes: the stream process's write "
+        "that do not offer it (deflate off) and with clients that do (deflate on, 15-bit windows, context takeover: "
+        "aiohttp's offer). The stream compresses each message once per window size and previous message (after the "
+        "post before it; the first post after a connection's own ready alone), then writes the same frame to every "
+        "connection that shares them (services/stream/frames.py). Bytes: the stream process's write "
         "calls (/proc/PID/io wchar) per delivery; CPU: its user + system time per delivery; already built frame: "
         "1 - frames built / messages written (tickerwire_stream_frames_built_total, tickerwire_stream_messages_sent_total)"
     )

@@ -1,10 +1,12 @@
 """Pins what the stream takes from aiohttp beyond its public API (services/stream/wire.py): the
 names it reads exist with the meaning it relies on, and, over loopback with a real aiohttp
-server and real clients (aiohttp's, ``websockets``), the handshake answers with
-``server_no_context_takeover`` and the window the client asked for, prepared frames written
-through the wire arrive decoded and in order with aiohttp's own control frames (ping, close),
-a closing connection refuses a write, and a client that stops reading pauses the wire
-until it reads again. An aiohttp upgrade that moves any of it fails here."""
+server and real clients (aiohttp's, ``websockets``), the handshake answers with the window the
+client asked for and with context takeover unless it asked for ``server_no_context_takeover``,
+prepared frames written through the wire (each compressed after the one before, with context
+takeover) arrive decoded and in order with aiohttp's own control frames (ping, close), a
+closing connection refuses a write, so does one on which aiohttp compressed a frame of its
+own, and a client that stops reading pauses the wire until it reads again. An aiohttp upgrade
+that moves any of it fails here."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def test_the_private_names_the_wire_reads_are_there():
     assert {"protocol", "transport", "compress", "notakeover"} <= set(writer)
     assert "_send_lock" in WebSocketWriter.__init__.__code__.co_names
     assert "_closing" in WebSocketWriter.__init__.__code__.co_names
+    assert "_compressobj" in WebSocketWriter.__init__.__code__.co_names
+    assert "_compressobj" in WebSocketWriter._get_compressor.__code__.co_names
     assert isinstance(BaseProtocol.__dict__["writing_paused"], property)
     assert inspect.iscoroutinefunction(BaseProtocol.__dict__["_drain_helper"])
 
@@ -47,10 +51,12 @@ class Server:
     """A real aiohttp server whose handler writes ``PAYLOADS`` as prepared frames, with an
     aiohttp ping after the first ten, then closes; it keeps each connection's wire."""
 
-    def __init__(self, *, stall: bool = False) -> None:
+    def __init__(self, *, stall: bool = False, own_frame: bool = False) -> None:
         self.wires: list[Wire] = []
         self.late_write: BaseException | None = None
+        self.own_write: BaseException | None = None
         self.stall = stall
+        self.own_frame = own_frame
         self.paused_seen = asyncio.Event()
         self.drained = asyncio.Event()
         app = web.Application()
@@ -70,8 +76,19 @@ class Server:
             self.paused_seen.set()
             await wire.drain()  # returns once the client reads again
             self.drained.set()
+        if self.own_frame:  # aiohttp compresses a message with a history of its own
+            await ws.send_str("compressed by aiohttp")
+            try:
+                wire.write(Message(PAYLOADS[1]).frame(wire.encoding))
+            except RuntimeError as exc:
+                self.own_write = exc
+            await ws.close()
+            return ws
+        last = None
         for i, payload in enumerate(PAYLOADS):
-            wire.write(Message(payload).frame(wire.encoding))
+            message = Message(payload, shared=True)
+            wire.write(message.frame_after(wire.encoding, last) if wire.takeover else message.frame(wire.encoding))
+            last = message
             if i == 9:
                 await ws.ping(b"between")
         await ws.close(code=4000, message=b"done")
@@ -108,14 +125,22 @@ async def test_aiohttp_client_decodes_prepared_frames_in_order_with_pings_and_cl
     assert isinstance(server.late_write, ConnectionResetError)
 
 
-@pytest.mark.parametrize("window", [10, 15, None], ids=["window-10", "window-15", "no-offer"])
-async def test_websockets_client_gets_its_window_and_decodes_every_frame(window):
+@pytest.mark.parametrize(
+    "window, notakeover",
+    [(9, False), (10, False), (15, False), (15, True), (10, True), (None, False)],
+    ids=["window-9", "window-10", "window-15", "window-15-no-takeover", "window-10-no-takeover", "no-offer"],
+)
+async def test_websockets_client_gets_its_window_and_decodes_every_frame(window, notakeover):
     server = Server()
     async with server as url:
         extensions = (
             None
             if window is None
-            else [ClientPerMessageDeflateFactory(server_max_window_bits=window, client_max_window_bits=True)]
+            else [
+                ClientPerMessageDeflateFactory(
+                    server_max_window_bits=window, client_max_window_bits=True, server_no_context_takeover=notakeover
+                )
+            ]
         )
         async with websockets.connect(url, extensions=extensions, compression=None) as ws:
             header = ws.response.headers.get("Sec-WebSocket-Extensions")
@@ -125,11 +150,21 @@ async def test_websockets_client_gets_its_window_and_decodes_every_frame(window)
                     got.append((await ws.recv()).encode())
         assert ws.close_code == 4000
     assert got == PAYLOADS
-    assert [w.encoding for w in server.wires] == [window or 0]
+    assert [(w.encoding, w.takeover) for w in server.wires] == [(window or 0, window is not None and not notakeover)]
     if window is None:
         assert header is None
     else:
-        assert "server_no_context_takeover" in header and (window == 15 or f"server_max_window_bits={window}" in header)
+        assert ("server_no_context_takeover" in header) == notakeover
+        assert f"server_max_window_bits={window}" in header
+
+
+async def test_a_frame_compressed_by_aiohttp_makes_the_wire_refuse_to_write():
+    server = Server(own_frame=True)
+    async with server as url, aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, compress=15) as ws:
+            assert (await ws.receive()).data == "compressed by aiohttp"
+            assert (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    assert isinstance(server.own_write, RuntimeError)
 
 
 async def test_a_client_that_stops_reading_pauses_the_wire_until_it_reads_again():
