@@ -188,10 +188,19 @@ class ApacheKafka(DataDirServer):
     log_name = "kafka.log"
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, log_path: Path | None = None, settings: dict | None = None
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+        settings: dict | None = None,
+        listeners: dict[str, tuple[int, str]] | None = None,
     ) -> None:
+        """``listeners``: more plaintext listeners beside the one clients bootstrap from, by
+        name: (the port it binds on this host, the ``host:port`` it advertises), e.g. a proxy
+        in front of that port."""
         super().__init__(data_dir, port, log_path)
         self._settings = {**SETTINGS, **(settings or {})}
+        self._listeners = dict(listeners or {})
         self._controller_port: int | None = None
 
     @property
@@ -230,10 +239,15 @@ class ApacheKafka(DataDirServer):
         self.stop()
 
     def _write_properties(self) -> Path:
+        more = self._listeners.items()
         settings = {
             **self._settings,
-            "listeners": f"PLAINTEXT://{LOCALHOST}:{self._port},CONTROLLER://{LOCALHOST}:{self._controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOCALHOST}:{self._port}",
+            "listeners": f"PLAINTEXT://{LOCALHOST}:{self._port},CONTROLLER://{LOCALHOST}:{self._controller_port}"
+            + "".join(f",{name}://{LOCALHOST}:{port}" for name, (port, _) in more),
+            "advertised.listeners": f"PLAINTEXT://{LOCALHOST}:{self._port}"
+            + "".join(f",{name}://{advertised}" for name, (_, advertised) in more),
+            "listener.security.protocol.map": self._settings["listener.security.protocol.map"]
+            + "".join(f",{name}:PLAINTEXT" for name in self._listeners),
             "controller.quorum.voters": f"1@{LOCALHOST}:{self._controller_port}",
             "log.dirs": str(self._data_dir / "log"),
         }

@@ -51,24 +51,6 @@ INSTANCE_ID = "chaos-projector-1"
 SUPERVISE_EVERY_S = 0.25
 
 
-class LinkedKafka(ApacheKafka):
-    """Apache Kafka with a second listener, ``SERVICES`` on ``services_port``, whose advertised
-    address is ``advertised`` (a link to that port)."""
-
-    def __init__(self, data_dir: Path, *, services_port: int, advertised: str, settings: dict) -> None:
-        super().__init__(data_dir, settings=settings)
-        self.services_port, self.advertised = services_port, advertised
-
-    def _write_properties(self) -> Path:
-        path = super()._write_properties()
-        props = dict(line.split("=", 1) for line in path.read_text().splitlines() if line)
-        props["listeners"] += f",SERVICES://127.0.0.1:{self.services_port}"
-        props["advertised.listeners"] += f",SERVICES://{self.advertised}"
-        props["listener.security.protocol.map"] += ",SERVICES:PLAINTEXT"
-        path.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
-        return path
-
-
 @dataclass
 class Cluster:
     root: Path
@@ -125,8 +107,11 @@ async def cluster(prefix: str = "chaos") -> AsyncIterator[Cluster]:
     root = Path(tempfile.mkdtemp(prefix="tickerwire-chaos-"))
     services_port = free_port()
     links = {"kafka": Link(f"127.0.0.1:{services_port}")}
-    kafka = LinkedKafka(
-        root / "kafka", services_port=services_port, advertised=links["kafka"].address, settings=TEST_KAFKA_SETTINGS
+    # The services' own listener, advertised as the link in front of it: only they go through it.
+    kafka = ApacheKafka(
+        root / "kafka",
+        settings=TEST_KAFKA_SETTINGS,
+        listeners={"SERVICES": (services_port, links["kafka"].address)},
     )
     # Ports of their own from the start: a restarted server is found at the same address.
     primary = EmbeddedPostgres(root / "primary", port=free_port(), settings=PRIMARY_REPLICATION_SETTINGS)

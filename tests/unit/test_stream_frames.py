@@ -173,77 +173,111 @@ class Recorder:
         self.expected: list[bytes] = []
 
 
+class MixedRun:
+    """The connections of :func:`test_every_connection_inflates_every_message_after_its_own_previous_one`
+    and what each must read: broadcasts, posts through filters, messages of one connection's own,
+    and one connection that resumes (its live messages held while its replay is queued)."""
+
+    def __init__(self, hub: Hub, clients: list[Recorder]) -> None:
+        self.hub, self.clients = hub, clients
+        self.conns = {}
+        for i, c in enumerate(clients):
+            self.conns[i] = hub.open(c.ws, None, "ws", f"k{i}", f"ses_{i}", c.filter, cursors=c.cursors)
+            ready = protocol.ready(f"ses_{i}")
+            hub.send(self.conns[i], ready)
+            c.expected.append(ready)
+        self.resumed: Recorder | None = None
+        self.replaying = False
+        self.held: list[bytes] = []  # the resuming connection's live messages while it replays
+
+    def expect(self, c: Recorder, payload: bytes) -> None:
+        (self.held if c is self.resumed and self.replaying else c.expected).append(payload)
+
+    def resume(self) -> None:
+        self.resumed = Recorder(FakeSocket(encoding=15, takeover=True), cursors=True)
+        self.clients.append(self.resumed)
+        self.conns[len(self.clients) - 1] = self.hub.open(
+            self.resumed.ws, None, "ws", "kr", "ses_r", cursors=True, replaying=True
+        )
+        self.replaying = True
+
+    def ping(self) -> None:
+        ping = protocol.ping()
+        self.hub.broadcast(ping)
+        for c in self.clients:
+            self.expect(c, ping)
+
+    def own(self, n: int, rng: random.Random) -> None:
+        i = rng.randrange(len(self.clients) - (self.resumed is not None))
+        own = protocol.ready(f"ses_{i}", f"cursor-{n}")
+        self.hub.send(self.conns[i], own)
+        self.clients[i].expected.append(own)
+
+    def post(self, n: int, rng: random.Random) -> None:
+        facts = FilterFacts("en-US", frozenset(("BTC",) if rng.random() < 0.5 else ("ETH",)), frozenset())
+        payload = post(n)
+        with_cursor = protocol.post_created(payload.split(b'"data":', 1)[1][:-1].decode(), 0, n, f"c{n}")
+        self.hub.publish(payload, facts, with_cursor)
+        for c in self.clients:
+            if c.filter.admits(facts):
+                self.expect(c, with_cursor if c.cursors else payload)
+
+    async def replay(self) -> None:
+        """The replay (the connection's own messages), then the held live ones."""
+        assert self.resumed is not None
+        conn = self.conns[len(self.clients) - 1]
+        replay = [protocol.ready("ses_r", "c0", True)] + [post(1000 + k) for k in range(5)]
+        for payload in replay:
+            await self.hub.put(conn, payload)
+        await self.hub.go_live(conn)
+        self.resumed.expected += replay + self.held
+        self.replaying = False
+
+
 async def test_every_connection_inflates_every_message_after_its_own_previous_one():
     """The hub's choice of history, through a long mixed sequence: connections of every window,
     with context takeover and without, plain, filtered, with cursors, with messages of their own
     between broadcasts, one resuming while posts go live; each connection's frames are inflated
     by one inflater of its window, as its client reads them (FakeSocket.messages). A frame
     compressed after any message but the connection's true previous one fails here."""
-    metrics = StreamMetrics()
-    hub = Hub(metrics, queue_size=4096, sink_of=lambda ws: ws)
+    hub = Hub(StreamMetrics(), queue_size=4096, sink_of=lambda ws: ws)
     btc = StreamFilter(tickers=frozenset({"BTC"}))
-    clients = [
-        Recorder(FakeSocket(encoding=15, takeover=True)),
-        Recorder(FakeSocket(encoding=15, takeover=True)),
-        Recorder(FakeSocket(encoding=15, takeover=True), btc),
-        Recorder(FakeSocket(encoding=15, takeover=True), cursors=True),
-        Recorder(FakeSocket(encoding=10, takeover=True)),
-        Recorder(FakeSocket(encoding=9, takeover=True), btc, cursors=True),
-        Recorder(FakeSocket(encoding=15)),
-        Recorder(FakeSocket(encoding=9)),
-        Recorder(FakeSocket()),
-    ]
-    conns = {}
-    for i, c in enumerate(clients):
-        conns[i] = hub.open(c.ws, None, "ws", f"k{i}", f"ses_{i}", c.filter, cursors=c.cursors)
-        ready = protocol.ready(f"ses_{i}")
-        hub.send(conns[i], ready)
-        c.expected.append(ready)
+    run = MixedRun(
+        hub,
+        [
+            Recorder(FakeSocket(encoding=15, takeover=True)),
+            Recorder(FakeSocket(encoding=15, takeover=True)),
+            Recorder(FakeSocket(encoding=15, takeover=True), btc),
+            Recorder(FakeSocket(encoding=15, takeover=True), cursors=True),
+            Recorder(FakeSocket(encoding=10, takeover=True)),
+            Recorder(FakeSocket(encoding=9, takeover=True), btc, cursors=True),
+            Recorder(FakeSocket(encoding=15)),
+            Recorder(FakeSocket(encoding=9)),
+            Recorder(FakeSocket()),
+        ],
+    )
     rng = random.Random(38)
-    resumed: Recorder | None = None
-    held: list[bytes] = []  # the resuming connection's live messages while it replays
     for n in range(1, 121):
         if n == 40:  # a connection resumes: live posts are held while its replay is queued
-            resumed = Recorder(FakeSocket(encoding=15, takeover=True), cursors=True)
-            clients.append(resumed)
-            conns[len(clients) - 1] = hub.open(resumed.ws, None, "ws", "kr", "ses_r", cursors=True, replaying=True)
+            run.resume()
         step = rng.random()
         if step < 0.15:
-            ping = protocol.ping()
-            hub.broadcast(ping)
-            for c in clients:
-                (c.expected if c is not resumed or n >= 50 else held).append(ping)
+            run.ping()
         elif step < 0.25:  # a message of one connection's own between broadcasts
-            i = rng.randrange(len(clients) - (resumed is not None))
-            own = protocol.ready(f"ses_{i}", f"cursor-{n}")
-            hub.send(conns[i], own)
-            clients[i].expected.append(own)
+            run.own(n, rng)
         else:
-            tickers = ("BTC",) if rng.random() < 0.5 else ("ETH",)
-            payload, with_cursor = (
-                post(n),
-                protocol.post_created(post(n).split(b'"data":', 1)[1][:-1].decode(), 0, n, f"c{n}"),
-            )
-            hub.publish(payload, FilterFacts("en-US", frozenset(tickers), frozenset()), with_cursor)
-            for c in clients:
-                if c.filter.admits(FilterFacts("en-US", frozenset(tickers), frozenset())):
-                    (c.expected if c is not resumed or n >= 50 else held).append(with_cursor if c.cursors else payload)
-        if n == 49:  # the replay (the connection's own messages), then the held live ones
-            assert resumed is not None
-            replay = [protocol.ready("ses_r", "c0", True)] + [post(1000 + k) for k in range(5)]
-            for payload in replay:
-                await hub.put(conns[len(clients) - 1], payload)
-            await hub.go_live(conns[len(clients) - 1])
-            resumed.expected += replay + held
+            run.post(n, rng)
+        if n == 49:
+            await run.replay()
         if rng.random() < 0.5:  # writers take their messages now and then: batches of every size
             await asyncio.sleep(0)
     for _ in range(5):
         await asyncio.sleep(0)
-    for i, c in enumerate(clients):
+    for i, c in enumerate(run.clients):
         assert c.ws.messages == c.expected, i
-    takeover, alone = clients[0].ws, clients[6].ws  # both 15-bit windows, unfiltered, no cursors
+    takeover, alone = run.clients[0].ws, run.clients[6].ws  # both 15-bit windows, unfiltered, no cursors
     assert len(b"".join(takeover.frames)) < 0.7 * len(b"".join(alone.frames))
-    for conn in conns.values():
+    for conn in run.conns.values():
         await hub.forget(conn)
 
 
