@@ -115,9 +115,15 @@ class Principals:
         self._acquire_timeout_s = acquire_timeout_s
         self.by_hash: dict[str, Principal] = {}
         self.stamp: int | None = None
-        self.watcher: StampWatcher | None = None
+        self._watcher: StampWatcher | None = None
         self.fallback_lookups = 0
         self._on_fallback = on_fallback
+
+    def follow(self, watcher: StampWatcher) -> StampWatcher:
+        """Keep current with ``watcher``: a copy it has not confirmed current is checked against
+        the database (:meth:`authorize`). Returns the watcher, for its owner to start."""
+        self._watcher = watcher
+        return watcher
 
     @property
     def loaded(self) -> bool:
@@ -138,7 +144,7 @@ class Principals:
         return True
 
     def _current(self) -> bool:
-        return self.loaded and (self.watcher is None or self.watcher.fresh())
+        return self.loaded and (self._watcher is None or self._watcher.fresh())
 
     async def find_many(self, pool: asyncpg.Pool, digests: Iterable[str], *, wait: bool = True) -> dict[str, Principal]:
         """The principals of these key hashes (unknown ones absent): from memory while it is
@@ -146,8 +152,8 @@ class Principals:
         but unapplied access change be applied (never from within the refresh itself)."""
         digests = list(digests)
         if self._current():
-            if wait and self.watcher is not None:
-                await self.watcher.caught_up(stamp.ACCESS)
+            if wait and self._watcher is not None:
+                await self._watcher.caught_up(stamp.ACCESS)
             return {d: p for d in digests if (p := self.by_hash.get(d)) is not None}
         self.fallback_lookups += 1
         if self._on_fallback is not None:
@@ -162,7 +168,7 @@ class Principals:
         if key is None or not looks_like_key(key):
             raise AccessDenied(NOT_AUTHENTICATED)
         digest = hash_key(key)
-        watcher = self.watcher
+        watcher = self._watcher
         if self.loaded and (watcher is None or (watcher.fresh() and not watcher.behind(stamp.ACCESS))):
             principal = self.by_hash.get(digest)  # the common case: memory, no await
         else:

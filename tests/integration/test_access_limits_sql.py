@@ -129,7 +129,7 @@ async def test_a_copy_not_confirmed_current_falls_back_to_the_database(pool, pro
     principals, _ = process
     key = await add_workspace(pool, "fallback")
     await principals.refresh(pool)
-    principals.watcher = StampWatcher("postgresql://never-used", lambda: asyncio.sleep(0))  # never refreshed: not fresh
+    principals.follow(StampWatcher("postgresql://never-used", lambda: asyncio.sleep(0)))  # never refreshed: not fresh
     await pool.execute("UPDATE workspaces SET status = 'suspended' WHERE id = 'fallback'")  # no stamp bump
     with pytest.raises(AccessDenied) as exc:
         await principals.authorize(pool, key)
