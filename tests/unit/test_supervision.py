@@ -37,8 +37,11 @@ async def test_a_crashed_task_is_restarted_and_readiness_says_so_meanwhile():
     running = asyncio.create_task(supervisor.run("catalog", task))
 
     async def down():
+        # The restart's pause is jittered, uniform(0, 0.2 s): a poll every few ms can miss all
+        # of it (it did, once in a CI run). Yielding to the loop alone checks at every turn, and
+        # the supervisor's pause, however short, lasts at least one.
         while not supervisor.down:
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0)
         return await supervisor.check()
 
     ok, detail = await asyncio.wait_for(down(), 2)
