@@ -26,7 +26,7 @@ class StreamConfig(Config):
     stream_compress: bool = option(
         True,
         "accept permessage-deflate from stream clients that offer it, each message compressed once "
-        "(about 1.7x fewer bytes per delivery)",
+        "(a post.created in about 180 bytes instead of about 680)",
     )
     stream_queue_size: int = option(256, "messages buffered per stream connection before it is closed as slow", least=1)
     stream_max_pending: int = option(

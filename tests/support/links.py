@@ -6,7 +6,7 @@ what passes through, and the link keeps forwarding while the test waits on somet
   closed) and new ones are accepted but held, passing nothing, until :meth:`Link.heal`; a held
   connection is then connected to the target as if its packets had got through at last.
 - :meth:`Link.slow` adds latency: every chunk, in each direction, is passed on ``delay_s``
-  after it arrived (in order; the bandwidth is not limited), until :meth:`Link.heal`.
+  after it arrived (in order; at most :data:`MAX_CHUNKS` chunks in flight per direction), until :meth:`Link.heal`.
 
 A client given :attr:`Link.address` instead of the target's sees what a real network fault
 shows it: connections that break, connects that hang, answers that come late.
@@ -22,6 +22,8 @@ from typing import Any, Coroutine
 from tickerwire.devstack.embedded.ports import free_port
 
 CHUNK = 65536
+#: Chunks one direction of a connection holds while slowed; reading waits when it is full.
+MAX_CHUNKS = 256
 #: How long a control call (cut, slow, heal) may take on the link's loop.
 CONTROL_TIMEOUT_S = 5.0
 
@@ -150,7 +152,7 @@ class Link:
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         """Pass what ``src`` sends to ``dst``, each chunk ``delay_s`` after it arrived."""
         loop = asyncio.get_running_loop()
-        chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(MAX_CHUNKS)
 
         async def deliver() -> None:
             while True:
@@ -166,7 +168,7 @@ class Link:
         try:
             while True:
                 data = await src.read(CHUNK)
-                chunks.put_nowait((loop.time() + self.delay_s, data))
+                await chunks.put((loop.time() + self.delay_s, data))
                 if not data:
                     break
             await sender  # the rest, then the end
