@@ -180,16 +180,19 @@ async def changes(request: web.Request) -> web.Response:
     marks = dict(q.cursor.marks) if q.cursor is not None else {}
     limit = q.limit + 1 if q.cursor is not None else 0
     with storage_errors("changes"):
-        read = await cursors.read_changes(
-            # A replica that has not replayed the cursor's marks yet would refuse a cursor just
-            # issued: such a read goes to one that has, or to the primary.
-            db(request, cursors.needs(q.cursor) if q.cursor is not None else None),
-            _log_topic(request),
-            marks,
-            langs,
-            tickers=q.tickers,
-            categories=q.categories,
-            limit=limit,
+        read = await cursors.read_reaching(
+            lambda: cursors.read_changes(
+                # A replica that has not replayed the cursor's marks yet would refuse a cursor just
+                # issued: such a read goes to one that has, or to the primary.
+                db(request, cursors.needs(q.cursor) if q.cursor is not None else None),
+                _log_topic(request),
+                marks,
+                langs,
+                tickers=q.tickers,
+                categories=q.categories,
+                limit=limit,
+            ),
+            q.cursor,
         )
     request[REQUEST_LOG_POSITION] = ",".join(
         f"{p}:{o}" for p, o in sorted(read.frontier.items())

@@ -119,10 +119,33 @@ async def wait_until(db: Queryable, marks: Mapping[Key, int], *, timeout: float,
         await asyncio.sleep(poll_s)
 
 
-async def lock(conn: asyncpg.Connection, topic: str, partition: int) -> int:
-    """The partition's stored position, row-locked for the caller's transaction (created at 0)."""
+class PositionMovedBack(Exception):
+    """The stored position of a partition is behind the one its writer read it at: commits were
+    lost (a PostgreSQL crash with asynchronous commits, a failover to a standby that had not
+    received them) or an operator moved it (``projector accept-log``). Nothing may be written
+    on top of it: the records between the two would be skipped for good. The transaction is
+    rolled back and the partition is read again from ``stored``."""
+
+    def __init__(self, topic: str, partition: int, stored: int, expected: int) -> None:
+        super().__init__(
+            f"{topic}[{partition}]: the stored position is {stored}, behind {expected} where this projector "
+            "last stored it (commits lost by a PostgreSQL crash or failover, or `projector accept-log`)"
+        )
+        self.topic, self.partition, self.stored, self.expected = topic, partition, stored, expected
+
+
+async def lock(conn: asyncpg.Connection, topic: str, partition: int, *, expected: int | None = None) -> int:
+    """The partition's stored position, row-locked for the caller's transaction (created at 0).
+
+    ``expected``: the position the caller last stored or read (the one its records were fetched
+    from). A stored position behind it raises :class:`PositionMovedBack`, so a batch commits only
+    on top of the position it was read from, never over a gap. One ahead of it is fine: another
+    writer (a rebalance's new owner) applied those records, and the caller skips them."""
     await conn.execute(_LOCK, topic, partition)
-    return await conn.fetchval(_SELECT_FOR_UPDATE, topic, partition)
+    stored = await conn.fetchval(_SELECT_FOR_UPDATE, topic, partition)
+    if expected is not None and stored < expected:
+        raise PositionMovedBack(topic, partition, stored, expected)
+    return stored
 
 
 async def save(conn: asyncpg.Connection, topic: str, partition: int, next_offset: int) -> None:
