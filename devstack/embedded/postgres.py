@@ -89,6 +89,11 @@ class EmbeddedPostgres(DataDirServer):
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
 
     @property
+    def settings(self) -> dict[str, str]:
+        """The server settings it runs with."""
+        return dict(self._settings)
+
+    @property
     def dsn(self) -> str:
         """``postgresql://postgres@127.0.0.1:PORT/tickerwire`` (trust auth, no password)."""
         if self._port is None:
@@ -194,8 +199,9 @@ class EmbeddedReplica(EmbeddedPostgres):
         log_path: Path | None = None,
         *,
         apply_delay_ms: int = 0,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(data_dir, port, log_path, settings=REPLICA_SETTINGS)
+        super().__init__(data_dir, port, log_path, settings={**REPLICA_SETTINGS, **(settings or {})})
         self._primary = urlsplit(primary_dsn)
         self._apply_delay_ms = apply_delay_ms
 

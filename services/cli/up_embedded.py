@@ -91,6 +91,7 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
                 stack.state_dir / f"pgreplica{n}",
                 port=port_free_or_other(5433 + n),
                 log_path=stack.state_dir / f"postgres-replica{n}.log",
+                settings=settings,  # durable too: `tickerwire failover` makes one the primary
             )
             replica.start()
             stack.embedded.append(replica)
