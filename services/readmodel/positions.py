@@ -8,7 +8,8 @@ publisher was acknowledged for, or a log's end offsets) is reached when every pa
 position is at or past its mark (:func:`caught_up`). Every reader of positions uses this
 module: the projector (load, lock, save), the rebuild (another schema's positions), the
 stream's feed (announce only what is projected), ``tickerwire up`` (wait until projected),
-the API's consistency mark (:func:`mark_sql`) and the replicas' probe (:func:`marks_array_sql`).
+and the replicas' probe (:func:`marks_array_sql`); the API's consistency mark is
+:mod:`.logposition`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Iterable, Mapping
 import asyncpg
 
 from ..common.db import Queryable, is_migrated, quote_ident
+from .logposition import covers
 
 #: (topic, partition)
 Key = tuple[str, int]
@@ -38,20 +40,6 @@ SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[])
 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
 """
 _SELECT = "SELECT topic, partition, next_offset FROM {table}"
-
-# The consistency mark (X-Log-Position): the stored position of every partition of the posts
-# topic, "partition:offset" ascending, comma-separated; '' while nothing is stored.
-_MARK = (
-    "(SELECT COALESCE(string_agg(p.partition || ':' || p.next_offset, ',' ORDER BY p.partition), '') "
-    "FROM positions p WHERE p.topic = {topic}::text)"
-)
-
-
-def mark_sql(topic_ref: str) -> str:
-    """The consistency mark as an SQL expression, to be read inside the statement whose snapshot
-    a response reflects; ``topic_ref`` is the parameter holding the posts topic (``$2``)."""
-    return _MARK.format(topic=topic_ref)
-
 
 # The same positions as an array of [partition, next offset] pairs ('{}' while none is stored):
 # what a replica's probe reads to know how far its data goes.
@@ -104,7 +92,7 @@ def projected(stored: Mapping[Key, int], key: Key, offset: int) -> bool:
 
 def caught_up(stored: Mapping[Key, int], marks: Mapping[Key, int]) -> bool:
     """Whether every partition's position is at or past its mark (a next offset to reach)."""
-    return all(stored.get(key, 0) >= mark for key, mark in marks.items())
+    return covers(stored, marks)
 
 
 async def wait_until(db: Queryable, marks: Mapping[Key, int], *, timeout: float, poll_s: float = 0.05) -> None:
