@@ -1,5 +1,6 @@
-"""Monotonic reads: a client's ``X-Min-Log-Position`` (the ``X-Log-Position`` it last saw, or a
-pushed post's ``log_position``) makes the API answer from data at least that fresh.
+"""Monotonic reads: a client's ``X-Min-Log-Position``, an ``X-Log-Position`` value (the last one it
+saw, or a pushed post's ``log_position`` with its offset plus one: docs/api.md#log-positions),
+makes the API answer from data at least that fresh (docs/api.md#min-log-position).
 
 Statements go to a replica whose stored positions are at or past the mark, else to the primary
 (:class:`..common.db.replicas.ReplicaReader`); a page cached at an older mark is not served; an

@@ -130,6 +130,69 @@ async def test_a_client_sending_its_mark_never_gets_an_older_state(replicated):
     assert answers == 60 and older == []
 
 
+#: The delay of the replica behind the API of the pushed-post test: far above the time from a
+#: commit to its push by a stream that waits for no replica (under a second on a loaded machine).
+LAGGING_MS = 3000
+
+
+def min_log_position_for(log_position: str) -> str:
+    """The X-Min-Log-Position that asks for a read reflecting the post pushed at ``log_position``:
+    its offset plus one (docs/api.md#log-positions)."""
+    partition, offset = log_position.split(":")
+    return f"{partition}:{int(offset) + 1}"
+
+
+async def test_a_pushed_posts_position_as_documented_gets_the_post_past_a_lagging_replica(replicated):
+    """An API whose one replica applies each commit 3 s late, and a stream that waits for no
+    replica (as another deployment's stream would): the push arrives while that replica lacks
+    the post. X-Min-Log-Position as docs/api.md#log-positions says gets the post; the pushed
+    ``log_position`` as it stands is answered by the lagging replica, without the post: a read
+    that does not reflect the push, which the >= comparison accepts."""
+    stack, key, replicas = replicated
+    lagging = stack.extra_env["TICKERWIRE_DATABASE_READ_URLS"].split(",")[1]
+    # The bound raised, so that the late replica stays in this API's rotation throughout.
+    api = await stack.start("api", TICKERWIRE_DATABASE_READ_URLS=lagging, TICKERWIRE_REPLICA_MAX_LAG_S="30")
+    stream = await stack.start("stream", TICKERWIRE_DATABASE_READ_URLS="")
+    base = f"{api.url}{BASE}"
+    warm, pushed = 70_001, 70_002
+    replicas[1].set_apply_delay(LAGGING_MS)
+
+    async def read(http: aiohttp.ClientSession, post_id: int, mark: str | None = None) -> tuple[int, dict[int, int]]:
+        headers = {**auth(key), **({"X-Min-Log-Position": mark} if mark is not None else {})}
+        async with http.get(f"{base}/posts/{post_id}", headers=headers) as resp:
+            return resp.status, parse_marks(resp.headers["X-Log-Position"])
+
+    async def in_rotation(http: aiohttp.ClientSession) -> bool:
+        state = await rotation(api.admin_url, http)
+        return bool(state) and all(v == 1 for v in state.values())
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            # The replica holds every post before the pushed one (the warm one last), and its
+            # probes have said so: its positions are the pushed post's offset on that partition.
+            await stack.publish([post_ev(warm)])
+            deadline = time.monotonic() + WAIT
+            while not (await in_rotation(http) and (await read(http, warm))[0] == 200 and await in_rotation(http)):
+                assert time.monotonic() < deadline, "the lagging replica never showed the warm post"
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)  # five probes
+            async with session(http, stream.url.replace("http", "ws") + f"{BASE}/stream?key={key}") as (ws, _):
+                await stack.publish([post_ev(pushed)])
+                while (message := orjson.loads((await ws.receive(timeout=WAIT)).data))["type"] != "post.created" or (
+                    message["data"]["id"] != pushed
+                ):
+                    pass
+            partition, offset = (int(x) for x in message["log_position"].split(":"))
+            as_it_stands = await read(http, pushed, message["log_position"])
+            documented = await read(http, pushed, min_log_position_for(message["log_position"]))
+    finally:
+        replicas[1].set_apply_delay(DELAY_MS)
+        stack.stop(api)
+        stack.stop(stream)
+    assert documented[0] == 200 and documented[1][partition] > offset, documented
+    assert as_it_stands[0] == 404 and as_it_stands[1].get(partition, 0) <= offset, as_it_stands
+
+
 async def test_the_catalog_never_reloads_an_older_state_from_a_lagging_replica(replicated):
     stack, key, _ = replicated
     api = stack.of("api")[0].url

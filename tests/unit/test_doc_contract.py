@@ -133,6 +133,27 @@ def test_every_error_code_of_api_md_is_in_the_documents_and_back():
     assert closed - named == set(), "codes of the OpenAPI document that docs/api.md does not state with their status"
 
 
+#: Where X-Log-Position and a pushed post's log_position meet a reader: each links to the one
+#: statement of how they compare instead of stating it again.
+LOG_POSITION_READERS = [
+    "schemas/openapi.json",
+    "schemas/asyncapi.json",
+    "docs/operations.md",
+    "services/api/freshness.py",
+    "clients/python/README.md",
+    "clients/typescript/README.md",
+]
+
+
+def test_how_the_two_log_positions_compare_is_stated_once_and_linked():
+    stated = section(API_MD, "Consistency mark (the same format on HTTP and the stream)")
+    assert 'id="log-positions"' in stated and "`X-Min-Log-Position: p:(o+1)`" in stated
+    for name in LOG_POSITION_READERS:
+        assert "api.md#log-positions" in (ROOT / name).read_text(encoding="utf-8"), name
+    header = OPENAPI["components"]["headers"]["X-Log-Position"]["description"]
+    assert "greater than" not in header and "greater than" not in json.dumps(ASYNCAPI)
+
+
 # ----------------------------------------------------------------------- citations in the code
 
 #: A numbered section or rule of an outside specification: "spec 2.4", "spec-7 envelope",

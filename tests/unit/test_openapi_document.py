@@ -85,3 +85,17 @@ def test_counted_responses_declare_the_limit_headers_and_the_mark():
             assert {"RateLimit", "RateLimit-Policy"} <= headers, name
             assert ("X-Log-Position" in headers) == (not name.endswith(" 429")), name
     assert resolve({"$ref": "#/components/responses/NotModified"})["headers"].keys() >= {"RateLimit", "X-Log-Position"}
+
+
+def test_every_operation_takes_x_min_log_position_with_its_refusals():
+    """The API reads X-Min-Log-Position on every partner route, before the handler
+    (services/api/freshness.py): each operation declares it, the 422 of a malformed value, the
+    503 of one no data is fresh enough for yet, and the 400 of a header that is not UTF-8."""
+    header = resolve({"$ref": "#/components/parameters/min_log_position"})
+    assert (header["name"], header["in"], header["required"]) == ("X-Min-Log-Position", "header", False)
+    assert "docs/api.md#log-positions" in header["description"]
+    for _, op in OPERATIONS:
+        assert {"$ref": "#/components/parameters/min_log_position"} in op["parameters"], op["operationId"]
+        assert {"400", "422", "503"} <= set(op["responses"]), op["operationId"]
+    examples = resolve({"$ref": "#/components/responses/ValidationFailed"})["content"]["application/json"]["examples"]
+    assert examples["min_log_position"]["value"]["error"]["field"] == "X-Min-Log-Position"

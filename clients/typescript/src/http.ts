@@ -11,6 +11,7 @@ import {
   TickerwireError,
   errorFromResponse,
 } from "./errors.js";
+import { MinLogPosition } from "./freshness.js";
 import { metaFromResponse, type ResponseMeta } from "./meta.js";
 import { ResumingStream, type StreamOptions } from "./stream.js";
 import { DEFAULT_RETRY, retryDelayMs, type RetryPolicy } from "./retry.js";
@@ -99,6 +100,12 @@ export class Client {
   readonly apiKey: string;
   readonly retry: RetryPolicy;
   readonly timeoutMs: number;
+  /**
+   * The freshest consistency mark seen (responses' `X-Log-Position`, pushed posts'
+   * `log_position` + 1), sent as `X-Min-Log-Position` with every read: no later read answers
+   * from older data, whichever server or database replica serves it.
+   */
+  readonly minPosition = new MinLogPosition();
   private readonly fetchImpl: typeof fetch;
 
   constructor(options: ClientOptions) {
@@ -225,12 +232,13 @@ export class Client {
     const timeout = AbortSignal.timeout(Math.max(timeoutMs, 1));
     const combined = signal ? AbortSignal.any([signal, timeout]) : timeout;
     try {
-      const response = await this.fetchImpl(url, {
-        headers: { Authorization: `Bearer ${this.apiKey}`, Accept: "application/json" },
-        signal: combined,
-      });
+      const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}`, Accept: "application/json" };
+      const mark = this.minPosition.header();
+      if (mark !== null) headers["X-Min-Log-Position"] = mark;
+      const response = await this.fetchImpl(url, { headers, signal: combined });
       const text = await response.text();
       const meta = metaFromResponse(response.status, response.headers);
+      this.minPosition.sawLogPosition(meta.logPosition);
       let body: unknown = null;
       if (text) {
         try {

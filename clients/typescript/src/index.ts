@@ -1,5 +1,6 @@
 export { Client, PostWalk, defaultStreamUrl, type CallOptions, type ClientOptions } from "./http.js";
-export { ResumingStream, MAX_FILL_PAGES, bcp47Case, type CursorRefusal, type ItemSource, type StreamItem, type StreamOptions, type StreamStats } from "./stream.js";
+export { ResumingStream, MAX_FILL_PAGES, bcp47Case, streamUrlWithKey, type CursorRefusal, type ItemSource, type StreamItem, type StreamOptions, type StreamStats } from "./stream.js";
+export { MinLogPosition } from "./freshness.js";
 export { ResumePoint, FileCursorStore, MemoryCursorStore, type CursorStore } from "./position.js";
 export * from "./errors.js";
 export { limitsFromHeaders, metaFromResponse, parseStructuredList, retryAfterMs, type Limits, type RateLimitPolicy, type ResponseMeta } from "./meta.js";

@@ -144,6 +144,18 @@ export function bcp47Case(tag: string): string {
   ].join("-");
 }
 
+/**
+ * `streamUrl` with `apiKey` as its one `key` (the repository's docs/api.md#stream-key): the key
+ * given to the client wins over a `key` in the URL (such as `up.json`'s `stream_url` carries),
+ * which is not sent. The Python client's rule; clients/shared/vectors.json holds it for both.
+ */
+export function streamUrlWithKey(streamUrl: string, apiKey: string): URL {
+  const url = new URL(streamUrl);
+  url.searchParams.delete("key");
+  url.searchParams.set("key", apiKey);
+  return url;
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -344,8 +356,7 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
   }
 
   private url(): string {
-    const url = new URL(this.client.streamUrl);
-    if (!url.searchParams.get("key")) url.searchParams.set("key", this.client.apiKey);
+    const url = streamUrlWithKey(this.client.streamUrl, this.client.apiKey);
     if (this.position.cursor !== null) url.searchParams.set("resume", this.position.cursor);
     else url.searchParams.set("cursors", "true");
     if (this.langs) url.searchParams.set("lang", this.langs.join(","));
@@ -373,6 +384,7 @@ export class ResumingStream implements AsyncIterableIterator<StreamItem> {
       return;
     }
     if (message.type !== "post.created") return;
+    this.client.minPosition.sawPush(message.log_position);
     if (this.bufferedPosts >= this.bufferSize) {
       // The loop is slower than the stream: drop the socket; resume from the last post taken
       // once the loop has taken what is buffered (the server replays the rest).

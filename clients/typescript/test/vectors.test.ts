@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import {
+  Client,
   DEFAULT_RETRY,
   ResumePoint,
   errorFromParts,
@@ -16,6 +17,7 @@ import {
   retryDelayMs,
   retryPolicy,
   Backoff,
+  streamUrlWithKey,
 } from "../src/index.js";
 import { PACKAGE } from "./support/paths.js";
 
@@ -34,6 +36,8 @@ interface Vectors {
     cases: { cursor: string | null; after: Record<string, number>; json: string }[];
     reads: { json: string; cursor: string | null; after: Record<string, number> }[];
   };
+  stream_key: { cases: { stream_url: string; api_key: string; sent_keys: string[]; kept: Record<string, string> }[] };
+  min_log_position: { cases: { seen: ({ response: string } | { push: string })[]; sent: string | null }[] };
 }
 
 const vectors = JSON.parse(readFileSync(join(PACKAGE, "..", "shared", "vectors.json"), "utf8")) as Vectors;
@@ -82,6 +86,37 @@ describe("shared vectors", () => {
       assert.deepEqual(ResumePoint.fromJson(c.json), new ResumePoint(c.cursor, c.after));
     }
     assert.throws(() => ResumePoint.fromJson('{"after": {"en-US": "x"}}'), TypeError);
+  });
+
+  test("the stream's key: the client's wins over one in the URL, which is not sent", () => {
+    for (const c of vectors.stream_key.cases) {
+      const url = streamUrlWithKey(c.stream_url, c.api_key);
+      assert.deepEqual(url.searchParams.getAll("key"), c.sent_keys, c.stream_url);
+      assert.deepEqual(Object.fromEntries([...url.searchParams].filter(([name]) => name !== "key")), c.kept, c.stream_url);
+    }
+  });
+
+  test("X-Min-Log-Position: the freshest mark seen, a push counting as its offset + 1", async () => {
+    for (const c of vectors.min_log_position.cases) {
+      // A fetch of our own: each read answers with `mark` as its X-Log-Position and records what was sent.
+      const sent: (string | null)[] = [];
+      let mark = "";
+      const answer: typeof fetch = async (_url, init) => {
+        sent.push(new Headers(init?.headers).get("X-Min-Log-Position"));
+        return new Response('{"languages": []}', { status: 200, headers: { "X-Log-Position": mark } });
+      };
+      const api = new Client({ baseUrl: "http://127.0.0.1:9/api/v1/developer", apiKey: "tw_live_k", fetch: answer });
+      for (const seen of c.seen) {
+        if ("push" in seen) api.minPosition.sawPush(seen.push);
+        else {
+          mark = seen.response;
+          await api.languages();
+        }
+      }
+      mark = "";
+      await api.languages();
+      assert.equal(sent[sent.length - 1], c.sent, JSON.stringify(c));
+    }
   });
 });
 

@@ -78,8 +78,8 @@ class AsyncClient:
         #: Retries made so far (429/503 or connection errors), for observability.
         self.retries = 0
         #: The freshest consistency mark seen (responses' X-Log-Position, pushed posts'
-        #: log_position), sent as X-Min-Log-Position: no later read answers from older data,
-        #: whichever server (or database replica) serves it.
+        #: log_position + 1: docs/api.md#log-positions), sent as X-Min-Log-Position: no later
+        #: read answers from older data, whichever server (or database replica) serves it.
         self.min_position: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -116,8 +116,8 @@ class AsyncClient:
         """GET ``path`` with bounded retries; the decoded body and its meta, or an ``ApiError``."""
         url = self.base_url + path
         headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
-        if self.min_position:
-            headers["X-Min-Log-Position"] = str(LogPosition(self.min_position))
+        if (mark := self.min_log_position()) is not None:
+            headers["X-Min-Log-Position"] = mark
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry.max_call_time
         attempt, waited = 0, 0.0
@@ -150,6 +150,10 @@ class AsyncClient:
             self.retries += 1
             waited += delay
             await asyncio.sleep(delay)
+
+    def min_log_position(self) -> str | None:
+        """The X-Min-Log-Position this client sends (:attr:`min_position`), or None for none."""
+        return str(LogPosition(self.min_position)) if self.min_position else None
 
     def saw(self, offsets: Mapping[int, int]) -> None:
         """Raise :attr:`min_position` to ``offsets`` (per partition, the next offset reflected)."""

@@ -29,6 +29,11 @@ class LogMark:
         except ValueError:
             return None
 
+    def reflected_from(self) -> dict[int, int]:
+        """The ``X-Log-Position`` offsets from which a read reflects this event: the next one after
+        it (docs/api.md#log-positions), as ``X-Min-Log-Position`` takes them."""
+        return {self.partition: self.offset + 1}
+
     def __str__(self) -> str:
         return f"{self.partition}:{self.offset}"
 

@@ -32,9 +32,10 @@ import aiohttp
 
 from .errors import ApiError, ClientError, StreamLimitReached, TransportError
 from .filters import PostFilter, csv_value
+from .meta import LogMark
 from .models import PostLean
 from .retry import Backoff
-from .stream import StreamSource, _Reconnect, bcp47_case, ended, open_socket, stream_endpoint
+from .stream import StreamSource, _Reconnect, bcp47_case, ended, open_socket, saw_push, stream_endpoint
 
 log = logging.getLogger("tickerwire_client.resume")
 
@@ -202,6 +203,7 @@ class ResumingStream:
             if message.get("type") != "post.created":
                 continue
             post = PostLean.from_dict(message["data"])
+            saw_push(self.client, LogMark.parse(message.get("log_position")))
             if (post.id, post.lang) in self._overlap:
                 self._overlap.discard((post.id, post.lang))
                 self.position = ResumePoint(message["cursor"], self.position.after)

@@ -191,8 +191,18 @@ async def _refusal(
     return error_from_response(exc.status, body, exc.headers or {})
 
 
+def saw_push(client: object, mark: LogMark | None) -> None:
+    """Tell ``client`` (through its ``saw``, when it has one) that a post at ``mark`` was pushed, so
+    that its next reads reflect it (X-Min-Log-Position, docs/api.md#log-positions)."""
+    saw = getattr(client, "saw", None)
+    if mark is not None and saw is not None:
+        saw(mark.reflected_from())
+
+
 def stream_endpoint(url: str, key: str, params: dict[str, str]) -> str:
-    """``url`` (a ``{ws_url}`` with or without ``/stream``) with ``key`` and ``params`` as its query."""
+    """``url`` (a ``{ws_url}`` with or without ``/stream``) with ``key`` and ``params`` as its query:
+    the client's ``key`` wins over a ``key`` in ``url``, which is not sent (docs/api.md#stream-key,
+    clients/shared/vectors.json)."""
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     if not path.endswith("/stream"):
@@ -471,9 +481,7 @@ class PostStream:
             log.error("post.created with an unreadable data field dropped: %r", exc)
             return
         mark = LogMark.parse(message.get("log_position"))
-        saw = getattr(self.client, "saw", None)  # AsyncClient's: its next reads reflect this post
-        if mark is not None and saw is not None:
-            saw({mark.partition: mark.offset + 1})
+        saw_push(self.client, mark)
         line = self._wanted(post)
         if line is None:
             return

@@ -93,7 +93,7 @@ export interface paths {
         };
         /**
          * Every token
-         * @description All ~3,000 tokens in one response, zero-post tokens included (post_count 0). Order: market_cap_rank ascending, unranked (null) last, then ticker ascending. No parameters, no pagination; served from a pre-serialized body refreshed within a second of any change (token data or post counts).
+         * @description All ~3,000 tokens in one response, zero-post tokens included (post_count 0). Order: market_cap_rank ascending, unranked (null) last, then ticker ascending. No query parameters, no pagination; served from a pre-serialized body refreshed within a second of any change (token data or post counts).
          */
         get: operations["listTokens"];
         put?: never;
@@ -133,7 +133,7 @@ export interface paths {
         };
         /**
          * 24-hour sentiment aggregate
-         * @description Fixed 24h window ending at the current minute; no parameters, no filters (V1 scope). Cacheable: as_of moves once a minute (it is the start of the current UTC minute), so within a minute the body and its ETag change only when a count changes, and a request whose If-None-Match matches gets 304.
+         * @description Fixed 24h window ending at the current minute; no query parameters, no filters (V1 scope). Cacheable: as_of moves once a minute (it is the start of the current UTC minute), so within a minute the body and its ETag change only when a count changes, and a request whose If-None-Match matches gets 304.
          */
         get: operations["getSentimentPulse"];
         put?: never;
@@ -425,6 +425,15 @@ export interface components {
         };
     };
     responses: {
+        /** @description VALIDATION_FAILED: a request header (`X-Min-Log-Position` or any other) is not valid UTF-8; an `Authorization` header that is not is the 401 of every invalid key instead. Refused before the access gates: not counted, no limit headers, no X-Log-Position. */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The representation matches an entity tag of If-None-Match (weak comparison, RFC 9110 13.1.2; `*` matches any). Empty body. */
         NotModified: {
             headers: {
@@ -533,7 +542,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description SERVICE_UNAVAILABLE: a dependency (the database) is temporarily unreachable. Carries Retry-After and retry_after_sec. */
+        /** @description SERVICE_UNAVAILABLE: a dependency (the database) is temporarily unreachable, or no data as fresh as the `X-Min-Log-Position` sent is available within about a second. Carries Retry-After and retry_after_sec. */
         Unavailable: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
@@ -590,6 +599,11 @@ export interface components {
         tickers: string[];
         /** @description Comma-separated category slugs (OR), the stream's `categories` filter; a group slug matches posts in any of its leaves; unknown ones match nothing. At most 20 items (else 422). */
         categories: string[];
+        /**
+         * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+         * @example 0:1523,1:1490,2:1612,3:1587
+         */
+        min_log_position: string;
     };
     requestBodies: never;
     headers: {
@@ -649,7 +663,7 @@ export interface components {
          */
         RateLimit: string;
         /**
-         * @description Consistency mark: the projector positions this response reflects, one `partition:offset` pair per partition of the posts topic, ascending by partition, comma-separated; offset is the next offset the projector will project on that partition (everything before it is reflected). Compare it with a stream message's `log_position` (`partition:offset`): this response includes that post iff the offset here for that partition is greater than the message's offset. The mark may be conservative (lower than what the response actually reflects: cached bodies such as /tokens, /categories and /languages carry the mark of their last refresh, at most about half a second old), never higher. A partition missing from the list has no stored position yet (treat it as 0); the value is empty until the projector has stored a position. On every response after the access gates (200, 304, 4xx, 5xx), not on 401/403/429.
+         * @description Consistency mark: the projector positions this response reflects, one `partition:offset` pair per partition of the posts topic, ascending by partition, comma-separated; offset is the next offset the projector will project on that partition (everything before it is reflected). How it compares with a stream message's `log_position` (the record's own offset): docs/api.md#log-positions. Send it back as `X-Min-Log-Position` for reads at least this fresh. The mark may be conservative (lower than what the response actually reflects: cached bodies such as /tokens, /categories and /languages carry the mark of their last refresh, at most about half a second old), never higher. A partition missing from the list has no stored position yet (treat it as 0); the value is empty until the projector has stored a position. On every response after the access gates (200, 304, 4xx, 5xx), not on 401/403/429.
          * @example 0:1523,1:1490,2:1611,3:1587
          */
         "X-Log-Position": string;
@@ -682,7 +696,13 @@ export interface operations {
                 /** @description Minimum importance, 0 to 100 inclusive; outside that range or not an integer: 422 with field `importance_min`. */
                 importance_min?: components["parameters"]["importance_min"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -709,6 +729,7 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -724,7 +745,13 @@ export interface operations {
                 /** @description Locale code from /languages, compared case-insensitively as BCP 47 says (`de-de` is `de-DE`). An unsupported or omitted value falls back silently to the default locale (en-US). */
                 lang?: components["parameters"]["lang"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path: {
                 /** @description A post id (digits) or a slug of any locale. A number is looked up as an id first, then as a slug. */
                 id_or_slug: components["parameters"]["id_or_slug"];
@@ -754,9 +781,11 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -768,7 +797,13 @@ export interface operations {
                 /** @description Locale code from /languages, compared case-insensitively as BCP 47 says (`de-de` is `de-DE`). An unsupported or omitted value falls back silently to the default locale (en-US). */
                 lang?: components["parameters"]["lang"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -795,8 +830,10 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -808,7 +845,13 @@ export interface operations {
                 /** @description Locale code from /languages, compared case-insensitively as BCP 47 says (`de-de` is `de-DE`). An unsupported or omitted value falls back silently to the default locale (en-US). */
                 lang?: components["parameters"]["lang"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path: {
                 /** @description A group or leaf slug (one namespace). */
                 slug: components["parameters"]["slug"];
@@ -838,9 +881,11 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -849,7 +894,13 @@ export interface operations {
     listTokens: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -876,8 +927,10 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -886,7 +939,13 @@ export interface operations {
     getToken: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path: {
                 /** @description Ticker symbol, case-insensitive in ASCII (the segment is upper-cased: /tokens/btc is /tokens/BTC); a segment with non-ASCII letters names no token (404). */
                 ticker: components["parameters"]["ticker_path"];
@@ -916,9 +975,11 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -927,7 +988,13 @@ export interface operations {
     getSentimentPulse: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -954,8 +1021,10 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -964,7 +1033,13 @@ export interface operations {
     listLanguages: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -991,8 +1066,10 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -1024,7 +1101,13 @@ export interface operations {
                 /** @description Minimum importance, 0 to 100 inclusive; outside that range or not an integer: 422 with field `importance_min`. */
                 importance_min?: components["parameters"]["importance_min"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1051,6 +1134,7 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -1074,7 +1158,13 @@ export interface operations {
                 /** @description Page size, 1 to 50 (default 20). 0, negative, over 50 or not an integer: 422 with field `limit`. */
                 limit?: components["parameters"]["limit"];
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1101,6 +1191,7 @@ export interface operations {
                 };
             };
             304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             /** @description CURSOR_EPOCH_CHANGED (field `cursor`): the cursor belongs to an earlier log (the posts log was reset or re-created, or the read model rebuilt with other positions). Gap-fill with GET /posts?after= once, then start again without a cursor. */
