@@ -6,7 +6,7 @@ back, and what a replica's data reflects. Its text is ``"<partition>:<next offse
 ascending by partition, comma-separated (``""``: nothing is projected yet). A pushed post's
 ``log_position`` names its record instead (``"<partition>:<offset>"``, :func:`record_text`):
 a read reflects that post once its position covers :meth:`LogPosition.reflecting` it, the
-record's offset plus one (docs/api.md#log-position).
+record's offset plus one (docs/api.md#log-positions).
 
 The database writes the positions read in a statement's own snapshot as JSON pairs
 (:func:`stored_sql`); :meth:`LogPosition.stored` reads them. This module is the only place

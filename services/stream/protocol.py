@@ -61,10 +61,10 @@ def ping() -> bytes:
 def post_created(lean_json: str, partition: int, offset: int, cursor: str | None = None) -> bytes:
     """``data`` is the stored lean JSON, byte for byte the item GET /posts lists.
 
-    ``log_position`` is ``"<partition>:<offset>"`` of the posts-topic record that announced the
-    post: a read whose ``X-Log-Position`` holds an offset above ``offset`` for ``partition``
-    reflects this post. ``cursor`` (connections that opted in to cursors): the resume cursor
-    just after this message.
+    ``log_position`` names the posts-topic record that announced the post
+    (:func:`..readmodel.logposition.record_text`; how a read is known to reflect it:
+    docs/api.md#log-positions). ``cursor`` (connections that opted in to cursors): the resume
+    cursor just after this message.
     """
     return (
         b'{"type":"post.created","ts":"'

@@ -160,7 +160,7 @@ async def test_a_pushed_posts_position_as_documented_gets_the_post_past_a_laggin
     async def read(http: aiohttp.ClientSession, post_id: int, mark: str | None = None) -> tuple[int, dict[int, int]]:
         headers = {**auth(key), **({"X-Min-Log-Position": mark} if mark is not None else {})}
         async with http.get(f"{base}/posts/{post_id}", headers=headers) as resp:
-            return resp.status, parse_marks(resp.headers["X-Log-Position"])
+            return resp.status, LogPosition.parse(resp.headers["X-Log-Position"]).marks()
 
     async def in_rotation(http: aiohttp.ClientSession) -> bool:
         state = await rotation(api.admin_url, http)
