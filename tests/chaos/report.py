@@ -288,6 +288,25 @@ def _by_fault(by_fault: dict | None, title: str, counted: str) -> list[str]:
     return lines
 
 
+def _tally(counts: dict | None) -> list[str]:
+    if counts is None:
+        return []
+    return [
+        f"- Lost (post, locale) pairs (acknowledged, not served or never delivered): {counts['lost']}; pushed or "
+        f"walked more than once: {counts['doubled']}; cursors the service issued, then refused: {counts['refused']}"
+    ]
+
+
+def _failovers(failovers: list[dict] | None) -> list[str]:
+    """One line: how long each step of the failovers took from the SIGKILL of the primary."""
+    if not failovers:
+        return []
+    steps = {"promoted": "standby promoted", "api": "API answering", "ready": "every process ready"}
+    steps["rebuilt"] = "old primary rebuilt as the standby"
+    parts = [f"{label} {_fmt(stats([f[key] - f['killed'] for f in failovers]))}" for key, label in steps.items()]
+    return [f"- Failovers: {len(failovers)}; from the SIGKILL of the primary: " + "; ".join(parts)]
+
+
 def markdown(report: dict, picture_link: str) -> str:
     ops = report["operations"]
     lines = [
@@ -302,6 +321,8 @@ def markdown(report: dict, picture_link: str) -> str:
         f"supervisor: {', '.join(f'{k} ×{v}' for k, v in report['restarts'].items()) or 'none'}",
         f"- Violations: {len(report['violations'])}"
         + (f" (first: {report['violations'][0]})" if report["violations"] else ""),
+        *_tally(report.get("tally")),
+        *_failovers(report.get("failovers")),
         f"- Publish-to-delivery (first stream client): {_fmt(report['latency_s'])}",
         f"- Publish-to-delivery of posts published from 1 s before to 15 s after a projector SIGKILL: "
         f"{_fmt(report['latency_after_projector_kill_s'])}; of those no other fault overlapped from publication to "
