@@ -64,8 +64,14 @@ SUPERVISE_EVERY_S = 0.25
 SERVERS = ("pg0", "pg1")
 #: Every server's settings, whatever its role: synchronous replication (a primary's commits made
 #: with ``synchronous_commit`` on wait for the standby; the standby ignores it) and hot standby
-#: (a primary ignores it), so a server changes role without a change of settings.
-SERVER_SETTINGS: Mapping[str, str] = {**SYNCHRONOUS_PRIMARY_SETTINGS, **REPLICA_SETTINGS}
+#: (a primary ignores it), so a server changes role without a change of settings. The standby
+#: that counts is named (its ``cluster_name``), not ``'*'``: while a standby is rebuilt,
+#: ``pg_basebackup``'s WAL stream would count as one.
+SERVER_SETTINGS: Mapping[str, str] = {
+    **SYNCHRONOUS_PRIMARY_SETTINGS,
+    **REPLICA_SETTINGS,
+    "synchronous_standby_names": f"ANY 1 ({', '.join(SERVERS)})",
+}
 
 
 @dataclass
