@@ -6,8 +6,9 @@ stops it with SIGINT (fast shutdown) and never leaves it running in the backgrou
 PostgreSQL refuses to run as root; as root, initdb and the server run as the
 unprivileged system user ``tickerwire-pg`` (created on demand, ``nobody`` as a fallback).
 
-The settings trade durability for speed (``fsync=off`` and friends): fine for a
-development or test database, not for data you cannot recreate.
+The default settings trade durability for speed (``fsync=off`` and friends): fine for a
+throwaway test database, not for data you cannot recreate. ``tickerwire up`` keeps its data
+from one start to the next and runs with :data:`DURABLE_SETTINGS`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     "full_page_writes": "off",
 }
 
+#: What a server whose data is kept needs (``tickerwire up``): commits flushed to disk, and pages
+#: written whole after a checkpoint, so neither a crash of PostgreSQL nor one of the machine
+#: loses or tears a commit. ``fsync=off`` alone survives a crash of PostgreSQL (the WAL it wrote
+#: is in the kernel's page cache), not one of the machine.
+DURABLE_SETTINGS: Mapping[str, str] = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+
 _MAX_SOCKET_PATH = 100  # sun_path holds 104-108 bytes depending on the OS
 
 
@@ -80,6 +87,11 @@ class EmbeddedPostgres(DataDirServer):
     ) -> None:
         super().__init__(data_dir, port, log_path)
         self._settings = {**DEFAULT_SETTINGS, **(settings or {})}
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The server settings it runs with."""
+        return dict(self._settings)
 
     @property
     def dsn(self) -> str:

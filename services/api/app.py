@@ -19,7 +19,7 @@ from ..common.db.replicas import Replicas
 from ..common.operator.endpoints import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
-from ..readmodel import positions, stamps as stamp
+from ..readmodel import logposition, positions, stamps as stamp
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
 from . import handlers, openapi
@@ -126,6 +126,7 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
         config,
         app[CATALOG].log_topic,
         positions_sql=positions.marks_array_sql("$1"),
+        covers=logposition.covers,
         leave_after_s=config.replica_max_lag_s,
         rejoin_below_s=config.replica_max_lag_s / 4,
         registry=metrics.registry,

@@ -20,6 +20,7 @@ from ..common.db import storage_errors
 from ..common.db.replicas import Replicas
 from ..common.http.querystring import bcp47_case
 from ..readmodel import partner, stamps as stamp
+from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
 from ..readmodel.taxonomy import listed_locales, load_categories
 from . import queries
@@ -139,7 +140,7 @@ class Catalog:
     #: The mark every cached body is current for: read with the stamps of the last completed
     #: refresh. A body whose stamp did not move is what that snapshot would give; a reloaded
     #: one was read after it. So the mark may lag the bodies (by up to ``poll_s``), never lead.
-    log_position: str = ""
+    log_position: LogPosition = field(default_factory=LogPosition)
 
     def _changed(self, stamps: dict[str, int], *names: str) -> bool:
         return not self.loaded.is_set() or any(stamps.get(n) != self.stamps.get(n) for n in names)
@@ -169,6 +170,6 @@ class Catalog:
                 self.tokens = _tokens(await pool.fetch(queries.SELECT_TOKENS))
         self.stamps = stamps
         if rows:
-            self.log_position = rows[0]["log_position"]
+            self.log_position = LogPosition.stored(rows[0]["log_position"])
         self.loaded.set()
         return pool

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..common.db.replicas import at_least, parse_marks
 from ..common.http.envelope import ApiError
+from ..readmodel.logposition import LogPosition
 from .state import CATALOG, MIN_LOG_POSITION, WATCHER
 
 MIN_LOG_POSITION_HEADER = "X-Min-Log-Position"
@@ -27,7 +27,7 @@ async def honour(request: web.Request) -> None:
     if raw is None:
         return
     try:
-        want = parse_marks(raw)
+        want = LogPosition.parse(raw)
     except ValueError as exc:
         raise ApiError(
             422, "VALIDATION_FAILED", f"{MIN_LOG_POSITION_HEADER}: {exc}", field=MIN_LOG_POSITION_HEADER
@@ -36,10 +36,10 @@ async def honour(request: web.Request) -> None:
         return
     request[MIN_LOG_POSITION] = want
     catalog = request.app[CATALOG]
-    if at_least(parse_marks(catalog.log_position), want):
+    if catalog.log_position.covers(want):
         return
     await request.app[WATCHER].refreshed_now(CATALOG_WAIT_S)
-    if not at_least(parse_marks(catalog.log_position), want):
+    if not catalog.log_position.covers(want):
         raise ApiError(
             503,
             "SERVICE_UNAVAILABLE",
@@ -48,7 +48,7 @@ async def honour(request: web.Request) -> None:
         )
 
 
-def fresh_enough(request: web.Request, mark: str) -> bool:
+def fresh_enough(request: web.Request, mark: LogPosition) -> bool:
     """Whether data at ``mark`` may answer this request (always, without the header)."""
     want = request.get(MIN_LOG_POSITION)
-    return want is None or at_least(parse_marks(mark), want)
+    return want is None or mark.covers(want)

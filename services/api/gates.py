@@ -48,7 +48,7 @@ Represent = Callable[[web.Request, web.Response], Awaitable[web.StreamResponse]]
 def _admitted_headers(request: web.Request, usage: Usage) -> dict[str, str]:
     """What every response to an admitted request carries: pacing headers and the mark."""
     headers = usage.headers()
-    headers[LOG_POSITION_HEADER] = log_position(request)
+    headers[LOG_POSITION_HEADER] = log_position(request).text()
     return headers
 
 

@@ -13,9 +13,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from ..common.db import storage_errors
-from ..common.db.replicas import at_least, parse_marks
 from ..common.http.envelope import ApiError
 from ..readmodel import cursors, partner, stamps as stamp
+from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import text_search_config
 from ..readmodel.searchtext import query_text
 from ..readmodel.taxonomy import answered_locales
@@ -88,10 +88,10 @@ async def _cached(request: web.Request, key: Hashable, build: Callable[[], Await
     return json_bytes(body, etag=entry.etag)
 
 
-def _current(request: web.Request, mark: str) -> bool:
+def _current(request: web.Request, mark: LogPosition) -> bool:
     """Whether a page read at ``mark`` holds every change of the cache's generation (a page read
     from a replica that has not replayed the last change is served, never kept)."""
-    return at_least(parse_marks(mark), parse_marks(request.app[CATALOG].log_position))
+    return mark.covers(request.app[CATALOG].log_position)
 
 
 async def _page(
@@ -112,7 +112,7 @@ async def _page_body(
         rows = await db(request).fetch(sql, *args)
     mark = next((r["lean"] for r in rows if r["kind"] == queries.LOG_POSITION), None)
     if mark is not None:
-        request[REQUEST_LOG_POSITION] = mark
+        request[REQUEST_LOG_POSITION] = LogPosition.stored(mark)
     items = [r for r in rows if r["kind"] == queries.ITEM]
     flags = {r["kind"] for r in rows}
     for kind, name, value in (
@@ -160,7 +160,7 @@ async def post_detail(request: web.Request) -> web.Response:
         with storage_errors("post detail"):
             row = await db(request).fetchrow(queries.SELECT_DETAIL, lang, post_id, segment, _log_topic(request))
         if row is not None:  # always one row: the statement selects scalar subqueries
-            request[REQUEST_LOG_POSITION] = row["log_position"]
+            request[REQUEST_LOG_POSITION] = LogPosition.stored(row["log_position"])
         if row is None or row["detail"] is None:
             raise not_found("No visible post has this id or slug in the requested language.")
         return row["detail"].encode()
@@ -180,20 +180,21 @@ async def changes(request: web.Request) -> web.Response:
     marks = dict(q.cursor.marks) if q.cursor is not None else {}
     limit = q.limit + 1 if q.cursor is not None else 0
     with storage_errors("changes"):
-        read = await cursors.read_changes(
-            # A replica that has not replayed the cursor's marks yet would refuse a cursor just
-            # issued: such a read goes to one that has, or to the primary.
-            db(request, cursors.needs(q.cursor) if q.cursor is not None else None),
-            _log_topic(request),
-            marks,
-            langs,
-            tickers=q.tickers,
-            categories=q.categories,
-            limit=limit,
+        read = await cursors.read_reaching(
+            lambda: cursors.read_changes(
+                # A replica that has not replayed the cursor's marks yet would refuse a cursor just
+                # issued: such a read goes to one that has, or to the primary.
+                db(request, LogPosition.of(cursors.needs(q.cursor)) if q.cursor is not None else None),
+                _log_topic(request),
+                marks,
+                langs,
+                tickers=q.tickers,
+                categories=q.categories,
+                limit=limit,
+            ),
+            q.cursor,
         )
-    request[REQUEST_LOG_POSITION] = ",".join(
-        f"{p}:{o}" for p, o in sorted(read.frontier.items())
-    )  # as positions.mark_sql
+    request[REQUEST_LOG_POSITION] = LogPosition.of(read.frontier)
     if q.cursor is not None and q.cursor.epoch != read.epoch:
         raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
     if q.cursor is not None and (why := cursors.not_issued(q.cursor, read.frontier)) is not None:
@@ -260,6 +261,6 @@ async def sentiment_pulse(request: web.Request) -> web.Response:
     as_of = datetime.now(timezone.utc).replace(second=0, microsecond=0)
     with storage_errors("sentiment pulse"):
         rows: list[asyncpg.Record] = await db(request).fetch(queries.SELECT_PULSE, as_of, _log_topic(request))
-    request[REQUEST_LOG_POSITION] = next(r["log_position"] for r in rows if r["sentiment"] is None)
+    request[REQUEST_LOG_POSITION] = LogPosition.stored(next(r["log_position"] for r in rows if r["sentiment"] is None))
     counts = {r["sentiment"]: r["n"] for r in rows if r["sentiment"] is not None}
     return json_bytes(orjson.dumps(partner.pulse(counts, as_of)))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Hashable, Mapping
 
 from ..readmodel import stamps as stamp
+from ..readmodel.logposition import LogPosition
 from .lru import BoundedLRU
 
 DEPENDS_ON = (stamp.POSTS, stamp.CATEGORIES, stamp.LOCALES)
@@ -32,7 +33,7 @@ DEPENDS_ON = (stamp.POSTS, stamp.CATEGORIES, stamp.LOCALES)
 class CachedPage:
     body: bytes
     etag: str
-    log_position: str
+    log_position: LogPosition
 
 
 def _size(page: CachedPage) -> int:

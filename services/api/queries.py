@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..common.db import replicas as replica_lsn
-from ..readmodel import positions
+from ..readmodel import logposition
 from .params import Filters, PageWindow
 
 # The change stamps and, in the same snapshot, the consistency mark (X-Log-Position) the
 # cached bodies are current for, and the primary's WAL position, at or past the commit of every
 # stamp read: a replica that has replayed it holds what the stamps say (or later).
-SELECT_STAMPS = f"SELECT name, stamp, {positions.mark_sql('$1')} AS log_position, {replica_lsn.INSERT_LSN_SQL} AS lsn FROM change_stamps"
+SELECT_STAMPS = f"SELECT name, stamp, {logposition.stored_sql('$1')} AS log_position, {replica_lsn.INSERT_LSN_SQL} AS lsn FROM change_stamps"
 
 # docs/api.md#tokens-categories-languages-pulse: every token, zero-post ones included; ranked tokens first by rank, then unranked by ticker.
 SELECT_TOKENS = """
@@ -33,7 +33,7 @@ SELECT sentiment, COALESCE(sum(count), 0)::bigint AS n, NULL AS log_position
 FROM sentiment_buckets
 WHERE bucket > $1::timestamptz - interval '24 hours' AND bucket <= $1::timestamptz
 GROUP BY sentiment
-UNION ALL SELECT NULL, NULL, {positions.mark_sql("$2")}
+UNION ALL SELECT NULL, NULL, {logposition.stored_sql("$2")}
 """
 
 # By id (when the segment is a number) or by slug in any locale (the requested locale's own
@@ -44,7 +44,7 @@ WHERE t.lang = $1 AND t.visible AND t.post_id = (
     SELECT s.post_id FROM post_translations s
     WHERE s.post_id = $2::bigint OR s.slug = $3
     ORDER BY (s.post_id = $2::bigint) IS TRUE DESC, (s.lang = $1) DESC, s.visible DESC, s.post_id DESC
-    LIMIT 1)) AS detail, {positions.mark_sql("$4")} AS log_position
+    LIMIT 1)) AS detail, {logposition.stored_sql("$4")} AS log_position
 """
 
 # Row kinds of a page statement's result.
@@ -114,7 +114,7 @@ def page_query(
     Rows: the page items (kind ITEM, newest or best first, with ``post_id`` and ``lean``),
     then one row per flag that holds: OLDER (items exist past the last one), NEWER (items
     exist before the first one), MISSING_AFTER / MISSING_BEFORE (that cursor names no post),
-    and with ``log_topic`` the LOG_POSITION row (its ``lean`` is the mark of this snapshot).
+    and with ``log_topic`` the LOG_POSITION row (its ``lean`` is the mark of this snapshot, as :func:`..readmodel.logposition.stored_sql` writes it).
     """
     if search is not None:
         return _search_query(lang, filters, page, search, log_topic)
@@ -171,7 +171,7 @@ def _missing_flags(page: PageWindow) -> list[str]:
 
 def _assemble(ctes: list[str], flags: list[str], desc: str, log_topic: str | None, args: list, arg) -> tuple[str, list]:
     if log_topic is not None:
-        flags.append(f"SELECT {LOG_POSITION}, NULL::bigint, {positions.mark_sql(arg(log_topic))}, 0::bigint")
+        flags.append(f"SELECT {LOG_POSITION}, NULL::bigint, {logposition.stored_sql(arg(log_topic))}, 0::bigint")
     items = f"SELECT {ITEM} AS kind, post_id, lean, row_number() OVER (ORDER BY {desc}) AS pos FROM page"
     sql = (
         f"WITH {', '.join(ctes)}\n"

@@ -6,8 +6,9 @@ import asyncpg
 from aiohttp import web
 
 from ..common.db import BoundedReader
-from ..common.db.replicas import Marks, ReplicaReader, Replicas
+from ..common.db.replicas import ReplicaReader, Replicas
 from ..readmodel.access import Principals
+from ..readmodel.logposition import LogPosition
 from ..readmodel.stamps import StampWatcher
 from .admission import Admissions
 from .catalog import Catalog
@@ -31,10 +32,10 @@ LISTINGS = web.AppKey("listings", Listings)
 
 
 #: The client's X-Min-Log-Position, parsed: the request is answered from data at least this fresh.
-MIN_LOG_POSITION = web.RequestKey("min_log_position", dict)
+MIN_LOG_POSITION = web.RequestKey("min_log_position", LogPosition)
 
 
-def db(request: web.Request, at_least: Marks | None = None) -> BoundedReader | ReplicaReader:
+def db(request: web.Request, at_least: LogPosition | None = None) -> BoundedReader | ReplicaReader:
     """Where a handler runs its one statement (the gates and limits need no connection of their
     own), the wait for a connection bounded by ``db_acquire_timeout_s``: an exhausted pool is a
     prompt 503, not a stall. With replicas configured, a replica in rotation (fresh enough for
@@ -43,18 +44,18 @@ def db(request: web.Request, at_least: Marks | None = None) -> BoundedReader | R
     primary = BoundedReader(app[POOL], app[CONFIG].db_acquire_timeout_s)
     if not app[REPLICAS]:
         return primary
-    want = dict(request.get(MIN_LOG_POSITION) or {})
-    for partition, offset in (at_least or {}).items():
+    want = (request.get(MIN_LOG_POSITION) or LogPosition()).marks()
+    for partition, offset in (at_least or LogPosition()).pairs:
         want[partition] = max(offset, want.get(partition, 0))
     return ReplicaReader(app[REPLICAS], primary, want or None)
 
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the
 #: handler read it in the same statement as that data; otherwise the catalog's mark applies.
-REQUEST_LOG_POSITION = web.RequestKey("log_position", str)
+REQUEST_LOG_POSITION = web.RequestKey("log_position", LogPosition)
 
 
-def log_position(request: web.Request) -> str:
+def log_position(request: web.Request) -> LogPosition:
     """The X-Log-Position of this request's response: the handler's own mark, else the mark the
     catalog was last verified current at (read before this request began, so never ahead)."""
     mark = request.get(REQUEST_LOG_POSITION)

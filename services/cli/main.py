@@ -322,6 +322,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     return up_main(args)
 
 
+def cmd_failover(args: argparse.Namespace) -> int:
+    from .up_failover import request_failover
+
+    state_dir = Path(args.state_dir or setting("STATE_DIR", STATE_DIR_DEFAULT) or STATE_DIR_DEFAULT)
+    try:
+        print(request_failover(state_dir))
+    except RuntimeError as exc:
+        return _fail("failover", str(exc), 1)
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.markdown:
         from .settings import configuration_markdown
@@ -534,6 +545,15 @@ def build_parser() -> argparse.ArgumentParser:
     sch.add_argument("action", choices=["export"], help="export: write the files")
     sch.add_argument("--out", help="folder (default: the package's schemas/events)")
     sch.set_defaults(func=cmd_schemas)
+
+    fo = sub.add_parser(
+        "failover",
+        help="PostgreSQL failover of a running `tickerwire up --replicas N`: kill the primary, promote replica 1",
+    )
+    fo.add_argument(
+        "--state-dir", help=f"the `up`'s state directory (default TICKERWIRE_STATE_DIR or {STATE_DIR_DEFAULT})"
+    )
+    fo.set_defaults(func=cmd_failover)
 
     up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and broker unless configured)")
     # Their defaults come from the environment when `up` starts (services/cli/up.py: up_main).

@@ -26,6 +26,7 @@ from .settings import FullConfig
 from .up_children import PORT_ATTEMPTS, PortTaken, Probe, Stack, wait_healthy
 from .up_demo import Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
 from .up_embedded import port_free_or_other, start_embedded
+from .up_failover import writable_url
 from .up_output import UpError, ready_lines, say
 from .up_state import lock_holder, lock_state_dir, write_state
 from .up_supervision import Supervision
@@ -49,9 +50,12 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     # Demo data goes only into a broker of our own, unless asked for.
     demo = parts.broker is not None or args.demo
     env = dict(os.environ)
-    env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
     if parts.replicas:
+        assert parts.postgres is not None
+        # Every server, for connections that keep the writable one: `tickerwire failover` promotes a replica.
+        dsn = writable_url(dsn, [parts.postgres, *parts.replicas])
         env["TICKERWIRE_DATABASE_READ_URLS"] = ",".join(replica.dsn for replica in parts.replicas)
+    env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
     if not args.kafka_bootstrap_servers:
         # The embedded broker is one node: replication factor 1. It keeps its (memory-only)
         # log whole, and reports the compaction it was created with, so the topic check passes.
@@ -127,6 +131,7 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "api_key": key,
         "database_url": dsn,
         "database_read_urls": [replica.dsn for replica in parts.replicas],
+        "postgres_primary_port": parts.postgres.port if parts.postgres is not None else None,
         "kafka_bootstrap_servers": bootstrap,
         "broker": parts.own.kind if parts.own is not None else "configured",
         "topic_prefix": config.topic_prefix,

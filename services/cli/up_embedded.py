@@ -37,7 +37,12 @@ class Embedded:
 
 
 def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
-    from tickerwire.devstack.embedded.postgres import PRIMARY_REPLICATION_SETTINGS, EmbeddedPostgres, EmbeddedReplica
+    from tickerwire.devstack.embedded.postgres import (
+        DURABLE_SETTINGS,
+        PRIMARY_REPLICATION_SETTINGS,
+        EmbeddedPostgres,
+        EmbeddedReplica,
+    )
 
     dsn = args.database_url
     replicas = getattr(args, "replicas", 0) or 0
@@ -69,7 +74,8 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         if not database_kept(own, stack.state_dir):
             # A new log (the embedded broker's always is): the read model starts empty too.
             shutil.rmtree(data, ignore_errors=True)
-        settings = PRIMARY_REPLICATION_SETTINGS if replicas else None
+        # Durable: its data is kept from one start to the next (with --broker apache, the log too).
+        settings = {**DURABLE_SETTINGS, **(PRIMARY_REPLICATION_SETTINGS if replicas else {})}
         pg, dsn = _start_server(
             lambda port: EmbeddedPostgres(
                 data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings
@@ -85,6 +91,7 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
                 stack.state_dir / f"pgreplica{n}",
                 port=port_free_or_other(5433 + n),
                 log_path=stack.state_dir / f"postgres-replica{n}.log",
+                settings=settings,  # durable too: `tickerwire failover` makes one the primary
             )
             replica.start()
             stack.embedded.append(replica)

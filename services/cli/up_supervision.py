@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from .settings import FullConfig
 from .up_children import HEALTHY_AFTER_S, RESTART_BASE_S, RESTART_CAP_S, Stack
 from .up_demo import Trickle
 from .up_embedded import Embedded
+from .up_failover import fail_over
 from .up_output import say
 from .up_state import write_state
 
@@ -35,9 +37,15 @@ class Supervision:
 
     async def run(self) -> None:
         self._start_trickle()
+        failover = asyncio.Event()
+        if self.parts.replicas:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, failover.set)  # `tickerwire failover`
         try:
             while True:
                 await asyncio.sleep(0.25)
+                if failover.is_set():
+                    failover.clear()
+                    await self._fail_over()
                 if self.parts.postgres is not None and not self.parts.postgres.running():
                     await self._restart_server(self.parts.postgres, "PostgreSQL")
                 for n, replica in enumerate(self.parts.replicas, start=1):
@@ -93,6 +101,18 @@ class Supervision:
                 say(f"embedded {what} did not start ({str(exc).splitlines()[0]}); retrying in {delay:.1f}s")
                 await asyncio.sleep(delay)
         say(f"embedded {what} restarted in {time.monotonic() - started:.1f}s (pid {server.pid})")
+
+    async def _fail_over(self) -> None:
+        try:
+            await fail_over(self.parts, self.stack.embedded)
+        except Exception as exc:  # noqa: BLE001 - said, and the supervision goes on restarting what is down
+            say(f"failover failed: {str(exc).splitlines()[0]}")
+            self.info["failover"] = {"at": time.time(), "error": str(exc).splitlines()[0]}
+        else:
+            assert self.parts.postgres is not None
+            self.info["postgres_primary_port"] = self.parts.postgres.port
+            self.info["failover"] = {"at": time.time(), "primary_port": self.parts.postgres.port}
+        write_state(self.state_file, self.info, self.stack)
 
     async def _recover_broker(self) -> None:
         from ..common.kafka import ensure_topics

@@ -38,11 +38,10 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
 
     async def connect_and_migrate() -> asyncpg.Pool:
-        # Commits do not wait for their WAL flush: each batch's rows and its log positions
-        # commit together, so a PostgreSQL crash can only lose the last instant of whole
-        # batches, which the projector then reads and applies again from the log (docs/api.md,
-        # "Durability of the read model"). A commit's latency no longer follows the disk's
-        # flush tail under a checkpoint.
+        # A batch's rows and its log positions commit together, and (synchronous_commit on,
+        # the default) become visible only once flushed, on the synchronous standby too where
+        # one is configured: what the stream pushes and every cursor it hands out survive a
+        # crash of PostgreSQL and a failover (docs/api.md#durability).
         pool = await create_pool(
             config.database_url,
             config.read_model_schema,
@@ -50,7 +49,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
             max_size=config.db_pool_max,
             connect_timeout_s=config.db_connect_timeout_s,
             stateless=True,
-            asynchronous_commit=True,
+            synchronous_commit=config.projector_synchronous_commit,
         )
         with storage_errors("migrate"):
             async with pool.acquire() as conn:

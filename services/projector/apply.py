@@ -264,15 +264,23 @@ TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
 
 async def apply_batch(
-    conn: asyncpg.Connection, topic: str, partition: int, records: list[ConsumedRecord]
+    conn: asyncpg.Connection,
+    topic: str,
+    partition: int,
+    records: list[ConsumedRecord],
+    *,
+    expected: int | None = None,
 ) -> BatchResult:
-    """Apply ``records`` (consecutive offsets of one partition) and store the new position."""
+    """Apply ``records`` (consecutive offsets of one partition) and store the new position.
+
+    ``expected``: the stored position the records were fetched from; a stored position behind
+    it raises :class:`~..readmodel.positions.PositionMovedBack` and nothing is written."""
     result = BatchResult()
     if not records:
         return result
     async with conn.transaction():
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
-        stored = await positions.lock(conn, topic, partition)
+        stored = await positions.lock(conn, topic, partition, expected=expected)
         fresh = [r for r in records if r.offset >= stored]
         result.skipped_redelivered = len(records) - len(fresh)
         result.position = stored
@@ -315,14 +323,21 @@ async def apply_batch(
 
 
 async def reject_record(
-    conn: asyncpg.Connection, topic: str, partition: int, record: ConsumedRecord, reason: str
+    conn: asyncpg.Connection,
+    topic: str,
+    partition: int,
+    record: ConsumedRecord,
+    reason: str,
+    *,
+    expected: int | None = None,
 ) -> bool:
-    """Set aside one record the read model refuses (a constraint violation) and move past it.
+    """Set aside one record the read model refuses (a constraint violation) and move past it
+    (``expected`` as for :func:`apply_batch`).
 
     Returns False if the position had already passed it (nothing to do)."""
     async with conn.transaction():
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
-        stored = await positions.lock(conn, topic, partition)
+        stored = await positions.lock(conn, topic, partition, expected=expected)
         if record.offset < stored:
             return False
         await conn.execute(

@@ -94,6 +94,14 @@ class ProjectorMetrics:
             registry=r,
         )
         self.retries = Counter("tickerwire_projector_retries_total", "Transient failures retried", ["what"], registry=r)
+        self.position_rewinds = Counter(
+            "tickerwire_projector_position_rewinds_total",
+            "Times a partition's stored position was found behind where this projector had stored it "
+            "(commits lost by a PostgreSQL crash or failover, or `projector accept-log`); the partition "
+            "is read again from the stored position",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.sweeps = Counter("tickerwire_projector_badge_sweeps_total", "Badge sweeper ticks", registry=r)
 
     def saw_event(self, emitted_at: datetime) -> None:

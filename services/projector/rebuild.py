@@ -47,6 +47,7 @@ from ..common import kafka
 from ..common.db import connect, create_pool, is_migrated, storage_errors
 from ..common.kafka.declaration import declared_topics
 from ..common.kafka.topicgate import require_safe_topics
+from ..common.runtime.errors import TickerwireError
 from ..common.runtime.logs import setup_logging
 from ..common.runtime.process import command_failed
 from ..common.runtime.retry import retry_transient
@@ -92,6 +93,9 @@ class Replayer:
         self.consumer: AIOKafkaConsumer | None = None
         #: Post events this replayer applied (the bulk path expects none outside the posts topic).
         self.posts_applied = 0
+        #: Per partition, the position this replayer started from or last stored: each batch is
+        #: applied only on top of it (a crash of PostgreSQL that lost commits fails the rebuild).
+        self.expected: dict[TopicPartition, int] = {}
 
     async def start(self, positions: dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Assign every partition from the beginning (or from ``positions``); the end offsets."""
@@ -105,6 +109,7 @@ class Replayer:
         for tp, offset in (positions or {}).items():
             if offset > 0:
                 self.consumer.seek(tp, offset)
+                self.expected[tp] = offset
         return await self.consumer.end_offsets(self.tps)
 
     async def stop(self) -> None:
@@ -122,14 +127,21 @@ class Replayer:
             await self._apply(tp, records, conn)
 
     async def _apply(self, tp: TopicPartition, records: list[ConsumedRecord], conn: asyncpg.Connection | None) -> None:
+        expected = self.expected.get(tp)
+
         async def attempt():
             with storage_errors(f"rebuild {tp.topic}[{tp.partition}]"):
                 if conn is not None:
-                    return await apply_batch(conn, tp.topic, tp.partition, records)
+                    return await apply_batch(conn, tp.topic, tp.partition, records, expected=expected)
                 async with self.pool.acquire() as c:
-                    return await apply_batch(c, tp.topic, tp.partition, records)
+                    return await apply_batch(c, tp.topic, tp.partition, records, expected=expected)
 
-        result = await retry_transient(attempt, what=f"rebuild {tp.topic}[{tp.partition}]")
+        try:
+            result = await retry_transient(attempt, what=f"rebuild {tp.topic}[{tp.partition}]")
+        except positions.PositionMovedBack as exc:
+            raise TickerwireError(f"{exc}; nothing was switched: run the rebuild again") from None
+        if result.position is not None:
+            self.expected[tp] = result.position
         self.posts_applied += result.applied.get("post", 0)
         self.report.records += len(records)
         self.report.batches += 1

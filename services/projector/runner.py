@@ -136,9 +136,6 @@ class Projector:
         #: Partitions with a batch being applied (their stored position may move meanwhile).
         self._applying: set[TopicPartition] = set()
         self.membership = Membership(metrics)
-        #: Per partition, how many times this process stored a position (a log check that read
-        #: the positions before one of them compares nothing for that partition).
-        self._writes: dict[TopicPartition, int] = {}
 
     def release(self, revoked: Iterable[TopicPartition]) -> None:
         """Forget the revoked partitions: another process reports them now."""
@@ -190,7 +187,7 @@ class Projector:
         self._checked_at = time.monotonic()
         if not tps:
             return
-        writes = dict(self._writes)
+        known = dict(self.stored_positions)  # committed by this process before the read below
         stored = await self._stored_offsets(tps)
         suspected = await find_discontinuities(
             self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
@@ -216,39 +213,60 @@ class Projector:
             self.consumer.pause(tp)
             self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(1)
         for tp in tps:
-            if tp in suspected or self._writes.get(tp, 0) != writes.get(tp, 0):
-                continue  # a batch applied meanwhile (the consume loop runs beside a rebalance): read again next time
-            offset = stored.get((tp.topic, tp.partition), 0)
-            if tp in self.stopped:
-                log.warning(
-                    "%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset
-                )
-            elif (fetching := await self._fetch_position(tp)) is None or fetching == offset:
-                continue
-            elif offset == self.stored_positions.get(tp, offset) or tp in self._applying:
-                # The stored position is the one this process wrote (or is writing): only the
-                # consumer is elsewhere, e.g. a rebalance sought it to the stored position while
-                # a batch was being applied. An ordinary re-seek, said at DEBUG.
-                log.debug(
-                    "%s[%d]: reading from the stored position %d (the consumer was at %d)",
-                    tp.topic,
-                    tp.partition,
-                    offset,
-                    fetching,
-                )
-            else:  # the stored position was moved under us (accept-log): it is the truth
-                log.warning(
-                    "%s[%d]: stored position moved from %d to %d (projector accept-log?); reading from there",
-                    tp.topic,
-                    tp.partition,
-                    self.stored_positions[tp],
-                    offset,
-                )
-            self.stored_positions[tp] = offset
-            self._settled.pop(tp, None)
-            self.consumer.seek(tp, offset)
-            self.consumer.resume(tp)
-            self._clear_stop(tp)
+            if tp not in suspected and await self._follow_stored(tp, stored.get((tp.topic, tp.partition), 0), known):
+                self._read_from(tp, stored.get((tp.topic, tp.partition), 0))
+                self.consumer.resume(tp)
+                self._clear_stop(tp)
+
+    async def _follow_stored(self, tp: TopicPartition, offset: int, known: dict[TopicPartition, int]) -> bool:
+        """Whether the consumer must read ``tp`` again from its stored position ``offset`` (read
+        from the database after ``known`` was taken), saying why when it is news."""
+        mine = self.stored_positions.get(tp)
+        if tp in self.stopped:
+            log.warning(
+                "%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset
+            )
+        elif tp in known and offset < known[tp]:
+            # Behind what this process had committed before reading it: commits were lost.
+            self._rewound(positions.PositionMovedBack(tp.topic, tp.partition, offset, known[tp]))
+        elif mine is not None and offset < mine:
+            return False  # a batch committed after the read: nothing moved
+        elif mine is not None and offset > mine and tp not in self._applying:
+            # Moved under us (accept-log), not by a batch of ours committing: it is the truth.
+            log.warning(
+                "%s[%d]: stored position moved from %d to %d (projector accept-log?); reading from there",
+                tp.topic,
+                tp.partition,
+                mine,
+                offset,
+            )
+        elif (fetching := await self._fetch_position(tp)) is None or fetching == offset:
+            return False
+        else:
+            # The stored position is the one this process wrote (or is writing): only the
+            # consumer is elsewhere, e.g. a rebalance sought it to the stored position while a
+            # batch was being applied. An ordinary re-seek, said at DEBUG.
+            log.debug(
+                "%s[%d]: reading from the stored position %d (the consumer was at %d)",
+                tp.topic,
+                tp.partition,
+                offset,
+                fetching,
+            )
+        return True
+
+    def _read_from(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` again from its stored position ``offset``."""
+        assert self.consumer is not None
+        self.stored_positions[tp] = offset
+        self.metrics.position.labels(tp.topic, str(tp.partition)).set(offset)
+        self._settled.pop(tp, None)
+        self.consumer.seek(tp, offset)
+
+    def _rewound(self, moved: positions.PositionMovedBack) -> None:
+        """A stored position behind the one this process stored: say so, count it."""
+        log.warning("%s; reading the partition again from offset %d", moved, moved.stored)
+        self.metrics.position_rewinds.labels(moved.topic, str(moved.partition)).inc()
 
     async def _fetch_position(self, tp: TopicPartition) -> int | None:
         assert self.consumer is not None
@@ -268,6 +286,11 @@ class Projector:
         self._applying.add(tp)
         try:
             await self._apply_isolating(tp, records)
+        except positions.PositionMovedBack as moved:
+            # Nothing of the batch was written: read the partition again from the stored position.
+            self._rewound(moved)
+            if self.consumer is not None and tp in self.consumer.assignment():
+                self._read_from(tp, moved.stored)
         finally:
             self._applying.discard(tp)
 
@@ -294,7 +317,9 @@ class Projector:
             async def reject():
                 with storage_errors("reject record"):
                     async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
-                        return await reject_record(conn, tp.topic, tp.partition, record, reason)
+                        return await reject_record(
+                            conn, tp.topic, tp.partition, record, reason, expected=self.stored_positions.get(tp)
+                        )
 
             if await retry_transient(reject, what="reject record", failing=self.failing):
                 self.metrics.dead_lettered.labels("rejected").inc()
@@ -308,7 +333,9 @@ class Projector:
             started = time.perf_counter()
             with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
                 async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
-                    result = await apply_batch(conn, tp.topic, tp.partition, records)
+                    result = await apply_batch(
+                        conn, tp.topic, tp.partition, records, expected=self.stored_positions.get(tp)
+                    )
             self.metrics.batch_seconds.observe(time.perf_counter() - started)
             return result
 
@@ -338,7 +365,6 @@ class Projector:
 
     def _stored(self, tp: TopicPartition, position: int) -> None:
         self.stored_positions[tp] = position
-        self._writes[tp] = self._writes.get(tp, 0) + 1
         self.metrics.position.labels(tp.topic, str(tp.partition)).set(position)
 
     async def set_aside(self, bad: kafka.Undecodable) -> None:
@@ -496,8 +522,8 @@ class Projector:
             if bad is not None:
                 await self.set_aside(bad)
             for tp, msgs in batches.items():
-                if msgs:
-                    self._uncommitted[tp] = msgs[-1].offset + 1
+                if msgs and tp in self.stored_positions:
+                    self._uncommitted[tp] = self.stored_positions[tp]
             await self._update_lag()
             self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
             self._recovered()

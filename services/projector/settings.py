@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..common.runtime.config import Config, option
+from ..common.runtime.errors import ConfigError
+
+#: The values of ``projector_synchronous_commit`` (PostgreSQL's ``synchronous_commit`` of the
+#: projector's sessions) that keep what the projector committed across a crash of PostgreSQL.
+DURABLE_COMMITS = ("on", "remote_write", "remote_apply", "local")
 
 
 @dataclass(frozen=True)
@@ -27,3 +32,19 @@ class ProjectorConfig(Config):
     )
     projector_batch_max: int = option(2_000, "records per fetch of the projector", least=1)
     sweep_interval_s: float = option(3600.0, "badge sweeper tick")
+    projector_synchronous_commit: str = option(
+        "on",
+        "PostgreSQL's `synchronous_commit` for the projector's batches: `on` (a batch is visible to "
+        "readers, pushed and handed out in cursors only once its WAL is flushed, and on a synchronous "
+        "standby when `synchronous_standby_names` is set), `remote_apply`, `remote_write` or `local`; "
+        "`off` is faster and a PostgreSQL crash then forgets the last instant of batches, which the "
+        "projector applies again, after they may have been pushed (docs/api.md#durability)",
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.projector_synchronous_commit not in (*DURABLE_COMMITS, "off"):
+            raise ConfigError(
+                f"TICKERWIRE_PROJECTOR_SYNCHRONOUS_COMMIT={self.projector_synchronous_commit!r} is invalid: "
+                f"use one of {', '.join((*DURABLE_COMMITS, 'off'))}"
+            )

@@ -20,9 +20,11 @@ The token is opaque to clients (store it, send it back): ``c1~<epoch>`` then, pe
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Awaitable, Callable, Iterable, Mapping
 
 import asyncpg
 import orjson
@@ -122,9 +124,48 @@ def not_issued(cursor: Cursor, frontier: Mapping[int, int]) -> str | None:
     return None
 
 
+#: How long a cursor of this epoch that is ahead of the committed frontier is waited for before
+#: it is refused. The frontier never steps back across a crash of PostgreSQL (the projector's
+#: commits are synchronous), but a failover to an asynchronous standby forgets what the standby
+#: had not received, until the projector has applied it again from the log (docs/api.md#durability).
+AHEAD_WAIT_S = 5.0
+AHEAD_POLL_S = 0.25
+
+
+def ahead(cursor: Cursor, frontier: Mapping[int, int]) -> bool:
+    """Whether ``cursor`` names only partitions the posts topic has and is past ``frontier`` on
+    one of them: a cursor the read model may yet reach (it is waited for)."""
+    need = needs(cursor)
+    return all(p in frontier for p in need) and any(n > frontier[p] for p, n in need.items())
+
+
+async def read_reaching(
+    read: Callable[[], Awaitable[Changes]],
+    cursor: Cursor | None,
+    *,
+    wait_s: float = AHEAD_WAIT_S,
+    poll_s: float = AHEAD_POLL_S,
+) -> Changes:
+    """``read()``, read again every ``poll_s`` for up to ``wait_s`` while ``cursor`` (of the read's
+    epoch) is :func:`ahead` of the frontier read with it. The caller then judges the last read."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        changes = await read()
+        if cursor is None or cursor.epoch != changes.epoch or not ahead(cursor, changes.frontier):
+            return changes
+        if time.monotonic() >= deadline:
+            return changes
+        await asyncio.sleep(poll_s)
+
+
 def after(mark: Mark, offset: int, lang: str) -> bool:
     """Whether the announcement ``(offset, lang)`` comes after ``mark`` (is not delivered by it)."""
     return (offset, lang) > mark
+
+
+def furthest(a: Mapping[int, Mark], b: Mapping[int, Mark]) -> dict[int, Mark]:
+    """Per partition, the further of two sets of marks."""
+    return {p: max(a.get(p, START), b.get(p, START)) for p in set(a) | set(b)}
 
 
 def advance(marks: dict[int, Mark], partition: int, mark: Mark) -> None:

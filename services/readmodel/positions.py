@@ -8,7 +8,8 @@ publisher was acknowledged for, or a log's end offsets) is reached when every pa
 position is at or past its mark (:func:`caught_up`). Every reader of positions uses this
 module: the projector (load, lock, save), the rebuild (another schema's positions), the
 stream's feed (announce only what is projected), ``tickerwire up`` (wait until projected),
-the API's consistency mark (:func:`mark_sql`) and the replicas' probe (:func:`marks_array_sql`).
+and the replicas' probe (:func:`marks_array_sql`); the API's consistency mark is
+:mod:`.logposition`'s.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Iterable, Mapping
 import asyncpg
 
 from ..common.db import Queryable, is_migrated, quote_ident
+from .logposition import covers
 
 #: (topic, partition)
 Key = tuple[str, int]
@@ -38,20 +40,6 @@ SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[])
 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
 """
 _SELECT = "SELECT topic, partition, next_offset FROM {table}"
-
-# The consistency mark (X-Log-Position): the stored position of every partition of the posts
-# topic, "partition:offset" ascending, comma-separated; '' while nothing is stored.
-_MARK = (
-    "(SELECT COALESCE(string_agg(p.partition || ':' || p.next_offset, ',' ORDER BY p.partition), '') "
-    "FROM positions p WHERE p.topic = {topic}::text)"
-)
-
-
-def mark_sql(topic_ref: str) -> str:
-    """The consistency mark as an SQL expression, to be read inside the statement whose snapshot
-    a response reflects; ``topic_ref`` is the parameter holding the posts topic (``$2``)."""
-    return _MARK.format(topic=topic_ref)
-
 
 # The same positions as an array of [partition, next offset] pairs ('{}' while none is stored):
 # what a replica's probe reads to know how far its data goes.
@@ -104,7 +92,7 @@ def projected(stored: Mapping[Key, int], key: Key, offset: int) -> bool:
 
 def caught_up(stored: Mapping[Key, int], marks: Mapping[Key, int]) -> bool:
     """Whether every partition's position is at or past its mark (a next offset to reach)."""
-    return all(stored.get(key, 0) >= mark for key, mark in marks.items())
+    return covers(stored, marks)
 
 
 async def wait_until(db: Queryable, marks: Mapping[Key, int], *, timeout: float, poll_s: float = 0.05) -> None:
@@ -119,10 +107,33 @@ async def wait_until(db: Queryable, marks: Mapping[Key, int], *, timeout: float,
         await asyncio.sleep(poll_s)
 
 
-async def lock(conn: asyncpg.Connection, topic: str, partition: int) -> int:
-    """The partition's stored position, row-locked for the caller's transaction (created at 0)."""
+class PositionMovedBack(Exception):
+    """The stored position of a partition is behind the one its writer read it at: commits were
+    lost (a PostgreSQL crash with asynchronous commits, a failover to a standby that had not
+    received them) or an operator moved it (``projector accept-log``). Nothing may be written
+    on top of it: the records between the two would be skipped for good. The transaction is
+    rolled back and the partition is read again from ``stored``."""
+
+    def __init__(self, topic: str, partition: int, stored: int, expected: int) -> None:
+        super().__init__(
+            f"{topic}[{partition}]: the stored position is {stored}, behind {expected} where this projector "
+            "last stored it (commits lost by a PostgreSQL crash or failover, or `projector accept-log`)"
+        )
+        self.topic, self.partition, self.stored, self.expected = topic, partition, stored, expected
+
+
+async def lock(conn: asyncpg.Connection, topic: str, partition: int, *, expected: int | None = None) -> int:
+    """The partition's stored position, row-locked for the caller's transaction (created at 0).
+
+    ``expected``: the position the caller last stored or read (the one its records were fetched
+    from). A stored position behind it raises :class:`PositionMovedBack`, so a batch commits only
+    on top of the position it was read from, never over a gap. One ahead of it is fine: another
+    writer (a rebalance's new owner) applied those records, and the caller skips them."""
     await conn.execute(_LOCK, topic, partition)
-    return await conn.fetchval(_SELECT_FOR_UPDATE, topic, partition)
+    stored = await conn.fetchval(_SELECT_FOR_UPDATE, topic, partition)
+    if expected is not None and stored < expected:
+        raise PositionMovedBack(topic, partition, stored, expected)
+    return stored
 
 
 async def save(conn: asyncpg.Connection, topic: str, partition: int, next_offset: int) -> None:

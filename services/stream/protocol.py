@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 
 import orjson
 
+from ..readmodel.logposition import record_text
 from ..readmodel.mapping import iso_utc
 
 #: The server shuts down (SIGTERM): reconnect, possibly to another process.
@@ -69,7 +70,7 @@ def post_created(lean_json: str, partition: int, offset: int, cursor: str | None
         b'{"type":"post.created","ts":"'
         + _now().encode()
         + b'","log_position":"'
-        + f"{partition}:{offset}".encode()
+        + record_text(partition, offset).encode()
         + (b'","cursor":"' + cursor.encode() if cursor is not None else b"")
         + b'","data":'
         + lean_json.encode()

@@ -16,8 +16,9 @@ import logging
 import time
 from typing import Iterable
 
-from ..common.db.replicas import POLL_S, Replicas, at_least
+from ..common.db.replicas import POLL_S, Replicas
 from ..readmodel import positions
+from ..readmodel.logposition import covers
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ def stream_replicas(config, topic: str, registry) -> Replicas:
         config,
         topic,
         positions_sql=positions.marks_array_sql("$1"),
+        covers=covers,
         leave_after_s=config.replica_max_lag_s * LEAVE_FACTOR,
         rejoin_below_s=config.replica_max_lag_s * REJOIN_FACTOR,
         registry=registry,
@@ -46,11 +48,11 @@ async def replicated(replicas: Replicas, records: Iterable[tuple[int, int]]) -> 
         want[partition] = max(want.get(partition, 0), offset + 1)
     deadline = time.monotonic() + 2 * replicas.leave_after_s
     while True:
-        behind = [r for r in replicas.rotation() if not at_least(r.marks, want)]
+        behind = [r for r in replicas.rotation() if not covers(r.marks, want)]
         if not behind:
             return
         await asyncio.gather(*(replicas.ask(r) for r in behind))
-        if all(at_least(r.marks, want) for r in behind if r.in_rotation):
+        if all(covers(r.marks, want) for r in behind if r.in_rotation):
             return
         if time.monotonic() > deadline:
             log.warning(

@@ -53,15 +53,20 @@ async def _replay_pages(
     marks = dict(resume.marks)
     first = True
     while True:
-        page = await cursors.read_changes(
-            feed.db,
-            feed.topic,
-            marks,
-            langs,
-            tickers=conn.filter.tickers,
-            categories=conn.filter.categories,
-            limit=RESUME_PAGE,
-            upto=start.marks,
+        page = await cursors.read_reaching(
+            lambda: cursors.read_changes(
+                feed.db,
+                feed.topic,
+                marks,
+                langs,
+                tickers=conn.filter.tickers,
+                categories=conn.filter.categories,
+                limit=RESUME_PAGE,
+                upto=start.marks,
+            ),
+            # Both where the cursor is and where the connection went live must be committed (a
+            # failover to an asynchronous standby may have forgotten some of it for a moment).
+            cursors.Cursor(resume.epoch, cursors.furthest(resume.marks, start.marks)) if first else None,
         )
         if first:
             first = False

@@ -33,7 +33,7 @@ from tests.support.stack import ServiceStack, wait_http
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.broker import EmbeddedBroker
 from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
+from tickerwire.devstack.embedded.postgres import DURABLE_SETTINGS, EmbeddedPostgres, scratch_database
 from tickerwire.schemas.models import PostStatus
 from tickerwire.services.readmodel.migrate import migrate
 
@@ -296,7 +296,7 @@ class Context:
 
 
 #: PostgreSQL's own defaults: every commit flushed. The embedded server turns them off for speed.
-DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+DURABLE = DURABLE_SETTINGS
 
 
 @contextlib.contextmanager

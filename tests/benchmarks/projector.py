@@ -124,8 +124,11 @@ async def projected(conn: asyncpg.Connection, topic: str) -> int:
     return int(await conn.fetchval("SELECT coalesce(sum(next_offset), 0) FROM positions WHERE topic = $1", topic) or 0)
 
 
-async def product_throughput(ctx: Context, stack, total: int, rss: RssSampler) -> tuple[float, tuple, str]:
-    """Project the filled topic into a fresh database with a fresh consumer group.
+async def product_throughput(
+    ctx: Context, stack, total: int, rss: RssSampler, commit: str = "on"
+) -> tuple[float, tuple, str]:
+    """Project the filled topic into a fresh database with a fresh consumer group, its batches
+    committed with ``synchronous_commit = commit``.
     Returns (events/s, (the running projector, a connection, the database context), topic)."""
     topic = topic_name(stack.topic_prefix, POSTS)
     db = ctx.database()
@@ -142,6 +145,7 @@ async def product_throughput(ctx: Context, stack, total: int, rss: RssSampler) -
         TICKERWIRE_DATABASE_URL=dsn,
         TICKERWIRE_PROJECTOR_GROUP=f"bench-{uuid.uuid4().hex[:8]}",
         TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS=str(LATENCY_FETCH_WAIT_MS),
+        TICKERWIRE_PROJECTOR_SYNCHRONOUS_COMMIT=commit,
     )
     rss.watch("projector", service.proc.pid)
     first_seen = first_t = None
@@ -264,8 +268,9 @@ async def run(ctx: Context) -> Result:
         f"{total} post events x 3 locales; ceiling = min(raw aiokafka consume-and-discard, raw COPY into an equivalent table)"
     )
     result.notes.append(
-        'the projector\'s sessions commit with synchronous_commit = off (docs/api.md, "Durability of the read model"); '
-        "the raw COPY ceiling commits with the server's setting"
+        "the projector's batches commit with synchronous_commit = on, its default (docs/api.md#durability); the rows "
+        "'synchronous_commit off' are the same projector with TICKERWIRE_PROJECTOR_SYNCHRONOUS_COMMIT=off in the same "
+        "run, and their ratio is the cost of durable commits; the raw COPY ceiling commits with the server's setting"
     )
     throughput = result.metric(
         "events/s (topic -> committed rows)",
@@ -279,6 +284,11 @@ async def run(ctx: Context) -> Result:
         "event-to-row p99 @ 100 ev/s", "ms", higher_is_better=False, target="< 100 ms", check=lambda p, r: p < 100
     )
     latency50 = result.metric("event-to-row p50 @ 100 ev/s", "ms", higher_is_better=False)
+    # The same projector with asynchronous commits, against the durable default: the cost of durability.
+    async_throughput = result.metric("events/s, synchronous_commit off (baseline: on)", "events/s")
+    async_latency = result.metric(
+        "event-to-row p99 @ 100 ev/s, synchronous_commit off (baseline: on)", "ms", higher_is_better=False
+    )
     events = posts(1, total)
     cat = catalog(tokens=0)
     taxonomy = Taxonomy({e.data.slug: e.data for e in cat if e.type == "category"})
@@ -312,6 +322,13 @@ async def run(ctx: Context) -> Result:
                             await conn.close()
                             await db.__aexit__(None, None, None)
                         ends = await posts_end(ctx, stack)
+                        rate, p99 = await _asynchronous(ctx, stack, sum(ends.values()), rss, next_id, s)
+                        next_id += 1000
+                        async_throughput.product.append(rate)
+                        async_throughput.baseline.append(throughput.product[-1])
+                        async_latency.product.append(p99)
+                        async_latency.baseline.append(latency.product[-1])
+                        ends = await posts_end(ctx, stack)
                         log.info("projector: raw consume and copy")
                         c, k = await raw_consume(stack, ends), await raw_copy(copy_conn, post_rows, tr_rows)
                         consume.baseline.append(c)
@@ -326,3 +343,15 @@ async def run(ctx: Context) -> Result:
             finally:
                 await copy_conn.close()
     return result
+
+
+async def _asynchronous(ctx: Context, stack, total: int, rss: RssSampler, first_id: int, s) -> tuple[float, float]:
+    """Events/s and the steady p99 of the projector with ``synchronous_commit = off``."""
+    rate, (service, conn, db), _topic = await product_throughput(ctx, stack, total, rss, commit="off")
+    log.info("projector (synchronous_commit off): %.0f events/s; steady latency next", rate)
+    try:
+        return rate, percentile(await steady_latency(stack, conn, first_id, s.pick(1.0, 5.0)), 99)
+    finally:
+        stack.stop(service)
+        await conn.close()
+        await db.__aexit__(None, None, None)

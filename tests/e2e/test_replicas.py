@@ -17,7 +17,7 @@ from tests.support.events import post_ev, token_ev
 from tests.support.replicas import freeze, replicated_cluster, rotation, serving_stack, signal_server, thaw
 from tests.support.stack import BASE, auth
 from tests.support.ws import session
-from tickerwire.services.common.db.replicas import at_least, parse_marks
+from tickerwire.services.readmodel.logposition import LogPosition, covers
 
 pytestmark = pytest.mark.e2e
 
@@ -102,13 +102,13 @@ async def test_a_client_sending_its_mark_never_gets_an_older_state(replicated):
 
     async def read(http: aiohttp.ClientSession, path: str) -> None:
         nonlocal seen_newest, answers
-        sent = ",".join(f"{p}:{o}" for p, o in sorted(mark.items()))
+        sent = LogPosition.of(mark).text()
         async with http.get(f"{api}{BASE}{path}", headers={**auth(key), "X-Min-Log-Position": sent}) as resp:
             assert resp.status == 200, await resp.text()
-            got = parse_marks(resp.headers["X-Log-Position"])
+            got = LogPosition.parse(resp.headers["X-Log-Position"]).marks()
             body = await resp.json()
         answers += 1
-        if not at_least(got, mark):
+        if not covers(got, mark):
             older.append(f"{path}: sent {sent}, got {resp.headers['X-Log-Position']}")
         for p, o in got.items():
             mark[p] = max(mark.get(p, 0), o)

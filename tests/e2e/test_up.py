@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -185,6 +186,80 @@ def test_up_starts_a_replica_the_api_reads_from_and_restarts_it_when_it_dies():
     while alive(restarted) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(restarted)
+    shutil.rmtree(state_dir)
+
+
+#: How long after `tickerwire failover` returns the API may take to serve from the new primary
+#: again, every process ready (measured: 2 to 3 s, the admission's reconnection backoff; room
+#: for a shared 2-core machine).
+FAILOVER_SERVED_WITHIN_S = 15.0
+
+
+async def all_ready(info: dict) -> bool:
+    """Every process's /readyz says 200 (admin ports: no rate limit to spend)."""
+    async with aiohttp.ClientSession() as http:
+        for url in info["admin"].values():
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(url + "/readyz") as resp:
+                    if resp.status == 200:
+                        continue
+            return False
+    return True
+
+
+def test_up_fails_over_to_its_replica_and_every_process_follows_without_a_restart():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
+    run = start_up(state_dir, up_ports(), "--replicas", "1")  # the demo trickle publishes a post a second
+    try:
+        wait_up(run)
+        info, children = run.info, run.children()
+        old = info["postgres_primary_port"]
+        before = asyncio.run(newest_post(info))
+        result = subprocess.run(
+            [sys.executable, "-m", "tickerwire.services.cli.main", "failover", "--state-dir", str(state_dir)],
+            env=up_env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert result.returncode == 0, result.stderr
+        assert (
+            f"the primary is now port {info['database_read_urls'][0].rpartition(':')[2].split('/')[0]}" in result.stdout
+        )
+        done = time.monotonic()
+        # A request a second at most (the demo workspace allows 60 a minute): counted requests need
+        # the admission's connections, which reconnect to the new primary with a backoff.
+        while not (asyncio.run(all_ready(run.info)) and asyncio.run(served(run.info)) == 200):
+            assert time.monotonic() - done < FAILOVER_SERVED_WITHIN_S, "not served and ready in time"
+            time.sleep(1.0)
+        assert run.info["postgres_primary_port"] != old
+        assert run.children() == children  # nobody restarted
+        # The trickle's posts are projected on the new primary (a request every 2 s: the demo
+        # workspace allows 60 a minute).
+        newest, deadline = before, time.monotonic() + 30
+        while newest <= before and time.monotonic() < deadline:
+            time.sleep(2)
+            newest = asyncio.run(newest_post(run.info))
+        assert newest > before
+        assert (state_dir / "pgdata" / "standby.signal").exists()  # the old primary follows the new one
+    finally:
+        assert stop_up(run) == 0
+    run.lines += run.proc.stdout.read().splitlines() if run.proc.stdout else []
+    assert any("failover: done in" in line for line in run.lines), run.lines[-10:]
+    shutil.rmtree(state_dir)
+
+
+def test_failover_without_a_running_up_says_so_in_one_line():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
+    result = subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", "failover", "--state-dir", str(state_dir)],
+        env=up_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and "no `tickerwire up` is running" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     shutil.rmtree(state_dir)
 
 

@@ -1,8 +1,11 @@
-"""The projector's sessions commit asynchronously (docs/api.md, "Durability of the read model"),
-while every other pool keeps PostgreSQL's synchronous commits (real PostgreSQL)."""
+"""The projector's sessions ask for synchronous commits themselves, whatever the server's default
+(the embedded test server's is ``off``): a batch is visible only once flushed (docs/api.md#durability).
+``TICKERWIRE_PROJECTOR_SYNCHRONOUS_COMMIT`` chooses another level; every other pool keeps the
+server's setting (real PostgreSQL)."""
 
 from __future__ import annotations
 
+import pytest
 from aiohttp.test_utils import TestServer
 
 from tests.support.apps import config_for
@@ -13,18 +16,24 @@ from tickerwire.services.projector.app import POOL, create_app
 SETTING = "SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'"
 
 
-async def test_the_projectors_pool_commits_without_waiting_for_the_wal_flush(fresh_db, kafka_bootstrap, topic_prefix):
+@pytest.mark.parametrize("level", [None, "remote_apply", "off"])
+async def test_the_projectors_pool_commits_as_configured_synchronous_by_default(
+    fresh_db, kafka_bootstrap, topic_prefix, level
+):
+    settings = {} if level is None else {"projector_synchronous_commit": level}
     app = create_app(
         config_for(
             fresh_db,
             kafka_bootstrap_servers=kafka_bootstrap,
             topic_prefix=topic_prefix,
             projector_group=f"{topic_prefix}-projector",
+            **settings,
         )
     )  # its own group: no other test's members
     async with TestServer(app):  # runs the app's start-up: its pool, migrations and consumer
         async with app[POOL].acquire() as conn:
-            assert tuple(await conn.fetchrow(SETTING)) == ("off", "client")  # asked for by the session itself
+            # Asked for by the session itself (the server's own default here is off).
+            assert tuple(await conn.fetchrow(SETTING)) == (level or "on", "client")
     reader = await create_pool(fresh_db, "rm", min_size=1, max_size=1)
     try:
         async with reader.acquire() as conn:

@@ -1,5 +1,5 @@
-"""The projector says its stored position was moved (the wording of a log reset or
-``accept-log``) only when it was; not when the consumer is merely elsewhere, as after a
+"""The projector says its stored position was moved back (commits lost, or ``accept-log
+--from earliest``) or forward (``accept-log --from latest``) only when it was; not when the consumer is merely elsewhere, as after a
 rebalance that sought it back while a batch was being applied, which restarts cause (real
 broker, real PostgreSQL)."""
 
@@ -17,6 +17,7 @@ from tickerwire.services.cli.publish import publish
 from tickerwire.services.common import kafka
 
 MOVED = "stored position moved"
+BEHIND = "behind"
 
 
 async def test_only_a_moved_stored_position_is_said_to_have_moved(fresh_db, kafka_bootstrap, caplog):
@@ -54,7 +55,18 @@ async def test_only_a_moved_stored_position_is_said_to_have_moved(fresh_db, kafk
                 )
             await projector.check_log([tp])
             assert await consumer.position(tp) == 1
+            async with pool.acquire() as conn:  # as `tickerwire projector accept-log --from latest` does
+                await conn.execute(
+                    "UPDATE positions SET next_offset = $3 WHERE topic = $1 AND partition = $2", topic, partition, end
+                )
+            await projector.check_log([tp])
+            assert await consumer.position(tp) == end
         finally:
             await consumer.stop()
-    moved = [r.getMessage() for r in caplog.records if MOVED in r.getMessage()]
-    assert moved == [f"{topic}[{partition}]: {MOVED} from {end} to 1 (projector accept-log?); reading from there"]
+    said = [r.getMessage() for r in caplog.records if MOVED in r.getMessage() or BEHIND in r.getMessage()]
+    assert said == [
+        f"{topic}[{partition}]: the stored position is 1, {BEHIND} {end} where this projector last stored it "
+        "(commits lost by a PostgreSQL crash or failover, or `projector accept-log`); reading the partition "
+        "again from offset 1",
+        f"{topic}[{partition}]: {MOVED} from 1 to {end} (projector accept-log?); reading from there",
+    ]

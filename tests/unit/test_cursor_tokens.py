@@ -4,6 +4,7 @@ else is refused, and a mark only moves forward."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -91,3 +92,47 @@ def test_a_cursor_at_or_below_the_committed_frontier_could_have_been_issued(toke
 def test_a_cursor_past_the_frontier_or_naming_an_unknown_partition_was_not_issued(token, why):
     reason = cursors.not_issued(cursors.decode(token), FRONTIER)
     assert reason is not None and why in reason, reason
+
+
+# --------------------------------------------------------------------------- a cursor ahead of the frontier
+
+
+def test_a_cursor_past_the_frontier_on_a_known_partition_is_ahead_one_naming_another_is_not():
+    frontier = {0: 10, 1: 4}
+    assert cursors.ahead(cursors.Cursor("e", {0: (10, "en-US")}), frontier)  # covers record 10: needs 11
+    assert not cursors.ahead(cursors.Cursor("e", {0: (10, ""), 1: (3, "de-DE")}), frontier)
+    assert not cursors.ahead(cursors.Cursor("e", {0: (99, ""), 7: (1, "")}), frontier)  # partition 7: never issued
+
+
+async def test_a_cursor_ahead_is_read_again_until_the_frontier_reaches_it_within_the_bound():
+    frontiers = iter([{0: 3}, {0: 3}, {0: 6}, {0: 9}])
+    reads = []
+
+    async def read() -> cursors.Changes:
+        reads.append(1)
+        return cursors.Changes("e", next(frontiers), [])
+
+    got = await cursors.read_reaching(read, cursors.Cursor("e", {0: (5, "")}), wait_s=5.0, poll_s=0.001)
+    assert got.frontier == {0: 6} and len(reads) == 3
+
+
+async def test_a_cursor_that_stays_ahead_is_given_up_on_after_the_bound():
+    async def read() -> cursors.Changes:
+        return cursors.Changes("e", {0: 3}, [])
+
+    started = time.monotonic()
+    got = await cursors.read_reaching(read, cursors.Cursor("e", {0: (50, "")}), wait_s=0.2, poll_s=0.05)
+    assert got.frontier == {0: 3} and 0.2 <= time.monotonic() - started < 2.0
+    assert cursors.not_issued(cursors.Cursor("e", {0: (50, "")}), got.frontier) is not None
+
+
+async def test_a_cursor_of_another_epoch_or_none_is_not_waited_for():
+    calls = []
+
+    async def read() -> cursors.Changes:
+        calls.append(1)
+        return cursors.Changes("new", {0: 3}, [])
+
+    await cursors.read_reaching(read, cursors.Cursor("old", {0: (50, "")}), wait_s=5.0)
+    await cursors.read_reaching(read, None, wait_s=5.0)
+    assert len(calls) == 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tickerwire.services.readmodel import positions
+from tickerwire.services.readmodel import logposition, positions
 
 
 def test_a_record_is_projected_once_the_stored_position_is_past_it():
@@ -28,5 +28,5 @@ def test_of_topic_keys_one_topics_positions_by_partition():
 
 
 def test_the_consistency_mark_reads_the_given_topic_parameter():
-    mark = positions.mark_sql("$2")
+    mark = logposition.stored_sql("$2")
     assert "p.topic = $2::text" in mark and "FROM positions" in mark

@@ -8,31 +8,44 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.common.db.replicas import Replicas, at_least, parse_marks, replica_name
+from tickerwire.services.common.db.replicas import Replicas, replica_name
 from tickerwire.services.common.runtime.config import ConfigError
 from tickerwire.services.readmodel import positions
+from tickerwire.services.readmodel.logposition import LogPosition, covers, record_text
 
 REQUIRED = {"TICKERWIRE_DATABASE_URL": "postgresql://x/y", "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"}
 
 
 def test_a_mark_parses_as_the_x_log_position_header_writes_it():
-    assert parse_marks("0:12,1:40") == {0: 12, 1: 40}
-    assert parse_marks(" 3:7 , 0:1") == {3: 7, 0: 1}
-    assert parse_marks("") == {}
+    assert LogPosition.parse("0:12,1:40").marks() == {0: 12, 1: 40}
+    assert LogPosition.parse(" 3:7 , 0:1").text() == "0:1,3:7"
+    assert LogPosition.parse("0:4,0:9").marks() == {0: 9}  # named twice: the furthest
+    assert LogPosition.parse("") == LogPosition() and LogPosition().text() == ""
+    assert LogPosition.stored("[[1, 40], [0, 12]]").text() == "1:40,0:12"  # as the database ordered them
+    assert LogPosition.stored("[]") == LogPosition.stored(None) == LogPosition()
+
+
+def test_a_pushed_record_is_reflected_by_a_position_past_its_offset():
+    assert record_text(2, 1611) == "2:1611"
+    reflecting = LogPosition.reflecting(2, 1611)
+    assert reflecting.text() == "2:1612"
+    assert LogPosition.parse("0:5,2:1612").covers(reflecting)
+    assert not LogPosition.parse("2:1611").covers(reflecting)  # the record's own offset: not yet applied
 
 
 @pytest.mark.parametrize("bad", ["0", "0:", ":5", "a:1", "0:-1", "0:1;1:2", "0:1,", "1" * 12 + ":1", "0:" + "9" * 19])
 def test_anything_else_is_refused(bad):
     with pytest.raises(ValueError):
-        parse_marks(bad)
+        LogPosition.parse(bad)
 
 
 def test_data_is_at_least_a_mark_only_when_every_partition_is_at_or_past_it():
-    assert at_least({0: 5, 1: 9}, {0: 5, 1: 9})
-    assert at_least({0: 6, 1: 9, 2: 1}, {0: 5})
-    assert not at_least({0: 5, 1: 8}, {0: 5, 1: 9})
-    assert not at_least({0: 5}, {1: 1})  # a partition it has not seen is at 0
-    assert at_least({}, {})
+    assert covers({0: 5, 1: 9}, {0: 5, 1: 9})
+    assert covers({0: 6, 1: 9, 2: 1}, {0: 5})
+    assert not covers({0: 5, 1: 8}, {0: 5, 1: 9})
+    assert not covers({0: 5}, {1: 1})  # a partition it has not seen is at 0
+    assert covers({}, {})
+    assert LogPosition.of({0: 6, 1: 9}).covers(LogPosition.of({0: 5}))
 
 
 def test_a_replica_is_named_by_host_and_port_never_by_its_password():
@@ -58,6 +71,7 @@ def replicas(*urls: str, registry: CollectorRegistry | None = None) -> Replicas:
         config,
         "tw.posts.v1",
         positions_sql=positions.marks_array_sql("$1"),
+        covers=covers,
         leave_after_s=2.0,
         rejoin_below_s=0.5,
         registry=registry or CollectorRegistry(),

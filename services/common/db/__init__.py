@@ -75,7 +75,7 @@ async def create_pool(
     stateless: bool = False,
     statement_timeout_s: float = 30.0,
     connect_timeout_s: float = 10.0,
-    asynchronous_commit: bool = False,
+    synchronous_commit: str | None = None,
 ) -> asyncpg.Pool:
     """A pool whose connections resolve unqualified names in the read-model schema first.
 
@@ -83,15 +83,16 @@ async def create_pool(
     their connections skip asyncpg's reset statement when returned to the pool.
     ``statement_timeout_s`` bounds every statement twice: on the server (``statement_timeout``)
     and in the client (``command_timeout``, which also holds when the server is frozen).
-    ``asynchronous_commit`` sets ``synchronous_commit = off``: a COMMIT returns before its WAL
-    is flushed, and a crash of PostgreSQL may lose the last instant of commits, each whole."""
+    ``synchronous_commit`` sets the sessions' ``synchronous_commit`` (None: the server's); with
+    ``off`` a COMMIT returns, and is visible to others, before its WAL is flushed, and a crash of
+    PostgreSQL may lose the last instant of commits, each whole."""
     settings = {
         "search_path": quote_ident(schema) + ",public",
         "application_name": "tickerwire",
         "statement_timeout": str(int(statement_timeout_s * 1000)),
     }
-    if asynchronous_commit:
-        settings["synchronous_commit"] = "off"
+    if synchronous_commit is not None:
+        settings["synchronous_commit"] = synchronous_commit
     with storage_errors("connect"):
         return await asyncpg.create_pool(
             dsn,

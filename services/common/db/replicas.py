@@ -31,7 +31,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -66,25 +66,6 @@ Marks = Mapping[int, int]
 NOT_CHECKED = "not checked yet"
 #: application_name of the probes' connections (pg_stat_activity on a replica shows them).
 PROBE_NAME = "tickerwire-replica-probe"
-
-
-def parse_marks(text: str) -> dict[int, int]:
-    """An ``X-Log-Position`` (``"0:12,1:40"``, or ``""``) as {partition: next offset}; ``ValueError``
-    when it is not one."""
-    marks: dict[int, int] = {}
-    if text.strip() == "":
-        return marks
-    for part in text.split(","):
-        partition, colon, offset = part.strip().partition(":")
-        if not colon or not partition.isdigit() or not offset.isdigit() or len(partition) > 9 or len(offset) > 18:
-            raise ValueError(f"expected partition:offset pairs separated by commas, got {text[:100]!r}")
-        marks[int(partition)] = max(marks.get(int(partition), 0), int(offset))
-    return marks
-
-
-def at_least(have: Marks, want: Marks) -> bool:
-    """Whether data at ``have`` reflects everything ``want`` does (every partition at or past)."""
-    return all(have.get(partition, 0) >= offset for partition, offset in want.items())
 
 
 def replica_name(url: str) -> str:
@@ -124,9 +105,11 @@ class Replicas:
     replica the API may read from, 1.5 times and half of it, so its set holds the API's.
 
     ``positions_sql``: the SQL expression of ``topic``'s stored positions (the topic its ``$1``)
-    as an array of ``[partition, next offset]`` pairs. The read model's tables are the
-    read-model room's to know, so the wiring hands it in
-    (``tickerwire.services.readmodel.positions.marks_array_sql``)."""
+    as an array of ``[partition, next offset]`` pairs, and ``covers``, whether data at some
+    positions reflects everything data at others does. The read model's tables and rules are
+    the read-model room's to know, so the wiring hands them in
+    (``tickerwire.services.readmodel.positions.marks_array_sql``,
+    ``tickerwire.services.readmodel.logposition.covers``)."""
 
     def __init__(
         self,
@@ -134,6 +117,7 @@ class Replicas:
         topic: str,
         *,
         positions_sql: str,
+        covers: Callable[[Marks, Marks], bool],
         leave_after_s: float,
         rejoin_below_s: float,
         registry: CollectorRegistry | None = None,
@@ -145,6 +129,7 @@ class Replicas:
         self.reads = reads
         self.topic = topic
         self._probe_sql = PROBE_SQL.format(positions=positions_sql)
+        self.covers = covers
         self.leave_after_s = leave_after_s
         self.rejoin_below_s = rejoin_below_s
         self.tick_s = tick_s
@@ -182,7 +167,7 @@ class Replicas:
     def pick(self, want: Marks | None = None) -> Replica | None:
         """The next replica in rotation (round robin) whose last probe showed data at ``want``
         or later; None when there is none."""
-        members = [r for r in self.rotation() if want is None or at_least(r.marks, want)]
+        members = [r for r in self.rotation() if want is None or self.covers(r.marks, want)]
         if not members:
             return None
         self._next = (self._next + 1) % len(members)
