@@ -36,7 +36,7 @@ from tests.support.stack import BASE, auth
 from tickerwire.schemas.models import PostEvent, encode_event, entity_key, topic_for_event_type
 from tickerwire.services.cli.publish import send_events
 from tickerwire.services.common import kafka
-from tickerwire.services.common.db.replicas import at_least, parse_marks
+from tickerwire.services.readmodel.logposition import LogPosition, covers
 
 #: Posts of each writer come from their own range, so the checker knows who wrote what.
 PLAIN_IDS = 1_000_000
@@ -315,7 +315,7 @@ class Reader:
             self.history.violation(f"stale read: {path}?lang={key[1]} 404 with X-Min-Log-Position {want} (mark {mark})")
         elif status != 200:
             self.history.violation(f"{path}: {status} with X-Min-Log-Position {want!r}")
-        elif mark is None or not at_least(parse_marks(mark), parse_marks(want)):
+        elif mark is None or not covers(LogPosition.parse(mark).marks, LogPosition.parse(want).marks):
             self.history.violation(f"stale read: {path} X-Log-Position {mark} below the demanded {want}")
         elif key is None:
             self.mark = mark
