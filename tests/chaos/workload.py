@@ -315,7 +315,7 @@ class Reader:
             self.history.violation(f"stale read: {path}?lang={key[1]} 404 with X-Min-Log-Position {want} (mark {mark})")
         elif status != 200:
             self.history.violation(f"{path}: {status} with X-Min-Log-Position {want!r}")
-        elif mark is None or not covers(LogPosition.parse(mark).marks, LogPosition.parse(want).marks):
+        elif mark is None or not covers(LogPosition.parse(mark).marks(), LogPosition.parse(want).marks()):
             self.history.violation(f"stale read: {path} X-Log-Position {mark} below the demanded {want}")
         elif key is None:
             self.mark = mark
