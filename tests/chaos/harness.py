@@ -42,7 +42,7 @@ from tests.chaos.history import History
 from tests.conftest import TEST_KAFKA_SETTINGS
 from tests.support.events import locale_ev, token_ev
 from tests.support.links import Link
-from tests.support.replicas import database_on, signal_server
+from tests.support.replicas import database_on, signal_server, wait_gone
 from tests.support.stack import Service, ServiceStack, wait_http
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.ports import free_port
@@ -154,15 +154,25 @@ class Cluster:
         WAL not yet written from it, gone), then the server started again on the same data:
         crash recovery, as after an OOM kill or a container's death."""
         primary = self.primary
-        signal_server(primary, signal.SIGKILL)
+        wait_gone(signal_server(primary, signal.SIGKILL))
         primary.stop()  # reaps the postmaster
         primary.start()
 
     def kill_primary(self) -> str:
         """SIGKILL of the primary and every process of it, left down; its name."""
-        signal_server(self.primary, signal.SIGKILL)
+        wait_gone(signal_server(self.primary, signal.SIGKILL))
         self.primary.stop()
         return self.primary_name
+
+    def lose_standby_tail(self) -> None:
+        """SIGKILL of the standby's processes and a start again on its data (still a standby):
+        what it had received from the primary but not written is gone (after a freeze, the WAL
+        sent to it meanwhile, held in its socket's buffer). With the primary dead too, it
+        comes back as far as it had got: a standby with that much replay lag."""
+        standby = self.replica
+        wait_gone(signal_server(standby, signal.SIGKILL))
+        standby.stop()
+        standby.start()
 
     def promote_standby(self) -> None:
         """The standby promoted (``pg_promote``): the primary from now on."""

@@ -68,17 +68,25 @@ class Refusal:
     reason: str
 
 
+#: A failover checks, as soon as the API answers, the pairs pushed in this long before the kill.
+RECENT_S = 15.0
+
+
 @dataclass(frozen=True, slots=True)
 class Failover:
     """The times of one failover (seconds into the run): the primary killed; the standby
     promoted; the API answering ``GET /posts`` again; every service process ready; the old
-    primary rebuilt and streaming as the new standby."""
+    primary rebuilt and streaming as the new standby. And what partners saw of the pairs
+    pushed to a stream client in the :data:`RECENT_S` before the kill (``pushed`` of them), as soon
+    as the API answered: how many ``GET /posts/{id}?lang=`` did not serve (``unreadable``)."""
 
     killed: float
     promoted: float
     api: float
     ready: float
     rebuilt: float
+    pushed: int = 0
+    unreadable: int = 0
 
 
 @dataclass

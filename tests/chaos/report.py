@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.chaos.history import Fault, History
+from tests.chaos.history import RECENT_S, Fault, History
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "reliability.md"
@@ -304,7 +304,13 @@ def _failovers(failovers: list[dict] | None) -> list[str]:
     steps = {"promoted": "standby promoted", "api": "API answering", "ready": "every process ready"}
     steps["rebuilt"] = "old primary rebuilt as the standby"
     parts = [f"{label} {_fmt(stats([f[key] - f['killed'] for f in failovers]))}" for key, label in steps.items()]
-    return [f"- Failovers: {len(failovers)}; from the SIGKILL of the primary: " + "; ".join(parts)]
+    unreadable = f"{sum(f['unreadable'] for f in failovers)} of {sum(f['pushed'] for f in failovers)}"
+    return [
+        f"- Failovers: {len(failovers)}; from the SIGKILL of the primary: "
+        + "; ".join(parts)
+        + f"; pairs pushed in the {RECENT_S:.0f} s before it that GET did not serve once the API answered: "
+        + unreadable
+    ]
 
 
 def markdown(report: dict, picture_link: str) -> str:

@@ -82,7 +82,9 @@ def test_an_error_line_no_injected_fault_explains_is_a_violation(tmp_path):
 
 def test_the_lost_doubled_and_refused_counts_and_the_failovers_are_in_the_markdown():
     h = history([KILL], {1: (10.2, 11.9)})
-    h.failovers.append(Failover(killed=20.0, promoted=20.4, api=21.5, ready=23.0, rebuilt=22.0))
+    h.failovers.append(
+        Failover(killed=20.0, promoted=20.4, api=21.5, ready=23.0, rebuilt=22.0, pushed=40, unreadable=3)
+    )
     extra = {"tally": {"lost": 3, "doubled": 1, "refused": 4}, "failovers": [asdict(f) for f in h.failovers]}
     text = markdown(summary(h, [], extra), "timeline.png")
     assert (
@@ -91,3 +93,4 @@ def test_the_lost_doubled_and_refused_counts_and_the_failovers_are_in_the_markdo
     ) in text
     assert "- Failovers: 1; from the SIGKILL of the primary: standby promoted p50 0.40 s" in text
     assert "API answering p50 1.50 s" in text and "every process ready p50 3.00 s" in text
+    assert "pairs pushed in the 15 s before it that GET did not serve once the API answered: 3 of 40" in text
