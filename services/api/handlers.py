@@ -19,6 +19,7 @@ from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import text_search_config
 from ..readmodel.searchtext import query_text
 from ..readmodel.taxonomy import answered_locales
+from ..readmodel.walk import Refusal, locales, walk
 from . import queries
 from .catalog import Body, etag_of
 from .errors import not_found
@@ -175,44 +176,30 @@ async def changes(request: web.Request) -> web.Response:
     """Announcements after a cursor, in announcement order, up to what the projector committed."""
     q = parse_changes(request.query)
     listed = request.app[CATALOG].languages
-    served = answered_locales(listed.codes, listed.default)
-    langs = served if q.langs is None else served & q.langs
-    marks = dict(q.cursor.marks) if q.cursor is not None else {}
-    limit = q.limit + 1 if q.cursor is not None else 0
     with storage_errors("changes"):
-        read = await cursors.read_reaching(
-            lambda: cursors.read_changes(
-                # A replica that has not replayed the cursor's marks yet would refuse a cursor just
-                # issued: such a read goes to one that has, or to the primary.
-                db(request, LogPosition.of(cursors.needs(q.cursor)) if q.cursor is not None else None),
-                _log_topic(request),
-                marks,
-                langs,
-                tickers=q.tickers,
-                categories=q.categories,
-                limit=limit,
-            ),
+        page = await walk(
+            # A replica that has not replayed the cursor's marks yet would refuse a cursor just
+            # issued: such a read goes to one that has, or to the primary.
+            db(request, LogPosition.of(cursors.needs(q.cursor)) if q.cursor is not None else None),
+            _log_topic(request),
             q.cursor,
+            locales(answered_locales(listed.codes, listed.default), q.langs),
+            limit=q.limit,
+            tickers=q.tickers,
+            categories=q.categories,
         )
-    request[REQUEST_LOG_POSITION] = LogPosition.of(read.frontier)
-    if q.cursor is not None and q.cursor.epoch != read.epoch:
-        raise ApiError(409, cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE, field="cursor")
-    if q.cursor is not None and (why := cursors.not_issued(q.cursor, read.frontier)) is not None:
-        raise ApiError(422, "VALIDATION_FAILED", cursors.NOT_ISSUED_MESSAGE.format(why=why), field="cursor")
-    items = read.items[: q.limit]
-    has_more = len(read.items) > q.limit
-    if not has_more:  # everything committed below the frontier that matches was returned
-        for partition, next_offset in read.frontier.items():
-            cursors.advance(marks, partition, (next_offset, ""))
-    for item in items:
-        cursors.advance(marks, item.partition, (item.offset, item.lang))
+    request[REQUEST_LOG_POSITION] = LogPosition.of(page.frontier)
+    if isinstance(page, Refusal):
+        if page.code == cursors.EPOCH_CHANGED:
+            raise ApiError(409, page.code, page.message, field="cursor")
+        raise ApiError(422, "VALIDATION_FAILED", page.message, field="cursor")
     body = (
         '{"posts":['
-        + ",".join(item.lean for item in items)
+        + ",".join(item.lean for item in page.items)
         + '],"cursor":"'
-        + cursors.encode(read.epoch, marks)
+        + page.cursor()
         + '","has_more":'
-        + ("true" if has_more else "false")
+        + ("true" if page.has_more else "false")
         + "}"
     )
     return json_bytes(body.encode())

@@ -323,7 +323,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_failover(args: argparse.Namespace) -> int:
-    from .up_failover import request_failover
+    from .up.failover import request_failover
 
     state_dir = Path(args.state_dir or setting("STATE_DIR", STATE_DIR_DEFAULT) or STATE_DIR_DEFAULT)
     try:
@@ -556,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     fo.set_defaults(func=cmd_failover)
 
     up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and broker unless configured)")
-    # Their defaults come from the environment when `up` starts (services/cli/up.py: up_main).
+    # Their defaults come from the environment when `up` starts (services/cli/up/command.py: up_main).
     up.add_argument(
         "--state-dir",
         help=f"where logs, the embedded data and up.json go (default TICKERWIRE_STATE_DIR or {STATE_DIR_DEFAULT})",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from typing import Any, Coroutine, Iterable
@@ -21,15 +20,18 @@ from aiokafka.errors import KafkaError
 from tickerwire.schemas.topics import ALL_TOPICS, topic_name
 
 from ..common import kafka
-from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
+from ..common.db import storage_errors
 from ..common.kafka.leave import leave_as_static_member
-from ..common.kafka.logcheck import Confirmer, Discontinuity, LogProbe, find_discontinuities
+from ..common.kafka.logcheck import Discontinuity, LogGuard
 from ..common.runtime import retry
 from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
-from .apply import BatchResult, ConsumedRecord, apply_batch, reject_record
+from .apply import ConsumedRecord
+from .batches import Batches
+from .logwatch import LogWatch, fetch_position
 from .metrics import ProjectorMetrics
+from .progress import PartitionProgress
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
@@ -38,10 +40,6 @@ log = logging.getLogger(__name__)
 KAFKA_COMMIT_INTERVAL_S = 2.0
 #: How often the consume loop's watcher looks at the consumer-group join.
 JOIN_WATCH_EVERY_S = 1.0
-
-#: Errors that say a record's data is unacceptable to the read model (SQLSTATE classes 22
-#: and 23). Anything else (connection, schema, locks) is retried, never set aside.
-REFUSALS = (asyncpg.exceptions.DataError, asyncpg.exceptions.IntegrityConstraintViolationError)
 
 
 def projector_topics(config: ProjectorConfig) -> list[str]:
@@ -93,7 +91,10 @@ class Membership:
 
 
 class Projector:
-    """Consumes every topic in one consumer group and applies batches to the read model."""
+    """Consumes every topic in one consumer group and applies batches to the read model: the
+    loop, the consumer's life (its group join watched, replaced after a failure) and readiness.
+    Where each partition stands is :class:`.progress.PartitionProgress`'s; applying a fetch is
+    :class:`.batches.Batches`'s; the periodic look at the log is :class:`.logwatch.LogWatch`'s."""
 
     def __init__(
         self,
@@ -113,40 +114,42 @@ class Projector:
         self.consumer: AIOKafkaConsumer | None = None
         self._uncommitted: dict[TopicPartition, int] = {}
         self.caught_up = asyncio.Event()
-        #: Partitions whose projection is stopped because the log no longer holds their position.
-        self.stopped: dict[TopicPartition, Discontinuity] = {}
-        #: time.monotonic() of the last fetch that returned (records or not) and of the last log check.
+        #: time.monotonic() of the last fetch that returned (records or not).
         self.fetched_at = 0.0
-        self._checked_at = 0.0
-        self._confirmer = Confirmer()
-        self._probe = LogProbe(config, f"{client_id}-probe")
+        self.progress = PartitionProgress(metrics, lambda: self.consumer)
+        self.batches = Batches(pool, metrics, self.progress, self.failing, lambda: self.consumer)
+        self._guard = LogGuard(config, f"{client_id}-probe")
+        self.log_watch = LogWatch(self._guard, metrics, self.progress, self.batches, self._stored_offsets)
         #: Pauses before the consume loop restarts; reset by every fetch that was applied.
         self.backoff = Backoff(0.5, 30.0)
         #: Why the consume loop last failed, until a fetch is applied again ("" meanwhile): readiness names it.
         self.fault = ""
         self._failing_since: float | None = None
         self._fault_said_at: float | None = None
-        #: The stored position per assigned partition (the next offset to apply), for the lag.
-        self.stored_positions: dict[TopicPartition, int] = {}
-        #: Per partition, an offset below which every offset is applied or holds nothing to apply
-        #: (the consumer's position once all it fetched was applied; transaction markers and
-        #: aborted records have offsets but nothing to apply), and the last known end of its log.
-        self._settled: dict[TopicPartition, int] = {}
-        self._ends: dict[TopicPartition, int] = {}
-        #: Partitions with a batch being applied (their stored position may move meanwhile).
-        self._applying: set[TopicPartition] = set()
         self.membership = Membership(metrics)
+
+    @property
+    def stored_positions(self) -> dict[TopicPartition, int]:
+        """The stored position per assigned partition (the next offset to apply)."""
+        return self.progress.stored
+
+    @property
+    def stopped(self) -> dict[TopicPartition, Discontinuity]:
+        """Partitions whose projection is stopped because the log no longer holds their position."""
+        return self.log_watch.stopped
 
     def release(self, revoked: Iterable[TopicPartition]) -> None:
         """Forget the revoked partitions: another process reports them now."""
-        for tp in revoked:
-            self.stored_positions.pop(tp, None)
-            self._settled.pop(tp, None)
-            for gauge in (self.metrics.lag, self.metrics.position):
-                try:
-                    gauge.remove(tp.topic, str(tp.partition))
-                except KeyError:
-                    pass
+        self.progress.release(revoked)
+
+    async def apply_records(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
+        """Apply one fetched batch of ``tp`` (:meth:`.batches.Batches.apply`)."""
+        await self.batches.apply(tp, records)
+
+    async def check_log(self, tps) -> None:
+        """The periodic look at the log (:meth:`.logwatch.LogWatch.check`)."""
+        assert self.consumer is not None
+        await self.log_watch.check(self.consumer, tps)
 
     async def seek_to_stored(self, assigned: list[TopicPartition]) -> None:
         assert self.consumer is not None
@@ -154,16 +157,12 @@ class Projector:
             return
         stored = await self._rewind(assigned)
         for tp in assigned:
-            self._stored(tp, stored.get((tp.topic, tp.partition), 0))
-            self._settled.pop(tp, None)
-            self.metrics.lag.labels(tp.topic, str(tp.partition)).set_function(functools.partial(self.lag, tp))
+            self.progress.assigned(tp, stored.get((tp.topic, tp.partition), 0))
         log.info(
             "assigned and seeked: %s",
             {f"{tp.topic}[{tp.partition}]": stored.get((tp.topic, tp.partition), 0) for tp in assigned},
         )
-        for tp in list(self.stopped):
-            if tp not in assigned:  # another process owns it now, and checks it itself
-                self._clear_stop(tp)
+        self.log_watch.forget_others(assigned)
         await self.check_log(assigned)
 
     async def _stored_offsets(self, tps) -> dict[tuple[str, int], int]:
@@ -178,213 +177,6 @@ class Projector:
             on_retry=lambda _: self.metrics.retries.labels("positions").inc(),
         )
 
-    async def check_log(self, tps) -> None:
-        """Stop the projection of every partition whose stored position the log no longer
-        holds (ERROR log, metric, readiness); resume one whose position is valid again
-        (``tickerwire projector accept-log``)."""
-        assert self.consumer is not None
-        tps = list(tps)
-        self._checked_at = time.monotonic()
-        if not tps:
-            return
-        known = dict(self.stored_positions)  # committed by this process before the read below
-        stored = await self._stored_offsets(tps)
-        suspected = await find_discontinuities(
-            self.consumer, self._probe, {tp: stored.get((tp.topic, tp.partition), 0) for tp in tps}
-        )
-        found = self._confirmer.observe(tps, suspected)
-        for tp, gap in found.items():
-            if self.stopped.get(tp) != gap:
-                log.error(
-                    "%s; projection of this partition is stopped. After checking the log, run "
-                    "`tickerwire projector accept-log --from earliest` (or rebuild)",
-                    gap.reason,
-                    extra={
-                        "fields": {
-                            "topic": tp.topic,
-                            "partition": tp.partition,
-                            "stored_position": gap.position,
-                            "log_start": gap.log_start,
-                            "log_end": gap.log_end,
-                        }
-                    },
-                )
-            self.stopped[tp] = gap
-            self.consumer.pause(tp)
-            self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(1)
-        for tp in tps:
-            if tp not in suspected and await self._follow_stored(tp, stored.get((tp.topic, tp.partition), 0), known):
-                self._read_from(tp, stored.get((tp.topic, tp.partition), 0))
-                self.consumer.resume(tp)
-                self._clear_stop(tp)
-
-    async def _follow_stored(self, tp: TopicPartition, offset: int, known: dict[TopicPartition, int]) -> bool:
-        """Whether the consumer must read ``tp`` again from its stored position ``offset`` (read
-        from the database after ``known`` was taken), saying why when it is news."""
-        mine = self.stored_positions.get(tp)
-        if tp in self.stopped:
-            log.warning(
-                "%s[%d]: stored position %d is in the log again; projection resumes", tp.topic, tp.partition, offset
-            )
-        elif tp in known and offset < known[tp]:
-            # Behind what this process had committed before reading it: commits were lost.
-            self._rewound(positions.PositionMovedBack(tp.topic, tp.partition, offset, known[tp]))
-        elif mine is not None and offset < mine:
-            return False  # a batch committed after the read: nothing moved
-        elif mine is not None and offset > mine and tp not in self._applying:
-            # Moved under us (accept-log), not by a batch of ours committing: it is the truth.
-            log.warning(
-                "%s[%d]: stored position moved from %d to %d (projector accept-log?); reading from there",
-                tp.topic,
-                tp.partition,
-                mine,
-                offset,
-            )
-        elif (fetching := await self._fetch_position(tp)) is None or fetching == offset:
-            return False
-        else:
-            # The stored position is the one this process wrote (or is writing): only the
-            # consumer is elsewhere, e.g. a rebalance sought it to the stored position while a
-            # batch was being applied. An ordinary re-seek, said at DEBUG.
-            log.debug(
-                "%s[%d]: reading from the stored position %d (the consumer was at %d)",
-                tp.topic,
-                tp.partition,
-                offset,
-                fetching,
-            )
-        return True
-
-    def _read_from(self, tp: TopicPartition, offset: int) -> None:
-        """Read ``tp`` again from its stored position ``offset``."""
-        assert self.consumer is not None
-        self.stored_positions[tp] = offset
-        self.metrics.position.labels(tp.topic, str(tp.partition)).set(offset)
-        self._settled.pop(tp, None)
-        self.consumer.seek(tp, offset)
-
-    def _rewound(self, moved: positions.PositionMovedBack) -> None:
-        """A stored position behind the one this process stored: say so, count it."""
-        log.warning("%s; reading the partition again from offset %d", moved, moved.stored)
-        self.metrics.position_rewinds.labels(moved.topic, str(moved.partition)).inc()
-
-    async def _fetch_position(self, tp: TopicPartition) -> int | None:
-        assert self.consumer is not None
-        try:
-            async with asyncio.timeout(1.0):  # not wait_for: see logcheck.find_discontinuities
-                return await self.consumer.position(tp)
-        except (asyncio.TimeoutError, KafkaError):
-            return None
-
-    def _clear_stop(self, tp: TopicPartition) -> None:
-        self.stopped.pop(tp, None)
-        self.metrics.log_discontinuity.labels(tp.topic, str(tp.partition)).set(0)
-
-    async def apply_records(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
-        """Apply one fetched batch of ``tp``: transient failures retried, a record the read
-        model refuses isolated and dead-lettered, the outcome counted in the metrics."""
-        self._applying.add(tp)
-        try:
-            await self._apply_isolating(tp, records)
-        except positions.PositionMovedBack as moved:
-            # Nothing of the batch was written: read the partition again from the stored position.
-            self._rewound(moved)
-            if self.consumer is not None and tp in self.consumer.assignment():
-                self._read_from(tp, moved.stored)
-        finally:
-            self._applying.discard(tp)
-
-    async def _apply_isolating(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
-        try:
-            result = await self._apply_retrying(tp, records)
-        except REFUSALS as exc:
-            # Not transient: some record breaks a read-model constraint. Find it by applying
-            # one record at a time; the offender is set aside, everything else is applied.
-            log.error(
-                "batch %s[%d]@%d refused (%s); isolating the record", tp.topic, tp.partition, records[0].offset, exc
-            )
-            for record in records:
-                await self._apply_or_reject(tp, record)
-            return
-        self._observe(tp, records, result)
-
-    async def _apply_or_reject(self, tp: TopicPartition, record: ConsumedRecord) -> None:
-        try:
-            result = await self._apply_retrying(tp, [record])
-        except REFUSALS as exc:
-            reason = f"refused by the read model: {type(exc).__name__}: {exc}"
-
-            async def reject():
-                with storage_errors("reject record"):
-                    async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
-                        return await reject_record(
-                            conn, tp.topic, tp.partition, record, reason, expected=self.stored_positions.get(tp)
-                        )
-
-            if await retry_transient(reject, what="reject record", failing=self.failing):
-                self.metrics.dead_lettered.labels("rejected").inc()
-                log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, record.offset, reason)
-                self._stored(tp, record.offset + 1)
-            return
-        self._observe(tp, [record], result)
-
-    async def _apply_retrying(self, tp: TopicPartition, records: list[ConsumedRecord]) -> BatchResult:
-        async def attempt():
-            started = time.perf_counter()
-            with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
-                async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
-                    result = await apply_batch(
-                        conn, tp.topic, tp.partition, records, expected=self.stored_positions.get(tp)
-                    )
-            self.metrics.batch_seconds.observe(time.perf_counter() - started)
-            return result
-
-        return await retry_transient(
-            attempt,
-            what=f"apply {tp.topic}[{tp.partition}]",
-            failing=self.failing,
-            on_retry=lambda _: self.metrics.retries.labels("apply").inc(),
-        )
-
-    def _observe(self, tp: TopicPartition, records: list[ConsumedRecord], result: BatchResult) -> None:
-        m = self.metrics
-        m.batch_size.observe(len(records))
-        for kind, n in result.applied.items():
-            m.events_applied.labels(kind).inc(n)
-        if result.stale:
-            m.events_stale.inc(result.stale)
-        if result.skipped_redelivered:
-            m.redelivered.inc(result.skipped_redelivered)
-        for d in result.dead:
-            m.dead_lettered.labels(d.kind).inc()
-            log.warning("dead-lettered %s[%d]@%d: %s", tp.topic, tp.partition, d.offset, d.reason)
-        if result.newest_emitted_at is not None:
-            m.saw_event(result.newest_emitted_at)
-        if result.position is not None:  # the stored position: a redelivered batch does not move it back
-            self._stored(tp, result.position)
-
-    def _stored(self, tp: TopicPartition, position: int) -> None:
-        self.stored_positions[tp] = position
-        self.metrics.position.labels(tp.topic, str(tp.partition)).set(position)
-
-    async def set_aside(self, bad: kafka.Undecodable) -> None:
-        """Dead-letter a record the consumer could not decode and read on past it: the partition
-        moves on, the others never waited."""
-        tp = bad.tp
-        log.error(
-            "%s[%d]@%d cannot be decoded: %s; it is dead-lettered and the partition reads on past it",
-            tp.topic,
-            tp.partition,
-            bad.offset,
-            bad.reason,
-            extra={
-                "fields": {"topic": tp.topic, "partition": tp.partition, "offset": bad.offset, "reason_kind": bad.kind}
-            },
-        )
-        await self.apply_records(tp, [ConsumedRecord(bad.offset, None, None, (bad.kind, bad.reason))])
-        if self.consumer is not None:
-            self.consumer.seek(tp, max(bad.offset + 1, self.stored_positions.get(tp, 0)))
-
     async def _rewind(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Seek ``tps`` to their stored positions (the log start where none is stored); returns those."""
         assert self.consumer is not None
@@ -397,21 +189,6 @@ class Projector:
                 self.consumer.seek(tp, offset)
         return stored
 
-    def lag(self, tp: TopicPartition) -> float:
-        """Offsets of ``tp`` between its stored position and the end of its readable log (the last
-        stable offset), computed when the gauge is read: records waiting while the consume loop
-        is blocked or failing count, whatever the loop is doing. Offsets that hold nothing to
-        apply (transaction markers, aborted records) do not."""
-        consumer = self.consumer
-        end = kafka.log_end(consumer, tp) if consumer is not None and tp in consumer.assignment() else None
-        if end is None:
-            end = self._ends.get(tp)  # a new consumer before its first fetch: the last end known
-        else:
-            self._ends[tp] = end
-        if end is None or tp not in self.stored_positions:
-            return 0.0
-        return float(max(end - max(self.stored_positions[tp], self._settled.get(tp, 0)), 0))
-
     async def _update_lag(self) -> None:
         """After a fetch was applied: what the consumer has read past holds nothing to apply; set
         ``caught_up`` once every partition's lag is 0."""
@@ -419,12 +196,12 @@ class Projector:
         assignment = self.consumer.assignment()
         caught_up = bool(assignment)
         for tp in assignment:
-            fetching = await self._fetch_position(tp)  # bounded: a position being reset asks the broker
-            if fetching is None or kafka.log_end(self.consumer, tp) is None or tp not in self.stored_positions:
+            fetching = await fetch_position(self.consumer, tp)  # bounded: a position being reset asks the broker
+            if fetching is None or kafka.log_end(self.consumer, tp) is None or tp not in self.progress.stored:
                 caught_up = False
                 continue
-            self._settled[tp] = fetching
-            caught_up = caught_up and self.lag(tp) == 0
+            self.progress.settled(tp, fetching)
+            caught_up = caught_up and self.progress.lag(tp) == 0
         if caught_up:
             self.caught_up.set()
 
@@ -461,7 +238,7 @@ class Projector:
                 await asyncio.sleep(self.backoff.delay())
             finally:
                 try:
-                    await self._probe.close()
+                    await self._guard.close()
                     await self._leave_if_stopping()
                 finally:
                     await kafka.stop_consumer(self.consumer)  # even when closing the probe failed
@@ -506,7 +283,7 @@ class Projector:
         assert self.consumer is not None
         while True:
             honour_cancellation()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.log_check_interval_s):
+            if self._guard.due(self.config.log_check_interval_s):
                 await self.check_log(self.consumer.assignment())
             # A fetch position out of the log's range makes the consumer jump to the log start;
             # what it then reads lies below the stored position and is skipped, never applied,
@@ -516,14 +293,14 @@ class Projector:
                 self.consumer, self._rewind, timeout_ms=500, max_records=self.config.projector_batch_max
             )
             self.fetched_at = time.monotonic()
-            await self._apply_concurrently(
+            await self.batches.apply_all(
                 {tp: [ConsumedRecord(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
             )
             if bad is not None:
-                await self.set_aside(bad)
+                await self.batches.set_aside(bad)
             for tp, msgs in batches.items():
-                if msgs and tp in self.stored_positions:
-                    self._uncommitted[tp] = self.stored_positions[tp]
+                if msgs and tp in self.progress.stored:
+                    self._uncommitted[tp] = self.progress.stored[tp]
             await self._update_lag()
             self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
             self._recovered()
@@ -575,26 +352,6 @@ class Projector:
         if self._failing_since is not None:
             log.warning("the projector applies fetches again after %.0f s", time.monotonic() - self._failing_since)
         self.fault, self._failing_since, self._fault_said_at = "", None, None
-
-    async def _apply_concurrently(self, batches: dict[TopicPartition, list[ConsumedRecord]]) -> None:
-        """Apply each partition's batch in its own transaction on its own connection, all at once.
-
-        Partitions never share an entity (the key picks the partition), so their transactions
-        touch disjoint rows except the shared counters and change stamps, which every writer
-        locks in one global order (see :mod:`.apply`); a deadlock would still be retried. A
-        fetch waits for the slowest partition instead of the sum of all of them. Every batch
-        runs to its end (each retries on its own) before the first failure, if any, is raised,
-        so no transaction is left behind when the loop restarts."""
-        if len(batches) == 1:
-            ((tp, records),) = batches.items()
-            await self.apply_records(tp, records)
-            return
-        outcomes = await asyncio.gather(
-            *(self.apply_records(tp, records) for tp, records in batches.items()), return_exceptions=True
-        )
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
 
     async def _commit_forever(self) -> None:
         """Mirror the stored positions into Kafka's committed offsets now and then, off the hot

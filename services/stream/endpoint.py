@@ -79,9 +79,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return admitted
     feed = app[FEED]
     if admitted.with_cursors:
-        if not feed.epoch:
+        if not feed.broadcaster.epoch:
             return envelope(503, "STREAM_STARTING", "The stream is starting; retry in a moment.", retry_after_sec=1)
-        await feed.refresh_epoch()  # the cursors this connection gets are of the current epoch
+        await feed.broadcaster.refresh_epoch()  # the cursors this connection gets are of the current epoch
     # heartbeat: a protocol-level ping; no answer within half of it closes the connection, so a
     # client whose network vanished frees its slot instead of holding it until TCP gives up.
     # compress: permessage-deflate when the client offers it and TICKERWIRE_STREAM_COMPRESS is on,
@@ -158,7 +158,7 @@ async def _connected(
             replaying=resume is not None,
         )
         # Read with no await since the registration: every announcement above it reaches the connection live.
-        start = cursors.Cursor(feed.epoch, dict(feed.marks))
+        start = cursors.Cursor(feed.broadcaster.epoch, dict(feed.broadcaster.marks))
         if resume is not None:
             replaying = asyncio.create_task(
                 replay(hub, feed, app[METRICS], conn, resume, start), name=f"ws-resume-{session_id}"

@@ -8,7 +8,7 @@ Two tasks form a pipeline. The consumer decodes each record's post id into a pen
 queue and goes on reading. The announcer waits until the projector's stored position
 has passed the oldest pending records (one cheap query per poll, and only while something
 is pending), then selects the lean JSON of the translations those records first made
-visible and broadcasts it. A post.created is therefore sent only after the projector has
+visible and broadcasts it (:class:`.broadcast.Broadcaster`). A post.created is therefore sent only after the projector has
 committed the post, and its data is the stored lean JSON, identical to the GET /posts item.
 """
 
@@ -18,7 +18,6 @@ import asyncio
 import collections
 import logging
 import time
-from dataclasses import dataclass
 from typing import Annotated, Awaitable, Callable
 
 import asyncpg
@@ -30,15 +29,15 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
-from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Confirmer, LogProbe, find_discontinuities, reread_from
+from ..common.kafka.logcheck import LogGuard, find_discontinuities
 from ..common.runtime.retry import Backoff, retry_transient
 from ..common.runtime.supervise import honour_cancellation
-from ..readmodel import cursors, positions
-from ..readmodel.announcements import announced
-from . import protocol
-from .filters import FilterFacts
+from ..readmodel import positions
+from .broadcast import Broadcaster
 from .hub import Hub
 from .metrics import StreamMetrics
+from .pending import Pending
+from .reread import reread_start
 from .settings import StreamConfig
 
 log = logging.getLogger(__name__)
@@ -48,14 +47,6 @@ TOPIC_WAIT_WARN_S = 5.0
 
 #: Records announced per query.
 ANNOUNCE_BATCH = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    partition: int
-    offset: int
-    post_id: int
-    arrived: float
 
 
 class Feed:
@@ -97,19 +88,11 @@ class Feed:
         #: Why the feed cannot read on (its positions are not in the log), or "".
         self.stopped = ""
         metrics.feed_stopped.set_function(lambda: 1 if self.stopped else 0)
-        self._checked_at = 0.0
-        self._confirmer = Confirmer()
-        self._probe = LogProbe(config, "tickerwire-stream-probe")
+        self._guard = LogGuard(config, "tickerwire-stream-probe")
         #: Pauses before reconnecting to the broker; short again after a fetch worked.
         self.backoff = Backoff(0.5, 10.0)
-        #: The resume cursor after the last message published (docs/resume.md): the epoch of the
-        #: log, and per partition the mark at or below which every announcement was published.
-        #: A connection registered now gets every announcement above it live.
-        self.epoch = ""
-        self.marks: dict[int, cursors.Mark] = {}
-        #: Awaited with the (partition, offset) of committed records before they are announced
-        #: (the stream's wait for its replicas: replicated.py), when set.
-        self.before_announce = before_announce
+        #: Announces what the projector committed, and holds the resume position (docs/resume.md).
+        self.broadcaster = Broadcaster(self.db, hub, metrics, self.yield_every, before_announce)
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the
@@ -179,7 +162,7 @@ class Feed:
                 await asyncio.sleep(delay)
             finally:
                 try:
-                    await self._probe.close()
+                    await self._guard.close()
                 finally:
                     await kafka.stop_consumer(consumer)  # even when closing the probe failed
 
@@ -190,7 +173,7 @@ class Feed:
         while True:
             honour_cancellation()
             await self._room.wait()
-            if time.monotonic() - self._checked_at >= self._confirmer.next_check_in(self.config.log_check_interval_s):
+            if self._guard.due(self.config.log_check_interval_s):
                 await self._check_log(consumer, tps)
             batches = await self._fetch(consumer, tps)
             if batches is not None:
@@ -221,8 +204,8 @@ class Feed:
         consumer.assign(tps)
         if not self._next:
             self._next = positions.of_topic(await self._stored(), self.topic)
-            self.marks = {p: (offset, "") for p, offset in self._next.items()}
-            await self.refresh_epoch()
+            self.broadcaster.marks = {p: (offset, "") for p, offset in self._next.items()}
+            await self.broadcaster.refresh_epoch()
         for tp in tps:
             consumer.seek(tp, self._next.setdefault(tp.partition, 0))
         self.started.set()
@@ -279,12 +262,8 @@ class Feed:
         included (late, not lost). Announcements are tied to the record that first made a
         translation visible, so a new log's record never announces one already pushed, and one
         the projector skipped (``accept-log --from latest``) announces nothing."""
-        self._checked_at = time.monotonic()
-        await self.refresh_epoch()  # an idle feed learns a new epoch within one check interval
-        suspected = await find_discontinuities(
-            consumer, self._probe, {tp: self._next.get(tp.partition, 0) for tp in tps}
-        )
-        found = self._confirmer.observe(tps, suspected)
+        await self.broadcaster.refresh_epoch()  # an idle feed learns a new epoch within one check interval
+        suspected, found = await self._guard.look(consumer, {tp: self._next.get(tp.partition, 0) for tp in tps})
         if not suspected:
             if self.stopped:
                 log.warning("stream feed resumes: its positions are in the log again")
@@ -295,11 +274,13 @@ class Feed:
         if not found:
             return  # suspected only, not confirmed yet
         projector = positions.of_topic(await self._stored(), self.topic)
-        again = await find_discontinuities(consumer, self._probe, {tp: projector.get(tp.partition, 0) for tp in found})
+        again = await find_discontinuities(
+            consumer, self._guard.probe, {tp: projector.get(tp.partition, 0) for tp in found}
+        )
         for tp in found:
             if tp in again:
                 continue
-            start = await self._reread_from(consumer, tp, found[tp])
+            start = await reread_start(consumer, tp, found[tp], self._seen_ts)
             log.warning(
                 "stream feed %s; reading it again from offset %d (log start %d, the projector at %d)",
                 found[tp].reason,
@@ -311,8 +292,8 @@ class Feed:
             self._next[tp.partition] = start
             # A partition the marks do not name is at START already: naming it could name one
             # the read model has no position of (a cursor it would refuse).
-            if tp.partition in self.marks:
-                self.marks[tp.partition] = min(self.marks[tp.partition], (start, ""))
+            if tp.partition in (marks := self.broadcaster.marks):
+                marks[tp.partition] = min(marks[tp.partition], (start, ""))
             consumer.seek(tp, start)
             # Records of the old log still waiting would never match the new one.
             self._pending = collections.deque(p for p in self._pending if p.partition != tp.partition)
@@ -325,31 +306,6 @@ class Feed:
             if tp not in again:
                 consumer.resume(tp)
         self.stopped = stopped
-
-    async def _reread_from(self, consumer, tp: TopicPartition, gap) -> int:
-        """:func:`~..common.kafka.logcheck.reread_from` for this partition, asking the broker for the
-        first record stamped after the newest one this feed had read."""
-        seen = self._seen_ts.get(tp.partition)
-        if gap.position < gap.log_start or seen is None:
-            return reread_from(gap, None, looked_up=False)
-        try:
-            async with asyncio.timeout(LIST_OFFSETS_TIMEOUT_S):
-                found = (await consumer.offsets_for_times({tp: seen + 1})).get(tp)
-        except (KafkaError, TimeoutError, ValueError) as exc:
-            log.warning(
-                "stream feed: the broker could not say which records of %s[%d] are newer than the last one "
-                "read (%s); reading the whole log again",
-                tp.topic,
-                tp.partition,
-                exc,
-            )
-            return reread_from(gap, None, looked_up=False)
-        # A record stamped before the target is no answer (one broker says "offset 0, timestamp -1"
-        # where Apache Kafka says "none").
-        newer = found.offset if found is not None and found.timestamp > seen else None
-        start = reread_from(gap, newer, looked_up=True)
-        self._seen_ts.pop(tp.partition, None)
-        return start
 
     # ------------------------------------------------------------------ announcing
 
@@ -367,9 +323,7 @@ class Feed:
             await self._has_pending.wait()
             ready = self._take_committed(await self._stored())
             if ready:
-                if self.before_announce is not None:
-                    await self.before_announce([(p.partition, p.offset) for p in ready])
-                await self._announce(ready)
+                await self.broadcaster.announce(ready)
             else:
                 await asyncio.sleep(self.poll_s)
             if not self._pending:
@@ -388,57 +342,6 @@ class Feed:
                 waiting.append(p)
         self._pending = waiting
         return ready
-
-    async def refresh_epoch(self) -> None:
-        """The read model's epoch; when it changed (a new log accepted), the marks of the
-        partitions whose log was replaced move back to where the new log is read from."""
-
-        async def load():
-            with storage_errors("log epoch"):
-                return await cursors.current_epoch(self.db)
-
-        now = await retry_transient(load, what="log epoch", cap=2.0)
-        if now.epoch != self.epoch and self.epoch:
-            log.warning(
-                "stream feed: the log epoch changed (%s -> %s); cursors of the old one are refused",
-                self.epoch,
-                now.epoch,
-            )
-            for partition, start in now.starts.items():
-                self.marks[partition] = min(self.marks.get(partition, cursors.START), (start, ""))
-        self.epoch = now.epoch
-
-    async def _announce(self, ready: list[Pending]) -> None:
-        async def load():
-            with storage_errors("announced posts"):
-                return await announced(self.db, [(p.post_id, p.partition, p.offset) for p in ready])
-
-        await self.refresh_epoch()
-        found = await retry_transient(load, what="announced posts", cap=2.0)
-        arrived = {(p.partition, p.offset): p.arrived for p in ready}
-        marks = self.marks
-        for n, a in enumerate(found, start=1):
-            facts = FilterFacts.of(a.lang, a.tickers, a.category_slugs)
-            cursors.advance(marks, a.partition, (a.offset, a.lang))
-            with_cursor = (
-                protocol.post_created(a.lean, a.partition, a.offset, cursors.encode(self.epoch, marks))
-                if self.hub.cursor_connections
-                else None
-            )
-            self.hub.publish(
-                protocol.post_created(a.lean, a.partition, a.offset),
-                facts,
-                with_cursor,
-                (a.partition, a.offset, a.lang),
-            )
-            self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(a.partition, a.offset)])
-            if n % self.yield_every == 0:
-                # Let every writer hand the queued messages to its socket: a burst never
-                # fills the queue of a client that is reading.
-                await asyncio.sleep(0)
-        for p in ready:  # every record of the batch is announced now, those announcing nothing included
-            cursors.advance(marks, p.partition, (p.offset + 1, ""))
-        await asyncio.sleep(0)
 
 
 class _PostRef(BaseModel):

@@ -16,6 +16,7 @@ from ..common.db import storage_errors
 from ..common.runtime.errors import StorageUnavailable
 from ..readmodel import cursors
 from ..readmodel.taxonomy import served_locales
+from ..readmodel.walk import Refusal, locales, walk
 from . import protocol
 from .feed import Feed
 from .hub import Connection, Hub
@@ -48,54 +49,35 @@ async def _replay_pages(
 ) -> None:
     """``ready``, then the replayed announcements, a page at a time (each waiting for room in the
     connection's queue); only ``ready`` when the cursor is refused."""
-    served = await served_locales(feed.db)
-    langs = served if conn.filter.langs is None else served & {lang.lower() for lang in conn.filter.langs}
-    marks = dict(resume.marks)
-    first = True
+    langs = locales(await served_locales(feed.db), conn.filter.langs)
+    at = resume
     while True:
-        page = await cursors.read_reaching(
-            lambda: cursors.read_changes(
-                feed.db,
-                feed.topic,
-                marks,
-                langs,
-                tickers=conn.filter.tickers,
-                categories=conn.filter.categories,
-                limit=RESUME_PAGE,
-                upto=start.marks,
-            ),
-            # Both where the cursor is and where the connection went live must be committed (a
-            # failover to an asynchronous standby may have forgotten some of it for a moment).
-            cursors.Cursor(resume.epoch, cursors.furthest(resume.marks, start.marks)) if first else None,
+        page = await walk(
+            feed.db,
+            feed.topic,
+            at,
+            langs,
+            limit=RESUME_PAGE,
+            tickers=conn.filter.tickers,
+            categories=conn.filter.categories,
+            upto=start,
         )
-        if first:
-            first = False
-            if (refusal := _refusal(resume, start, page)) is not None:
-                metrics.resumes.labels("refused").inc()
-                hub.skip_live(conn, None)
-                await hub.put(conn, protocol.ready(conn.session_id, start.encode(), False, refusal))
-                return
+        if isinstance(page, Refusal):
+            if at is not resume:  # the read model changed its epoch under the replay: start again
+                raise StorageUnavailable(f"resume: {page.code} in the middle of a replay")
+            log.info("resume refused: %s", page.message)
+            metrics.resumes.labels("refused").inc()
+            hub.skip_live(conn, None)
+            await hub.put(conn, protocol.ready(conn.session_id, start.encode(), False, (page.code, page.message)))
+            return
+        if at is resume:
             # Announcements the cursor already holds that the feed has not passed yet are not sent again live.
             hub.skip_live(conn, {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None)
             await hub.put(conn, protocol.ready(conn.session_id, resume.encode(), True))
-        for item in page.items:
-            cursors.advance(marks, item.partition, (item.offset, item.lang))
-            await hub.put(
-                conn,
-                protocol.post_created(item.lean, item.partition, item.offset, cursors.encode(resume.epoch, marks)),
-            )
+        for item, cursor in page.each():
+            await hub.put(conn, protocol.post_created(item.lean, item.partition, item.offset, cursor))
         metrics.replayed.inc(len(page.items))
-        if len(page.items) < RESUME_PAGE:
+        if not page.has_more:
             metrics.resumes.labels("resumed").inc()
             return
-
-
-def _refusal(resume: cursors.Cursor, start: cursors.Cursor, page: cursors.Changes) -> tuple[str, str] | None:
-    """Why ``resume`` is refused (a cursor of another epoch, or one this read model cannot have
-    issued, judged by the frontier read with the replay's first page), or None."""
-    if page.epoch != resume.epoch or page.epoch != start.epoch:
-        return cursors.EPOCH_CHANGED, cursors.EPOCH_CHANGED_MESSAGE
-    if (why := cursors.not_issued(resume, page.frontier)) is not None:
-        log.info("resume refused: %s", why)
-        return cursors.NOT_ISSUED, cursors.NOT_ISSUED_MESSAGE.format(why=why)
-    return None
+        at = cursors.Cursor(resume.epoch, page.marks)

@@ -539,3 +539,77 @@ async def test_a_reset_log_refuses_old_cursors_with_their_code_never_a_silent_ga
 def walked_after(walked: list[Key]) -> set[Key]:
     assert len(walked) == len(set(walked))
     return set(walked)
+
+
+# ---------------------------------------------------------------------------------------------- one walk
+
+
+#: Random cases of the property below (each a stream resume and a /changes walk).
+WALK_CASES = 30
+
+
+async def replayed(
+    http: aiohttp.ClientSession, stack: ServiceStack, key: str, cursor: str, ids: range, query: str
+) -> list[Key]:
+    """What a stream resumed from ``cursor`` with the filters of ``query`` pushes (of ``ids``),
+    in order, until it is quiet for half a second."""
+    url = f"{stack.of('stream')[0].url}{BASE}/stream?key={key}&resume={cursor}{query}"
+    ws, ready = await accepted(http, url, autoping=True)
+    got: list[Key] = []
+    try:
+        assert ready["resumed"] is True, ready
+        while True:
+            try:
+                msg = await ws.receive(timeout=0.5)
+            except asyncio.TimeoutError:
+                return got
+            body = orjson.loads(msg.data)
+            if body["type"] == "post.created" and body["data"]["id"] in ids:
+                got.append((body["data"]["id"], body["data"]["lang"]))
+    finally:
+        await ws.close()
+
+
+async def test_changes_and_a_resumed_stream_walk_the_same_announcements_from_any_issued_cursor(stack, key, http):
+    """Property (seeded random cases): from any cursor the service issued, through any locale and
+    ticker filter, ``GET /changes`` walked page by page (any page size) and a stream resumed with
+    that cursor give the same announcements in the same order: both map one walk
+    (services/readmodel/walk.py) onto their transport."""
+    ids = range(700, 760)
+    rng = random.Random(4401)
+    follower = Follower(http, stack, key, ids)
+    issued: list[str] = []
+    async with stack.publisher() as send:
+        await follower.connect()
+        issued.append(follower.cursor or "")
+        for post_id in ids:  # posts in random locales and tickers; some gain a locale later
+            langs = rng.sample(LOCALES, rng.randint(1, 3))
+            tickers = rng.sample(["BTC", "ETH", "SOL"], rng.randint(1, 2))
+            await send([post_event(post_id, 1, langs, tickers=tickers)])
+            if len(langs) < 3 and rng.random() < 0.3:
+                await send(
+                    [
+                        post_event(
+                            post_id, 2, [*langs, next(lang for lang in LOCALES if lang not in langs)], tickers=tickers
+                        )
+                    ]
+                )
+        await stack.wait_projected()
+        while await follower.read(1, timeout=1.0):
+            issued.append(follower.cursor or "")
+        await follower.disconnect()
+    assert len(issued) > 60
+    nonempty = 0
+    for case in range(WALK_CASES):
+        cursor = rng.choice(issued)
+        filters: dict[str, str] = {}
+        if rng.random() < 0.6:
+            filters["lang"] = ",".join(rng.sample([*LOCALES, "xx-XX"], rng.randint(1, 2)))
+        if rng.random() < 0.5:
+            filters["tickers"] = ",".join(rng.sample(["BTC", "ETH", "SOL", "DOGE"], rng.randint(1, 2)))
+        query = "".join(f"&{k}={v}" for k, v in filters.items())
+        pushed = await replayed(http, stack, key, cursor, ids, query)
+        walked = await walk(http, stack, key, cursor, ids, **filters)  # pages of 7
+        assert pushed == walked, f"case {case}: cursor {cursor}, filters {filters}"
+        nonempty += bool(pushed)
+    assert nonempty >= WALK_CASES // 3  # the cases walk something

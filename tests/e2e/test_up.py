@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 
 def pids_of(info: dict, state_dir: Path) -> list[int]:
     pg = int((state_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
-    return [info["pids"]["up"], pg, *info["pids"]["children"]]
+    return [info["pids"]["up"], pg, *info["pids"]["children"].values()]
 
 
 async def exercise(info: dict, ports: dict[str, int]) -> None:
@@ -65,7 +65,7 @@ async def exercise(info: dict, ports: dict[str, int]) -> None:
 async def served_again_after_killing_the_api(info: dict, state_dir: Path) -> float:
     """SIGKILL the api child; seconds until the partner gets 200 again."""
     headers = {"Authorization": f"Bearer {info['api_key']}"}
-    api_pid = info["pids"]["children"][1]
+    api_pid = info["pids"]["children"]["api"]
     os.kill(api_pid, signal.SIGKILL)
     killed = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
@@ -102,11 +102,11 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
                 assert "another tickerwire up" in err and str(state_dir) in err
                 assert (state_dir / "up.json").exists() and (state_dir / "pgdata").exists()
                 asyncio.run(exercise(info, ports))  # the first one still serves, data and all
-                killed = info["pids"]["children"][1]
+                killed = info["pids"]["children"]["api"]
                 assert asyncio.run(served_again_after_killing_the_api(info, state_dir)) < 10
                 assert run.proc.poll() is None
                 info = run.info  # the state file names the restarted child
-                assert info["pids"]["children"][1] != killed and alive(info["pids"]["children"][1])
+                assert info["pids"]["children"]["api"] != killed and alive(info["pids"]["children"]["api"])
             pids = pids_of(info, state_dir)
         finally:
             assert stop_up(run) == 0
@@ -315,7 +315,7 @@ def assert_each_serves_on_its_own_ports(infos: list[dict]) -> None:
     if len(infos) == 2:
         assert not set(listeners[0].values()) & set(listeners[1].values()), listeners
     for info, ports_of in zip(infos, listeners):
-        children = dict(zip(("projector", "api", "stream"), info["pids"]["children"]))
+        children = dict(info["pids"]["children"])
         for name, port in ports_of.items():
             assert listens_on(children[name.removesuffix("_admin")], port) is not False, (name, port)
         asyncio.run(exercise(info, {f"{k}_port": v for k, v in ports_of.items()}))
@@ -412,7 +412,7 @@ async def projector_metrics(info: dict) -> dict[str, float]:
 
 def left_nothing_behind(info: dict, broker_pid: int) -> None:
     """No process and no broker port of the stopped ``up`` is left."""
-    pids = [info["pids"]["up"], *info["pids"]["children"], broker_pid]
+    pids = [info["pids"]["up"], *info["pids"]["children"].values(), broker_pid]
     deadline = time.monotonic() + 15
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

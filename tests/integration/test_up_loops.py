@@ -17,8 +17,8 @@ import pytest
 from tests.support.forward import Forwarder
 from tests.support.wait import background, until
 from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.cli.up_children import Child, PortTaken, Probe, wait_healthy
-from tickerwire.services.cli.up_demo import Trickle
+from tickerwire.services.cli.up.children import Child, PortTaken, Probe, wait_healthy
+from tickerwire.services.cli.up.demo import Trickle
 from tickerwire.services.common import kafka
 
 

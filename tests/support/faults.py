@@ -218,8 +218,7 @@ class UpRun:
 
     def children(self) -> dict[str, int]:
         """name -> pid of each service child, from the state file (kept current on restarts)."""
-        pids = self.info["pids"]["children"]
-        return dict(zip(("projector", "api", "stream"), pids))
+        return dict(self.info["pids"]["children"])
 
     def postmaster_pid(self) -> int:
         return int((self.state_dir / "pgdata" / "postmaster.pid").read_text().split()[0])

@@ -29,7 +29,7 @@ from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.cli.publish import publish, send_events
 from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.cli.up_demo import wait_projected
+from tickerwire.services.cli.up.demo import wait_projected
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import connect
 from tickerwire.services.projector.sweeper import sweep_once

@@ -83,7 +83,7 @@ def test_the_zeroed_label_values_are_every_value_the_projector_uses():
     assert applied and applied <= set(APPLIED_TYPES)
     reasons = (
         literal_kinds(r'DeadLetter\([^()]*?"(\w+)"', projector / "apply.py")
-        | literal_kinds(r'dead_lettered\.labels\("(\w+)"\)', projector / "runner.py")
+        | literal_kinds(r'dead_lettered\.labels\("(\w+)"\)', projector / "batches.py")
         | literal_kinds(r'InvalidEvent\([^()]*?, "(\w+)"\)', ROOT / "schemas" / "models.py")
     )
     assert {"undecodable", "rejected", "wrong_topic", "schema"} <= reasons <= set(DEAD_LETTER_KINDS)

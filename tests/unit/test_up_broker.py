@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tickerwire.services.cli.up_broker import (
+from tickerwire.services.cli.up.broker import (
     APACHE,
     DEMO_KEY_ID,
     EMBEDDED,

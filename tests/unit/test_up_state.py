@@ -10,8 +10,8 @@ import stat
 
 import orjson
 
-from tickerwire.services.cli.up_children import Stack
-from tickerwire.services.cli.up_state import write_state
+from tickerwire.services.cli.up.children import Stack
+from tickerwire.services.cli.up.state import write_state
 
 
 def test_the_state_file_is_owner_only_even_over_a_left_over_readable_temporary(tmp_path):

@@ -192,7 +192,7 @@ describe("every error class from a real answer", () => {
   test("a refused connection, a timeout against a frozen API", async () => {
     const closed = client({ baseUrl: "http://127.0.0.1:9/api/v1/developer", retry: { maxAttempts: 2, backoffBaseMs: 10 } });
     await assert.rejects(closed.languages(), ConnectionError);
-    const apiPid = upState().pids.children[1] ?? 0;
+    const apiPid = upState().pids.children.api ?? 0;
     process.kill(apiPid, "SIGSTOP");
     try {
       const frozen = client({ timeoutMs: 500, retry: { maxAttempts: 2, backoffBaseMs: 10, maxCallTimeMs: 2_000 } });

@@ -185,3 +185,28 @@ class Confirmer:
     def next_check_in(self, interval_s: float) -> float:
         """The regular interval, or sooner while something is suspected."""
         return min(interval_s, RECHECK_SUSPECT_S) if self.first_seen else interval_s
+
+
+class LogGuard:
+    """What the projector and the stream's feed both keep to watch their log's continuity: the
+    probe, the confirmation of what single checks suspect, and when it last looked."""
+
+    def __init__(self, config, client_id: str) -> None:
+        self.probe = LogProbe(config, client_id)
+        self._confirmer = Confirmer()
+        self.checked_at = 0.0
+
+    def due(self, interval_s: float) -> bool:
+        """Whether the next check is due (sooner while something is suspected)."""
+        return time.monotonic() - self.checked_at >= self._confirmer.next_check_in(interval_s)
+
+    async def look(
+        self, consumer, positions: dict[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, Discontinuity], dict[TopicPartition, Discontinuity]]:
+        """What the log suspects of these positions now, and what of it is confirmed."""
+        self.checked_at = time.monotonic()
+        suspected = await find_discontinuities(consumer, self.probe, positions)
+        return suspected, self._confirmer.observe(list(positions), suspected)
+
+    async def close(self) -> None:
+        await self.probe.close()

@@ -11,7 +11,7 @@ export interface UpState {
   readonly base_url: string;
   readonly stream_url: string;
   readonly api_key: string;
-  readonly pids: { readonly up: number; readonly children: readonly number[] };
+  readonly pids: { readonly up: number; readonly children: { readonly [name: string]: number } };
 }
 
 export { PACKAGE } from "./paths.js";
@@ -28,9 +28,8 @@ export function upState(): UpState {
 
 /** The stream process's pid (up restarts it after a kill and writes the new one). */
 export function streamPid(): number {
-  const children = upState().pids.children;
-  const pid = children[children.length - 1];
-  if (pid === undefined) throw new Error("up.json names no children");
+  const pid = upState().pids.children.stream;
+  if (pid === undefined) throw new Error("up.json names no stream child");
   return pid;
 }
 

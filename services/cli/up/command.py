@@ -1,7 +1,7 @@
 """``tickerwire up``: the whole system on one machine.
 
 Without a configured database and broker it starts an embedded PostgreSQL and a broker of its
-own (``--broker``, :mod:`.up_broker`): by default the embedded Kafka-protocol broker, which
+own (``--broker``, :mod:`.broker`): by default the embedded Kafka-protocol broker, which
 keeps the log in memory, so the database is re-created on every start to stay consistent with
 it; with ``--broker apache`` an Apache Kafka whose log, and so the database too, is kept in
 the state directory from one start to the next. Then it creates the topics,
@@ -19,17 +19,17 @@ import os
 import sys
 from pathlib import Path
 
-from ..common.runtime.config import STATE_DIR_DEFAULT, ConfigError, setting
-from ..common.runtime.logs import setup_logging
-from ..common.runtime.process import cancel_on_signals
-from .settings import FullConfig
-from .up_children import PORT_ATTEMPTS, PortTaken, Probe, Stack, wait_healthy
-from .up_demo import Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
-from .up_embedded import port_free_or_other, start_embedded
-from .up_failover import writable_url
-from .up_output import UpError, ready_lines, say
-from .up_state import lock_holder, lock_state_dir, write_state
-from .up_supervision import Supervision
+from ...common.runtime.config import STATE_DIR_DEFAULT, ConfigError, setting
+from ...common.runtime.logs import setup_logging
+from ...common.runtime.process import cancel_on_signals
+from ..settings import FullConfig
+from .children import PORT_ATTEMPTS, PortTaken, Probe, Stack, wait_healthy
+from .demo import Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
+from .embedded import port_free_or_other, start_embedded
+from .failover import writable_url
+from .output import UpError, ready_lines, say
+from .state import lock_holder, lock_state_dir, write_state
+from .supervision import Supervision
 
 log = logging.getLogger("tickerwire.up")
 

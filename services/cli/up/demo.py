@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from ..common.runtime.retry import Backoff
-from .settings import FullConfig
-from .up_broker import DemoState, OwnBroker, demo_key_id
-from .up_output import say
+from ...common.runtime.retry import Backoff
+from ..settings import FullConfig
+from .broker import DemoState, OwnBroker, demo_key_id
+from .output import say
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.schemas.models import AnyEvent
@@ -22,9 +22,9 @@ DEMO_EMBED = "bdg_demo0001"
 
 
 async def prepare(config: FullConfig) -> None:
-    from ..common.db import connect
-    from ..common.kafka import ensure_topics
-    from ..readmodel.migrate import migrate
+    from ...common.db import connect
+    from ...common.kafka import ensure_topics
+    from ...readmodel.migrate import migrate
 
     await ensure_topics(config)
     async with connect(config.database_url) as conn:
@@ -36,8 +36,8 @@ async def publish_demo(config: FullConfig, args, own: OwnBroker | None) -> tuple
     has them (then only a fresh badge heartbeat, so the key is served); returns (api key, marks)."""
     from tickerwire.devstack.demo import dataset
 
-    from ..common.http.keys import display_prefix, generate_key, hash_key
-    from .publish import publish
+    from ...common.http.keys import display_prefix, generate_key, hash_key
+    from ..publish import publish
 
     now = datetime.now(timezone.utc)
     saved = own.saved_demo() if own is not None else None
@@ -74,10 +74,10 @@ async def wait_projected(
     reported end offsets may lag behind recent writes (so both are waited for)."""
     from aiokafka import TopicPartition
 
-    from ..common import kafka
-    from ..common.db import connect
-    from ..common.kafka.declaration import declared_topics
-    from ..readmodel import positions
+    from ...common import kafka
+    from ...common.db import connect
+    from ...common.kafka.declaration import declared_topics
+    from ...readmodel import positions
 
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-up")
     try:
@@ -94,15 +94,15 @@ async def wait_projected(
 
 async def newest_post_id(config: FullConfig) -> int:
     """The highest post id the read model holds (0 when none): the trickle goes on above it."""
-    from ..common.db import connect
+    from ...common.db import connect
 
     async with connect(config.database_url, schema=config.read_model_schema) as conn:
         return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM posts"))
 
 
 async def sweep(config: FullConfig) -> None:
-    from ..common.db import connect
-    from ..projector.sweeper import sweep_once
+    from ...common.db import connect
+    from ...projector.sweeper import sweep_once
 
     async with connect(config.database_url, schema=config.read_model_schema) as conn:
         await sweep_once(conn)
@@ -132,8 +132,8 @@ class Trickle:
     async def _run(self) -> None:
         from tickerwire.devstack.demo.trickle import run_trickle
 
-        from ..common.kafka import started_producer
-        from .publish import send_events
+        from ...common.kafka import started_producer
+        from ..publish import send_events
 
         async with started_producer(self.config) as producer:
 

@@ -10,14 +10,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.runtime.retry import backoff_delays
-from .settings import FullConfig
-from .up_children import HEALTHY_AFTER_S, RESTART_BASE_S, RESTART_CAP_S, Stack
-from .up_demo import Trickle
-from .up_embedded import Embedded
-from .up_failover import fail_over
-from .up_output import say
-from .up_state import write_state
+from ...common.runtime.retry import backoff_delays
+from ..settings import FullConfig
+from .children import HEALTHY_AFTER_S, RESTART_BASE_S, RESTART_CAP_S, Stack
+from .demo import Trickle
+from .embedded import Embedded
+from .failover import fail_over
+from .output import say
+from .state import write_state
 
 
 @dataclass
@@ -115,8 +115,8 @@ class Supervision:
         write_state(self.state_file, self.info, self.stack)
 
     async def _recover_broker(self) -> None:
-        from ..common.kafka import ensure_topics
-        from ..projector.accept import accept_log
+        from ...common.kafka import ensure_topics
+        from ...projector.accept import accept_log
 
         if self._trickle_task is not None:
             self._trickle_task.cancel()

@@ -1,5 +1,5 @@
 """The embedded servers ``tickerwire up`` starts when no database or broker is configured:
-PostgreSQL (and its replicas with ``--replicas``) and a broker of its own (:mod:`.up_broker`)."""
+PostgreSQL (and its replicas with ``--replicas``) and a broker of its own (:mod:`.broker`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .up_broker import PREFERRED_PORT, OwnBroker, choose_broker, database_kept
-from .up_children import Stack
-from .up_output import UpError, one_line, say
+from .broker import PREFERRED_PORT, OwnBroker, choose_broker, database_kept
+from .children import Stack
+from .output import UpError, one_line, say
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka

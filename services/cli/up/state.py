@@ -9,11 +9,11 @@ from pathlib import Path
 
 import orjson
 
-from .up_children import Stack
+from .children import Stack
 
 
 def write_state(state_file: Path, info: dict, stack: Stack) -> None:
-    info["pids"] = {"up": os.getpid(), "children": [c.proc.pid for c in stack.children if c.proc is not None]}
+    info["pids"] = {"up": os.getpid(), "children": {c.name: c.proc.pid for c in stack.children if c.proc is not None}}
     tmp = state_file.with_suffix(".tmp")
     # It holds the demo key and the database URL: readable by this user only from its first byte.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

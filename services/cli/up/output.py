@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .up_broker import OwnBroker
+    from .broker import OwnBroker
 
 
 def say(message: str) -> None:

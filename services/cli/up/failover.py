@@ -18,8 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from .up_embedded import Embedded
-from .up_output import say
+from .embedded import Embedded
+from .output import say
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres

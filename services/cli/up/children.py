@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..common.runtime.retry import backoff_delays
-from .up_output import UpError
+from ...common.runtime.retry import backoff_delays
+from .output import UpError
 
 
 def _die_with_parent() -> None:
