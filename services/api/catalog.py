@@ -19,11 +19,11 @@ import orjson
 from ..common.db import storage_errors
 from ..common.db.replicas import Replicas
 from ..common.http.querystring import bcp47_case
-from ..readmodel import partner, stamps as stamp
+from ..readmodel import stamps as stamp
 from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import FALLBACK_LOCALE, MAX_LISTED_LOCALES, default_locale
 from ..readmodel.taxonomy import listed_locales, load_categories
-from . import queries
+from . import partner, queries
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ ASSETS = {
 ASSET_CACHE = "public, max-age=86400"
 
 #: Swagger UI's own configuration, a file rather than an inline script, so the policy can
-#: forbid inline scripts. ``openapi.json`` resolves next to ``docs``; "Try it out" calls the
+#: forbid inline scripts. The page fetches the document ("openapi.json") next to itself; "Try it out" calls the
 #: document's server (this deployment's base path) with the key given under "Authorize".
 INIT_JS = b"""window.onload = function () {
   window.ui = SwaggerUIBundle({

@@ -14,13 +14,13 @@ from multidict import CIMultiDict
 
 from ..common.db import storage_errors
 from ..common.http.envelope import ApiError
-from ..readmodel import cursors, partner, stamps as stamp
+from ..readmodel import cursors, stamps as stamp
 from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import text_search_config
 from ..readmodel.searchtext import query_text
 from ..readmodel.taxonomy import answered_locales
 from ..readmodel.walk import Refusal, locales, walk
-from . import queries
+from . import partner, queries
 from .catalog import Body, etag_of
 from .errors import not_found
 from .freshness import fresh_enough

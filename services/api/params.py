@@ -16,9 +16,9 @@ from ..common.http.querystring import bcp47_case, csv_values, tickers
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
 from ..readmodel.mapping import hashtag_key
-from ..readmodel.partner import SENTIMENTS
 from .errors import validation_failed
 from .lru import BoundedLRU
+from .partner import SENTIMENTS
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50

@@ -2,13 +2,14 @@
 
 The projector writes the read model, the API and the stream read it, the CLI waits for it. The
 rules they share live here, once each: the migrations (:mod:`.migrate`, SQL in ``migrations/``),
-the projector's stored positions and "projected up to here" (:mod:`.positions`), the listed
-locales that decide the default locale (:mod:`.taxonomy`), the committed ``post.created``
-announcements (:mod:`.announcements`), the rows the projector writes, by column name
-(:mod:`.rows`), the row each event is stored as (:mod:`.event_rows`), the pure mapping from a
-post to its per-locale rows and their partner JSON (:mod:`.mapping`), the search text normalized alike for indexing and querying
-(:mod:`.searchtext`), the partner JSON of every resource but posts (:mod:`.partner`), the
-access gates over the keys and workspaces with each process's in-memory copy of them
+the projector's stored positions and "projected up to here" (:mod:`.positions`), the log
+position partners see (:mod:`.logposition`), the listed locales that decide the default locale
+(:mod:`.taxonomy`), the committed ``post.created`` announcements (:mod:`.announcements`), the
+resume cursors over them (:mod:`.cursors`) and the one walk from a cursor (:mod:`.walk`), the
+rows the projector writes, by column name (:mod:`.rows`), the row each event is stored as
+(:mod:`.event_rows`), the pure mapping from a post to its per-locale rows and their partner JSON
+(:mod:`.mapping`), the search text normalized alike for indexing and querying
+(:mod:`.searchtext`), the access gates over the keys and workspaces with each process's in-memory copy of them
 (:mod:`.access`), and the change stamps with their watcher (:mod:`.stamps`). SQL that only
 one service runs stays in that service; connections and pools come from
 :mod:`tickerwire.services.common.db`. This package imports ``schemas`` and ``services/common``

@@ -196,18 +196,6 @@ def tracked_files() -> tuple[str, ...]:
 
 
 @functools.cache
-def tracked_tails() -> frozenset[str]:
-    """Every tracked file and folder as each of its tails (``a/b/c``, ``b/c``, ``c``)."""
-    tails: set[str] = set()
-    for name in tracked_files():
-        parts = Path(name).parts
-        for end in range(1, len(parts) + 1):
-            for start in range(end):
-                tails.add("/".join(parts[start:end]))
-    return frozenset(tails)
-
-
-@functools.cache
 def top_level() -> frozenset[str]:
     return frozenset(Path(name).parts[0] for name in tracked_files())
 
@@ -229,14 +217,14 @@ def looks_like_path(ref: str) -> bool:
 
 
 def path_exists(ref: str, source: Path) -> bool:
-    """From the root or the referring file's folder, else as the tail of a tracked path (a file
-    named from inside its folder: ``base/config.env``, ``apply.py``)."""
+    """From the root or from the referring file's folder (a sibling: ``apply.py`` in
+    ``services/projector/``, ``api.md`` in ``docs/``), nowhere else: a bare name that is the
+    tail of some tracked file elsewhere is not a path (``readmodel.py`` is not
+    ``tests/support/readmodel.py``)."""
     ref = ref.rstrip("/")
     if ref in NOT_REPOSITORY_FILES:
         return True
-    if (ROOT / ref).exists() or (source.parent / ref).exists():
-        return True
-    return ref.removeprefix("./") in tracked_tails()
+    return (ROOT / ref).exists() or (source.parent / ref).exists()
 
 
 def module_file(dotted: str) -> tuple[Path | None, list[str]]:

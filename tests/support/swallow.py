@@ -1,7 +1,7 @@
 """aiokafka's consumer, wrapped to fail one fetch and then to stop slowly while swallowing a
 cancellation of its caller, in aiokafka's own pattern (its ``stop()`` awaits its own tasks
-inside ``suppress(CancelledError)``): the state in which a consume loop asked to stop used to
-go on for ever."""
+inside ``suppress(CancelledError)``): the state in which a consume loop asked to stop could go
+on for ever unless it checks for its own cancellation (``honour_cancellation``)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The partner JSON of languages, categories, tokens and the pulse (services/readmodel/partner.py):
+"""The partner JSON of languages, categories, tokens and the pulse (services/api/partner.py):
 fields in the specification's order, names by the one fallback rule."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from tickerwire.services.readmodel import partner
+from tickerwire.services.api import partner
 
 
 def _locale(code: str, is_default: bool = False) -> dict:

@@ -1,7 +1,7 @@
 """The partner JSON of every resource but posts: pure functions, no I/O.
 
-Posts are shaped when they are projected (:func:`.mapping.lean_post`,
-:func:`.mapping.detail_post`) and served as stored. Everything else partners read is shaped
+Posts are shaped when they are projected (:func:`..readmodel.mapping.lean_post`,
+:func:`..readmodel.mapping.detail_post`) and served as stored. Everything else partners read is shaped
 here from read-model rows (mappings by column name, JSON columns already decoded): the API
 caches or sends the result and only serializes it. Fields are in the order of the OpenAPI schemas.
 """
@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from tickerwire.schemas.models import Sentiment
 
-from .mapping import category_name, iso_utc
+from ..readmodel.mapping import category_name, iso_utc
 
 #: A read-model row by column name (JSON columns decoded).
 ReadRow = Mapping[str, Any]
@@ -28,7 +28,7 @@ SENTIMENTS = tuple(s.value for s in Sentiment)
 
 def language_list(listed: Sequence[ReadRow], default: str) -> dict[str, Any]:
     """The supported languages (the listed locales, in listing order); exactly the default one
-    is flagged ``is_default`` (:func:`.mapping.default_locale` chose it)."""
+    is flagged ``is_default`` (:func:`..readmodel.mapping.default_locale` chose it)."""
     return {
         "languages": [
             {
@@ -49,7 +49,7 @@ def language_list(listed: Sequence[ReadRow], default: str) -> dict[str, Any]:
 
 class CategoryShapes:
     """The category rows (``slug``, ``is_group``, ``group_slug``, ``names`` decoded; in listing
-    order) and the shapes of ``CategoryTree`` and ``Category`` (schemas/openapi.json) in any locale, names by :func:`.mapping.category_name`."""
+    order) and the shapes of ``CategoryTree`` and ``Category`` (schemas/openapi.json) in any locale, names by :func:`..readmodel.mapping.category_name`."""
 
     def __init__(self, rows: Sequence[ReadRow], default: str) -> None:
         self.rows = list(rows)
