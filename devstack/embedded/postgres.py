@@ -113,6 +113,20 @@ class EmbeddedPostgres(DataDirServer):
         log.info("PostgreSQL ready on port %d (pid %d) in %.2fs", self._port, self.pid, time.monotonic() - started)
         return self.dsn
 
+    def standby_of(self, primary_dsn: str, *, settings: Mapping[str, str] | None = None) -> EmbeddedReplica:
+        """This stopped server's data directory wiped and made a fresh standby of ``primary_dsn``
+        (on the same port, with the same log), returned unstarted: its ``start()`` copies the
+        primary (``pg_basebackup``) and streams from it. What to do with a former primary after
+        a failover: its data may hold commits the new primary never had, and started as it is
+        it would be a second primary; a fresh copy is neither."""
+        if self.running():
+            raise EmbeddedError(f"{self._data_dir} is in use by a running server; stop it first")
+        _refuse_if_running(self._data_dir)  # a postgres of it still alive (not ours: an orphan)
+        shutil.rmtree(self._data_dir, ignore_errors=True)
+        if self._data_dir.exists():
+            raise EmbeddedError(f"cannot wipe {self._data_dir} to make it a standby")
+        return EmbeddedReplica(primary_dsn, self._data_dir, self._port, self._log_path, settings=settings)
+
     def _prepare(self, bindir: Path, account: pwd.struct_passwd | None) -> None:
         """Make the data directory usable by the server's OS user and initialize it if empty."""
         try:
@@ -174,9 +188,17 @@ class EmbeddedPostgres(DataDirServer):
 #: What a streaming replica needs of its primary's WAL: sent as soon as it is written, not at the
 #: next 200 ms WAL-writer round (commits are asynchronous here: ``synchronous_commit=off``).
 PRIMARY_REPLICATION_SETTINGS: Mapping[str, str] = {"wal_writer_delay": "10ms"}
+#: A primary with synchronous replication: a commit made with ``synchronous_commit`` ``on`` (or
+#: ``remote_write``, ``remote_apply``) returns only once a standby has it, so a failover to that
+#: standby loses none of them; commits made with ``off`` or ``local`` do not wait. Any connected
+#: standby counts (``'*'``); with none connected such commits wait until one is. A standby
+#: ignores the setting, so a server can keep it through a change of role.
+SYNCHRONOUS_PRIMARY_SETTINGS: Mapping[str, str] = {**PRIMARY_REPLICATION_SETTINGS, "synchronous_standby_names": "*"}
 #: The replica answers reads while it replays (hot standby) and tells the primary what its
 #: queries need, so a long read is not cancelled by the replay of a vacuum.
 REPLICA_SETTINGS: Mapping[str, str] = {"hot_standby": "on", "hot_standby_feedback": "on"}
+#: How long :meth:`EmbeddedReplica.promote` waits for the standby to leave recovery.
+PROMOTE_TIMEOUT_S = 30
 
 
 class EmbeddedReplica(EmbeddedPostgres):
@@ -187,6 +209,12 @@ class EmbeddedReplica(EmbeddedPostgres):
     streams and replays the primary's WAL from then on. A later ``start()`` reuses the copy and
     catches up. ``apply_delay_ms`` sets ``recovery_min_apply_delay`` (a replica that replays each
     commit that long after the primary made it): real, deterministic lag for tests and demos.
+    ``settings`` are added to :data:`REPLICA_SETTINGS` (``cluster_name`` names the standby to its
+    primary: its WAL receiver's ``application_name``, as ``synchronous_standby_names`` sees it).
+
+    :meth:`promote` makes it a primary (it leaves recovery and keeps its data from then on);
+    :meth:`EmbeddedPostgres.standby_of` turns a stopped server, a former primary among them, into
+    a fresh standby of another.
     """
 
     label = "PostgreSQL replica"
@@ -262,6 +290,17 @@ class EmbeddedReplica(EmbeddedPostgres):
 
     def _wait_ready(self) -> None:
         self._wait_accepting()
+
+    def promote(self, timeout_s: int = PROMOTE_TIMEOUT_S) -> None:
+        """Make the running standby a primary: ``pg_promote(wait => true)``, which replays what the
+        standby has received, ends recovery and returns once it accepts writes (at most
+        ``timeout_s``; :class:`EmbeddedError` when it did not). A later ``start()`` on the data
+        runs it as the primary it now is (promotion removed its ``standby.signal``)."""
+        if not self.running():
+            raise EmbeddedError(f"cannot promote {self._data_dir}: the standby is not running")
+        assert self._port is not None
+        _run_blocking(_promote(self._port, timeout_s))
+        log.info("PostgreSQL on port %d promoted: a primary now", self._port)
 
 
 # --- finding the binaries -------------------------------------------------------------------
@@ -497,10 +536,7 @@ def _read_lines(path: Path) -> list[str] | None:
 
 async def _ensure_database(port: int, name: str) -> None:
     """Create database ``name`` unless it exists."""
-    try:
-        conn = await asyncpg.connect(host=LOCALHOST, port=port, user=SUPERUSER, database="postgres", timeout=10)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
-        raise EmbeddedError(f"cannot connect to the embedded PostgreSQL on port {port}: {exc}") from exc
+    conn = await _connect_admin(port, "the embedded PostgreSQL")
     try:
         if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
             await conn.execute(f'CREATE DATABASE "{name}"')
@@ -508,6 +544,28 @@ async def _ensure_database(port: int, name: str) -> None:
         pass
     finally:
         await conn.close()
+
+
+async def _promote(port: int, timeout_s: int) -> None:
+    conn = await _connect_admin(port, "the standby (to promote it)")
+    try:
+        done = await conn.fetchval(
+            "SELECT pg_promote(wait => true, wait_seconds => $1)", timeout_s, timeout=timeout_s + 5
+        )
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        raise EmbeddedError(f"promoting the standby on port {port} failed: {exc}") from exc
+    finally:
+        await conn.close()
+    if not done:
+        raise EmbeddedError(f"the standby on port {port} was not promoted within {timeout_s} s")
+
+
+async def _connect_admin(port: int, what: str) -> asyncpg.Connection:
+    """The superuser's connection to the ``postgres`` database of the server on ``port``."""
+    try:
+        return await asyncpg.connect(host=LOCALHOST, port=port, user=SUPERUSER, database="postgres", timeout=10)
+    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        raise EmbeddedError(f"cannot connect to {what} on port {port}: {exc}") from exc
 
 
 def _run_blocking(coro: Coroutine[object, object, None]) -> None:

@@ -8,6 +8,12 @@ they happen, with a resume the stream refused); the counters are exact (each tok
 ``post_count`` on ``GET /tokens`` and the ``GET /sentiment-pulse`` breakdown equal what the
 acknowledged posts' last versions add up to: :func:`expected_counters`); no dead letter;
 every process is ready.
+
+Three counts sum up what a fault cost partners (:func:`tally`, in the report and, when not 0, as
+violations): **lost**, the (post, locale) pairs published and acknowledged that ``GET`` does not
+serve at the end or that the ``/changes`` walk or a stream client never had; **doubled**, the
+pairs a stream client was pushed, or the walk had, more than once; **refused**, the cursors the
+service issued and then refused (each distinct client and cursor once, however often retried).
 """
 
 from __future__ import annotations
@@ -62,8 +68,37 @@ def out_of_order(got: list[Delivery]) -> str | None:
     return None
 
 
-async def served(cluster: Cluster, history: History, http: aiohttp.ClientSession) -> list[str]:
-    """Every expected (post, locale) served by ``GET /posts/{id}?lang=``; no aborted post served."""
+def tally(history: History, unserved: set[Key]) -> dict[str, int]:
+    """The lost, doubled and refused counts (the module's docstring) of a history whose end
+    check found ``unserved`` not served by ``GET``."""
+    expected = set(history.published)
+    lost = set(unserved) | (expected - set(history.walked))
+    doubled = {k for k, n in Counter(history.walked).items() if n > 1}
+    for got in history.deliveries.values():
+        lost |= expected - {d.key for d in got}
+        doubled |= {k for k, n in Counter(d.key for d in got).items() if n > 1}
+    return {"lost": len(lost), "doubled": len(doubled), "refused": len(history.refused_cursors())}
+
+
+def tallied(counts: dict[str, int], history: History) -> list[str]:
+    """A violation for each count of :func:`tally` that is not 0."""
+    found = []
+    if counts["lost"]:
+        found.append(f"lost: {counts['lost']} (post, locale) pairs acknowledged, not served or never delivered")
+    if counts["doubled"]:
+        found.append(f"doubled: {counts['doubled']} (post, locale) pairs pushed or walked more than once")
+    if counts["refused"]:
+        first = history.refusals[0]
+        found.append(
+            f"refused: {counts['refused']} cursors the service issued were refused, the first to {first.who} "
+            f"at {first.at:.1f}s: {first.reason[:200]}"
+        )
+    return found
+
+
+async def served(cluster: Cluster, history: History, http: aiohttp.ClientSession) -> tuple[list[str], set[Key]]:
+    """Every expected (post, locale) served by ``GET /posts/{id}?lang=``; no aborted post served.
+    The violations, and the expected pairs not served (for :func:`tally`)."""
     found: list[str] = []
     gate = asyncio.Semaphore(8)
 
@@ -83,7 +118,7 @@ async def served(cluster: Cluster, history: History, http: aiohttp.ClientSession
     statuses = await asyncio.gather(*(status(p, "en-US") for p in aborted))
     if seen := [p for p, s in zip(aborted, statuses) if s != 404]:
         found.append(f"API: posts of an aborted transaction served: {seen[:5]}")
-    return found
+    return found, {k for k, _ in unserved}
 
 
 #: How long the counters may take to show the last posts (the token list is refreshed on a change).

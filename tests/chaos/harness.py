@@ -1,19 +1,29 @@
 """The system under test of the mixed-fault run, all of its own: one Apache Kafka node (its log
-on disk, so a restart keeps it), a PostgreSQL primary with one streaming replica that the API
-and the stream read from, and a projector (static membership), an API and a stream process.
+on disk, so a restart keeps it), two PostgreSQL servers, one the primary and the other its
+streaming standby (synchronous replication: :data:`SERVER_SETTINGS`), and a projector (static
+membership), an API and a stream process.
+
+The servers' roles can swap: :meth:`Cluster.fail_over` kills the primary, promotes the standby
+and rebuilds the old primary as the new one's standby (a fresh copy: it never comes back as a
+second primary). So the services are not told which is which: ``TICKERWIRE_DATABASE_URL`` is a
+multi-host URL naming both servers with ``target_session_attrs=read-write`` (they connect to the
+one that takes writes), and ``TICKERWIRE_DATABASE_READ_URLS`` names both servers too, each
+alone: the replica monitor keeps the one that is in recovery (the standby) in the read rotation
+and leaves the other out ("not a replica"), whichever that is at the time.
 
 A supervisor restarts every service process that dies, on the same port and, for the
 projector, with the same group instance id, as systemd or Kubernetes would.
 
-The services reach the primary, the replica and Kafka through a :class:`~tests.support.links.Link`
-each, which the nemesis cuts (a partition) or slows (added latency); the workload, the checker
-and the replica's own streaming from the primary go direct, so only the services' network
-breaks. Kafka tells its clients in its metadata where to find the broker (its advertised
-listener), and a client then connects there, not to the address it bootstrapped from: a link
-that rewrote nothing would be left after the first metadata answer. So the node has a second
-listener, ``SERVICES``, on a port of its own, advertised as the link's address: the services
-bootstrap from the link and are sent back to it; the workload's producers use the ordinary
-listener and never touch the link.
+The services reach each PostgreSQL server and Kafka through a :class:`~tests.support.links.Link`
+each, which the nemesis cuts (a partition) or slows (added latency), choosing the link by the
+role the server has when the fault starts (:meth:`Cluster.link`); the workload, the checker and
+the standby's own streaming from the primary go direct, so only the services' network breaks.
+Kafka tells its clients in its metadata where to find the broker (its advertised listener), and
+a client then connects there, not to the address it bootstrapped from: a link that rewrote
+nothing would be left after the first metadata answer. So the node has a second listener,
+``SERVICES``, on a port of its own, advertised as the link's address: the services bootstrap
+from the link and are sent back to it; the workload's producers use the ordinary listener and
+never touch the link.
 """
 
 from __future__ import annotations
@@ -21,25 +31,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from tests.chaos.history import History
 from tests.conftest import TEST_KAFKA_SETTINGS
 from tests.support.events import locale_ev, token_ev
 from tests.support.links import Link
-from tests.support.replicas import database_on
+from tests.support.replicas import database_on, signal_server, wait_gone
 from tests.support.stack import Service, ServiceStack, wait_http
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import (
-    PRIMARY_REPLICATION_SETTINGS,
+    REPLICA_SETTINGS,
+    SYNCHRONOUS_PRIMARY_SETTINGS,
     EmbeddedPostgres,
     EmbeddedReplica,
-    with_database,
 )
 from tickerwire.services.common.db import connect
 
@@ -49,22 +60,58 @@ TICKERS = ("BTC", "ETH")
 #: The projector's static group membership: a restart takes its partitions back at once.
 INSTANCE_ID = "chaos-projector-1"
 SUPERVISE_EVERY_S = 0.25
+#: The two PostgreSQL servers; the first starts as the primary.
+SERVERS = ("pg0", "pg1")
+#: Every server's settings, whatever its role: synchronous replication (a primary's commits made
+#: with ``synchronous_commit`` on wait for the standby; the standby ignores it) and hot standby
+#: (a primary ignores it), so a server changes role without a change of settings. The standby
+#: that counts is named (its ``cluster_name``), not ``'*'``: while a standby is rebuilt,
+#: ``pg_basebackup``'s WAL stream would count as one.
+SERVER_SETTINGS: Mapping[str, str] = {
+    **SYNCHRONOUS_PRIMARY_SETTINGS,
+    **REPLICA_SETTINGS,
+    "synchronous_standby_names": f"ANY 1 ({', '.join(SERVERS)})",
+}
 
 
 @dataclass
 class Cluster:
     root: Path
     kafka: ApacheKafka
-    primary: EmbeddedPostgres
-    replica: EmbeddedReplica
+    #: The PostgreSQL servers by name (:data:`SERVERS`); a failover replaces the old primary's
+    #: object with the standby rebuilt on its data directory and port.
+    servers: dict[str, EmbeddedPostgres]
+    #: The name of the server that is the primary now.
+    primary_name: str
     stack: ServiceStack
-    #: The services' way to each server ("primary", "replica", "kafka").
+    #: The services' way to each server (by its name) and to Kafka ("kafka").
     links: dict[str, Link]
     #: What the services are given instead of the stack's addresses: the links'.
     service_env: dict[str, str]
     key: str = ""
     #: The process currently serving each role (the supervisor replaces a dead one).
     current: dict[str, Service] = field(default_factory=dict)
+    #: Settings of every server on top of :data:`SERVER_SETTINGS` (a rebuilt standby's too).
+    server_settings: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> EmbeddedPostgres:
+        return self.servers[self.primary_name]
+
+    @property
+    def standby_name(self) -> str:
+        return next(name for name in self.servers if name != self.primary_name)
+
+    @property
+    def replica(self) -> EmbeddedPostgres:
+        """The standby now (the services read from it)."""
+        return self.servers[self.standby_name]
+
+    def link(self, target: str) -> Link:
+        """The services' link to ``target``: "primary" or "replica" (the server that has that
+        role now), or "kafka"."""
+        name = {"primary": self.primary_name, "replica": self.standby_name}.get(target, target)
+        return self.links[name]
 
     @property
     def api_url(self) -> str:
@@ -100,10 +147,73 @@ class Cluster:
         async with connect(self.stack.database_url, schema="rm") as conn:
             return int(await conn.fetchval("SELECT count(*) FROM dead_letters"))
 
+    # ------------------------------------------------------------------ PostgreSQL faults
+
+    def crash_primary(self) -> None:
+        """SIGKILL of the primary's postmaster and every process of it (shared memory, and the
+        WAL not yet written from it, gone), then the server started again on the same data:
+        crash recovery, as after an OOM kill or a container's death."""
+        primary = self.primary
+        wait_gone(signal_server(primary, signal.SIGKILL))
+        primary.stop()  # reaps the postmaster
+        primary.start()
+
+    def kill_primary(self) -> str:
+        """SIGKILL of the primary and every process of it, left down; its name."""
+        wait_gone(signal_server(self.primary, signal.SIGKILL))
+        self.primary.stop()
+        return self.primary_name
+
+    def lose_standby_tail(self) -> None:
+        """SIGKILL of the standby's processes and a start again on its data (still a standby):
+        what it had received from the primary but not written is gone (after a freeze, the WAL
+        sent to it meanwhile, held in its socket's buffer). With the primary dead too, it
+        comes back as far as it had got: a standby with that much replay lag."""
+        standby = self.replica
+        wait_gone(signal_server(standby, signal.SIGKILL))
+        standby.stop()
+        standby.start()
+
+    def promote_standby(self) -> None:
+        """The standby promoted (``pg_promote``): the primary from now on."""
+        standby = self.replica
+        assert isinstance(standby, EmbeddedReplica)
+        standby.promote()
+        self.primary_name = self.standby_name
+
+    def rebuild(self, name: str) -> None:
+        """The stopped server ``name`` wiped and started as a fresh standby of the primary."""
+        fresh = self.servers[name].standby_of(self.primary.dsn, settings=settings_of(name, self.server_settings))
+        self.servers[name] = fresh
+        fresh.start()
+
+    def fail_over(self) -> None:
+        """The primary killed, the standby promoted, the old primary rebuilt as its standby."""
+        old = self.kill_primary()
+        self.promote_standby()
+        self.rebuild(old)
+
+
+def settings_of(name: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """A server's settings: :data:`SERVER_SETTINGS` and ``extra``, its name its ``cluster_name``
+    (what its WAL receiver calls itself to the primary while it is a standby)."""
+    return {**SERVER_SETTINGS, **extra, "cluster_name": name}
+
+
+def multi_host(dsns: list[str], **query: str) -> str:
+    """One URL naming every server of ``dsns`` (the same user and database), with ``query``."""
+    parts = [urlsplit(d) for d in dsns]
+    userinfo = parts[0].netloc.rpartition("@")[0]
+    hosts = ",".join(p.netloc.rpartition("@")[2] for p in parts)
+    netloc = f"{userinfo}@{hosts}" if userinfo else hosts
+    return urlunsplit(parts[0]._replace(netloc=netloc, query="&".join(f"{k}={v}" for k, v in query.items())))
+
 
 @contextlib.asynccontextmanager
-async def cluster(prefix: str = "chaos") -> AsyncIterator[Cluster]:
-    """Everything started, locales and a token projected, a key with room to spare; all stopped after."""
+async def cluster(prefix: str = "chaos", server_settings: Mapping[str, str] | None = None) -> AsyncIterator[Cluster]:
+    """Everything started, locales and a token projected, a key with room to spare; all stopped
+    after. ``server_settings``: PostgreSQL settings of both servers on top of :data:`SERVER_SETTINGS`."""
+    server_settings = dict(server_settings or {})
     root = Path(tempfile.mkdtemp(prefix="tickerwire-chaos-"))
     services_port = free_port()
     links = {"kafka": Link(f"127.0.0.1:{services_port}")}
@@ -113,34 +223,46 @@ async def cluster(prefix: str = "chaos") -> AsyncIterator[Cluster]:
         settings=TEST_KAFKA_SETTINGS,
         listeners={"SERVICES": (services_port, links["kafka"].address)},
     )
-    # Ports of their own from the start: a restarted server is found at the same address.
-    primary = EmbeddedPostgres(root / "primary", port=free_port(), settings=PRIMARY_REPLICATION_SETTINGS)
-    replica: EmbeddedReplica | None = None
+    # Ports of their own from the start: a restarted or rebuilt server is found at the same
+    # address; the logs outside the data directories, which a rebuild wipes.
+    first, second = SERVERS
+    primary = EmbeddedPostgres(
+        root / first, port=free_port(), log_path=root / f"{first}.log", settings=settings_of(first, server_settings)
+    )
+    servers: dict[str, EmbeddedPostgres] = {first: primary}
     stack: ServiceStack | None = None
     try:
         await asyncio.to_thread(kafka.start)
         await asyncio.to_thread(primary.start)
-        replica = EmbeddedReplica(primary.dsn, root / "replica", port=free_port())
-        await asyncio.to_thread(replica.start)
-        read_url = with_database(replica.dsn, primary.dsn.rpartition("/")[2])
-        await database_on(read_url)
-        links["primary"] = Link(urlsplit(primary.dsn).netloc.rpartition("@")[2])
-        links["replica"] = Link(urlsplit(read_url).netloc.rpartition("@")[2])
+        servers[second] = EmbeddedReplica(
+            primary.dsn,
+            root / second,
+            port=free_port(),
+            log_path=root / f"{second}.log",
+            settings=settings_of(second, server_settings),
+        )
+        await asyncio.to_thread(servers[second].start)
+        await database_on(servers[second].dsn)
+        for name, server in servers.items():
+            links[name] = Link(urlsplit(server.dsn).netloc.rpartition("@")[2])
         for link in links.values():
             link.start()
         env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_DB_POOL_MAX": "10"}
-        stack = ServiceStack(primary.dsn, kafka.bootstrap_servers, prefix, extra_env=env, log_dir=root / "logs")
+        # The harness's own statements follow the primary as the services do, but directly.
+        database_url = multi_host([s.dsn for s in servers.values()], target_session_attrs="read-write")
+        stack = ServiceStack(database_url, kafka.bootstrap_servers, prefix, extra_env=env, log_dir=root / "logs")
         stack.log_dir.mkdir()
         await stack.prepare()
         await stack.publish(
             [locale_ev(code, default=code == "en-US") for code in LOCALES] + [token_ev(t) for t in TICKERS]
         )
+        through_links = [through(s.dsn, links[name]) for name, s in servers.items()]
         service_env = {
-            "TICKERWIRE_DATABASE_URL": through(primary.dsn, links["primary"]),
-            "TICKERWIRE_DATABASE_READ_URLS": through(read_url, links["replica"]),
+            "TICKERWIRE_DATABASE_URL": multi_host(through_links, target_session_attrs="read-write"),
+            "TICKERWIRE_DATABASE_READ_URLS": ",".join(through_links),
             "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": links["kafka"].address,
         }
-        found = Cluster(root, kafka, primary, replica, stack, links, service_env)
+        found = Cluster(root, kafka, servers, first, stack, links, service_env, server_settings=server_settings)
         for role in ROLES:
             found.spawn(role)
         for role in ROLES:
@@ -154,9 +276,8 @@ async def cluster(prefix: str = "chaos") -> AsyncIterator[Cluster]:
             stack.stop_all()
         for link in links.values():
             link.stop()
-        for server in (replica, primary, kafka):
-            if server is not None:
-                await asyncio.to_thread(server.stop)
+        for server in [*servers.values(), kafka]:
+            await asyncio.to_thread(server.stop)
         shutil.rmtree(root, ignore_errors=True)
 
 

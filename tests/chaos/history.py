@@ -57,6 +57,38 @@ class Facts:
     tickers: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A cursor the service itself issued (a stream ``ready`` or ``post.created``, a ``/changes``
+    page) that it refused when a client came back with it."""
+
+    who: str
+    cursor: str
+    at: float
+    reason: str
+
+
+#: A failover checks, as soon as the API answers, the pairs pushed in this long before the kill.
+RECENT_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """The times of one failover (seconds into the run): the primary killed; the standby
+    promoted; the API answering ``GET /posts`` again; every service process ready; the old
+    primary rebuilt and streaming as the new standby. And what partners saw of the pairs
+    pushed to a stream client in the :data:`RECENT_S` before the kill (``pushed`` of them), as soon
+    as the API answered: how many ``GET /posts/{id}?lang=`` did not serve (``unreadable``)."""
+
+    killed: float
+    promoted: float
+    api: float
+    ready: float
+    rebuilt: float
+    pushed: int = 0
+    unreadable: int = 0
+
+
 @dataclass
 class History:
     seed: int
@@ -79,6 +111,10 @@ class History:
     restarts: list[tuple[str, float]] = field(default_factory=list)
     #: Violations seen while the run went on (a stale read, a refused resume), in order.
     violations: list[str] = field(default_factory=list)
+    #: Each refusal of a cursor the service issued, in order (a client retries the same cursor).
+    refusals: list[Refusal] = field(default_factory=list)
+    #: Each failover the nemesis made, in order.
+    failovers: list[Failover] = field(default_factory=list)
 
     def now(self) -> float:
         """Seconds since the run started."""
@@ -102,6 +138,14 @@ class History:
                 assert post.published_at is not None
                 self.posts[post.id] = Facts(e.version, post.published_at, post.sentiment, tuple(post.tickers))
         self.acknowledged((e.data.id, t.lang) for e in events for t in e.data.translations)
+
+    def refused(self, who: str, cursor: str, reason: str) -> None:
+        """The service refused ``cursor``, which it had issued to ``who``."""
+        self.refusals.append(Refusal(who, cursor, self.now(), reason))
+
+    def refused_cursors(self) -> set[tuple[str, str]]:
+        """The distinct (client, cursor) pairs refused: a cursor retried and refused again counts once."""
+        return {(r.who, r.cursor) for r in self.refusals}
 
     def violation(self, text: str) -> None:
         self.violations.append(f"{self.now():.1f}s: {text}")

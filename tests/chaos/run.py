@@ -21,15 +21,17 @@ import shutil
 import sys
 import time
 from collections import Counter
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Mapping
 
 import aiohttp
 
 from tests.chaos import checker, report
 from tests.chaos.harness import ROLES, cluster
 from tests.chaos.history import History
-from tests.chaos.nemesis import Nemesis
+from tests.chaos.nemesis import GAP_S, Nemesis
 from tests.chaos.workload import Follower, PostWriter, Reader, TransactionalWriter, Walker
 from tests.reliability.run import conditions
 
@@ -41,11 +43,23 @@ CATCH_UP_S = 120.0
 ERROR_AFTERMATH_S = 15.0
 
 
-async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, followers: int = 3) -> dict:
-    """One run; its report (``violations`` empty when every check held)."""
+async def run(
+    minutes: float,
+    seed: int,
+    results: Path,
+    *,
+    rate: float = 6.0,
+    followers: int = 3,
+    kinds: Mapping[str, int] | None = None,
+    gap_s: tuple[float, float] = GAP_S,
+    server_settings: Mapping[str, str] | None = None,
+) -> dict:
+    """One run; its report (``violations`` empty when every check held). ``kinds`` and ``gap_s``:
+    the nemesis's faults and the pause before each (:class:`~tests.chaos.nemesis.Nemesis`);
+    ``server_settings``: the PostgreSQL servers' (:func:`~tests.chaos.harness.cluster`)."""
     rng = random.Random(seed)
     load_start, started = os.getloadavg(), time.monotonic()
-    async with cluster() as c, aiohttp.ClientSession() as http:
+    async with cluster(server_settings=server_settings) as c, aiohttp.ClientSession() as http:
         history = History(seed)
         pushed: asyncio.Queue = asyncio.Queue(maxsize=20)
         writing, reading, faulting = asyncio.Event(), asyncio.Event(), asyncio.Event()
@@ -64,7 +78,7 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
         ]
         client_tasks = [asyncio.create_task(coro) for coro in clients]
         supervisor = asyncio.create_task(c.supervise(history))
-        nemesis = asyncio.create_task(Nemesis(c, history, random.Random(rng.random())).run(faulting))
+        nemesis = asyncio.create_task(Nemesis(c, history, random.Random(rng.random()), kinds, gap_s).run(faulting))
         try:
             await watch([nemesis, supervisor, *writers, *client_tasks], minutes * 60)
             faulting.set()
@@ -83,7 +97,10 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
                     await c.ready(role, timeout=30)
             violations = list(history.violations)
             violations += checker.deliveries(history)
-            violations += await checker.served(c, history, http)
+            found, unserved = await checker.served(c, history, http)
+            violations += found
+            counts = checker.tally(history, unserved)
+            violations += checker.tallied(counts, history)
             violations += await checker.counters(c, history, http)
             violations += await checker.processes(c, http)
             checked_at = history.now()
@@ -93,15 +110,20 @@ async def run(minutes: float, seed: int, results: Path, *, rate: float = 6.0, fo
             await asyncio.gather(*writers, *client_tasks, supervisor, nemesis, return_exceptions=True)
             c.stack.stop_all()
             shutil.copytree(c.stack.log_dir, results / "logs", dirs_exist_ok=True)
+            for server_log in c.root.glob("*.log"):  # the PostgreSQL servers' (not JSON: apart)
+                (results / "postgres").mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(server_log, results / "postgres" / server_log.name)
     violations += unexplained_errors(results / "logs", history, checked_at)
     extra = {
         "fault_minutes": minutes,
+        "tally": counts,
+        "failovers": [asdict(f) for f in history.failovers],
         "error_lines": error_lines(results / "logs"),
         "error_kinds": error_kinds(results / "logs"),
         "conditions": {
             **dict(line[2:].split(": ", 1) for line in conditions(started, load_start) if "Durability" not in line),
-            "Servers": "Apache Kafka (one KRaft node, its log on disk); a PostgreSQL primary and one streaming "
-            "replica (fsync off)",
+            "Servers": "Apache Kafka (one KRaft node, its log on disk); two PostgreSQL servers, a primary and "
+            "its synchronous streaming standby, which swap roles on a failover (fsync off)",
         },
     }
     return report.write(history, violations, results, extra)

@@ -1,11 +1,12 @@
 """The checker's judgement on made-up histories (pure logic): each kind of violation it names
-is found (a counter off by one among them), and a clean history has none."""
+is found (a counter off by one among them), a clean history has none, and the lost, doubled
+and refused counts are each counted apart."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from tests.chaos.checker import counter_mismatches, deliveries, expected_counters
+from tests.chaos.checker import counter_mismatches, deliveries, expected_counters, tallied, tally
 from tests.chaos.history import Delivery, Facts, History
 from tests.support.events import post_ev
 
@@ -34,6 +35,19 @@ def test_a_missing_a_doubled_and_an_aborted_announcement_are_each_named():
     assert any(v.startswith("f: 1 received more than once") for v in found), found
     assert any(v.startswith("f: received posts of an aborted transaction") for v in found), found
     assert "/changes walk: 1 announcements never received, e.g. [(2, 'en-US')]" in found, found
+
+
+def test_lost_doubled_and_refused_are_counted_apart():
+    assert tally(history(CLEAN, WALKED), unserved=set()) == {"lost": 0, "doubled": 0, "refused": 0}
+    # (2, en-US) never pushed to f; (1, de-DE) not served by GET; (1, en-US) pushed twice and
+    # walked twice (one pair, counted once); one cursor refused twice and another once.
+    h = history([*CLEAN[:2], CLEAN[1]], [*WALKED, (1, "en-US")])
+    h.refused("f", "c1", "past the committed log position")
+    h.refused("f", "c1", "past the committed log position")
+    h.refused("/changes walk", "c2", "past the committed log position")
+    counts = tally(h, unserved={(1, "de-DE")})
+    assert counts == {"lost": 2, "doubled": 1, "refused": 2}
+    assert [v.split(":")[0] for v in tallied(counts, h)] == ["lost", "doubled", "refused"]
 
 
 def test_an_announcement_below_the_last_of_its_partition_is_out_of_order():

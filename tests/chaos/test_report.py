@@ -1,13 +1,15 @@
 """The report's account of a projector SIGKILL on made-up histories (a post held back by
 another fault in the kill's window counts in the wide figure, not in the SIGKILL's own; a post
-the SIGKILL alone held back counts in both), and its count of ERROR lines."""
+the SIGKILL alone held back counts in both), its count of ERROR lines, and its lines on the
+lost, doubled and refused counts and the failovers."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime, timezone
 
-from tests.chaos.history import Delivery, Fault, History
-from tests.chaos.report import after_kills, kill_costs
+from tests.chaos.history import Delivery, Failover, Fault, History
+from tests.chaos.report import after_kills, kill_costs, markdown, summary
 from tests.chaos.run import error_kinds, error_lines, unexplained_errors
 
 
@@ -76,3 +78,19 @@ def test_an_error_line_no_injected_fault_explains_is_a_violation(tmp_path):
     assert unexplained_errors(tmp_path, history, until=50.0) == [
         "40.0s: projector logged an ERROR no injected fault explains: x: long after any fault: a violation"
     ]
+
+
+def test_the_lost_doubled_and_refused_counts_and_the_failovers_are_in_the_markdown():
+    h = history([KILL], {1: (10.2, 11.9)})
+    h.failovers.append(
+        Failover(killed=20.0, promoted=20.4, api=21.5, ready=23.0, rebuilt=22.0, pushed=40, unreadable=3)
+    )
+    extra = {"tally": {"lost": 3, "doubled": 1, "refused": 4}, "failovers": [asdict(f) for f in h.failovers]}
+    text = markdown(summary(h, [], extra), "timeline.png")
+    assert (
+        "- Lost (post, locale) pairs (acknowledged, not served or never delivered): 3; pushed or walked more than "
+        "once: 1; cursors the service issued, then refused: 4"
+    ) in text
+    assert "- Failovers: 1; from the SIGKILL of the primary: standby promoted p50 0.40 s" in text
+    assert "API answering p50 1.50 s" in text and "every process ready p50 3.00 s" in text
+    assert "pairs pushed in the 15 s before it that GET did not serve once the API answered: 3 of 40" in text

@@ -6,6 +6,12 @@
   then aborting a transaction whose posts must never appear;
 - :class:`Follower`: a stream client with cursors that drops itself at random and resumes;
 - :class:`Walker`: follows ``GET /changes`` from the head it saw at the start;
+
+  both record a refusal of a cursor the service handed them (``CURSOR_NOT_ISSUED``: the stream's
+  ``ready`` with ``resumed: false``, a 422 of ``/changes``) as a :class:`~tests.chaos.history.Refusal`
+  and come back with the same cursor after a pause, so what such a refusal costs is counted
+  apart from what is lost (the service suggests filling the gap with ``GET /posts`` instead,
+  which misses late translations: that would blur the two counts);
 - :class:`Reader`: reads with ``X-Min-Log-Position`` (its last ``X-Log-Position``, or the
   position of a post a follower was pushed) and checks the answer is at least that fresh.
 
@@ -30,7 +36,7 @@ from tests.support.stack import BASE, auth
 from tickerwire.schemas.models import PostEvent, encode_event, entity_key, topic_for_event_type
 from tickerwire.services.cli.publish import send_events
 from tickerwire.services.common import kafka
-from tickerwire.services.common.db.replicas import at_least, parse_marks
+from tickerwire.services.readmodel.logposition import LogPosition, covers
 
 #: Posts of each writer come from their own range, so the checker knows who wrote what.
 PLAIN_IDS = 1_000_000
@@ -41,6 +47,16 @@ REQUEST_TIMEOUT_S = 3.0
 #: A stream silent for this long (the server pings every second) is taken as stalled.
 STREAM_SILENCE_S = 5.0
 RETRY_S = 0.3
+#: How long a client waits before it comes back with a cursor the service refused.
+REFUSED_RETRY_S = 1.0
+#: The code of a refused cursor the service says it never issued (services/readmodel/cursors.py).
+NOT_ISSUED = "CURSOR_NOT_ISSUED"
+
+
+class Refused(ValueError):
+    """The service refused a cursor it had issued (recorded; the client comes back with it)."""
+
+
 SENTIMENTS = ("BULLISH", "NEUTRAL", "BEARISH")
 
 
@@ -187,7 +203,12 @@ class Follower:
             if ready.get("type") != "ready":
                 raise ValueError(f"first message {ready}")
             if self.cursor is not None and ready.get("resumed") is not True:
-                self.history.violation(f"{self.name}: resume refused: {ready}")
+                reason = ready.get("reason") or {}
+                self.history.refused(self.name, self.cursor, str(reason.get("message", ready))[:300])
+                if reason.get("code") == NOT_ISSUED:
+                    await asyncio.sleep(REFUSED_RETRY_S)
+                    raise Refused(reason.get("message", ""))
+                self.history.violation(f"{self.name}: resume refused: {ready}")  # another epoch: start afresh
             self.cursor = ready["cursor"]
             self.history.op("stream", start, True)
             self.live = True
@@ -237,6 +258,9 @@ class Walker:
                 body = await resp.json()
                 if resp.status != 200:
                     self.history.op("api /changes", start, False, str(resp.status))
+                    if resp.status == 422 and self.cursor and (body.get("error") or {}).get("field") == "cursor":
+                        self.history.refused("/changes walk", self.cursor, str(body["error"].get("message"))[:300])
+                        await asyncio.sleep(REFUSED_RETRY_S)
                     return False
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             self.history.op("api /changes", start, False, type(exc).__name__)
@@ -291,7 +315,7 @@ class Reader:
             self.history.violation(f"stale read: {path}?lang={key[1]} 404 with X-Min-Log-Position {want} (mark {mark})")
         elif status != 200:
             self.history.violation(f"{path}: {status} with X-Min-Log-Position {want!r}")
-        elif mark is None or not at_least(parse_marks(mark), parse_marks(want)):
+        elif mark is None or not covers(LogPosition.parse(mark).marks(), LogPosition.parse(want).marks()):
             self.history.violation(f"stale read: {path} X-Log-Position {mark} below the demanded {want}")
         elif key is None:
             self.mark = mark

@@ -111,24 +111,52 @@ async def serving_stack(
         yield stack, key
 
 
-def signal_server(server: EmbeddedPostgres, sig: int) -> None:
+def signal_server(server: EmbeddedPostgres, sig: int) -> set[int]:
     """``sig`` to every process of ``server``: the postmaster first (it forks no more), then its
-    children (each backend is a session of its own: a process group signal misses them)."""
+    children (each backend is a session of its own: a process group signal misses them); the
+    pids signalled. The children are listed before the postmaster is signalled too: one it
+    killed is gone, and its children, reparented, are found by the list alone (a frozen child
+    would otherwise be left holding the server's shared memory)."""
     assert server.pid is not None
-    os.kill(server.pid, sig)
     signalled: set[int] = set()
+    before = children(server.pid)
+    os.kill(server.pid, sig)
     for _ in range(3):  # again: a child the postmaster forked while the signal was on its way
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rpartition(")")[2].split()
-            except OSError:
-                continue  # gone meanwhile
-            pid = int(stat.parent.name)
-            if int(fields[1]) == server.pid and pid not in signalled:  # fields[1]: the parent's pid
-                signalled.add(pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
+        for pid in (before | children(server.pid)) - signalled:
+            signalled.add(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
         time.sleep(0.02)
+    return signalled | {server.pid}
+
+
+def children(pid: int) -> set[int]:
+    """The pids of the processes whose parent is ``pid`` now."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:  # fields[1]: the parent's pid
+            found.add(int(stat.parent.name))
+    return found
+
+
+def wait_gone(pids: set[int], timeout: float = 5.0) -> None:
+    """Until none of ``pids`` is alive (gone, or a zombie: its memory released), at most ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = set()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                    alive.add(pid)
+        if not alive:
+            return
+        pids = alive
+        time.sleep(0.02)
+    raise TimeoutError(f"processes {sorted(pids)} still alive {timeout:.0f} s after SIGKILL")
 
 
 def freeze(server: EmbeddedPostgres) -> None:
