@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -24,9 +23,6 @@ from .output import say
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 
-#: How long the promotion may take before ``up`` gives up on it (and says so).
-PROMOTE_TIMEOUT_S = 60
-
 
 def writable_url(primary_dsn: str, servers: list[EmbeddedPostgres]) -> str:
     """``primary_dsn`` naming every server (the primary's host and port first), for connections
@@ -38,35 +34,21 @@ def writable_url(primary_dsn: str, servers: list[EmbeddedPostgres]) -> str:
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{hosts}" if userinfo else hosts, query=query))
 
 
-async def promote(server: EmbeddedPostgres) -> None:
-    """Promote a standby and wait until it accepts writes."""
-    from tickerwire.services.common.db import connect
-
-    async with connect(server.dsn, what="promote", command_timeout=PROMOTE_TIMEOUT_S + 5) as conn:
-        if not await conn.fetchval("SELECT pg_promote(true, $1)", PROMOTE_TIMEOUT_S):
-            raise RuntimeError(f"the standby on port {server.port} was not promoted within {PROMOTE_TIMEOUT_S} s")
-
-
 async def fail_over(parts: Embedded, embedded: list) -> None:
     """Kill the primary, promote replica 1, copy the others anew from it; ``parts`` and the
     stack's ``embedded`` list name the servers in their new roles."""
-    from tickerwire.devstack.embedded.postgres import EmbeddedReplica
-
     old, new = parts.postgres, parts.replicas[0]
     assert old is not None and old.pid is not None
     started = time.monotonic()
     say(f"failover: killing the PostgreSQL primary (port {old.port}, pid {old.pid}) with SIGKILL")
     os.kill(old.pid, signal.SIGKILL)
     await asyncio.to_thread(old.stop)  # reaps it
-    await promote(new)
+    await asyncio.to_thread(new.promote)
     say(f"failover: replica 1 (port {new.port}) promoted in {time.monotonic() - started:.1f}s; it is the primary")
     standbys = []
     for server in [old, *parts.replicas[1:]]:
         await asyncio.to_thread(server.stop)
-        shutil.rmtree(server.data_dir, ignore_errors=True)
-        standby = EmbeddedReplica(
-            new.dsn, server.data_dir, port=server.port, log_path=server.log_path, settings=server.settings
-        )
+        standby = server.standby_of(new.dsn, settings=server.settings)
         await asyncio.to_thread(standby.start)
         standbys.append(standby)
         embedded[embedded.index(server)] = standby
