@@ -504,8 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--kind",
             type=_dead_letter_kind,
-            help="only this reason kind (codec, corrupt_batch, schema_registry, "
-            "undecodable, unknown_type, schema, wrong_topic, rejected)",
+            help="only this reason kind (codec, corrupt_batch, undecodable, unknown_schema_id, "
+            "unknown_type, unknown_schema_version, schema, wrong_topic, rejected)",
         )
         cmd.add_argument("--topic", help="only this topic")
         cmd.add_argument(
