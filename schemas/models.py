@@ -503,17 +503,28 @@ def event_model(doc: dict) -> type[_Envelope]:
 
 def decode_event(raw: bytes | str) -> AnyEvent:
     """Decode one log record value (plain JSON, or JSON framed by a schema-registry serializer)
-    into a typed event of its own version, or raise :class:`InvalidEvent`."""
+    into a typed event of its own version, or raise :class:`InvalidEvent` (its reason names the
+    schema id of a framed value)."""
+    schema_id, payload = unframe(raw)
+    try:
+        return _decode_json(payload)
+    except InvalidEvent as exc:
+        if schema_id is None:
+            raise
+        raise InvalidEvent(
+            f"{exc.reason} (framed by a schema-registry serializer, schema id {schema_id})", exc.kind
+        ) from None
+
+
+def _decode_json(payload: bytes | str) -> AnyEvent:
     import orjson
 
-    schema_id, payload = unframe(raw)
-    framed = "" if schema_id is None else f" (after a schema-registry frame, schema id {schema_id})"
     try:
         doc = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(f"not valid UTF-8 JSON{framed}: {exc}", "undecodable") from None
+        raise InvalidEvent(f"not valid UTF-8 JSON: {exc}", "undecodable") from None
     if not isinstance(doc, dict):
-        raise InvalidEvent(f"event must be a JSON object{framed}", "schema")
+        raise InvalidEvent("event must be a JSON object", "schema")
     model = event_model(doc)
     try:
         return model.model_validate(doc)  # type: ignore[return-value]

@@ -75,6 +75,7 @@ from .apply import (
 )
 from .derive import merge, sentiment_deltas, ticker_deltas
 from .logread import read_until
+from .registry import registry_of
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
@@ -181,17 +182,20 @@ async def _read(
     consumer = kafka.consumer(
         config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max
     )
+    registry = registry_of(config.projector_schema_registry_url, config.projector_schema_registry_timeout_s)
     try:
         await consumer.start()
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         targets = {tp: ends.get(tp, 0) for tp in tps}
-        async for tp, read in read_until(consumer, targets, max_records=config.projector_batch_max):
+        async for tp, read in read_until(consumer, targets, max_records=config.projector_batch_max, registry=registry):
             records = [r for r in read if r.offset < targets[tp]]
             if records:
                 yield tp, records
     finally:
         await consumer.stop()
+        if registry is not None:
+            await registry.close()
 
 
 @dataclass(slots=True)

@@ -30,6 +30,7 @@ from ..common.runtime.supervise import honour_cancellation
 from ..readmodel import positions
 from .apply import BatchResult, ConsumedRecord, apply_batch, reject_record
 from .metrics import ProjectorMetrics
+from .registry import registry_of
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,8 @@ class Projector:
         #: Partitions with a batch being applied (their stored position may move meanwhile).
         self._applying: set[TopicPartition] = set()
         self.membership = Membership(metrics)
+        #: Where a framed record's schema id is looked up (None: no registry configured).
+        self.registry = registry_of(config.projector_schema_registry_url, config.projector_schema_registry_timeout_s)
         #: Per partition, how many times this process stored a position (a log check that read
         #: the positions before one of them compares nothing for that partition).
         self._writes: dict[TopicPartition, int] = {}
@@ -267,6 +270,8 @@ class Projector:
         model refuses isolated and dead-lettered, the outcome counted in the metrics."""
         self._applying.add(tp)
         try:
+            if self.registry is not None:
+                records = await self.registry.vet_retrying(records, self.failing)
             await self._apply_isolating(tp, records)
         finally:
             self._applying.discard(tp)

@@ -27,3 +27,12 @@ class ProjectorConfig(Config):
     )
     projector_batch_max: int = option(2_000, "records per fetch of the projector", least=1)
     sweep_interval_s: float = option(3600.0, "badge sweeper tick")
+    projector_schema_registry_url: str = option(
+        "",
+        "a schema registry (Confluent's REST API: Confluent, Apicurio, Karapace) in which the schema id of a "
+        "record framed by a registry serializer is looked up; an id it does not know is a dead letter "
+        "(`unknown_schema_id`); empty: the id is recorded, not looked up",
+    )
+    projector_schema_registry_timeout_s: float = option(
+        2.0, "bound of one schema-id lookup; a registry that does not answer is retried with backoff"
+    )

@@ -124,7 +124,7 @@ def test_a_registry_framed_value_decodes_as_its_payload():
     assert decode_event(framed) == decode_event(orjson.dumps(v2))
     with pytest.raises(InvalidEvent) as err:
         decode_event(b"\x00\x00\x00\x00\x2a" + b"not json")
-    assert err.value.kind == "undecodable" and "schema id 42" in err.value.reason
+    assert err.value.kind == "undecodable" and "schema-registry serializer, schema id 42" in err.value.reason
 
 
 def _defaults(doc):
