@@ -1,7 +1,9 @@
-"""The schema-registry wire format: records written by Confluent's JSON Schema serializer
-(against a registry stub written for these tests: tests/support/registry.py) are applied like
-any other; with a registry configured, a framed record's schema id is looked up, within a
-bounded time and a bounded cache, and an id the registry does not know is a dead letter."""
+"""The schema-registry wire format: records written by Confluent's JSON Schema serializer are
+applied like any other; with a registry configured, a framed record's schema id is looked up,
+within a bounded time and a bounded cache, and an id the registry does not know is a dead
+letter. Against a registry stub written for these tests (tests/support/registry.py), whose
+state a test can set (an outage), and against a real Apicurio Registry (tests/support/apicurio.py)
+where Java and Maven are at hand."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tests.support.apicurio import apicurio_registry, unavailable as apicurio_unavailable
 from tests.support.events import encode_v2, post_ev
 from tests.support.projector import projector_on
 from tests.support.registry import registry_stub
@@ -139,3 +142,18 @@ async def test_a_lookup_is_bounded_in_time_and_the_cache_in_size():
             await registry.close()
     # ids[2] was still cached; ids[0] had been dropped for ids[2] and was asked again.
     assert [p.rsplit("/", 1)[1] for p in state.asked] == [str(i) for i in (*ids, ids[0])]
+
+
+@pytest.mark.skipif(apicurio_unavailable() is not None, reason=str(apicurio_unavailable()))
+async def test_against_apicurio_registry_a_known_id_is_applied_and_an_unknown_one_dead_lettered(fresh_db, tmp_path):
+    with apicurio_registry(tmp_path) as url:
+        known = serialized(url, 51)
+        schema_id = int.from_bytes(known.value[1:5], "big")
+        async with projector_on(fresh_db, projector_schema_registry_url=url) as (projector, pool, _):
+            await projector.apply_records(
+                TP, [at(0, known), ConsumedRecord(1, b"post:52", framed(schema_id + 999, 52))]
+            )
+            assert await served_ids(pool) == [51]
+            assert [r["reason_kind"] for r in await pool.fetch("SELECT reason_kind FROM dead_letters")] == [
+                "unknown_schema_id"
+            ]
