@@ -1,8 +1,8 @@
 """Upcasting: every version of an event lifted to the one shape the projector maps.
 
 Pure code, no I/O. A version 1 post event becomes the version 2 event a publisher of version
-2 would have sent for the same post (each ticker with relevance 1, ``source`` from
-``source_url`` and ``byline``, no ``updated_at``), so the mapping, the rows and the partner
+2 would have sent for the same post (each ticker with relevance 1, a ticker named twice once,
+``source`` from ``source_url`` and ``byline``, no ``updated_at``), so the mapping, the rows and the partner
 JSON know one shape (schemas/README.md#versions). A later version adds one step to the chain
 here (v1 → v2 → v3); the other event types have one version and pass through.
 """
@@ -49,7 +49,9 @@ def post_v2(post: Post) -> PostV2:
         updated_at=None,
         importance=post.importance,
         sentiment=post.sentiment,
-        tickers=tuple(TickerMention.model_construct(symbol=t, relevance=V1_RELEVANCE) for t in post.tickers),
+        tickers=tuple(
+            TickerMention.model_construct(symbol=t, relevance=V1_RELEVANCE) for t in dict.fromkeys(post.tickers)
+        ),
         hashtags=post.hashtags,
         categories=post.categories,
         cover_image_url=post.cover_image_url,

@@ -43,7 +43,7 @@ def post_history(draw, post_id: int) -> list:
                 v,
                 status=status,
                 sentiment=draw(st.sampled_from(["BULLISH", "NEUTRAL", "BEARISH"])),
-                tickers=draw(st.lists(st.sampled_from(["BTC", "ETH", "SOL"]), max_size=3, unique=True)),
+                tickers=draw(st.lists(st.sampled_from(["BTC", "ETH", "SOL"]), max_size=3)),  # v1 may repeat one
                 langs=draw(st.lists(st.sampled_from(LANGS), min_size=1, max_size=3, unique=True)),
                 importance=draw(st.integers(0, 100)),
             )

@@ -25,6 +25,12 @@ def test_a_v1_post_becomes_the_v2_post_a_v2_publisher_sends():
     assert decode_event(encode_v2(v1)) == v2 and decode_event(encode_v2(v1)).data == v2.data
 
 
+def test_a_ticker_named_twice_in_v1_is_one_mention():
+    v2 = upcast(post_ev(6, tickers=("BTC", "ETH", "BTC")))
+    assert v2.data.symbols == ("BTC", "ETH")
+    assert stored_post(v2.data.model_dump_json()) == v2.data  # a valid v2 snapshot
+
+
 def test_a_v2_event_and_other_types_pass_through():
     v2 = decode_event(encode_v2(post_ev(8)))
     assert upcast(v2) is v2
