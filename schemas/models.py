@@ -21,7 +21,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -29,6 +28,7 @@ from pydantic import (
 
 from .topics import ACCESS, CATALOG, POSTS, TopicSpec, topic_name
 
+#: The first version of every event type's contract (the ``schema_version`` an event without one has).
 SCHEMA_VERSION: Final = 1
 
 #: The nine tracked centralized exchanges (``exchange_listings`` of
@@ -115,9 +115,17 @@ Id = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_\-
 
 
 class Contract(BaseModel):
-    """Base of every payload: immutable, strict about unknown fields."""
+    """Base of every closed payload: immutable, an unknown field is an error (a typo never
+    silently drops data). Every version 1 model is closed (schemas/README.md#versions)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+
+class OpenContract(BaseModel):
+    """Base of every open payload: immutable, unknown fields are ignored, so a platform team may
+    add an optional field without a new version (schemas/README.md#versions)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", str_strip_whitespace=False)
 
 
 # --------------------------------------------------------------------------- payloads
@@ -167,12 +175,70 @@ class Post(Contract):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Post":
-        langs = [t.lang for t in self.translations]
-        if len(langs) != len(set(langs)):
-            raise ValueError("translations must have distinct lang values")
-        if self.status in VISIBLE_STATUSES and self.published_at is None:
-            raise ValueError(f"a {self.status.value} post needs published_at")
+        _check_post(self.status, self.published_at, [t.lang for t in self.translations])
         return self
+
+
+def _check_post(status: PostStatus, published_at: datetime | None, langs: list[str]) -> None:
+    """The rules of a post snapshot in every version: distinct locales, a visible post has a time."""
+    if len(langs) != len(set(langs)):
+        raise ValueError("translations must have distinct lang values")
+    if status in VISIBLE_STATUSES and published_at is None:
+        raise ValueError(f"a {status.value} post needs published_at")
+
+
+class PostTranslationV2(PostTranslation):
+    """A translation in version 2 of the post event: the same fields, open."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class TickerMention(OpenContract):
+    """A ticker a post is about, with how much it is about it (1 = the post's subject)."""
+
+    symbol: Ticker
+    relevance: Annotated[float, Field(ge=0, le=1)]
+
+
+class Source(OpenContract):
+    """Where a post's story comes from: the original article and its byline."""
+
+    url: Url
+    byline: Annotated[str, Field(max_length=300)]
+
+
+class PostV2(OpenContract):
+    """Version 2 of a post's snapshot: tickers carry a relevance weight, the source is one
+    object, and ``updated_at`` says when the story last changed. Open: unknown fields are ignored."""
+
+    model_config = ConfigDict(json_schema_extra=Post.model_config["json_schema_extra"])
+
+    id: Annotated[int, Field(ge=1, le=2**53)]
+    status: PostStatus
+    published_at: PublishedAt | None = None
+    updated_at: UtcDatetime | None = None
+    importance: Annotated[int, Field(ge=0, le=100)]
+    sentiment: Sentiment
+    tickers: tuple[TickerMention, ...] = ()
+    hashtags: tuple[Annotated[str, Field(min_length=1, max_length=100)], ...] = ()
+    categories: tuple[Slug, ...] = Field(default=(), description="Leaf category slugs")
+    cover_image_url: Url
+    og_image_url: Url
+    gallery_urls: tuple[Url, ...] = ()
+    source: Source
+    translations: tuple[PostTranslationV2, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PostV2":
+        _check_post(self.status, self.published_at, [t.lang for t in self.translations])
+        if len(self.symbols) != len(set(self.symbols)):
+            raise ValueError("tickers must have distinct symbol values")
+        return self
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """The tickers' symbols, in order."""
+        return tuple(t.symbol for t in self.tickers)
 
 
 class Ecosystem(Contract):
@@ -291,6 +357,15 @@ class PostEvent(_Envelope):
     data: Post
 
 
+class PostEventV2(_Envelope):
+    """Version 2 of the post event (:class:`PostV2`); the envelope stays closed."""
+
+    topic, key_field = POSTS, "id"
+    schema_version: Literal[2] = 2  # type: ignore[assignment]
+    type: Literal["post"] = "post"
+    data: PostV2
+
+
 class TokenEvent(_Envelope):
     topic, key_field = CATALOG, "ticker"
     type: Literal["token"] = "token"
@@ -333,16 +408,28 @@ class HeartbeatEvent(_Envelope):
     data: Heartbeat
 
 
-#: Any event: the list of the declared event types.
+#: Any event: the list of the declared event types, every version of each.
 AnyEvent = (
-    PostEvent | TokenEvent | CategoryEvent | LocaleEvent | WorkspaceEvent | ApiKeyEvent | EmbedEvent | HeartbeatEvent
+    PostEvent
+    | PostEventV2
+    | TokenEvent
+    | CategoryEvent
+    | LocaleEvent
+    | WorkspaceEvent
+    | ApiKeyEvent
+    | EmbedEvent
+    | HeartbeatEvent
 )
 
-#: Any event, decoded by its ``type``.
-Event = Annotated[AnyEvent, Field(discriminator="type")]
+#: Every event model by type name and ``schema_version``, in declaration order.
+EVENT_VERSIONS: dict[str, dict[int, type[_Envelope]]] = {}
+for _model in get_args(AnyEvent):
+    EVENT_VERSIONS.setdefault(_model.model_fields["type"].default, {})[
+        _model.model_fields["schema_version"].default
+    ] = _model
 
-#: Every event model by type name, in declaration order.
-EVENT_MODELS: dict[str, type[_Envelope]] = {model.model_fields["type"].default: model for model in get_args(AnyEvent)}
+#: The first version of each event type by type name: its topic and entity key hold in every version.
+EVENT_MODELS: dict[str, type[_Envelope]] = {name: versions[SCHEMA_VERSION] for name, versions in EVENT_VERSIONS.items()}
 
 
 def event_types(topic: TopicSpec) -> tuple[str, ...]:
@@ -354,17 +441,13 @@ def topic_for_event_type(prefix: str, event_type: str) -> str:
     return topic_name(prefix, EVENT_MODELS[event_type].topic)
 
 
-_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-
-
 class InvalidEvent(ValueError):
     """Raised by :func:`decode_event` with a short, human-readable reason."""
 
     def __init__(self, reason: str, kind: str = "schema") -> None:
         super().__init__(reason)
         self.reason = reason
-        #: ``undecodable`` (not UTF-8 JSON), ``schema_registry`` (JSON framed by a schema-registry
-        #: serializer), ``unknown_type`` or ``schema``.
+        #: ``undecodable`` (not UTF-8 JSON), ``unknown_type``, ``unknown_schema_version`` or ``schema``.
         self.kind = kind
 
 
@@ -376,37 +459,77 @@ def _describe(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def registry_framing(raw: bytes | str) -> str | None:
-    """Why ``raw`` is not plain JSON when a schema-registry serializer framed it (Confluent's
-    wire format: a magic byte 0, a 4-byte big-endian schema id, then the payload), else None."""
-    if not isinstance(raw, bytes) or len(raw) < 5 or raw[0] != 0:
+#: The magic byte of a schema-registry serializer's frame (Confluent's wire format).
+REGISTRY_MAGIC: Final = 0
+#: The frame's length: the magic byte and a 4-byte big-endian schema id.
+REGISTRY_HEADER: Final = 5
+
+
+def registry_schema_id(raw: bytes | str | None) -> int | None:
+    """The schema id of a value framed by a schema-registry serializer (Confluent's wire format:
+    the magic byte 0, a 4-byte big-endian schema id, then the JSON payload), else None. A JSON
+    text never starts with the byte 0, so the two never mix."""
+    if not isinstance(raw, bytes) or len(raw) < REGISTRY_HEADER or raw[0] != REGISTRY_MAGIC:
         return None
-    schema_id = int.from_bytes(raw[1:5], "big")
-    return (
-        f"the value is framed by a schema-registry serializer (magic byte 0, schema id {schema_id}) before "
-        "its payload; events are plain JSON: publish with a plain string or bytes serializer"
-    )
+    return int.from_bytes(raw[1:REGISTRY_HEADER], "big")
 
 
-def decode_event(raw: bytes | str) -> Event:
-    """Decode one log record value into a typed event, or raise :class:`InvalidEvent`."""
+def unframe(raw: bytes | str) -> tuple[int | None, bytes | str]:
+    """``(schema id, JSON payload)`` of a record value: a framed value loses its frame, a plain
+    one is its own payload (schema id None)."""
+    schema_id = registry_schema_id(raw)
+    return (schema_id, raw[REGISTRY_HEADER:]) if schema_id is not None else (None, raw)
+
+
+def event_model(doc: dict) -> type[_Envelope]:
+    """The model of a decoded JSON object by its ``type`` and ``schema_version`` (1 when absent),
+    or :class:`InvalidEvent`."""
+    kind = doc.get("type")
+    if kind not in EVENT_VERSIONS:
+        raise InvalidEvent(f"unknown event type {kind!r}; known: {', '.join(EVENT_VERSIONS)}", "unknown_type")
+    version = doc.get("schema_version", SCHEMA_VERSION)
+    if type(version) is not int:
+        raise InvalidEvent(f"{kind}: schema_version: must be an integer, not {version!r}", "schema")
+    versions = EVENT_VERSIONS[kind]
+    if version not in versions:
+        known = ", ".join(str(v) for v in versions)
+        raise InvalidEvent(
+            f"{kind}: schema_version {version} is not known to this release (known: {known}); "
+            "`tickerwire dead-letters retry` applies it after an upgrade that knows it",
+            "unknown_schema_version",
+        )
+    return versions[version]
+
+
+def decode_event(raw: bytes | str) -> AnyEvent:
+    """Decode one log record value (plain JSON, or JSON framed by a schema-registry serializer)
+    into a typed event of its own version, or raise :class:`InvalidEvent` (its reason names the
+    schema id of a framed value)."""
+    schema_id, payload = unframe(raw)
+    try:
+        return _decode_json(payload)
+    except InvalidEvent as exc:
+        if schema_id is None:
+            raise
+        raise InvalidEvent(
+            f"{exc.reason} (framed by a schema-registry serializer, schema id {schema_id})", exc.kind
+        ) from None
+
+
+def _decode_json(payload: bytes | str) -> AnyEvent:
     import orjson
 
     try:
-        doc = orjson.loads(raw)
+        doc = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
-        if (framing := registry_framing(raw)) is not None:
-            raise InvalidEvent(framing, "schema_registry") from None
         raise InvalidEvent(f"not valid UTF-8 JSON: {exc}", "undecodable") from None
     if not isinstance(doc, dict):
         raise InvalidEvent("event must be a JSON object", "schema")
-    kind = doc.get("type")
-    if kind not in EVENT_MODELS:
-        raise InvalidEvent(f"unknown event type {kind!r}; known: {', '.join(EVENT_MODELS)}", "unknown_type")
+    model = event_model(doc)
     try:
-        return _EVENT_ADAPTER.validate_python(doc)
+        return model.model_validate(doc)  # type: ignore[return-value]
     except ValidationError as exc:
-        raise InvalidEvent(f"{kind}: {_describe(exc)}", "schema") from None
+        raise InvalidEvent(f"{doc['type']}: {_describe(exc)}", "schema") from None
 
 
 def encode_event(event: _Envelope) -> bytes:

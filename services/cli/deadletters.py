@@ -16,7 +16,7 @@ from datetime import datetime
 
 import asyncpg
 
-from tickerwire.schemas.models import registry_framing
+from tickerwire.schemas.models import registry_schema_id
 
 from ..common.kafka import ensure_declared_before, started_producer
 from ..common.runtime.config import Config
@@ -85,7 +85,8 @@ def _shown(raw: bytes | None) -> str:
     try:
         return raw.decode()
     except UnicodeDecodeError:
-        framed = " (framed by a schema-registry serializer)" if registry_framing(raw) else ""
+        schema_id = registry_schema_id(raw)
+        framed = "" if schema_id is None else f" (framed by a schema-registry serializer, schema id {schema_id})"
         return f"base64:{base64.b64encode(raw).decode()}{framed}"
 
 

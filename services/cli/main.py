@@ -347,6 +347,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_schemas(args: argparse.Namespace) -> int:
     from tickerwire.schemas.export import export_all
 
+    if args.action == "check":
+        return _check_schema(args)
     try:
         paths = export_all(Path(args.out) if args.out else None)
     except OSError as exc:  # an unwritable --out, or the package's own folder on a read-only install
@@ -354,6 +356,22 @@ def cmd_schemas(args: argparse.Namespace) -> int:
     for path in paths:
         print(path)
     return 0
+
+
+def _check_schema(args: argparse.Namespace) -> int:
+    """Exit 0 when the proposed schema holds in ``--mode``, 1 when it does not, 2 on bad input."""
+    from .admin import BadArgument
+    from .schemacheck import report
+
+    if not args.file:
+        return _fail("schemas check", "give the proposed schema: tickerwire schemas check FILE", 2)
+    try:
+        lines, holds = report(args.file, args.mode)
+    except BadArgument as exc:
+        return _fail("schemas check", str(exc), 2)
+    print("\n".join(lines))
+    print(f"{args.mode}: {'compatible' if holds else 'incompatible'} (the mode this exit status answers)")
+    return 0 if holds else 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -515,8 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument(
             "--kind",
             type=_dead_letter_kind,
-            help="only this reason kind (codec, corrupt_batch, schema_registry, "
-            "undecodable, unknown_type, schema, wrong_topic, rejected)",
+            help="only this reason kind (codec, corrupt_batch, undecodable, unknown_schema_id, "
+            "unknown_type, unknown_schema_version, schema, wrong_topic, rejected)",
         )
         cmd.add_argument("--topic", help="only this topic")
         cmd.add_argument(
@@ -541,9 +559,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cfg.set_defaults(func=cmd_config)
 
-    sch = sub.add_parser("schemas", help="write the JSON Schema files of the event contract")
-    sch.add_argument("action", choices=["export"], help="export: write the files")
-    sch.add_argument("--out", help="folder (default: the package's schemas/events)")
+    sch = sub.add_parser(
+        "schemas", help="write the JSON Schema files of the event contract, or check a proposed one against them"
+    )
+    sch.add_argument(
+        "action",
+        choices=["export", "check"],
+        help="export: write the files; check FILE: compare a proposed schema with the published versions",
+    )
+    sch.add_argument("file", nargs="?", help="check: the proposed JSON Schema")
+    sch.add_argument("--out", help="export: folder (default: the package's schemas/events)")
+    sch.add_argument(
+        "--mode",
+        choices=["backward", "backward_transitive", "forward", "forward_transitive", "full", "full_transitive"],
+        default="full",
+        help="check: the mode the exit status answers (default full; every mode is printed)",
+    )
     sch.set_defaults(func=cmd_schemas)
 
     fo = sub.add_parser(

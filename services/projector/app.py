@@ -76,6 +76,7 @@ def create_app(config: ProjectorConfig, metrics: ProjectorMetrics | None = None)
     async def projector_ctx(app: web.Application) -> AsyncIterator[None]:
         app[PROJECTOR] = Projector(config, app[POOL], app[METRICS], failing=failing_of(app))
         yield
+        await app[PROJECTOR].close()  # after the consume task (appended later, cleaned up first)
 
     app.cleanup_ctx.append(projector_ctx)
     supervisor = supervisor_of(app)

@@ -33,7 +33,6 @@ import asyncpg
 import orjson
 
 from tickerwire.schemas.models import (
-    AnyEvent,
     ApiKeyEvent,
     Category,
     CategoryEvent,
@@ -41,8 +40,8 @@ from tickerwire.schemas.models import (
     HeartbeatEvent,
     InvalidEvent,
     LocaleEvent,
-    Post,
-    PostEvent,
+    PostEventV2,
+    PostV2,
     TokenEvent,
     WorkspaceEvent,
     decode_event,
@@ -70,6 +69,7 @@ from ..readmodel.rows import (
     WorkspaceRow,
 )
 from ..readmodel.taxonomy import load_categories, load_default_locale
+from ..readmodel.upcast import ProjectedEvent, stored_post, upcast
 from . import sql
 from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
 
@@ -114,7 +114,7 @@ class BatchResult:
     position: int | None = None
 
 
-E = TypeVar("E", bound=AnyEvent)
+E = TypeVar("E", bound=ProjectedEvent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class Decoded(Generic[E]):
     event: E
 
 
-def of_type(events: Iterable[Decoded[AnyEvent]], model: type[E]) -> list[Decoded[E]]:
+def of_type(events: Iterable[Decoded[ProjectedEvent]], model: type[E]) -> list[Decoded[E]]:
     """The events of one type, typed as such."""
     out: list[Decoded[E]] = []
     for d in events:
@@ -135,14 +135,15 @@ def of_type(events: Iterable[Decoded[AnyEvent]], model: type[E]) -> list[Decoded
 
 def decode_records(
     records: Iterable[ConsumedRecord], topic: str | None
-) -> tuple[list[Decoded[AnyEvent]], list[DeadLetter]]:
-    """Decode at the edge: typed events, and poison records set aside with their reason.
+) -> tuple[list[Decoded[ProjectedEvent]], list[DeadLetter]]:
+    """Decode at the edge: typed events in the one version the projector maps (every older
+    version upcast, :mod:`..readmodel.upcast`), and poison records set aside with their reason.
 
     ``topic``: the records' topic; an event whose type travels on another topic (the registry
     in ``schemas/models.py``) is set aside as ``wrong_topic``: applied, a post there would be
     listed but never pushed (the stream reads only the posts topic), and a rebuild could not
     bulk-load it. None skips that check (the bulk load refuses such records itself)."""
-    events: list[Decoded[AnyEvent]] = []
+    events: list[Decoded[ProjectedEvent]] = []
     dead: list[DeadLetter] = []
     for rec in records:
         if rec.fault is not None:
@@ -152,7 +153,7 @@ def decode_records(
             dead.append(DeadLetter(rec.offset, rec.key, rec.value, "undecodable", "record has no value (tombstone)"))
             continue
         try:
-            event = decode_event(rec.value)
+            event = upcast(decode_event(rec.value))
         except InvalidEvent as exc:
             dead.append(DeadLetter(rec.offset, rec.key, rec.value, exc.kind, exc.reason))
             continue
@@ -201,26 +202,26 @@ class Rendering:
     some, ``hidden`` forcing them invisible; ``announce`` maps a locale to the offset that
     first showed it (empty: announce nothing)."""
 
-    post: Post
+    post: PostV2
     announce: dict[str, int] = field(default_factory=dict)
     langs: frozenset[str] | None = None
     hidden: bool = False
 
 
-def chain_renderings(chain: list[Decoded[PostEvent]]) -> list[Rendering]:
+def chain_renderings(chain: list[Decoded[PostEventV2]]) -> list[Rendering]:
     """What a one-by-one replay of ``chain`` leaves in post_translations: the last snapshot's
     rows, plus a hidden row (from the last snapshot that had it) for each locale shown earlier
     in the chain and dropped since, so its announcement is remembered as it would have been."""
-    final: Post = chain[-1].event.data
+    final: PostV2 = chain[-1].event.data
     final_langs = {tr.lang for tr in final.translations}
-    dropped: dict[int, tuple[Post, set[str]]] = {}
+    dropped: dict[int, tuple[PostV2, set[str]]] = {}
     for lang in sorted({tr.lang for d in chain for tr in d.event.data.translations} - final_langs):
         source = next(d for d in reversed(chain) if any(tr.lang == lang for tr in d.event.data.translations))
         dropped.setdefault(source.offset, (source.event.data, set()))[1].add(lang)
     return renderings_of(final, first_visible_offsets(chain), [dropped[o] for o in sorted(dropped)])
 
 
-def renderings_of(final: Post, announce: dict[str, int], dropped: list[tuple[Post, set[str]]]) -> list[Rendering]:
+def renderings_of(final: PostV2, announce: dict[str, int], dropped: list[tuple[PostV2, set[str]]]) -> list[Rendering]:
     """The final snapshot's rows, and hidden rows of each dropped locale from ``dropped``
     (source snapshot, its locales), in offset order; ``announce`` covers every locale."""
     out = [Rendering(final, announce)]
@@ -229,11 +230,11 @@ def renderings_of(final: Post, announce: dict[str, int], dropped: list[tuple[Pos
     return out
 
 
-def first_visible_offsets(chain: list[Decoded[PostEvent]]) -> dict[str, int]:
+def first_visible_offsets(chain: list[Decoded[PostEventV2]]) -> dict[str, int]:
     """Per locale, the offset of the first event of ``chain`` that showed that translation."""
     out: dict[str, int] = {}
     for d in chain:
-        post: Post = d.event.data
+        post: PostV2 = d.event.data
         if is_visible(post):
             for tr in post.translations:
                 out.setdefault(tr.lang, d.offset)
@@ -290,8 +291,8 @@ async def apply_batch(
         result.dead = dead
         if dead:
             await conn.executemany(sql.INSERT_DEAD_LETTER, [d.row(topic, partition) for d in dead])
-        posts: dict[int, list[Decoded[PostEvent]]] = defaultdict(list)
-        for p in of_type(events, PostEvent):
+        posts: dict[int, list[Decoded[PostEventV2]]] = defaultdict(list)
+        for p in of_type(events, PostEventV2):
             posts[p.event.data.id].append(p)
         latest = latest_per_entity(d for d in events if d.event.type != "post")
         locales, categories = of_type(latest, LocaleEvent), of_type(latest, CategoryEvent)
@@ -352,14 +353,14 @@ async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
     return Taxonomy(cats, await load_default_locale(conn))
 
 
-def post_facts(post: Post) -> PostFacts:
-    return PostFacts(post.status.value, post.published_at, post.sentiment.value, post.tickers)
+def post_facts(post: PostV2) -> PostFacts:
+    return PostFacts(post.status.value, post.published_at, post.sentiment.value, post.symbols)
 
 
 async def _apply_posts(
     conn: asyncpg.Connection,
     partition: int,
-    chains: dict[int, list[Decoded[PostEvent]]],
+    chains: dict[int, list[Decoded[PostEventV2]]],
     result: BatchResult,
     stamps: set[str],
     counters: CounterDeltas,
@@ -367,7 +368,7 @@ async def _apply_posts(
     if not chains:
         return
     old = {r["id"]: r for r in await conn.fetch(sql.SELECT_POSTS_FOR_UPDATE, sorted(chains))}
-    newer: list[Decoded[PostEvent]] = []
+    newer: list[Decoded[PostEventV2]] = []
     renderings: list[Rendering] = []
     for post_id in sorted(chains):
         events = chains[post_id]
@@ -379,7 +380,7 @@ async def _apply_posts(
     if not newer:
         return
     for d in newer:
-        post: Post = d.event.data
+        post: PostV2 = d.event.data
         prev = old.get(post.id)
         prev_facts = (
             PostFacts(prev["status"], prev["published_at"], prev["sentiment"], tuple(prev["tickers"])) if prev else None
@@ -395,7 +396,7 @@ async def _apply_posts(
     stamps.add(stamp.POSTS)  # the API's page cache drops what it holds
 
 
-def post_record(d: Decoded[PostEvent]) -> tuple:
+def post_record(d: Decoded[PostEventV2]) -> tuple:
     """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
     return post_row(d.event).values()
 
@@ -505,7 +506,7 @@ async def rerender_posts(
     conn: asyncpg.Connection, rows: list[asyncpg.Record], taxonomy: Taxonomy | None = None
 ) -> None:
     if rows:
-        posts = [Rendering(Post.model_validate_json(r["snapshot"])) for r in rows]
+        posts = [Rendering(stored_post(r["snapshot"])) for r in rows]
         await write_translations(conn, posts, None, taxonomy or await load_taxonomy(conn))
 
 
@@ -530,7 +531,7 @@ def _count(result: BatchResult, kind: str, offered: int, changed: int) -> None:
 
 
 async def _apply_access(
-    conn: asyncpg.Connection, latest: list[Decoded[AnyEvent]], result: BatchResult, stamps: set[str]
+    conn: asyncpg.Connection, latest: list[Decoded[ProjectedEvent]], result: BatchResult, stamps: set[str]
 ) -> None:
     workspaces = [d.event for d in of_type(latest, WorkspaceEvent)]
     keys = [d.event for d in of_type(latest, ApiKeyEvent)]

@@ -20,6 +20,7 @@ from ..readmodel.positions import PositionMovedBack
 from .apply import BatchResult, ConsumedRecord, apply_batch, reject_record
 from .metrics import ProjectorMetrics
 from .progress import PartitionProgress
+from .registry import SchemaRegistry
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +37,12 @@ class Batches:
         progress: PartitionProgress,
         failing: Failing,
         consumer: Callable[[], AIOKafkaConsumer | None],
+        registry: SchemaRegistry | None = None,
     ) -> None:
         self.pool, self.metrics, self.progress, self.failing = pool, metrics, progress, failing
         self._consumer = consumer
+        #: Where a framed record's schema id is looked up (None: no registry configured).
+        self.registry = registry
         #: Partitions with a batch being applied (their stored position may move meanwhile).
         self.applying: set[TopicPartition] = set()
 
@@ -66,6 +70,8 @@ class Batches:
         """Apply one fetched batch of ``tp``."""
         self.applying.add(tp)
         try:
+            if self.registry is not None:
+                records = await self.registry.vet_retrying(records, self.failing)
             await self._isolating(tp, records)
         except PositionMovedBack as moved:
             # Nothing of the batch was written: read the partition again from the stored position.

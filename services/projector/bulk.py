@@ -51,7 +51,7 @@ from typing import Any, AsyncIterator
 import asyncpg
 from aiokafka import TopicPartition
 
-from tickerwire.schemas.models import Post, PostEvent
+from tickerwire.schemas.models import PostEventV2, PostV2
 
 from ..common import kafka
 from ..common.db import create_pool, quote_ident
@@ -75,6 +75,7 @@ from .apply import (
 )
 from .derive import merge, sentiment_deltas, ticker_deltas
 from .logread import read_until
+from .registry import registry_of
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
@@ -118,9 +119,9 @@ class PostPlan:
         return out
 
 
-def reduce_event(plans: dict[int, PostPlan], d: Decoded[PostEvent]) -> None:
+def reduce_event(plans: dict[int, PostPlan], d: Decoded[PostEventV2]) -> None:
     """Fold one post event (in offset order) into its post's plan, as ``applied_chain`` would."""
-    post: Post = d.event.data
+    post: PostV2 = d.event.data
     plan = plans.get(post.id)
     if plan is None:
         if d.event.version <= 0:  # not above the absent post's version 0
@@ -181,17 +182,20 @@ async def _read(
     consumer = kafka.consumer(
         config, group_id=None, client_id="tickerwire-rebuild-bulk", max_poll_records=config.projector_batch_max
     )
+    registry = registry_of(config.projector_schema_registry_url, config.projector_schema_registry_timeout_s)
     try:
         await consumer.start()
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         targets = {tp: ends.get(tp, 0) for tp in tps}
-        async for tp, read in read_until(consumer, targets, max_records=config.projector_batch_max):
+        async for tp, read in read_until(consumer, targets, max_records=config.projector_batch_max, registry=registry):
             records = [r for r in read if r.offset < targets[tp]]
             if records:
                 yield tp, records
     finally:
         await consumer.stop()
+        if registry is not None:
+            await registry.close()
 
 
 @dataclass(slots=True)
@@ -412,7 +416,7 @@ async def _reduce_share(
                 raise NotBulkable(
                     f"{tp.topic}[{tp.partition}] offset {decoded.offset} carries a {decoded.event.type} event"
                 )
-        for p in of_type(events, PostEvent):
+        for p in of_type(events, PostEventV2):
             reduce_event(plans[tp], p)
         result.records += len(records)
         counts[READ] += len(records)
@@ -440,18 +444,18 @@ async def _load_share(
             rows: list[tuple] = []
             for tp in tps:
                 by_offset = _wanted(plans[tp])
-                held: dict[int, Decoded[PostEvent]] = {}
+                held: dict[int, Decoded[PostEventV2]] = {}
                 async for _, records in _read(config, [tp], ends):
                     counts[READ] += len(records)
                     wanted = [r for r in records if r.offset in by_offset]
                     events, _ = decode_records(wanted, None)
-                    for d in of_type(events, PostEvent):
+                    for d in of_type(events, PostEventV2):
                         post_id = by_offset[d.offset]
                         plan = plans[tp][post_id]
                         if d.offset != plan.final:
                             held[d.offset] = d
                             continue
-                        post: Post = d.event.data
+                        post: PostV2 = d.event.data
                         dropped = [(held.pop(o).event.data, langs) for o, langs in sorted(plan.sources().items())]
                         rendered, _ = translation_records(
                             renderings_of(post, plan.announce, dropped), tp.partition, taxonomy

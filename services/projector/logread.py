@@ -26,6 +26,7 @@ from ..common.kafka.logcheck import LIST_OFFSETS_TIMEOUT_S, Discontinuity, LogPr
 from ..common.runtime.config import Config
 from ..common.runtime.errors import BrokerUnavailable
 from .apply import ConsumedRecord
+from .registry import SchemaRegistry
 
 #: No partition position moving for this long, short of its target, ends the read.
 STALL_S = 60.0
@@ -39,13 +40,15 @@ async def read_until(
     *,
     max_records: int,
     stall_s: float = STALL_S,
+    registry: SchemaRegistry | None = None,
 ) -> AsyncIterator[tuple[TopicPartition, list[ConsumedRecord]]]:
     """Fetch whole batches of the assigned partitions until each position in ``targets`` has
     reached its target offset (records past a target are yielded too; the caller decides). A
     record the consumer cannot decode is yielded alone with its ``fault``, and read past.
 
     Raises :class:`BrokerUnavailable` when no position moves for ``stall_s`` seconds while
-    one is short of its target."""
+    one is short of its target. With ``registry``, a framed record whose schema id it does not
+    know is yielded with its ``fault``, as the live projector sets it aside (:mod:`.registry`)."""
     positions = {tp: await consumer.position(tp) for tp in targets}
     unread = dict(positions)  # the next offset not yielded yet, per partition
     pending = {tp for tp, position in positions.items() if position < targets[tp]}
@@ -62,7 +65,8 @@ async def read_until(
         for tp, records in batches.items():
             if records:
                 unread[tp] = records[-1].offset + 1
-                yield tp, [ConsumedRecord(m.offset, m.key, m.value) for m in records]
+                read = [ConsumedRecord(m.offset, m.key, m.value) for m in records]
+                yield tp, read if registry is None else await registry.vet_retrying(read)
         if bad is not None:
             unread[bad.tp] = bad.offset + 1
             consumer.seek(bad.tp, bad.offset + 1)

@@ -9,15 +9,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from ..common import kafka
 
 #: Every reason kind a dead letter can have (``dead_letters.reason_kind``): the record could not
-#: be decoded by the consumer (codec, corrupt_batch), its value is not plain JSON (undecodable,
-#: schema_registry), not a known event (unknown_type) or not valid (schema), it travels on the
-#: wrong topic (wrong_topic), or the read model refused it (rejected).
+#: be decoded by the consumer (codec, corrupt_batch), its value is not JSON (undecodable), its
+#: schema-registry frame names a schema the configured registry does not know (unknown_schema_id),
+#: it is not a known event (unknown_type), of a ``schema_version`` this release does not know
+#: (unknown_schema_version) or not valid (schema), it travels on the wrong topic (wrong_topic), or
+#: the read model refused it (rejected).
 DEAD_LETTER_KINDS = (
     kafka.CODEC,
     kafka.CORRUPT_BATCH,
     "undecodable",
-    "schema_registry",
+    "unknown_schema_id",
     "unknown_type",
+    "unknown_schema_version",
     "schema",
     "wrong_topic",
     "rejected",

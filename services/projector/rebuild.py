@@ -57,6 +57,7 @@ from . import bulk as bulk_mod
 from .apply import SWITCH_LOCK, ConsumedRecord, apply_batch
 from .bulk import BulkReport, NotBulkable
 from .logread import discontinuities, read_until
+from .registry import registry_of
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
@@ -123,8 +124,17 @@ class Replayer:
         holds the switch lock (its own shared lock does not conflict with it)."""
         assert self.consumer is not None
         wanted = {tp: targets.get(tp, 0) for tp in self.tps}
-        async for tp, records in read_until(self.consumer, wanted, max_records=self.config.projector_batch_max):
-            await self._apply(tp, records, conn)
+        registry = registry_of(
+            self.config.projector_schema_registry_url, self.config.projector_schema_registry_timeout_s
+        )
+        try:
+            async for tp, records in read_until(
+                self.consumer, wanted, max_records=self.config.projector_batch_max, registry=registry
+            ):
+                await self._apply(tp, records, conn)
+        finally:
+            if registry is not None:
+                await registry.close()
 
     async def _apply(self, tp: TopicPartition, records: list[ConsumedRecord], conn: asyncpg.Connection | None) -> None:
         expected = self.expected.get(tp)

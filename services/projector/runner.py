@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, Coroutine, Iterable
+from typing import Any, Coroutine
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -32,6 +32,7 @@ from .batches import Batches
 from .logwatch import LogWatch, fetch_position
 from .metrics import ProjectorMetrics
 from .progress import PartitionProgress
+from .registry import registry_of
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class _SeekToStored(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked) -> None:
         log.info("partitions revoked: %s", sorted((tp.topic, tp.partition) for tp in revoked))
         self.projector.membership.joining()  # aiokafka calls this as a (re)join begins
-        self.projector.release(revoked)
+        self.projector.progress.release(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
         self.projector.membership.joined()  # the join completed (assigned may be empty: a spare member)
@@ -117,7 +118,14 @@ class Projector:
         #: time.monotonic() of the last fetch that returned (records or not).
         self.fetched_at = 0.0
         self.progress = PartitionProgress(metrics, lambda: self.consumer)
-        self.batches = Batches(pool, metrics, self.progress, self.failing, lambda: self.consumer)
+        self.batches = Batches(
+            pool,
+            metrics,
+            self.progress,
+            self.failing,
+            lambda: self.consumer,
+            registry_of(config.projector_schema_registry_url, config.projector_schema_registry_timeout_s),
+        )
         self._guard = LogGuard(config, f"{client_id}-probe")
         self.log_watch = LogWatch(self._guard, metrics, self.progress, self.batches, self._stored_offsets)
         #: Pauses before the consume loop restarts; reset by every fetch that was applied.
@@ -138,9 +146,10 @@ class Projector:
         """Partitions whose projection is stopped because the log no longer holds their position."""
         return self.log_watch.stopped
 
-    def release(self, revoked: Iterable[TopicPartition]) -> None:
-        """Forget the revoked partitions: another process reports them now."""
-        self.progress.release(revoked)
+    async def close(self) -> None:
+        """Release what outlives one consumer (the schema registry's HTTP session)."""
+        if self.batches.registry is not None:
+            await self.batches.registry.close()
 
     async def apply_records(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
         """Apply one fetched batch of ``tp`` (:meth:`.batches.Batches.apply`)."""

@@ -41,6 +41,16 @@ class ProjectorConfig(Config):
         "projector applies again, after they may have been pushed (docs/api.md#durability)",
     )
 
+    projector_schema_registry_url: str = option(
+        "",
+        "a schema registry (Confluent's REST API: Confluent, Apicurio, Karapace) in which the schema id of a "
+        "record framed by a registry serializer is looked up; an id it does not know is a dead letter "
+        "(`unknown_schema_id`); empty: the id is recorded, not looked up",
+    )
+    projector_schema_registry_timeout_s: float = option(
+        2.0, "bound of one schema-id lookup; a registry that does not answer is retried with backoff"
+    )
+
     def check(self) -> None:
         super().check()
         if self.projector_synchronous_commit not in (*DURABLE_COMMITS, "off"):

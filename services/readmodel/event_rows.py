@@ -16,7 +16,7 @@ from tickerwire.schemas.models import (
     EmbedEvent,
     HeartbeatEvent,
     LocaleEvent,
-    PostEvent,
+    PostEventV2,
     TokenEvent,
     WorkspaceEvent,
 )
@@ -24,7 +24,7 @@ from tickerwire.schemas.models import (
 from .rows import ApiKeyRow, EmbedRow, HeartbeatRow, LocaleRow, PostRow, TokenRow, WorkspaceRow
 
 
-def post_row(e: PostEvent) -> PostRow:
+def post_row(e: PostEventV2) -> PostRow:
     post = e.data
     return PostRow(
         id=post.id,
@@ -33,7 +33,7 @@ def post_row(e: PostEvent) -> PostRow:
         published_at=post.published_at,
         sentiment=post.sentiment.value,
         importance=post.importance,
-        tickers=list(post.tickers),
+        tickers=list(post.symbols),
         snapshot=post.model_dump_json(),
     )
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from tickerwire.schemas.models import VISIBLE_STATUSES, Category, Post, PostStatus, PostTranslation
+from tickerwire.schemas.models import VISIBLE_STATUSES, Category, PostStatus, PostTranslation, PostV2
 
 from .searchtext import index_text
 
@@ -127,7 +127,7 @@ class MappedTranslation:
     detail: str
 
 
-def lean_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
+def lean_post(post: PostV2, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
     """The lean shape (schemas/openapi.json#/components/schemas/PostLean), fields in its order."""
     return {
         "id": post.id,
@@ -144,7 +144,7 @@ def lean_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, 
     }
 
 
-def detail_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
+def detail_post(post: PostV2, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str, Any]:
     """The detail shape (schemas/openapi.json#/components/schemas/PostDetail): the lean fields plus the detail fields."""
     doc = lean_post(post, tr, taxonomy)
     doc.update(
@@ -153,8 +153,8 @@ def detail_post(post: Post, tr: PostTranslation, taxonomy: Taxonomy) -> dict[str
         gallery_urls=list(post.gallery_urls),
         tags=list(tr.tags),
         hashtags=list(post.hashtags),
-        byline=post.byline,
-        source_url=post.source_url,
+        byline=post.source.byline,
+        source_url=post.source.url,
     )
     return doc
 
@@ -165,7 +165,7 @@ def visible_state(status: PostStatus, published_at: datetime | None) -> bool:
     return status in VISIBLE_STATUSES and published_at is not None
 
 
-def is_visible(post: Post) -> bool:
+def is_visible(post: PostV2) -> bool:
     """Whether partners see ``post`` (:func:`visible_state`)."""
     return visible_state(post.status, post.published_at)
 
@@ -176,7 +176,7 @@ def hashtag_key(tag: str) -> str:
     return tag.lower()
 
 
-def translation_rows(post: Post, taxonomy: Taxonomy) -> list[MappedTranslation]:
+def translation_rows(post: PostV2, taxonomy: Taxonomy) -> list[MappedTranslation]:
     """Every per-locale row one post snapshot projects to."""
     visible = is_visible(post)
     filter_slugs = taxonomy.filter_slugs(post.categories)
@@ -190,7 +190,7 @@ def translation_rows(post: Post, taxonomy: Taxonomy) -> list[MappedTranslation]:
             sentiment=post.sentiment.value,
             visible=visible,
             category_slugs=filter_slugs,
-            tickers=post.tickers,
+            tickers=post.symbols,
             hashtags=tuple(hashtag_key(h) for h in post.hashtags),
             ts_config=text_search_config(tr.lang),
             title=index_text(tr.title),

@@ -25,6 +25,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from tickerwire.schemas.models import unframe
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
@@ -365,11 +366,12 @@ _ANNOUNCING = TypeAdapter(_Announcing)
 
 
 def announced_post_id(value: bytes | None) -> int | None:
-    """The post id a posts-topic record announces, or None (not a post event, or not decodable)."""
+    """The post id a posts-topic record announces, or None (not a post event, or not decodable).
+    A value framed by a schema-registry serializer is read past its frame, as the projector reads it."""
     if value is None:
         return None
     try:
-        record = _ANNOUNCING.validate_json(value)
+        record = _ANNOUNCING.validate_json(unframe(value)[1])
     except ValidationError:
         return None  # the projector dead-letters it; nothing to announce
     return record.data.id if record.type == "post" and record.data is not None else None

@@ -23,6 +23,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.readmodel.mapping import Taxonomy, translation_rows
 from tickerwire.services.readmodel.migrate import migrate
+from tickerwire.services.readmodel.upcast import post_v2
 
 from .common import Context, Deadline, Result, RssSampler, catalog, log, percentile, posts
 
@@ -67,7 +68,7 @@ TR_COLUMNS = [
 def copy_rows(events, taxonomy: Taxonomy) -> tuple[list[tuple], list[tuple]]:
     post_rows, tr_rows = [], []
     for offset, event in enumerate(events):
-        p = event.data
+        p = post_v2(event.data)  # what the projector maps (services/readmodel/upcast.py)
         post_rows.append(
             (
                 p.id,
@@ -76,7 +77,7 @@ def copy_rows(events, taxonomy: Taxonomy) -> tuple[list[tuple], list[tuple]]:
                 p.published_at,
                 p.sentiment.value,
                 p.importance,
-                list(p.tickers),
+                list(p.symbols),
                 p.model_dump_json(),
             )
         )

@@ -4,11 +4,15 @@ processes (projector, API, stream) on the session's broker.
 Producers: librdkafka (the ``confluent-kafka`` package, the client behind most non-Java
 producers) and aiokafka. Cases: every codec (gzip, snappy, lz4, zstd), idempotence on,
 transactions committed and aborted, record headers, null keys and keys that do not follow
-``post:<id>``, a value near the broker's ``max.message.bytes``, and a value framed by a
-schema-registry serializer followed on its partition by a plain record. Each case is checked
-on the read API (served, or not) and on the stream (pushed exactly once, or never).
+``post:<id>``, a value near the broker's ``max.message.bytes``, a value written by Confluent's
+JSON Schema serializer (against a registry stub: tests/support/registry.py) followed on its
+partition by a plain record, and version 1 and version 2 events of the same posts in either
+order of their entity versions (librdkafka and Kafka's Java producer). Each case is checked on
+the read API (served, in its newest version, or not) and on the stream (pushed exactly once,
+or never); then ``tickerwire projector rebuild`` must give the same rows.
 
-Also the operators' side of a bad record: ``tickerwire dead-letters list | show | retry``.
+Also the operators' side of a bad record (an event of a ``schema_version`` this release does
+not know): ``tickerwire dead-letters list | show | retry``.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
 import pytest
 from aiokafka.errors import KafkaError
 
 from tests.support.containers import on_apache_kafka, why_not_apache_kafka
-from tests.support.events import locale_ev, post_ev
+from tests.support.events import encode_v2, locale_ev, post_ev
 from tests.support.producers import Raw, java_producer, java_unavailable, kafkajs, kafkajs_unavailable, librdkafka
+from tests.support.readmodel import comparable, read_model
+from tests.support.registry import registry_stub
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import counting_pushes
 from tickerwire.schemas.models import encode_event, entity_key
@@ -82,10 +89,48 @@ def large(post_id: int) -> Raw:
     return Raw(value, entity_key(event).encode())
 
 
-def registry_framed(post_id: int) -> Raw:
-    """The post as Confluent's JSON Schema serializer writes it: magic byte 0, schema id 7, the JSON."""
+def registry_serialized(post_id: int, topic: str) -> Raw:
+    """The post's version 2 as Confluent's JSON Schema serializer writes it (magic byte 0, the
+    schema id the registry gave the published post.v2 schema, the JSON)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tickerwire.schemas.export import render
+
     event = post_ev(post_id)
-    return Raw(b"\x00" + (7).to_bytes(4, "big") + encode_event(event), entity_key(event).encode())
+    with registry_stub() as (url, _):
+        serializer = JSONSerializer(
+            render("post", 2).decode(), SchemaRegistryClient({"url": url}), conf={"auto.register.schemas": True}
+        )
+        value = serializer(orjson.loads(encode_v2(event)), SerializationContext(topic, MessageField.VALUE))
+    assert value is not None and value[0] == 0
+    return Raw(value, entity_key(event).encode())
+
+
+def in_version(post_id: int, version: int, schema_version: int) -> Raw:
+    """Version ``version`` of the post, written as ``schema_version`` 1, 2 or 3 (3: unknown here)."""
+    event = post_ev(post_id, version)
+    if schema_version == 1:
+        return Raw(encode_event(event), entity_key(event).encode())
+    doc = orjson.loads(encode_v2(event))
+    doc["schema_version"] = schema_version
+    return Raw(orjson.dumps(doc), entity_key(event).encode())
+
+
+#: Posts published in both versions: each post's entity versions in publishing order, with the
+#: schema_version each is written in (the newest entity version wins whatever its schema_version).
+MIXED = {0: [(1, 1), (2, 2)], 1: [(1, 2), (2, 1)], 2: [(2, 2), (1, 1)], 3: [(2, 1), (1, 2)]}
+
+
+def mixed_versions(first_id: int) -> tuple[list[Raw], dict[int, int]]:
+    """The records of :data:`MIXED` for posts ``first_id``..., and each post's newest version."""
+    raws, newest = [], {}
+    for n, history in MIXED.items():
+        for version, schema_version in history:
+            raws.append(in_version(first_id + n, version, schema_version))
+        newest[first_id + n] = max(v for v, _ in history)
+    return raws, newest
 
 
 @dataclass
@@ -101,6 +146,8 @@ class World:
     took: float = 0.0
     #: producer -> why its cases did not run (its runtime is missing here).
     missing: dict[str, str] = field(default_factory=dict)
+    #: post id -> the entity version it must be served in (the others: version 1).
+    newest: dict[int, int] = field(default_factory=dict)
 
     @property
     def api(self) -> str:
@@ -150,10 +197,17 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
         served["librdkafka null key"] = [171]
     await librdkafka(bootstrap, topic, [large(181)], **IDEMPOTENT, **{"compression.type": "lz4"})
     served["librdkafka value near max.message.bytes"] = [181]
-    # A dead letter, then a plain record on the same partition (one key): it must not wait.
-    await librdkafka(bootstrap, topic, [registry_framed(191)], **IDEMPOTENT)
+    await librdkafka(bootstrap, topic, [registry_serialized(191, topic)], **IDEMPOTENT)
     await librdkafka(bootstrap, topic, [raw(191)], **IDEMPOTENT)
-    served["librdkafka plain record after a schema-registry-framed one"] = [191]
+    served["librdkafka record of Confluent's JSON Schema serializer, then a plain one"] = [191]
+    # A dead letter (a schema_version unknown here), then a plain record of the same post: it must not wait.
+    await librdkafka(bootstrap, topic, [in_version(192, 2, 3)], **IDEMPOTENT)
+    await librdkafka(bootstrap, topic, [raw(192)], **IDEMPOTENT)
+    served["librdkafka plain record after one of an unknown schema_version"] = [192]
+    records, newest = mixed_versions(701)
+    await librdkafka(bootstrap, topic, records, **IDEMPOTENT)
+    served["librdkafka version 1 and 2 events of the same posts"] = sorted(newest)
+    world.newest.update(newest)
 
     config = world.stack.config
     for n, codec in enumerate(CODECS):
@@ -217,6 +271,11 @@ async def _publish_foreign(world: World, bootstrap: str, topic: str) -> None:
         for (mode, codec), (case, ids) in cases.items():
             await publish(bootstrap, topic, [raw(i) for i in ids], mode, codec)
             (world.never if mode == "abort" else world.served)[case] = ids
+        if who == "java":
+            records, newest = mixed_versions(801)
+            await publish(bootstrap, topic, records, "plain", "none")
+            world.served["java version 1 and 2 events of the same posts"] = sorted(newest)
+            world.newest.update(newest)
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +316,18 @@ async def test_every_producers_committed_posts_are_served_and_pushed_once(world:
     assert set(world.pushed) == {i for ids in world.served.values() for i in ids}
 
 
+async def test_posts_published_in_both_versions_are_served_in_their_newest_version(world: World):
+    assert {701, 702, 703, 704} <= set(world.newest)
+    if "java" not in world.missing:
+        assert {801, 802, 803, 804} <= set(world.newest)
+    async with aiohttp.ClientSession() as http:
+        for post_id, version in sorted(world.newest.items()):
+            async with http.get(f"{world.api}/posts/{post_id}", headers=auth(world.key)) as resp:
+                detail = await resp.json() if resp.status == 200 else {}
+            assert detail.get("title") == f"Bitcoin rallies {post_id} v{version}", post_id
+            assert detail["source_url"] == "https://src.example/a" and detail["byline"] == "Desk"
+
+
 @pytest.mark.skipif(not HONOURS_ABORTS, reason=ABORT_SKIP)
 async def test_an_aborted_transactions_post_is_never_served_nor_pushed(world: World):
     assert world.never
@@ -280,14 +351,14 @@ async def test_kafkas_java_producer_and_kafkajs_publish_posts_served_and_pushed_
             assert [world.pushed[i] for i in ids] == [want_pushes] * len(ids), case
 
 
-async def test_a_schema_registry_framed_value_is_a_dead_letter_naming_the_framing(world: World):
+async def test_an_unknown_schema_version_is_a_dead_letter_naming_it(world: World):
     conn = await world.stack.read_conn()
     try:
         letters = await conn.fetch("SELECT reason_kind, reason, key FROM dead_letters")
     finally:
         await conn.close()
-    assert [(r["reason_kind"], r["key"]) for r in letters] == [("schema_registry", b"post:191")]
-    assert "schema-registry serializer (magic byte 0, schema id 7)" in letters[0]["reason"]
+    assert [(r["reason_kind"], r["key"]) for r in letters] == [("unknown_schema_version", b"post:192")]
+    assert "post: schema_version 3 is not known to this release (known: 1, 2)" in letters[0]["reason"]
 
 
 def cli(stack: ServiceStack, *args: str) -> subprocess.CompletedProcess:
@@ -306,9 +377,9 @@ async def test_dead_letters_are_listed_shown_and_retried_as_the_projector_applie
     listed = await asyncio.to_thread(cli, stack, "list")
     assert listed.returncode == 0, listed.stderr
     ((letter_id, where, kind, _, reason),) = [line.split("\t") for line in listed.stdout.splitlines()]
-    assert kind == "schema_registry" and where.startswith(topic_name(stack.topic_prefix, POSTS))
+    assert kind == "unknown_schema_version" and where.startswith(topic_name(stack.topic_prefix, POSTS))
     shown = await asyncio.to_thread(cli, stack, "show", letter_id)
-    assert shown.returncode == 0 and "framed by a schema-registry serializer" in shown.stdout
+    assert shown.returncode == 0 and "schema_version 3 is not known" in shown.stdout
     refused = await asyncio.to_thread(cli, stack, "retry", letter_id)
     assert (
         refused.returncode == 1 and len(refused.stderr.splitlines()) == 1 and "nothing was published" in refused.stderr
@@ -354,3 +425,46 @@ async def test_dead_letters_are_listed_shown_and_retried_as_the_projector_applie
         and gone.stderr.strip()
         == f"tickerwire dead-letters: no dead letter with id {ids[0]} (see tickerwire dead-letters list)"
     )
+
+
+async def settled_rows(stack: ServiceStack, within_s: float = 30.0) -> dict:
+    """The read model once two reads a second apart agree (transaction markers end some
+    partitions, so the stored positions never reach the producers' marks)."""
+    conn = await stack.read_conn()
+    try:
+        deadline = time.monotonic() + within_s
+        last = comparable(await read_model(conn, "rm"))
+        while True:
+            await asyncio.sleep(1.0)
+            now = comparable(await read_model(conn, "rm"))
+            if now == last:
+                return now
+            assert time.monotonic() < deadline, "the read model kept changing"
+            last = now
+    finally:
+        await conn.close()
+
+
+async def test_a_rebuild_gives_the_same_rows(world: World):
+    """Last in this module: nothing is published meanwhile. ``tickerwire projector rebuild``
+    reads the log of both versions from offset 0 (the bulk path) and switches schemas."""
+    stack = world.stack
+    before = await settled_rows(stack)
+    rebuilt = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "tickerwire.services.cli.main", "projector", "rebuild"],
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    conn = await stack.read_conn()
+    try:
+        after = comparable(await read_model(conn, "rm"))
+    finally:
+        await conn.close()
+    assert {701, 702, 703, 704} <= {r["id"] for r in after["posts"]}
+    for table in before:
+        assert after[table] == before[table], table

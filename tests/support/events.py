@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
 import asyncpg
+import orjson
 
 from tickerwire.schemas.models import (
     VISIBLE_STATUSES,
@@ -31,6 +32,7 @@ from tickerwire.schemas.models import (
 )
 from tickerwire.services.cli import admin
 from tickerwire.services.projector.apply import ConsumedRecord
+from tickerwire.services.readmodel.upcast import upcast
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 
@@ -262,3 +264,12 @@ async def provisioning(conn: asyncpg.Connection, workspace_id: str, **limits: An
         admin.embed_event(embed_id, workspace_id),
         admin.heartbeat_event(embed_id, workspace_id),
     ]
+
+
+def encode_v2(event: PostEvent, **unknown: Any) -> bytes:
+    """``event`` as a publisher of version 2 of the post event sends the same post (each ticker
+    with relevance 1, ``source`` from ``source_url`` and ``byline``); ``unknown``: fields added
+    to ``data`` that this release does not know (version 2 ignores them)."""
+    doc = orjson.loads(upcast(event).model_dump_json())
+    doc["data"].update(unknown)
+    return orjson.dumps(doc)

@@ -7,8 +7,8 @@ import jsonschema
 import orjson
 import pytest
 
-from tickerwire.schemas.export import EVENTS_DIR, event_schema, render
-from tickerwire.schemas.models import EVENT_MODELS, InvalidEvent, decode_event
+from tickerwire.schemas.export import EVENTS_DIR, event_schema, file_name, render
+from tickerwire.schemas.models import EVENT_MODELS, EVENT_VERSIONS, InvalidEvent, decode_event
 
 EXAMPLES = Path(__file__).parents[2] / "schemas" / "examples" / "events.jsonl"
 
@@ -17,13 +17,23 @@ def examples():
     return [orjson.loads(line) for line in EXAMPLES.read_bytes().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("kind", sorted(EVENT_MODELS))
-def test_committed_schema_files_equal_the_models(kind):
-    assert (EVENTS_DIR / f"{kind}.v1.schema.json").read_bytes() == render(kind), "run `tickerwire schemas export`"
+VERSIONS = [(kind, version) for kind, versions in EVENT_VERSIONS.items() for version in versions]
 
 
-def test_every_event_type_has_an_example():
-    assert {e["type"] for e in examples()} == set(EVENT_MODELS)
+@pytest.mark.parametrize("kind,version", VERSIONS)
+def test_committed_schema_files_equal_the_models(kind, version):
+    assert (EVENTS_DIR / file_name(kind, version)).read_bytes() == render(kind, version), (
+        "run `tickerwire schemas export`"
+    )
+
+
+def test_the_published_files_are_exactly_the_versions():
+    assert sorted(p.name for p in EVENTS_DIR.glob("*.schema.json")) == sorted(file_name(k, v) for k, v in VERSIONS)
+    assert ("post", 1) in VERSIONS and ("post", 2) in VERSIONS
+
+
+def test_every_event_version_has_an_example():
+    assert {(e["type"], e.get("schema_version", 1)) for e in examples()} == set(VERSIONS)
 
 
 def mutations(doc):
@@ -36,7 +46,9 @@ def mutations(doc):
     for name, change in [
         ("version 0", lambda d: d.__setitem__("version", 0)),
         ("unknown field", lambda d: d["data"].__setitem__("surprise", 1)),
-        ("schema_version 2", lambda d: d.__setitem__("schema_version", 2)),
+        ("unknown envelope field", lambda d: d.__setitem__("surprise", 1)),
+        ("schema_version 3", lambda d: d.__setitem__("schema_version", 3)),
+        ("schema_version a string", lambda d: d.__setitem__("schema_version", "2")),
         ("data not an object", lambda d: d.__setitem__("data", [])),
     ]:
         broken = copy.deepcopy(doc)
@@ -54,25 +66,69 @@ def pydantic_accepts(doc) -> bool:
 
 
 def schema_accepts(doc) -> bool:
-    return jsonschema.Draft202012Validator(event_schema(doc["type"])).is_valid(doc)
+    """One of the published versions of the type accepts ``doc``."""
+    return any(
+        jsonschema.Draft202012Validator(event_schema(doc["type"], version)).is_valid(doc)
+        for version in EVENT_VERSIONS[doc["type"]]
+    )
 
 
-@pytest.mark.parametrize("doc", examples(), ids=lambda d: d["type"])
+def open_data(doc) -> bool:
+    """Whether the version's ``data`` is open: unknown fields there are ignored (schemas/README.md#versions)."""
+    return doc["type"] == "post" and doc.get("schema_version", 1) == 2
+
+
+def example_id(doc) -> str:
+    return f"{doc['type']}.v{doc.get('schema_version', 1)}"
+
+
+@pytest.mark.parametrize("doc", examples(), ids=example_id)
 def test_both_accept_the_examples(doc):
     assert pydantic_accepts(doc) and schema_accepts(doc)
 
 
-@pytest.mark.parametrize("doc", examples(), ids=lambda d: d["type"])
+@pytest.mark.parametrize("doc", examples(), ids=example_id)
 def test_both_agree_on_invalid_variants(doc):
     for name, broken in mutations(doc):
-        has_default = name.startswith("missing") and name.split(".", 1)[1] in _defaults(doc["type"])
+        has_default = name.startswith("missing") and name.split(".", 1)[1] in _defaults(doc)
+        tolerated = name == "unknown field" and open_data(doc)
         assert pydantic_accepts(broken) == schema_accepts(broken), name
-        if not has_default:
+        if not has_default and not tolerated:
             assert not pydantic_accepts(broken), name
+        if tolerated:
+            assert pydantic_accepts(broken), name
 
 
-def _defaults(kind):
-    data_model = EVENT_MODELS[kind].model_fields["data"].annotation
+def test_an_unknown_field_is_rejected_in_v1_and_ignored_in_v2():
+    v1, v2 = (e for e in examples() if e["type"] == "post")
+    for doc in (v1, v2):
+        doc["data"]["tickers_v3"] = ["BTC"]
+    assert not pydantic_accepts(v1) and not schema_accepts(v1)
+    event = decode_event(orjson.dumps(v2))
+    assert schema_accepts(v2) and "tickers_v3" not in event.data.model_dump()
+
+
+def test_an_unknown_schema_version_has_its_own_kind():
+    v1 = next(e for e in examples() if e["type"] == "post")
+    for version, kind in [(7, "unknown_schema_version"), (True, "schema"), ("1", "schema")]:
+        with pytest.raises(InvalidEvent) as err:
+            decode_event(orjson.dumps({**v1, "schema_version": version}))
+        assert err.value.kind == kind, version
+        if version == 7:
+            assert "schema_version 7 is not known to this release (known: 1, 2)" in err.value.reason
+
+
+def test_a_registry_framed_value_decodes_as_its_payload():
+    v2 = next(e for e in examples() if e.get("schema_version") == 2)
+    framed = b"\x00" + (42).to_bytes(4, "big") + orjson.dumps(v2)
+    assert decode_event(framed) == decode_event(orjson.dumps(v2))
+    with pytest.raises(InvalidEvent) as err:
+        decode_event(b"\x00\x00\x00\x00\x2a" + b"not json")
+    assert err.value.kind == "undecodable" and "schema-registry serializer, schema id 42" in err.value.reason
+
+
+def _defaults(doc):
+    data_model = EVENT_VERSIONS[doc["type"]][doc.get("schema_version", 1)].model_fields["data"].annotation
     return {n for n, f in data_model.model_fields.items() if not f.is_required()}
 
 

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import orjson
 
-from tickerwire.schemas.models import Category, Post
+from tickerwire.schemas.models import Category, Post, PostV2
 from tickerwire.services.readmodel.mapping import (
     Taxonomy,
     category_name,
@@ -14,6 +14,7 @@ from tickerwire.services.readmodel.mapping import (
     text_search_config,
     translation_rows,
 )
+from tickerwire.services.readmodel.upcast import post_v2
 
 T = datetime(2026, 11, 20, 12, 30, 45, 123456, tzinfo=timezone.utc)
 
@@ -51,7 +52,8 @@ def taxonomy():
     )
 
 
-def post(status="published", **kw):
+def post(status="published", **kw) -> PostV2:
+    """A post as the mapping reads it: version 1, upcast (services/readmodel/upcast.py)."""
     doc = dict(
         id=42,
         status=status,
@@ -88,7 +90,7 @@ def post(status="published", **kw):
         ],
     )
     doc.update(kw)
-    return Post.model_validate(doc)
+    return post_v2(Post.model_validate(doc))
 
 
 def test_lean_has_exactly_the_spec_fields_in_order():

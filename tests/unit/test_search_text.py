@@ -10,6 +10,7 @@ import pytest
 from tests.support.events import post_ev
 from tickerwire.services.readmodel.mapping import Taxonomy, translation_rows
 from tickerwire.services.readmodel.searchtext import classify, index_text, query_text
+from tickerwire.services.readmodel.upcast import post_v2
 
 
 @pytest.mark.parametrize("text", ["Bitcoin rallies 5% (BTC) -- see https://x.example/a?b=1", "", "a\tb\nc"])
@@ -69,7 +70,7 @@ def test_a_query_is_normalized_as_the_text_it_searches():
 
 
 def test_translation_rows_carry_the_indexed_text():
-    post = post_ev(1, langs=("ja-JP",)).data
+    post = post_v2(post_ev(1, langs=("ja-JP",)).data)
     post = post.model_copy(update={"translations": [post.translations[0].model_copy(update={"title": "利下げ観測"})]})
     (row,) = translation_rows(post, Taxonomy({}))
     assert row.title == index_text("利下げ観測") == " 利下 下げ げ観 観測 "

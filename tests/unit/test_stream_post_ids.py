@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.events import post_ev
+from tests.support.events import encode_v2, post_ev
 from tickerwire.schemas.models import encode_event
 from tickerwire.services.stream.feed import announced_post_id
 
@@ -14,6 +14,12 @@ from tickerwire.services.stream.feed import announced_post_id
 def test_a_post_event_gives_its_id():
     assert announced_post_id(encode_event(post_ev(4711))) == 4711
     assert announced_post_id(b'{"type":"post","version":1,"data":{"id":9007199254740992}}') == 2**53
+
+
+def test_either_version_and_a_schema_registry_frame_give_the_id():
+    assert announced_post_id(encode_v2(post_ev(4712))) == 4712
+    assert announced_post_id(b"\x00\x00\x00\x00\x07" + encode_v2(post_ev(4713))) == 4713
+    assert announced_post_id(b"\x00\x00\x00\x00\x07" + encode_event(post_ev(4714))) == 4714
 
 
 @pytest.mark.parametrize(
