@@ -49,7 +49,12 @@ from tickerwire.schemas.models import (
 )
 
 from ..readmodel import positions, stamps as stamp
-from ..readmodel.event_rows import (
+from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
+from ..readmodel.taxonomy import load_categories, load_default_locale
+from ..readmodel.upcast import ProjectedEvent, stored_post, upcast
+from . import sql
+from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
+from .event_rows import (
     api_key_row,
     embed_row,
     heartbeat_row,
@@ -58,8 +63,7 @@ from ..readmodel.event_rows import (
     token_row,
     workspace_row,
 )
-from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
-from ..readmodel.rows import (
+from .rows import (
     ApiKeyRow,
     EmbedRow,
     HeartbeatRow,
@@ -68,10 +72,6 @@ from ..readmodel.rows import (
     TranslationRow,
     WorkspaceRow,
 )
-from ..readmodel.taxonomy import load_categories, load_default_locale
-from ..readmodel.upcast import ProjectedEvent, stored_post, upcast
-from . import sql
-from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
 
 log = logging.getLogger(__name__)
 

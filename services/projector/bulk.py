@@ -59,7 +59,6 @@ from ..common.runtime.errors import TickerwireError
 from ..common.runtime.logs import setup_logging
 from ..readmodel import positions, stamps as stamp
 from ..readmodel.mapping import is_visible
-from ..readmodel.rows import TranslationRow
 from . import sql
 from .apply import (
     ConsumedRecord,
@@ -76,6 +75,7 @@ from .apply import (
 from .derive import merge, sentiment_deltas, ticker_deltas
 from .logread import read_until
 from .registry import registry_of
+from .rows import TranslationRow
 from .settings import ProjectorConfig
 
 log = logging.getLogger(__name__)

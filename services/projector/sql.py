@@ -1,10 +1,11 @@
 """Every statement the projector writes the read model with. Plain SQL, unqualified names
 (the connection's search_path points at the read-model schema). Positions are read and
 written through :mod:`tickerwire.services.readmodel.positions`; the written rows' columns and
-placeholders come from their dataclasses in :mod:`tickerwire.services.readmodel.rows`."""
+placeholders come from their dataclasses in :mod:`.rows`."""
 
 from tickerwire.services.readmodel import positions
-from tickerwire.services.readmodel.rows import (
+
+from .rows import (
     TEXT_INPUTS,
     ApiKeyRow,
     EmbedRow,

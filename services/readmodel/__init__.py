@@ -6,9 +6,7 @@ the projector's stored positions and "projected up to here" (:mod:`.positions`),
 position partners see (:mod:`.logposition`), the listed locales that decide the default locale
 (:mod:`.taxonomy`), the committed ``post.created`` announcements (:mod:`.announcements`), the
 resume cursors over them (:mod:`.cursors`) and the one walk from a cursor (:mod:`.walk`), the
-rows the projector writes, by column name (:mod:`.rows`), the row each event is stored as
-(:mod:`.event_rows`), the pure mapping from a post to its per-locale rows and their partner JSON
-(:mod:`.mapping`), the search text normalized alike for indexing and querying
+pure mapping from a post to its per-locale rows and their partner JSON (:mod:`.mapping`), the search text normalized alike for indexing and querying
 (:mod:`.searchtext`), the access gates over the keys and workspaces with each process's in-memory copy of them
 (:mod:`.access`), and the change stamps with their watcher (:mod:`.stamps`). SQL that only
 one service runs stays in that service; connections and pools come from

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tickerwire.services.readmodel import rows
+from tickerwire.services.projector import rows
 
 ROWS = [
     rows.PostRow,

@@ -2,7 +2,7 @@
 
 One builder per written table, from the event to its row dataclass (:mod:`.rows`): the post
 itself, the catalog's locales and tokens, and the access entities. The per-locale rows of a
-post (its translations and their partner JSON) come from :mod:`.mapping`; categories are
+post (its translations and their partner JSON) come from :mod:`..readmodel.mapping`; categories are
 written by the projector column by column. The projector applies these rows (live and in a
 rebuild's bulk load); the statements that write them stay with it.
 """

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime
 from typing import Annotated, Any, Callable, ClassVar, Sequence, TypeVar, Union
 
-from . import mapping
+from ..readmodel import mapping
 
 #: Annotated marker of a ``bigint`` column (a plain ``int`` field is ``integer``).
 BIGINT = "bigint"
@@ -146,7 +146,7 @@ class PostRow(Row):
 @dataclass(frozen=True, slots=True)
 class TranslationRow(Row, mapping.MappedTranslation):
     """One written row of post_translations: the pure mapping's row of one locale
-    (:class:`.mapping.MappedTranslation`), where it was announced and what its
+    (:class:`..readmodel.mapping.MappedTranslation`), where it was announced and what its
     tsvector is computed from. ``ts_config``, ``title``, ``lede`` and ``body`` are not stored:
     the tsvector is computed from them (:data:`TEXT_INPUTS`)."""
 
