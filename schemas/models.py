@@ -57,6 +57,7 @@ ECOSYSTEM_SLUGS: tuple[str, ...] = (
 Direction = Literal["ltr", "rtl"]
 WorkspaceStatus = Literal["active", "suspended"]
 EmbedKind = Literal["badge", "widget"]
+WebhookEndpointStatus = Literal["active", "paused", "removed"]
 
 
 class Sentiment(str, Enum):
@@ -330,6 +331,33 @@ class Heartbeat(Contract):
     landed_at: UtcDatetime
 
 
+class WebhookEndpoint(Contract):
+    """A workspace's webhook endpoint (docs/webhooks.md): where the dispatcher POSTs the
+    workspace's ``post.created`` messages, through the stream's filters.
+
+    The signing secret is never in the log: it is derived from the operator's signing key, the
+    endpoint id and ``secret_generation`` (``services/common/http/signing.py``). A rotation
+    raises the generation and sets ``rotated_at``; the previous generation still signs until
+    the rotation window after it has passed. ``start_cursor`` is where delivery begins (the
+    read model's frontier when it was registered). A replay asks the dispatcher to deliver
+    again from ``replay_from`` (a resume cursor): each request raises ``replay_seq``. An
+    operator's ``resume`` of a disabled endpoint is any later version with status ``active``."""
+
+    id: Annotated[str, Field(pattern=r"^whe_[A-Za-z0-9]{4,64}$")]
+    workspace_id: Id
+    url: Url
+    locales: Annotated[list[LocaleCode], Field(max_length=50)] | None = None
+    tickers: Annotated[list[Ticker], Field(max_length=100)] | None = None
+    categories: Annotated[list[Slug], Field(max_length=50)] | None = None
+    status: WebhookEndpointStatus
+    secret_generation: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    rotated_at: UtcDatetime | None = None
+    start_cursor: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    replay_from: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    replay_seq: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    created_at: UtcDatetime
+
+
 # --------------------------------------------------------------------------- envelopes
 
 
@@ -408,6 +436,12 @@ class HeartbeatEvent(_Envelope):
     data: Heartbeat
 
 
+class WebhookEndpointEvent(_Envelope):
+    topic, key_field = ACCESS, "id"
+    type: Literal["webhook_endpoint"] = "webhook_endpoint"
+    data: WebhookEndpoint
+
+
 #: Any event: the list of the declared event types, every version of each.
 AnyEvent = (
     PostEvent
@@ -419,6 +453,7 @@ AnyEvent = (
     | ApiKeyEvent
     | EmbedEvent
     | HeartbeatEvent
+    | WebhookEndpointEvent
 )
 
 #: Every event model by type name and ``schema_version``, in declaration order.

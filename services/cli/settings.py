@@ -14,11 +14,12 @@ from ..api.settings import ApiConfig
 from ..common.runtime.config import describe as _describe, markdown as _markdown
 from ..projector.settings import ProjectorConfig
 from ..stream.settings import StreamConfig
+from ..webhooks.settings import WebhooksConfig
 
 
 @dataclass(frozen=True)
-class FullConfig(ProjectorConfig, StreamConfig, ApiConfig):
-    """The shared settings, then the API's, the stream's and the projector's."""
+class FullConfig(WebhooksConfig, ProjectorConfig, StreamConfig, ApiConfig):
+    """The shared settings, then the API's, the stream's, the projector's and the webhook dispatcher's."""
 
 
 def settings_table() -> list[tuple[str, str]]:

@@ -43,6 +43,7 @@ from tickerwire.schemas.models import (
     PostEventV2,
     PostV2,
     TokenEvent,
+    WebhookEndpointEvent,
     WorkspaceEvent,
     decode_event,
     entity_key,
@@ -61,6 +62,7 @@ from .event_rows import (
     locale_row,
     post_row,
     token_row,
+    webhook_endpoint_row,
     workspace_row,
 )
 from .rows import (
@@ -70,6 +72,7 @@ from .rows import (
     LocaleRow,
     TokenRow,
     TranslationRow,
+    WebhookEndpointRow,
     WorkspaceRow,
 )
 
@@ -537,6 +540,7 @@ async def _apply_access(
     keys = [d.event for d in of_type(latest, ApiKeyEvent)]
     embeds = [d.event for d in of_type(latest, EmbedEvent)]
     beats = [d.event for d in of_type(latest, HeartbeatEvent)]
+    hooks = [d.event for d in of_type(latest, WebhookEndpointEvent)]
     statements = [
         (
             "workspace",
@@ -547,11 +551,19 @@ async def _apply_access(
         ("api_key", sql.UPSERT_API_KEY, len(keys), ApiKeyRow.arrays([api_key_row(e) for e in keys])),
         ("embed", sql.UPSERT_EMBED, len(embeds), EmbedRow.arrays([embed_row(e) for e in embeds])),
         ("heartbeat", sql.UPSERT_HEARTBEAT, len(beats), HeartbeatRow.arrays([heartbeat_row(e) for e in beats])),
+        (
+            "webhook_endpoint",
+            sql.UPSERT_WEBHOOK_ENDPOINT,
+            len(hooks),
+            WebhookEndpointRow.arrays([webhook_endpoint_row(e) for e in hooks]),
+        ),
     ]
     for kind, statement, offered, cols in statements:
         if offered:
             changed = await conn.fetch(statement, *cols)
             _count(result, kind, offered, len(changed))
+            if changed and kind == "webhook_endpoint":
+                stamps.add(stamp.WEBHOOKS)  # the dispatchers' endpoints
             if changed and kind in ("workspace", "api_key"):
                 stamps.add(
                     stamp.ACCESS

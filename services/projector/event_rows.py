@@ -18,10 +18,11 @@ from tickerwire.schemas.models import (
     LocaleEvent,
     PostEventV2,
     TokenEvent,
+    WebhookEndpointEvent,
     WorkspaceEvent,
 )
 
-from .rows import ApiKeyRow, EmbedRow, HeartbeatRow, LocaleRow, PostRow, TokenRow, WorkspaceRow
+from .rows import ApiKeyRow, EmbedRow, HeartbeatRow, LocaleRow, PostRow, TokenRow, WebhookEndpointRow, WorkspaceRow
 
 
 def post_row(e: PostEventV2) -> PostRow:
@@ -109,3 +110,27 @@ def embed_row(e: EmbedEvent) -> EmbedRow:
 
 def heartbeat_row(e: HeartbeatEvent) -> HeartbeatRow:
     return HeartbeatRow(embed_id=e.data.embed_id, workspace_id=e.data.workspace_id, landed_at=e.data.landed_at)
+
+
+def _json_list(values: list[str] | None) -> str | None:
+    return None if values is None else orjson.dumps(values).decode()
+
+
+def webhook_endpoint_row(e: WebhookEndpointEvent) -> WebhookEndpointRow:
+    w = e.data
+    return WebhookEndpointRow(
+        id=w.id,
+        version=e.version,
+        workspace_id=w.workspace_id,
+        url=w.url,
+        locales=_json_list(w.locales),
+        tickers=_json_list(w.tickers),
+        categories=_json_list(w.categories),
+        status=w.status,
+        secret_generation=w.secret_generation,
+        rotated_at=w.rotated_at,
+        start_cursor=w.start_cursor,
+        replay_from=w.replay_from,
+        replay_seq=w.replay_seq,
+        created_at=w.created_at,
+    )

@@ -27,7 +27,17 @@ DEAD_LETTER_KINDS = (
 )
 #: The label values the alerts read, created at 0 so that the first increase is seen (a series
 #: born at 1 has no increase) and a projector that applied nothing still has a series.
-APPLIED_TYPES = ("post", "locale", "category", "token", "workspace", "api_key", "embed", "heartbeat")
+APPLIED_TYPES = (
+    "post",
+    "locale",
+    "category",
+    "token",
+    "workspace",
+    "api_key",
+    "embed",
+    "heartbeat",
+    "webhook_endpoint",
+)
 
 
 class ProjectorMetrics:

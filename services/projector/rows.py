@@ -258,3 +258,30 @@ class HeartbeatRow(Row):
     embed_id: str
     workspace_id: str
     landed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpointRow(Row):
+    TABLE: ClassVar[str] = "webhook_endpoints"
+    id: str
+    version: Annotated[int, BIGINT]
+    workspace_id: str
+    url: str
+    #: The filters as JSON arrays (null: no filter); stored as text[] (``FILTER_ARRAYS``).
+    locales: Annotated[str, "jsonb"] | None
+    tickers: Annotated[str, "jsonb"] | None
+    categories: Annotated[str, "jsonb"] | None
+    status: str
+    secret_generation: int
+    rotated_at: datetime | None
+    start_cursor: str | None
+    replay_from: str | None
+    replay_seq: int
+    created_at: datetime
+
+
+#: How the upsert of :class:`WebhookEndpointRow` turns each JSON filter into a text[] column.
+FILTER_ARRAYS = {
+    c: f"CASE WHEN u.{c} IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text(u.{c})) END"
+    for c in ("locales", "tickers", "categories")
+}

@@ -6,6 +6,7 @@ placeholders come from their dataclasses in :mod:`.rows`."""
 from tickerwire.services.readmodel import positions
 
 from .rows import (
+    FILTER_ARRAYS,
     TEXT_INPUTS,
     ApiKeyRow,
     EmbedRow,
@@ -14,6 +15,7 @@ from .rows import (
     PostRow,
     TokenRow,
     TranslationRow,
+    WebhookEndpointRow,
     WorkspaceRow,
     upsert_from_arrays,
 )
@@ -201,6 +203,9 @@ UPSERT_WORKSPACE = upsert_from_arrays(WorkspaceRow, "id", "t.version < EXCLUDED.
 UPSERT_API_KEY = upsert_from_arrays(ApiKeyRow, "id", "t.version < EXCLUDED.version")
 UPSERT_EMBED = upsert_from_arrays(EmbedRow, "id", "t.version < EXCLUDED.version")
 UPSERT_HEARTBEAT = upsert_from_arrays(HeartbeatRow, "embed_id", "t.landed_at < EXCLUDED.landed_at")
+UPSERT_WEBHOOK_ENDPOINT = upsert_from_arrays(
+    WebhookEndpointRow, "id", "t.version < EXCLUDED.version", select=FILTER_ARRAYS
+)
 
 # --------------------------------------------------------------------------- badge sweeper
 

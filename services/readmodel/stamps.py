@@ -42,6 +42,7 @@ POSTS = "posts"  # any post: the API's page cache
 TOKENS = "tokens"  # tokens and their post counts
 CATEGORIES = "categories"
 LOCALES = "locales"
+WEBHOOKS = "webhooks"  # webhook endpoints: each dispatcher's endpoints
 
 CHANNEL = "tw_stamps"
 #: application_name of the listening connection (pg_stat_activity shows who listens)

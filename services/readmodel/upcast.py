@@ -28,12 +28,21 @@ from tickerwire.schemas.models import (
     Source,
     TickerMention,
     TokenEvent,
+    WebhookEndpointEvent,
     WorkspaceEvent,
 )
 
 #: An event as the projector maps it: each type in its current version.
 ProjectedEvent = Union[
-    PostEventV2, TokenEvent, CategoryEvent, LocaleEvent, WorkspaceEvent, ApiKeyEvent, EmbedEvent, HeartbeatEvent
+    PostEventV2,
+    TokenEvent,
+    CategoryEvent,
+    LocaleEvent,
+    WorkspaceEvent,
+    ApiKeyEvent,
+    EmbedEvent,
+    HeartbeatEvent,
+    WebhookEndpointEvent,
 ]
 
 #: The relevance of a ticker a version 1 event names: it named only the tickers a post is about.

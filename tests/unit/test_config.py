@@ -207,14 +207,18 @@ def test_each_service_reads_its_own_section_and_the_shared_one_only():
     from tickerwire.services.common.runtime.config import Config
     from tickerwire.services.projector.settings import ProjectorConfig
     from tickerwire.services.stream.settings import StreamConfig
+    from tickerwire.services.webhooks.settings import WebhooksConfig
 
     shared = {f.name for f in fields(Config)}
-    own = {c: {f.name for f in fields(c)} - shared for c in (ApiConfig, StreamConfig, ProjectorConfig)}
+    sections = (ApiConfig, StreamConfig, ProjectorConfig, WebhooksConfig)
+    own = {c: {f.name for f in fields(c)} - shared for c in sections}
     assert all(own.values())
-    assert not own[ApiConfig] & own[StreamConfig] and not own[StreamConfig] & own[ProjectorConfig]
-    assert not own[ApiConfig] & own[ProjectorConfig]
+    for i, a in enumerate(sections):
+        for b in sections[i + 1 :]:
+            assert not own[a] & own[b], (a, b)
     assert shared | set().union(*own.values()) == {f.name for f in fields(FullConfig)}
     assert {n.split("_")[0] for n in own[StreamConfig]} == {"stream"}
+    assert {n.split("_")[0] for n in own[WebhooksConfig]} == {"webhooks"}
     assert {n.split("_")[0] for n in own[ProjectorConfig]} <= {"projector", "sweep"}
 
 

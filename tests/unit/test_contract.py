@@ -154,7 +154,7 @@ def test_the_registry_derives_keys_and_topics_from_each_declaration():
     assert [event_types(t) for t in ALL_TOPICS] == [
         ("post",),
         ("token", "category", "locale"),
-        ("workspace", "api_key", "embed", "heartbeat"),
+        ("workspace", "api_key", "embed", "heartbeat", "webhook_endpoint"),
     ]
     assert topic_for_event_type("tw", "heartbeat") == "tw.access.v1" and (POSTS, CATALOG, ACCESS) == ALL_TOPICS
     keys = {e["type"]: entity_key(decode_event(orjson.dumps(e))) for e in examples()}
