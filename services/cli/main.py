@@ -58,6 +58,10 @@ def _service(name: str):
             from ..api.app import serve as api
 
             return run_service(name, api, _config())
+        if name == "dispatcher":
+            from ..webhooks.app import serve as dispatcher
+
+            return run_service(name, dispatcher, _config())
         from ..stream.app import serve as stream
 
         return run_service(name, stream, _config())
@@ -469,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     proj.set_defaults(func=_service("projector"))
     sub.add_parser("api", help="run the read API").set_defaults(func=_service("api"))
     sub.add_parser("stream", help="run the WebSocket stream").set_defaults(func=_service("stream"))
+    sub.add_parser("dispatcher", help="run the webhook dispatcher (docs/webhooks.md)").set_defaults(
+        func=_service("dispatcher")
+    )
 
     pub = sub.add_parser("publish", help="validate JSON-lines events and publish them (all or nothing)")
     pub.add_argument("file", help="a JSON-lines file, or - for standard input")

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import orjson
 
-from ..readmodel.logposition import record_text
 from ..readmodel.mapping import iso_utc
+from ..readmodel.messages import post_created  # noqa: F401  (the stream's post.created)
 
 #: The server shuts down (SIGTERM): reconnect, possibly to another process.
 CLOSE_GOING_AWAY = 1001
@@ -56,23 +56,3 @@ def ready(
 
 def ping() -> bytes:
     return orjson.dumps({"type": "ping", "ts": _now()})
-
-
-def post_created(lean_json: str, partition: int, offset: int, cursor: str | None = None) -> bytes:
-    """``data`` is the stored lean JSON, byte for byte the item GET /posts lists.
-
-    ``log_position`` names the posts-topic record that announced the post
-    (:func:`..readmodel.logposition.record_text`; how a read is known to reflect it:
-    docs/api.md#log-positions). ``cursor`` (connections that opted in to cursors): the resume
-    cursor just after this message.
-    """
-    return (
-        b'{"type":"post.created","ts":"'
-        + _now().encode()
-        + b'","log_position":"'
-        + record_text(partition, offset).encode()
-        + (b'","cursor":"' + cursor.encode() if cursor is not None else b"")
-        + b'","data":'
-        + lean_json.encode()
-        + b"}"
-    )

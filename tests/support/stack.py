@@ -58,6 +58,7 @@ PORT_VARS = {
     "projector": (None, "TICKERWIRE_PROJECTOR_ADMIN_PORT"),
     "api": ("TICKERWIRE_API_PORT", "TICKERWIRE_API_ADMIN_PORT"),
     "stream": ("TICKERWIRE_STREAM_PORT", "TICKERWIRE_STREAM_ADMIN_PORT"),
+    "dispatcher": (None, "TICKERWIRE_WEBHOOKS_ADMIN_PORT"),
 }
 
 
@@ -161,7 +162,9 @@ class ServiceStack:
 
     async def start(self, name: str, *, port: int | None = None, preexec_fn=None, **env_overrides: str) -> Service:
         service = self.spawn(name, port=port, preexec_fn=preexec_fn, **env_overrides)
-        await wait_http(f"{service.admin_url}/{'healthz' if name == 'projector' else 'readyz'}", service)
+        await wait_http(
+            f"{service.admin_url}/{'healthz' if name in ('projector', 'dispatcher') else 'readyz'}", service
+        )
         return service
 
     def of(self, name: str) -> list[Service]:

@@ -72,6 +72,14 @@ def _is_literal(host: str) -> bool:
     return True
 
 
+def check_literal(url: str, *, allow_private: bool) -> None:
+    """Refuse (:class:`TargetRefused`) a URL whose host is an IP literal that may not be reached:
+    the connect-time check of the hosts no resolver sees."""
+    host, _ = host_and_port(url)
+    if not allow_private and _is_literal(host) and (why := address_refusal(host)) is not None:
+        raise TargetRefused(f"{host} is {why}")
+
+
 async def check_url(url: str, *, allow_private: bool, timeout_s: float = 5.0) -> None:
     """Refuse (:class:`TargetRefused`) a URL that is not http(s), or whose host is or resolves to
     an address that may not be reached (unless ``allow_private``), or does not resolve."""

@@ -1,0 +1,235 @@
+"""One endpoint's deliveries (docs/webhooks.md#order): its announcements walked from its cursor
+(:func:`..readmodel.walk.walk`, the walk ``GET /changes`` and a stream resume share), each
+POSTed until the endpoint acknowledges it (a 2xx) or the endpoint is disabled, one request in
+flight, in cursor order. The cursor after a message is stored with the attempt that delivered
+it, so whatever stops this worker, the next one (here or in another process) starts where the
+endpoint is; a message sent again carries the same ``webhook-id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import NoReturn
+
+from ..common.http import signing
+from ..common.runtime.errors import TransientError
+from ..readmodel import cursors
+from ..readmodel.announcements import Announcement
+from ..readmodel.messages import post_created
+from ..readmodel.taxonomy import served_locales
+from ..readmodel.walk import Refusal, locales, walk
+from .endpoints import Endpoint
+from .metrics import WebhookMetrics
+from .schedule import due_to_disable, next_delay
+from .sender import Sender
+from .settings import WebhooksConfig
+from .sql import KEPT_ATTEMPTS
+from .store import Attempt, DeliveryProgress, LeaseLost, Store, utcnow
+
+log = logging.getLogger(__name__)
+
+#: Announcements read per walk.
+PAGE = 100
+#: An idle endpoint walks again at least this often (a new post's push normally wakes it first).
+IDLE_POLL_S = 1.0
+#: After the database failed, the next try waits this long.
+STORAGE_RETRY_S = 1.0
+
+
+class Disabled(Exception):
+    """The endpoint was disabled (the reason is stored)."""
+
+
+class ReplayAsked(Exception):
+    """An operator asked for a replay: the walk starts again from its cursor."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What every worker of a process uses."""
+
+    config: WebhooksConfig
+    store: Store
+    sender: Sender
+    metrics: WebhookMetrics
+    topic: str
+    signing_key: bytes
+
+
+def webhook_id(epoch: str, item: Announcement) -> str:
+    """The message's ``webhook-id``: the same for every attempt, every endpoint and every replay of
+    one announcement."""
+    return f"msg_{epoch}_{item.partition}_{item.offset}_{item.lang}"
+
+
+class EndpointWorker:
+    def __init__(self, shared: Shared, endpoint: Endpoint, progress: DeliveryProgress) -> None:
+        self.s = shared
+        self.endpoint = endpoint
+        self.changed = asyncio.Event()
+        self.wake = asyncio.Event()
+        #: Where the endpoint is: the stored cursor (None: not started), and where the walk is.
+        self.stored = progress.cursor
+        self.at = progress.cursor
+        self.replay_seq = progress.replay_seq
+        self.enable = progress.disabled  # claimed while disabled: an operator's resume enabled it
+        self.failed_attempts = progress.attempt
+        self.retry_at = time.monotonic() + progress.retry_in_s
+        self.failing_since: float | None = (
+            time.monotonic() - progress.failing_for_s if progress.failing_for_s is not None else None
+        )
+        self.behind_since: float | None = None
+        self.unpruned = 0
+        #: Monotonic time until which this process's lease is certainly held.
+        self.lease_deadline = time.monotonic() + shared.config.webhooks_lease_ttl_s
+
+    # ------------------------------------------------------------------ state the dispatcher reads
+
+    def update(self, endpoint: Endpoint) -> None:
+        if endpoint != self.endpoint:
+            self.endpoint = endpoint
+            self.changed.set()
+
+    def backlog_age(self) -> float:
+        since = [t for t in (self.behind_since, self.failing_since) if t is not None]
+        return time.monotonic() - min(since) if since else 0.0
+
+    @property
+    def failing(self) -> bool:
+        return self.failing_since is not None
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        """Deliver until cancelled, the lease is lost (:class:`LeaseLost`) or the endpoint is disabled."""
+        while True:
+            try:
+                await self._deliver_pages()
+            except TransientError as e:
+                log.warning("webhook endpoint %s: %s; retrying in %g s", self.endpoint.id, e, STORAGE_RETRY_S)
+                await asyncio.sleep(STORAGE_RETRY_S)
+            except ReplayAsked:
+                continue
+
+    async def _deliver_pages(self) -> None:
+        if self.enable:
+            await self.s.store.enable(self.endpoint.id)
+            self.enable, self.failed_attempts, self.failing_since = False, 0, None
+            log.info("webhook endpoint %s enabled again by an operator", self.endpoint.id)
+        while True:
+            await self._start_replay_if_asked()
+            langs = locales(await served_locales(self.s.store.pool), self.endpoint.locales)
+            if self.at is None:  # registered without a start: deliveries start at the frontier
+                page = await walk(self.s.store.pool, self.s.topic, None, langs, limit=0)
+                assert not isinstance(page, Refusal)
+                self.at = page.cursor()
+                await self.s.store.replay(self.endpoint.id, self.at, self.replay_seq)
+                self.stored = self.at
+            page = await walk(
+                self.s.store.pool,
+                self.s.topic,
+                cursors.decode(self.at),
+                langs,
+                limit=PAGE,
+                tickers=self.endpoint.tickers,
+                categories=self.endpoint.categories,
+            )
+            if isinstance(page, Refusal):
+                await self._disable(f"its cursor cannot be walked: {page.message}")
+            if not page.items:
+                self.at, self.behind_since = page.cursor(), None
+                await self._idle()
+                continue
+            if self.behind_since is None:
+                self.behind_since = time.monotonic()
+            for item, after in page.each():
+                await self._deliver(page.epoch, item, after)
+                self.at = after
+            if not page.has_more:
+                self.at = page.cursor()
+
+    async def _idle(self) -> None:
+        self.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(IDLE_POLL_S):
+                await self._either(self.wake, self.changed)
+
+    @staticmethod
+    async def _either(*events: asyncio.Event) -> None:
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _start_replay_if_asked(self) -> None:
+        ep = self.endpoint
+        if ep.replay_seq > self.replay_seq and ep.replay_from is not None:
+            try:
+                cursors.decode(ep.replay_from)
+            except cursors.InvalidCursor as e:
+                await self._disable(f"the replay's cursor is not valid: {e}")
+            await self.s.store.replay(ep.id, ep.replay_from, ep.replay_seq)
+            log.info("webhook endpoint %s: replay %d started", ep.id, ep.replay_seq)
+            self.replay_seq, self.at, self.stored = ep.replay_seq, ep.replay_from, ep.replay_from
+            self.failed_attempts, self.failing_since, self.retry_at = 0, None, 0.0
+
+    async def _disable(self, reason: str, attempt: Attempt | None = None) -> NoReturn:
+        await self.s.store.disable(self.endpoint.id, self.endpoint.version, reason, attempt)
+        log.warning("webhook endpoint %s disabled: %s", self.endpoint.id, reason)
+        raise Disabled(reason)
+
+    async def _wait_until_due(self) -> None:
+        """Until the next attempt is due; earlier when the endpoint changes (a replay is then started)."""
+        while (left := self.retry_at - time.monotonic()) > 0:
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self.changed.wait()
+            if self.endpoint.replay_seq > self.replay_seq:
+                raise ReplayAsked
+
+    async def _deliver(self, epoch: str, item: Announcement, after: str) -> None:
+        """POST one message until the endpoint acknowledges it; its cursor stored with that attempt."""
+        msg_id = webhook_id(epoch, item)
+        body = post_created(item.lean, item.partition, item.offset, after)
+        config = self.s.config
+        while True:
+            await self._wait_until_due()
+            if self.endpoint.replay_seq > self.replay_seq:
+                raise ReplayAsked
+            if self.lease_deadline - time.monotonic() < config.webhooks_attempt_timeout_s + 1:
+                raise LeaseLost(self.endpoint.id)  # it may expire during the attempt: stop before it
+            ep, at = self.endpoint, utcnow()
+            headers = signing.headers(
+                msg_id, int(at.timestamp()), body, ep.secrets(self.s.signing_key, config.webhooks_rotation_window_s, at)
+            )
+            result = await self.s.sender.attempt(ep.url, headers, body)
+            self.s.metrics.attempts.labels(result.outcome).inc()
+            self.s.metrics.latency.observe(result.latency_s)
+            number = self.failed_attempts + 1
+            self.unpruned += 1
+            if self.unpruned >= KEPT_ATTEMPTS:
+                await self.s.store.prune(ep.id)
+                self.unpruned = 0
+            if result.outcome == "delivered":
+                await self.s.store.delivered(ep.id, after, Attempt(msg_id, number, at, result))
+                self.stored, self.failed_attempts, self.failing_since, self.retry_at = after, 0, None, 0.0
+                return
+            if result.outcome == "gone":
+                await self._disable("the endpoint answered 410 Gone", Attempt(msg_id, number, at, result))
+            delay = next_delay(number, config.webhooks_retry_scale, result.retry_after_s)
+            failing_for = await self.s.store.failed(
+                ep.id, Attempt(msg_id, number, at, result, at + timedelta(seconds=delay)), delay
+            )
+            self.failed_attempts, self.retry_at = number, time.monotonic() + delay
+            if self.failing_since is None:
+                self.failing_since = time.monotonic() - failing_for
+            if due_to_disable(failing_for, config.webhooks_disable_after_s, config.webhooks_retry_scale):
+                await self._disable(f"failing for {failing_for:.0f} s; last attempt: {result.error}")
