@@ -29,7 +29,26 @@ DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 OBS = DEPLOY / "observability"
 KUBERNETES_VERSION = "1.30.0"  # the oldest minor the manifests promise to work on
-ADMIN_PORTS = {"api": 9080, "stream": 9081, "projector": 9082}  # as in compose.yaml and base/config.env
+ADMIN_PORTS = {"api": 9080, "stream": 9081, "projector": 9082, "webhooks": 9083}  # compose.yaml, base/config.env
+#: The command each service runs (the webhook dispatcher's service is named after its job).
+COMMANDS = {"api": "api", "stream": "stream", "projector": "projector", "webhooks": "dispatcher"}
+#: The admin-port setting of each service.
+ADMIN_VARS = {
+    "api": "TICKERWIRE_API_ADMIN_PORT",
+    "stream": "TICKERWIRE_STREAM_ADMIN_PORT",
+    "projector": "TICKERWIRE_PROJECTOR_ADMIN_PORT",
+    "webhooks": "TICKERWIRE_WEBHOOKS_ADMIN_PORT",
+}
+#: The webhook dispatcher's metrics (issue 45), which its package adds in a branch of its own
+#: (services/webhooks/ holds only its settings here): see external_metrics().
+WEBHOOK_METRICS = {
+    "tickerwire_webhooks_backlog_age_seconds",
+    "tickerwire_webhooks_attempts_total",
+    "tickerwire_webhooks_endpoints",
+    "tickerwire_webhooks_disabled_endpoints",
+    "tickerwire_webhooks_loop_last_run_timestamp_seconds",
+    "tickerwire_webhooks_delivery_seconds",
+}
 #: Metrics the dashboard and alerts use that another issue adds (issue 10: log discontinuity),
 #: and Kubernetes' own (kube-state-metrics), so not defined in services/.
 EXTERNAL_METRICS = {"tickerwire_projector_log_discontinuity", "kube_pod_container_status_ready", "up"}
@@ -62,17 +81,30 @@ def test_compose_runs_kafka_in_kraft_mode_and_migrates_before_the_services():
     assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert services["init"]["entrypoint"] == ["sh", "-c"]  # the image's entrypoint is `tickerwire`
     assert services["init"]["command"] == ["tickerwire migrate && tickerwire topics ensure"]
-    for name in ("projector", "api", "stream"):
-        assert services[name]["command"] == [name]
+    for name, command in COMMANDS.items():
+        assert services[name]["command"] == [command]
         assert services[name]["depends_on"]["init"]["condition"] == "service_completed_successfully"
         port = ADMIN_PORTS[name]
         assert f"http://127.0.0.1:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"])
     env = services["api"]["environment"]
-    assert (
-        env["TICKERWIRE_API_ADMIN_PORT"],
-        env["TICKERWIRE_STREAM_ADMIN_PORT"],
-        env["TICKERWIRE_PROJECTOR_ADMIN_PORT"],
-    ) == ("9080", "9081", "9082")
+    assert {name: int(env[var]) for name, var in ADMIN_VARS.items()} == ADMIN_PORTS
+
+
+def test_compose_gives_the_dispatcher_a_signing_key_generated_once_into_a_volume():
+    services = compose()
+    dispatcher, generator = services["services"]["webhooks"], services["services"]["webhooks-key"]
+    assert dispatcher["depends_on"]["webhooks-key"]["condition"] == "service_completed_successfully"
+    key_file = dispatcher["environment"]["TICKERWIRE_WEBHOOKS_SIGNING_KEY_FILE"]
+    (mount,) = [v for v in dispatcher["volumes"] if key_file.startswith(v.split(":")[1] + "/")]
+    volume, folder, mode = mount.split(":")
+    assert mode == "ro" and volume in services["volumes"]
+    (written,) = [v.split(":")[1] for v in generator["volumes"] if v.split(":")[0] == volume]
+    script = " ".join(generator["command"])
+    # Written only when absent (a new key would change every endpoint's secret), for the image's user.
+    assert f"{written}/{key_file.removeprefix(folder + '/')}" in script
+    assert '[ -s "$$f" ] ||' in script and "chown 10001:10001" in script
+    # Only the dispatcher reads the key: the shared settings do not name it.
+    assert not {k for k in services["x-tickerwire-env"] if "SIGNING_KEY" in k}
 
 
 def test_compose_mounts_files_that_exist_and_prometheus_scrapes_the_admin_ports():
@@ -140,7 +172,7 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
     assert config_name.startswith("tickerwire-config-")  # generated: a new name when a setting changes
     config = by_kind["ConfigMap"][config_name]["data"]
     deployments = by_kind["Deployment"]
-    assert set(deployments) == {"tickerwire-api", "tickerwire-stream", "tickerwire-projector"}
+    assert set(deployments) == {f"tickerwire-{name}" for name in ADMIN_PORTS}
     assert {h["spec"]["scaleTargetRef"]["name"] for h in by_kind["HorizontalPodAutoscaler"].values()} == {
         "tickerwire-api",
         "tickerwire-stream",
@@ -148,8 +180,10 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
     assert {
         p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
         for p in by_kind["PodDisruptionBudget"].values()
-    } == {"api", "stream", "projector"}
+    } == set(ADMIN_PORTS)
     assert set(by_kind["Service"]) == {"tickerwire-api", "tickerwire-stream"}
+    # Two dispatchers at least: when one stops, the other takes its endpoints over.
+    assert deployments["tickerwire-webhooks"]["spec"]["replicas"] >= 2
     # One projector per partition of the posts topic.
     assert deployments["tickerwire-projector"]["spec"]["replicas"] == int(config["TICKERWIRE_TOPIC_POSTS_PARTITIONS"])
     # ... so a rollout replaces a projector instead of adding one that would own no partition.
@@ -159,6 +193,7 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
         (container,) = pod["containers"]
+        assert container["args"] == [COMMANDS[component]]
         assert [e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e] == [config_name]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["admin"] == ADMIN_PORTS[component]
@@ -168,16 +203,21 @@ def test_rendered_kustomization_validates_and_keeps_the_production_rules(folder:
         assert set(container["resources"]) == {"requests", "limits"}
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
-        assert secrets == {"tickerwire-database", "tickerwire-kafka"}
+        # The signing key only where it is used, mounted where the dispatcher reads it.
+        signing = {"tickerwire-webhooks"} if component == "webhooks" else set()
+        assert secrets == {"tickerwire-database", "tickerwire-kafka"} | signing
+        if signing:
+            (key_file,) = [e["value"] for e in container["env"] if e["name"] == "TICKERWIRE_WEBHOOKS_SIGNING_KEY_FILE"]
+            (volume,) = [
+                v["name"] for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "tickerwire-webhooks"
+            ]
+            (mount,) = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume]
+            assert key_file == f"{mount}/signing-key"
         assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(
             ADMIN_PORTS[component]
         )
-    admin_vars = {
-        "api": "TICKERWIRE_API_ADMIN_PORT",
-        "stream": "TICKERWIRE_STREAM_ADMIN_PORT",
-        "projector": "TICKERWIRE_PROJECTOR_ADMIN_PORT",
-    }
-    assert {c: int(config[v]) for c, v in admin_vars.items()} == ADMIN_PORTS
+    assert {c: int(config[v]) for c, v in ADMIN_VARS.items()} == ADMIN_PORTS
+    assert not {k for k in config if "SIGNING_KEY" in k}  # every pod reads the ConfigMap
     assert config["TICKERWIRE_DATABASE_URL_FILE"].startswith("/var/run/secrets/tickerwire/database/")
     assert config["TICKERWIRE_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
     job = by_kind["Job"]["tickerwire-migrate"]["spec"]["template"]["spec"]["containers"][0]
@@ -193,6 +233,14 @@ def exported_metrics() -> set[str]:
     for path in (ROOT / "services").rglob("*.py"):
         names |= set(re.findall(r'"(tickerwire_[a-z_]+)"', path.read_text()))
     return names
+
+
+def external_metrics() -> set[str]:
+    """EXTERNAL_METRICS, and the webhook dispatcher's while services/ exports none of them: once it
+    exports one, every name the dashboard and alerts use must be exported, so a name that differs
+    between the two branches fails here."""
+    dispatcher_exports = any(name.startswith("tickerwire_webhooks_") for name in exported_metrics())
+    return EXTERNAL_METRICS if dispatcher_exports else EXTERNAL_METRICS | WEBHOOK_METRICS
 
 
 def metric_names(expr: str) -> set[str]:
@@ -213,6 +261,10 @@ def test_dashboard_parses_and_uses_only_metrics_the_code_exports():
         "dead letters",
         "connections",
         "slow-consumer",
+        "webhook deliveries",
+        "webhook backlog",
+        "disabled webhook endpoints",
+        "webhook attempt latency",
     ):
         assert topic in titles, topic
     used = set()
@@ -220,7 +272,7 @@ def test_dashboard_parses_and_uses_only_metrics_the_code_exports():
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             used |= metric_names(target["expr"])
-    assert used - exported_metrics() - EXTERNAL_METRICS == set()
+    assert used - exported_metrics() - external_metrics() == set()
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
@@ -237,6 +289,9 @@ def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
         "TickerwireDeadLettersGrowing",
         "TickerwireNotReady",
         "TickerwireApi5xxRate",
+        "TickerwireWebhookBacklogGrowing",
+        "TickerwireWebhookDispatcherStalled",
+        "TickerwireWebhookEndpointsDisabled",
     ):
         assert name in rules
     operations = (ROOT / "docs" / "operations.md").read_text()
@@ -247,7 +302,7 @@ def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
     for name, rule in rules.items():
         assert rule["annotations"]["runbook"] == f"docs/operations.md#{name.lower()}"
         assert name.lower() in headings, f"no runbook section for {name}"
-        assert metric_names(rule["expr"]) - exported_metrics() - EXTERNAL_METRICS == set(), name
+        assert metric_names(rule["expr"]) - exported_metrics() - external_metrics() == set(), name
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian package `prometheus`)")

@@ -2,11 +2,13 @@
 field (Checkov, with the two checks deploy/checkov.yaml waives and why) and by explicit
 tests of the pitfalls Checkov does not know: a replica count on a Deployment an autoscaler
 manages, containers without resources, probes and Services aimed at ports that do not exist,
-a PodDisruptionBudget that blocks every eviction.
+a PodDisruptionBudget that blocks every eviction, and a webhook dispatcher that could reach the
+cluster's private network.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 from pathlib import Path
@@ -145,3 +147,81 @@ def test_checkov_passes_the_rendered_overlay(tmp_path: Path):
     failed = [(c["check_id"], c["check_name"], c["resource"]) for c in report["results"]["failed_checks"]]
     assert failed == [] and ran.returncode == 0, failed or ran.stderr[-3000:]
     assert report["summary"]["passed"] > 100 and report["summary"]["parsing_errors"] == 0, report["summary"]
+
+
+#: What the webhook dispatcher must not reach but for PostgreSQL, Kafka and DNS: the private,
+#: link-local (the cloud metadata service) and shared ranges, and an address in each.
+PRIVATE_NETWORKS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"]
+PRIVATE_ADDRESSES = ["10.1.2.3", "172.20.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1"]
+
+
+def peer_reaches(peer: dict, address: str) -> bool:
+    if "ipBlock" not in peer:  # pods and namespaces: addresses of the cluster, all private here
+        return any(ipaddress.ip_address(address) in ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)
+    block = peer["ipBlock"]
+    ip = ipaddress.ip_address(address)
+    return ip in ipaddress.ip_network(block["cidr"]) and not any(
+        ip in ipaddress.ip_network(e) for e in block.get("except", [])
+    )
+
+
+def egress_allows(policies: list[dict], address: str, port: int, protocol: str = "TCP") -> bool:
+    """Whether NetworkPolicies selecting a pod let it connect to address:port (the union of their
+    egress rules; a rule without ``to`` reaches every address, one without ``ports`` every port).
+    No policy with Egress: everything is allowed."""
+    egress = [p for p in policies if "Egress" in p["spec"].get("policyTypes", [])]
+    if not egress:
+        return True
+    for policy in egress:
+        for rule in policy["spec"].get("egress", []):
+            ports = rule.get("ports")
+            port_ok = ports is None or any(
+                p.get("protocol", "TCP") == protocol and p.get("port") in (None, port) for p in ports
+            )
+            to_ok = "to" not in rule or any(peer_reaches(peer, address) for peer in rule["to"])
+            if port_ok and to_ok:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
+def test_the_webhook_dispatcher_reaches_the_internet_and_not_the_private_network(folder: Path):
+    # Its second line of defense (the first: services/common/http/targets.py refuses non-public
+    # addresses): any public address on any port, none of the private ranges but for DNS,
+    # PostgreSQL and the brokers' ports of this very configuration.
+    docs = kustomize(folder)
+    (dispatcher,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "tickerwire-webhooks"]
+    labels = dispatcher["spec"]["template"]["metadata"]["labels"]
+    policies = [p for p in by_kind(docs, "NetworkPolicy") if selects(p["spec"]["podSelector"]["matchLabels"], labels)]
+    (config,) = [d["data"] for d in by_kind(docs, "ConfigMap")]
+    kafka_ports = {int(s.rsplit(":", 1)[1]) for s in config["TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS"].split(",")}
+    for address, port in [("93.184.216.34", 443), ("8.8.8.8", 80), ("1.1.1.1", 8443), ("203.0.114.7", 9093)]:
+        assert egress_allows(policies, address, port), (address, port)
+    for address in PRIVATE_ADDRESSES:
+        for port in (80, 443, 8080, 6443):
+            assert not egress_allows(policies, address, port), (address, port)
+        assert egress_allows(policies, address, 53, "UDP"), address
+    for port in {5432} | kafka_ports:
+        assert egress_allows(policies, "10.1.2.3", port), port
+    # Every other pod keeps its egress open (its PostgreSQL, brokers and DNS differ per cluster).
+    for deployment in by_kind(docs, "Deployment"):
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        if deployment is not dispatcher:
+            selecting = [
+                p
+                for p in by_kind(docs, "NetworkPolicy")
+                if selects(p["spec"]["podSelector"]["matchLabels"], pod_labels)
+            ]
+            assert egress_allows(selecting, "10.1.2.3", 5432), deployment["metadata"]["name"]
+
+
+def test_the_egress_arithmetic_matches_kubernetes():
+    public = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}]}
+    policy = {"spec": {"policyTypes": ["Ingress", "Egress"], "egress": [public]}}
+    assert egress_allows([policy], "8.8.8.8", 1234) and not egress_allows([policy], "10.0.0.1", 80)
+    assert egress_allows([{"spec": {"policyTypes": ["Ingress"]}}], "10.0.0.1", 80)  # no Egress: all open
+    assert not egress_allows([{"spec": {"policyTypes": ["Egress"]}}], "8.8.8.8", 443)  # no rule: all closed
+    dns = {"spec": {"policyTypes": ["Egress"], "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}}
+    assert egress_allows([dns], "10.0.0.1", 53, "UDP") and not egress_allows([dns], "10.0.0.1", 53, "TCP")
+    pods = {"spec": {"policyTypes": ["Egress"], "egress": [{"to": [{"podSelector": {}}]}]}}
+    assert egress_allows([pods], "10.0.0.1", 80) and not egress_allows([pods], "8.8.8.8", 80)
