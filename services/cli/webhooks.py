@@ -122,6 +122,8 @@ async def since_cursor(config: Config, conn: asyncpg.Connection, topic: str, sin
     head = await walk(conn, topic, None, frozenset(), limit=0)
     assert not isinstance(head, Refusal)
     tps = [TopicPartition(topic, p) for p in sorted(head.frontier)]
+    if not tps:  # nothing projected yet: nothing to deliver again
+        return head.cursor()
     consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-webhooks-replay")
     try:
         await consumer.start()
