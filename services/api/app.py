@@ -61,6 +61,9 @@ def add_partner_routes(app: web.Application, base: str) -> None:
         ("/languages", handlers.list_languages, "languages"),
         ("/search", handlers.search, "search"),
         ("/changes", handlers.changes, "changes"),
+        ("/webhooks/endpoints", handlers.list_webhook_endpoints, "webhook_endpoints"),
+        ("/webhooks/endpoints/{id}", handlers.webhook_endpoint, "webhook_endpoint"),
+        ("/webhooks/endpoints/{id}/attempts", handlers.webhook_attempts, "webhook_attempts"),
     ]
     for path, handler, name in routes:
         app.router.add_get(base + path, handler, name=PARTNER + name)

@@ -14,6 +14,7 @@ from multidict import CIMultiDict
 
 from ..common.db import storage_errors
 from ..common.http.envelope import ApiError
+from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel import cursors, stamps as stamp
 from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import text_search_config
@@ -25,7 +26,16 @@ from .catalog import Body, etag_of
 from .errors import not_found
 from .freshness import fresh_enough
 from .pages import CachedPage
-from .params import Filters, PageWindow, parse_changes, parse_filters, parse_page, parse_q, text_key
+from .params import (
+    Filters,
+    PageWindow,
+    parse_attempts_limit,
+    parse_changes,
+    parse_filters,
+    parse_page,
+    parse_q,
+    text_key,
+)
 from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, WATCHER, db
 
 JSON = "application/json"
@@ -251,3 +261,52 @@ async def sentiment_pulse(request: web.Request) -> web.Response:
     request[REQUEST_LOG_POSITION] = LogPosition.stored(next(r["log_position"] for r in rows if r["sentiment"] is None))
     counts = {r["sentiment"]: r["n"] for r in rows if r["sentiment"] is not None}
     return json_bytes(orjson.dumps(partner.pulse(counts, as_of)))
+
+
+# --------------------------------------------------------------------------- webhooks (docs/api.md#webhooks)
+
+#: The 404 of an endpoint id that is unknown, removed or another workspace's: the same words, so
+#: an answer never tells whether another workspace has an endpoint of that id.
+NO_WEBHOOK_ENDPOINT = "No webhook endpoint of this workspace has this id."
+
+
+def _endpoint_id(request: web.Request) -> str:
+    segment = text_key(request.match_info["id"])
+    if segment is None:
+        raise not_found(NO_WEBHOOK_ENDPOINT)
+    return segment
+
+
+async def _webhook_endpoints(request: web.Request, endpoint_id: str | None) -> list[dict]:
+    with storage_errors("webhook endpoints"):
+        rows = await db(request).fetch(
+            queries.SELECT_WEBHOOK_ENDPOINTS, request[WORKSPACE_KEY], endpoint_id, _log_topic(request)
+        )
+    request[REQUEST_LOG_POSITION] = LogPosition.stored(rows[0]["log_position"])
+    return [partner.webhook_endpoint_item(r) for r in rows if r["id"] is not None]
+
+
+async def list_webhook_endpoints(request: web.Request) -> web.Response:
+    """The caller's workspace's endpoints that are not removed, oldest first."""
+    return json_bytes(orjson.dumps({"endpoints": await _webhook_endpoints(request, None)}))
+
+
+async def webhook_endpoint(request: web.Request) -> web.Response:
+    found = await _webhook_endpoints(request, _endpoint_id(request))
+    if not found:
+        raise not_found(NO_WEBHOOK_ENDPOINT)
+    return json_bytes(orjson.dumps(found[0]))
+
+
+async def webhook_attempts(request: web.Request) -> web.Response:
+    """The endpoint's latest delivery attempts, newest first."""
+    endpoint_id, limit = _endpoint_id(request), parse_attempts_limit(request.query)
+    with storage_errors("webhook attempts"):
+        rows = await db(request).fetch(
+            queries.SELECT_WEBHOOK_ATTEMPTS, request[WORKSPACE_KEY], endpoint_id, limit, _log_topic(request)
+        )
+    request[REQUEST_LOG_POSITION] = LogPosition.stored(rows[0]["log_position"])
+    if not rows[0]["visible"]:
+        raise not_found(NO_WEBHOOK_ENDPOINT)
+    attempts = [partner.webhook_attempt_item(r) for r in rows if r["webhook_id"] is not None]
+    return json_bytes(orjson.dumps({"attempts": attempts}))

@@ -22,6 +22,8 @@ from .partner import SENTIMENTS
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50
+#: ``GET /webhooks/endpoints/{id}/attempts``: up to this many attempts (the dispatcher keeps 100).
+MAX_ATTEMPTS_LIMIT = 100
 MAX_CURSOR = 2**53
 MIN_QUERY = 3
 MAX_QUERY = 500
@@ -268,3 +270,10 @@ def parse_changes(query: Mapping[str, str]) -> ChangesQuery:
         _csv(query, "categories"),
         limit,
     )
+
+
+def parse_attempts_limit(query: Mapping[str, str]) -> int:
+    """``limit`` of the webhook attempts (1-100, default 20)."""
+    limit = _integer(query, "limit", 1, MAX_ATTEMPTS_LIMIT, DEFAULT_LIMIT)
+    assert limit is not None
+    return limit

@@ -137,3 +137,54 @@ def pulse(counts: Mapping[str, int], as_of: datetime) -> dict[str, Any]:
             s: {"count": counts.get(s, 0), "percent": (counts.get(s, 0) / total) if total else 0.0} for s in SENTIMENTS
         },
     }
+
+
+# --------------------------------------------------------------------------- webhooks (WebhookEndpoint, WebhookAttempt)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else iso_utc(value)
+
+
+def webhook_disabled(r: ReadRow) -> bool:
+    """Whether the dispatcher's disabling of an endpoint holds: its delivery state is
+    ``disabled`` and no later version of the endpoint (an operator's resume) has come since."""
+    return r["state"] == "disabled" and (r["disabled_version"] or 0) >= r["version"]
+
+
+def webhook_endpoint_item(r: ReadRow) -> dict[str, Any]:
+    """One endpoint (schemas/openapi.json#/components/schemas/WebhookEndpoint) from its read-model
+    row joined with the dispatcher's delivery row (whose columns are None before the dispatcher
+    has taken it up). Never its secret: only the generation that signs."""
+    disabled = webhook_disabled(r)
+    status = "disabled" if disabled else r["status"]
+    return {
+        "id": r["id"],
+        "url": r["url"],
+        "filters": {name: None if r[name] is None else list(r[name]) for name in ("locales", "tickers", "categories")},
+        "status": status,
+        "disabled_reason": r["disabled_reason"] if disabled else None,
+        "disabled_at": _iso(r["disabled_at"]) if disabled else None,
+        "failing_since": _iso(r["failing_since"]) if status == "active" else None,
+        "next_attempt_at": _iso(r["next_attempt_at"]) if status == "active" else None,
+        "attempt": r["attempt"] or 0,
+        "delivered": r["delivered"] or 0,
+        "last_delivered_at": _iso(r["last_delivered_at"]),
+        "cursor": r["cursor"],
+        "created_at": iso_utc(r["created_at"]),
+        "secret_generation": r["secret_generation"],
+    }
+
+
+def webhook_attempt_item(r: ReadRow) -> dict[str, Any]:
+    """One delivery attempt (schemas/openapi.json#/components/schemas/WebhookAttempt)."""
+    return {
+        "webhook_id": r["webhook_id"],
+        "attempt": r["attempt"],
+        "attempted_at": iso_utc(r["attempted_at"]),
+        "outcome": r["outcome"],
+        "status": r["status"],
+        "latency_ms": r["latency_ms"],
+        "error": r["error"],
+        "next_attempt_at": _iso(r["next_attempt_at"]),
+    }

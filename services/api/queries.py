@@ -266,3 +266,34 @@ def _search_query(
         )
         flags.append(f"SELECT {kind}, NULL::bigint, NULL::text, 0::bigint WHERE EXISTS ({exists})")
     return _assemble(ctes, flags, "k0 ASC, k1 DESC, k2 DESC", log_topic, args, arg)
+
+
+# docs/api.md#webhooks: the caller's workspace's endpoints ($1), not removed ones, one ($2) or
+# all (NULL), each with the dispatcher's delivery row (platform state, NULL before the dispatcher
+# has taken it up); always one row more or less: the first carries the mark ($3 the topic).
+SELECT_WEBHOOK_ENDPOINTS = f"""
+SELECT {logposition.stored_sql("$3")} AS log_position, x.*
+FROM (SELECT 1) one LEFT JOIN (
+    SELECT e.id, e.version, e.url, e.locales, e.tickers, e.categories, e.status, e.secret_generation, e.created_at,
+           d.state, d.disabled_version, d.disabled_reason, d.disabled_at, d.failing_since, d.next_attempt_at,
+           d.attempt, d.delivered, d.last_delivered_at, d.cursor
+    FROM webhook_endpoints e LEFT JOIN webhook_deliveries d ON d.endpoint_id = e.id
+    WHERE e.workspace_id = $1 AND e.status <> 'removed' AND ($2::text IS NULL OR e.id = $2)
+) x ON true
+ORDER BY x.created_at, x.id
+"""
+
+# The latest $3 attempts of the endpoint $2, newest first, when it is one of the workspace $1's
+# and not removed (``visible``: else the 404 of an endpoint the caller cannot see); the first row
+# carries the mark ($4 the topic).
+SELECT_WEBHOOK_ATTEMPTS = f"""
+SELECT {logposition.stored_sql("$4")} AS log_position, v.visible, a.webhook_id, a.attempt, a.attempted_at, a.outcome, a.status, a.latency_ms, a.error,
+       a.next_attempt_at
+FROM (SELECT EXISTS (
+    SELECT 1 FROM webhook_endpoints e WHERE e.id = $2 AND e.workspace_id = $1 AND e.status <> 'removed'
+) AS visible) v
+LEFT JOIN LATERAL (
+    SELECT * FROM webhook_attempts t WHERE v.visible AND t.endpoint_id = $2 ORDER BY t.id DESC LIMIT $3
+) a ON true
+ORDER BY a.id DESC
+"""

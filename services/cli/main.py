@@ -205,6 +205,83 @@ def cmd_key(args: argparse.Namespace) -> int:
     return _run("key", go())
 
 
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    """``webhooks ACTION``: each action but ``list`` publishes the endpoint's next snapshot."""
+    from . import webhooks as hooks
+
+    command = f"webhooks {args.action}"
+
+    async def go() -> int:
+        config = _config()
+        if args.action == "list":
+            async with _read_conn(config) as conn:
+                lines = await hooks.endpoint_lines(conn, args.workspace, removed=args.all)
+            if lines:
+                print("\n".join(lines))
+            return 0
+        if args.action == "register":
+            return await _register_webhook(config, args)
+        return await _change_webhook(config, args)
+
+    return _run(command, go())
+
+
+async def _register_webhook(config: FullConfig, args: argparse.Namespace) -> int:
+    from . import webhooks as hooks
+
+    filters = {name: hooks.endpoint_filter(getattr(args, name), name) for name in ("locales", "tickers", "categories")}
+    signing_key = config.signing_key()  # before anything is published: the secret must be shown
+    await hooks.refuse_target(args.url, allow_private=config.webhooks_allow_private_targets)
+    async with _read_conn(config) as conn:
+        event = await hooks.register_event(
+            conn,
+            workspace_id=args.workspace,
+            url=args.url,
+            topic=hooks.posts_topic(config),
+            endpoint_id=args.id,
+            **filters,
+        )
+    await _publish_one(config, event)
+    print(f"webhook endpoint id: {event.data.id} (workspace {args.workspace})", file=sys.stderr)
+    print(hooks.shown_secret(signing_key, event.data.id, 1))  # shown once; derived, never stored
+    return 0
+
+
+async def _change_webhook(config: FullConfig, args: argparse.Namespace) -> int:
+    from . import webhooks as hooks
+
+    signing_key = config.signing_key() if args.action == "rotate-secret" else None
+    rotation = None
+    async with _read_conn(config) as conn:
+        if args.action == "rotate-secret":
+            rotation = await hooks.rotation_event(conn, args.id, config.webhooks_rotation_window_s)
+            event = rotation.event
+        elif args.action == "replay":
+            topic = hooks.posts_topic(config)
+            cursor = (
+                await hooks.checked_cursor(conn, topic, args.start)
+                if args.start is not None
+                else await hooks.since_cursor(config, conn, topic, args.since)
+            )
+            event = await hooks.replay_event(conn, args.id, cursor)
+        else:
+            event = await hooks.status_event(conn, args.id, args.action)
+    await _publish_one(config, event)
+    if signing_key is not None and rotation is not None:
+        until = rotation.old_signs_until.isoformat(timespec="seconds")
+        print(
+            f"webhook endpoint {args.id}: secret generation {event.data.secret_generation}; "
+            f"the previous secret also signs until {until}",
+            file=sys.stderr,
+        )
+        print(hooks.shown_secret(signing_key, args.id, event.data.secret_generation))  # shown once
+    elif args.action == "replay":
+        print(f"webhook endpoint {args.id}: replay {event.data.replay_seq} from {event.data.replay_from}")
+    else:
+        print(f"webhook endpoint {args.id}: {event.data.status} (version {event.version})")
+    return 0
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
     from .admin import embed_event, require_workspace
 
@@ -449,6 +526,47 @@ def _version() -> str:
         return "unknown"
 
 
+#: A webhook endpoint id, as the event contract has it (schemas/models.py).
+_webhook_id = _matching(r"whe_[A-Za-z0-9]{4,64}", "webhook endpoint id (whe_ then 4 to 64 letters or digits)")
+
+
+def _webhooks_parser(sub) -> None:
+    hooks = sub.add_parser("webhooks", help="register and manage a workspace's webhook endpoints (docs/webhooks.md)")
+    actions = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    reg = actions.add_parser(
+        "register", help="register an endpoint; prints its id (stderr) and its signing secret, once (stdout)"
+    )
+    reg.add_argument("--workspace", required=True, type=_entity_id, help="a workspace the read model already shows")
+    reg.add_argument("--url", required=True, help="http(s) URL reaching a public address")
+    reg.add_argument("--id", type=_webhook_id, help="endpoint id (default: whe_ and 24 random hex digits)")
+    for name, example in (("locales", "en-US,de-DE"), ("tickers", "BTC,ETH"), ("categories", "bitcoin-etfs,defi")):
+        reg.add_argument(f"--{name}", help=f"only posts of these {name}, the stream's filter (e.g. {example})")
+    ls = actions.add_parser(
+        "list",
+        help="one line each: id, workspace, status, delivery state, delivered, secret generation, URL, filters",
+    )
+    ls.add_argument("--workspace", type=_entity_id, help="only this workspace's endpoints")
+    ls.add_argument("--all", action="store_true", help="removed endpoints too")
+    for name, what in (
+        ("pause", "stop delivering (the position is kept)"),
+        ("resume", "deliver again from the kept position; also enables an endpoint the dispatcher disabled"),
+        ("remove", "remove the endpoint for good"),
+        ("rotate-secret", "a new signing secret, printed once; the previous one also signs for the rotation window"),
+    ):
+        actions.add_parser(name, help=what).add_argument("id", type=_webhook_id, help="endpoint id (whe_...)")
+    rep = actions.add_parser("replay", help="deliver again everything after a cursor or since a time")
+    rep.add_argument("id", type=_webhook_id, help="endpoint id (whe_...)")
+    start = rep.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from", dest="start", metavar="CURSOR", help="a resume cursor (c1~...) this read model issued")
+    start.add_argument(
+        "--since",
+        type=_timestamp,
+        metavar="TIME",
+        help="what the posts topic received at or after this time (ISO 8601 with offset)",
+    )
+    hooks.set_defaults(func=cmd_webhooks)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tickerwire", description=__doc__)
     p.add_argument("--version", action="version", version=f"tickerwire {_version()}")
@@ -520,6 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the ping landed (ISO 8601 with offset, not in the future); default now",
     )
     hb.set_defaults(func=cmd_heartbeat)
+
+    _webhooks_parser(sub)
 
     dl = sub.add_parser("dead-letters", help="list, show or retry the records the projector set aside")
     dl_sub = dl.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -60,6 +60,9 @@ def test_document_is_valid_openapi_31():
         "/languages",
         "/search",
         "/changes",
+        "/webhooks/endpoints",
+        "/webhooks/endpoints/{id}",
+        "/webhooks/endpoints/{id}/attempts",
     }
 
 

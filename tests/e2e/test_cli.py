@@ -14,11 +14,10 @@ from pathlib import Path
 import asyncpg
 import orjson
 import pytest
-from aiokafka import TopicPartition
 
 from tests.support.stack import ServiceStack, started_stack
 from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+from tickerwire.schemas.topics import ALL_TOPICS
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import COMMAND_LOCK_TIMEOUT_S
 from tickerwire.services.readmodel.migrate import MIGRATION_LOCK
@@ -39,16 +38,6 @@ def cli(stack: ServiceStack, *args: str, stdin: str | None = None) -> subprocess
     )
 
 
-async def log_size(stack: ServiceStack) -> int:
-    consumer = kafka.consumer(stack.config, group_id=None, client_id="test-cli")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic_name(stack.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
-        return sum((await consumer.end_offsets(tps)).values())
-    finally:
-        await consumer.stop()
-
-
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
     async with started_stack(pg_dsn, kafka_bootstrap, "clitest", services=("projector",)) as s:
@@ -60,13 +49,13 @@ async def test_a_file_with_an_invalid_line_publishes_nothing(stack, tmp_path):
     bad = lines[:2] + ['{"type": "post", "version": 1}', "not json"] + lines[2:]
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(bad) + "\n")
-    before = await log_size(stack)
+    before = await stack.log_size()
     result = cli(stack, "publish", str(path))
     assert result.returncode == 1
     assert f"{path}:3: post:" in result.stderr
     assert f"{path}:4: not valid UTF-8 JSON" in result.stderr
     assert "nothing was published" in result.stderr
-    assert await log_size(stack) == before
+    assert await stack.log_size() == before
 
 
 async def test_valid_file_from_stdin_is_published_and_projected(stack):
@@ -236,7 +225,7 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
     ):
         for args in (["migrate"], ["projector", "rebuild"], ["projector", "accept-log"]):
             cases.append(({**ok, "TICKERWIRE_DATABASE_URL": url}, args, 2, word))
-    before = await log_size(stack)
+    before = await stack.log_size()
     slots = asyncio.Semaphore(4)
 
     async def run(env, args):
@@ -248,7 +237,7 @@ async def test_every_bad_argument_setting_or_dependency_is_one_line_and_a_status
         lines = result.stderr.splitlines()
         assert (result.returncode, len(lines)) == (status, 1), (args, result.returncode, result.stderr)
         assert word in lines[0] and "Traceback" not in result.stderr and not result.stdout, (args, result.stderr)
-    assert await log_size(stack) == before  # nothing was published by any of them
+    assert await stack.log_size() == before  # nothing was published by any of them
 
 
 def _with_database(dsn: str, name: str) -> str:

@@ -25,6 +25,8 @@ from tickerwire.schemas.models import (
     PostEvent,
     Token,
     TokenEvent,
+    WebhookEndpoint,
+    WebhookEndpointEvent,
     Workspace,
     WorkspaceEvent,
     encode_event,
@@ -61,6 +63,25 @@ def locale_ev(
             web_channel=web,
             is_default=default,
             position=position,
+        ),
+    )
+
+
+def webhook_endpoint_ev(
+    endpoint_id: str, workspace: str, version: int, status: str = "active", *, now: datetime = T0, **data: Any
+) -> WebhookEndpointEvent:
+    """A webhook endpoint's snapshot at ``version``, created ``version`` hours before ``now`` (so a
+    higher version is an older endpoint); ``data``: its other fields (filters, generation...)."""
+    return WebhookEndpointEvent(
+        version=version,
+        emitted_at=now,
+        data=WebhookEndpoint(
+            id=endpoint_id,
+            workspace_id=workspace,
+            url=f"https://hooks.example/{endpoint_id}",
+            status=status,
+            created_at=now - timedelta(hours=version),
+            **data,
         ),
     )
 

@@ -210,6 +210,20 @@ class ServiceStack:
 
             yield send
 
+    async def log_size(self) -> int:
+        """How many records every declared topic holds now (a command that published nothing leaves it)."""
+        from aiokafka import TopicPartition
+
+        from tickerwire.schemas.topics import ALL_TOPICS, topic_name
+
+        consumer = kafka.consumer(self.config, group_id=None, client_id="test-log-size")
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic_name(self.topic_prefix, s), p) for s in ALL_TOPICS for p in range(s.partitions)]
+            return sum((await consumer.end_offsets(tps)).values())
+        finally:
+            await consumer.stop()
+
     async def read_conn(self) -> asyncpg.Connection:
         return await asyncpg.connect(self.database_url, server_settings={"search_path": "rm,public"})
 
