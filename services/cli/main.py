@@ -35,6 +35,13 @@ def _config() -> FullConfig:
         ):
             if var not in env and var + "_FILE" not in env:
                 env[var] = info.get(key, default)
+        # `up`'s dispatcher: its signing key (a file, like any secret) and its address policy.
+        if info.get("webhooks_signing_key_file") and not any(
+            v in env for v in ("TICKERWIRE_WEBHOOKS_SIGNING_KEY", "TICKERWIRE_WEBHOOKS_SIGNING_KEY_FILE")
+        ):
+            env["TICKERWIRE_WEBHOOKS_SIGNING_KEY_FILE"] = info["webhooks_signing_key_file"]
+        if info.get("webhooks_allow_private_targets"):
+            env.setdefault("TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
     return FullConfig.from_env(env)
 
 

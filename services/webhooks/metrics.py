@@ -1,5 +1,5 @@
 """Every metric the webhook dispatcher exports, registered on an injectable registry
-(docs/webhooks.md#dispatchers)."""
+(docs/operations.md#webhook-alerts reads them)."""
 
 from __future__ import annotations
 

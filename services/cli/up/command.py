@@ -22,9 +22,10 @@ from pathlib import Path
 from ...common.runtime.config import STATE_DIR_DEFAULT, ConfigError, setting
 from ...common.runtime.logs import setup_logging
 from ...common.runtime.process import cancel_on_signals
+from ...webhooks.settings import new_signing_key
 from ..settings import FullConfig
 from .children import PORT_ATTEMPTS, PortTaken, Probe, Stack, wait_healthy
-from .demo import Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
+from .demo import DEMO_WORKSPACE, Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
 from .embedded import port_free_or_other, start_embedded
 from .failover import writable_url
 from .output import UpError, ready_lines, say
@@ -35,7 +36,26 @@ log = logging.getLogger("tickerwire.up")
 
 
 #: The listeners `up` starts; each port comes from its flag, else the environment or the default.
-PORTS = ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")
+PORTS = (
+    "api_port",
+    "stream_port",
+    "api_admin_port",
+    "stream_admin_port",
+    "projector_admin_port",
+    "webhooks_admin_port",
+)
+#: The dispatcher's signing key of `up`'s stack, kept in its state folder (every endpoint's
+#: secret derives from it: a new key would change them all).
+SIGNING_KEY_FILE = "webhooks-signing-key"
+
+
+def signing_key(state_dir: Path) -> str:
+    """The signing key of the stack in ``state_dir``, created on the first start."""
+    path = state_dir / SIGNING_KEY_FILE
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(new_signing_key() + "\n")
+    return path.read_text().strip()
 
 
 def settings_check(env: dict[str, str], database_url: str | None) -> FullConfig:
@@ -66,6 +86,9 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     env.setdefault("TICKERWIRE_KAFKA_HEARTBEAT_INTERVAL_MS", "1000")
     env.setdefault("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "20")
     env.setdefault("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "2")
+    env.setdefault("TICKERWIRE_WEBHOOKS_SIGNING_KEY", signing_key(stack.state_dir))
+    # A developer's receiver listens on this machine: `up` allows webhooks to local addresses.
+    env.setdefault("TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
     config = FullConfig.from_env(env)
     await prepare(config)
     for attempt in range(PORT_ATTEMPTS):
@@ -84,11 +107,12 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
             ports = dict(zip(PORTS, free_ports(len(PORTS))))
         env.update({"TICKERWIRE_" + name.upper(): str(port) for name, port in ports.items()})
         config = FullConfig.from_env(env)
-        children = {name: stack.spawn(name, env) for name in ("projector", "api", "stream")}
+        children = {name: stack.spawn(name, env) for name in ("projector", "api", "stream", "dispatcher")}
         admin = {
             "projector": f"http://{config.admin_host}:{config.projector_admin_port}",
             "api": f"http://{config.admin_host}:{config.api_admin_port}",
             "stream": f"http://{config.admin_host}:{config.stream_admin_port}",
+            "dispatcher": f"http://{config.admin_host}:{config.webhooks_admin_port}",
         }
         probes = [
             Probe(children["projector"], admin["projector"] + "/healthz", config.projector_admin_port),
@@ -99,6 +123,7 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
                 config.api_port,
             ),
             Probe(children["stream"], admin["stream"] + "/readyz", config.stream_admin_port),
+            Probe(children["dispatcher"], admin["dispatcher"] + "/readyz", config.webhooks_admin_port),
             Probe(
                 children["stream"],
                 f"http://{config.host}:{config.stream_port}{config.base_path}/stream",
@@ -135,6 +160,12 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "kafka_bootstrap_servers": bootstrap,
         "broker": parts.own.kind if parts.own is not None else "configured",
         "topic_prefix": config.topic_prefix,
+        "workspace_id": DEMO_WORKSPACE if key else None,
+        # What `tickerwire webhooks register` and `rotate-secret` read while this stack runs.
+        "webhooks_signing_key_file": str(stack.state_dir / SIGNING_KEY_FILE)
+        if "TICKERWIRE_WEBHOOKS_SIGNING_KEY" not in os.environ
+        else None,
+        "webhooks_allow_private_targets": config.webhooks_allow_private_targets,
         # Operator endpoints (/healthz, /readyz, /metrics) of each process, on its admin listener.
         "admin": admin,
         "metrics": {name: url + "/metrics" for name, url in admin.items()},

@@ -45,5 +45,9 @@ def ready_lines(info: dict[str, Any], own: OwnBroker | None, state_file: Path) -
     lines.append(f"  state:      {state_file}")
     if info["api_key"]:
         lines.append(f"Try: curl -H 'Authorization: Bearer {info['api_key']}' {info['base_url']}/posts")
+        lines.append(
+            f"Webhooks: run a receiver on this machine (say on port 9999), then: tickerwire webhooks register "
+            f"--workspace {info['workspace_id']} --url http://127.0.0.1:9999/hook (prints its secret once; docs/webhooks.md)"
+        )
     lines.append("Ctrl-C stops everything.")
     return lines
