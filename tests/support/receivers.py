@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,6 +30,10 @@ class Request:
     body: bytes
     #: What the receiver did: "ok" (200), or the fault it answered with.
     answer: str
+    #: Monotonic time of arrival.
+    received_at: float = 0.0
+    #: The ``v1,...`` signatures the request carried.
+    signatures: tuple[str, ...] = ()
 
     @property
     def message(self) -> dict:
@@ -80,6 +85,8 @@ class Receiver:
     plan: Plan = lambda: None
     #: Seconds a "slow" answer takes (longer than the dispatcher's attempt timeout).
     slow_s: float = 3.0
+    #: The ``Retry-After`` of a "429".
+    retry_after: str = "1"
     port: int = field(default_factory=lambda: free_ports(1)[0])
     requests: list[Request] = field(default_factory=list)
     bad_signatures: int = 0
@@ -96,15 +103,18 @@ class Receiver:
         body = await request.read()
         wid, ts = request.headers["webhook-id"], request.headers["webhook-timestamp"]
         mine = expected_signature(self.secret, wid, ts, body)
-        if mine not in request.headers.get("webhook-signature", "").split(" "):
+        signatures = tuple(request.headers.get("webhook-signature", "").split(" "))
+        if mine not in signatures:
             self.bad_signatures += 1
             return web.Response(status=400, text="bad signature")
         fault = self.plan()
-        self.requests.append(Request(wid, int(ts), body, fault or "ok"))
+        self.requests.append(Request(wid, int(ts), body, fault or "ok", time.monotonic(), signatures))
         if fault == "500":
             return web.Response(status=500, text="flaky")
         if fault == "429":
-            return web.Response(status=429, headers={"Retry-After": "1"})
+            return web.Response(status=429, headers={"Retry-After": self.retry_after})
+        if fault == "410":
+            return web.Response(status=410, text="gone")
         if fault == "reset":
             assert request.transport is not None
             request.transport.abort()
