@@ -34,7 +34,7 @@ class WebhooksConfig(Config):
         1.0,
         "multiplies every delay of the retry schedule and the disabling time (tests compress them)",
     )
-    webhooks_attempt_timeout_s: float = option(15.0, "bound of one delivery attempt, connect to response read")
+    webhooks_attempt_timeout_s: float = option(10.0, "bound of one delivery attempt, connect to response read")
     webhooks_disable_after_s: float = option(
         432_000.0, "an endpoint failing for this long (5 days, times the retry scale) is disabled"
     )
@@ -45,7 +45,9 @@ class WebhooksConfig(Config):
         1_000, "endpoints one dispatcher process delivers to at once (each with one request in flight)", least=1
     )
     webhooks_lease_ttl_s: float = option(
-        15.0, "a dispatcher's hold on an endpoint expires this long after its last renewal"
+        30.0,
+        "a dispatcher's hold on an endpoint expires this long after its last renewal (at least twice "
+        "the attempt timeout and a second)",
     )
 
     def check(self) -> None:
@@ -55,6 +57,12 @@ class WebhooksConfig(Config):
                 parse_signing_key(self.webhooks_signing_key)
             except ValueError as e:
                 raise ConfigError(f"TICKERWIRE_WEBHOOKS_SIGNING_KEY: {e}") from None
+        if self.webhooks_lease_ttl_s < 2 * self.webhooks_attempt_timeout_s + 1:
+            raise ConfigError(
+                "TICKERWIRE_WEBHOOKS_LEASE_TTL_S must be at least twice TICKERWIRE_WEBHOOKS_ATTEMPT_TIMEOUT_S "
+                f"and a second ({self.webhooks_lease_ttl_s:g} and {self.webhooks_attempt_timeout_s:g}): an attempt "
+                "starts only while the lease outlasts it"
+            )
         if not 0 < self.webhooks_retry_scale <= 1:
             raise ConfigError("TICKERWIRE_WEBHOOKS_RETRY_SCALE must be above 0 and at most 1")
 

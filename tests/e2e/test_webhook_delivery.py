@@ -156,11 +156,11 @@ def check_redeliveries(requests: list[Request]) -> None:
 
 
 async def kill_dispatchers(stack: ServiceStack, stop: asyncio.Event, rng: random.Random) -> int:
-    """SIGKILL a running dispatcher every 1.5 to 3.5 s and start another; how many were killed."""
+    """SIGKILL a running dispatcher every 3 to 5 s and start another; how many were killed."""
     kills = 0
     while not stop.is_set():
         try:
-            async with asyncio.timeout(rng.uniform(1.5, 3.5)):
+            async with asyncio.timeout(rng.uniform(3.0, 5.0)):
                 await stop.wait()
         except TimeoutError:
             pass

@@ -227,3 +227,12 @@ def test_a_shared_setting_keeps_the_variable_it_had():
     TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S."""
     config = FullConfig.from_env({**REQUIRED, "TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S": "2"})
     assert config.log_check_interval_s == 2.0
+
+
+def test_the_webhook_settings_fail_loudly():
+    with pytest.raises(ConfigError, match="LEASE_TTL_S must be at least twice"):
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_WEBHOOKS_LEASE_TTL_S": "10"})
+    with pytest.raises(ConfigError, match="SIGNING_KEY: the webhook signing key must be at least 32 bytes"):
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_WEBHOOKS_SIGNING_KEY": "c2hvcnQ="})
+    with pytest.raises(ConfigError, match="is not set: generate one"):
+        FullConfig.from_env(REQUIRED).signing_key()
