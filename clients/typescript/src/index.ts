@@ -7,5 +7,25 @@ export { limitsFromHeaders, metaFromResponse, parseStructuredList, retryAfterMs,
 export { Backoff, DEFAULT_RETRY, fullJitterMs, retryDelayMs, retryPolicy, type RetryPolicy } from "./retry.js";
 export type { WebSocketChoice } from "./socket.js";
 export { CloseCode, type Cursor, type PingMessage, type PostCreatedMessage, type ReadyMessage, type StreamMessage } from "./wire.js";
+export {
+  DEFAULT_WEBHOOK_TOLERANCE_MS,
+  WEBHOOK_ERROR_REASONS,
+  WEBHOOK_SECRET_PREFIX,
+  Webhook,
+  WebhookBodyNotBytesError,
+  WebhookHeaderError,
+  WebhookPayloadError,
+  WebhookSecretError,
+  WebhookSignatureError,
+  WebhookTimestampError,
+  WebhookVerificationError,
+  looksReserialized,
+  type VerifyOptions,
+  type WebhookBody,
+  type WebhookErrorReason,
+  type WebhookHeaders,
+  type WebhookMessage,
+  type WebhookOptions,
+} from "./webhooks.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./generated/openapi.js";

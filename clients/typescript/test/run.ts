@@ -3,14 +3,17 @@
  * and broker, a small demo dataset, no trickle) on free ports in a state directory of its own,
  * runs every test file with node's test runner against it, and stops it. The tests find it
  * through TICKERWIRE_STATE_DIR (its up.json) and TICKERWIRE_TEST_PYTHON (the repository's venv).
+ * The run fails when a test a file declares never ran to a result, even if node's runner exited 0
+ * (support/runner.ts says why).
  */
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { runnerArgs, unranTests } from "./support/runner.js";
 
 const here = dirname(fileURLToPath(import.meta.url)); // build/test
 const pkg = resolve(here, "..", "..");
@@ -90,12 +93,29 @@ async function main(): Promise<number> {
   const only = process.argv.slice(2).filter((a) => !a.startsWith("--"));
   const flags = process.argv.slice(2).filter((a) => a.startsWith("--"));
   const chosen = only.length ? files.filter((f) => only.some((o) => f.includes(o))) : files;
-  const tests = spawn(process.execPath, ["--test", "--test-concurrency=1", "--test-timeout=600000", "--test-force-exit", ...flags, ...chosen], {
+  const events = join(state, "test-events.jsonl");
+  const tests = spawn(process.execPath, [...runnerArgs(events), ...flags, ...chosen], {
     env: { ...process.env, TICKERWIRE_STATE_DIR: state, TICKERWIRE_TEST_PYTHON: python },
     stdio: "inherit",
   });
-  const code = await new Promise<number>((r) => tests.on("exit", (c) => r(c ?? 1)));
+  // The bound `--test-force-exit` gave (a file that never ends), for the whole run: its files take
+  // about 2 minutes together here.
+  const bound = setTimeout(() => {
+    console.error("# FAILED: the test runner was still running after 20 minutes: stopped");
+    tests.kill("SIGKILL");
+  }, 20 * 60_000);
+  let code = await new Promise<number>((r) => tests.on("exit", (c) => r(c ?? 1)));
+  clearTimeout(bound);
   console.log(`# tests done ${((Date.now() - started) / 1000).toFixed(1)} s after up started`);
+  // A name pattern leaves tests out on purpose: then only what started must have finished.
+  const filtered = flags.some((f) => f.startsWith("--test-name-pattern") || f.startsWith("--test-skip-pattern") || f === "--test-only");
+  const unran = unranTests(chosen, existsSync(events) ? readFileSync(events, "utf8") : "", !filtered);
+  if (unran.length > 0) {
+    console.error(`# FAILED: tests that never ran, though the runner exited ${code}:\n${unran.map((line) => `#   ${line}`).join("\n")}`);
+    code = code || 1;
+  } else {
+    console.log(`# every test of the ${chosen.length} files ran to a result`);
+  }
   up.kill("SIGTERM");
   await Promise.race([exited, new Promise((r) => setTimeout(r, 20_000).unref())]);
   if (up.exitCode === null) up.kill("SIGKILL");

@@ -2,7 +2,7 @@
 
 ``AsyncClient`` (asyncio) and ``Client`` (blocking) expose every endpoint with typed models;
 ``client.stream(...)`` delivers every new post exactly once and in order per locale across
-reconnects. See README.md.
+reconnects. ``Webhook(secret).verify(body, headers)`` verifies a webhook request. See README.md.
 """
 
 from .client import AsyncClient
@@ -54,6 +54,17 @@ from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, Resumi
 from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions, StreamSource, StreamStats
 from .sync import Client, SyncPostStream, SyncResumingStream
+from .webhooks import (
+    Webhook,
+    WebhookBodyNotBytes,
+    WebhookHeaderError,
+    WebhookMessage,
+    WebhookPayloadError,
+    WebhookSecretError,
+    WebhookSignatureError,
+    WebhookTimestampError,
+    WebhookVerificationError,
+)
 
 __all__ = [
     "ApiError",
@@ -113,5 +124,14 @@ __all__ = [
     "TokenList",
     "TransportError",
     "ValidationFailed",
+    "Webhook",
+    "WebhookBodyNotBytes",
+    "WebhookHeaderError",
+    "WebhookMessage",
+    "WebhookPayloadError",
+    "WebhookSecretError",
+    "WebhookSignatureError",
+    "WebhookTimestampError",
+    "WebhookVerificationError",
     "WorkspaceSuspended",
 ]
