@@ -204,8 +204,89 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks/endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The workspace's webhook endpoints
+         * @description Every webhook endpoint of the key's workspace that is not removed, oldest first, each with its delivery state. Endpoints are registered by an operator (docs/webhooks.md); this API only reads them. Counted like any request (rate limit and quota).
+         */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One webhook endpoint
+         * @description One endpoint of the key's workspace with its delivery state. An id that is unknown, removed or another workspace's: 404 NOT_FOUND (the same answer for each).
+         */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{id}/attempts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The endpoint's latest delivery attempts
+         * @description The latest delivery attempts to one endpoint of the key's workspace, newest first (the dispatcher keeps the latest 100). An id that is unknown, removed or another workspace's: 404 NOT_FOUND.
+         */
+        get: operations["listWebhookAttempts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "post.created": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new post, delivered to a webhook endpoint
+         * @description Sent by Tickerwire to each of a workspace's webhook endpoints whose filters admit the post, one request in flight per endpoint, in cursor order, retried until acknowledged (docs/webhooks.md). Signed the Standard Webhooks way.
+         */
+        post: operations["receivePostCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         NamedRef: {
@@ -423,6 +504,116 @@ export interface components {
             /** @description true: more items follow now. false: everything committed so far was returned, and `cursor` is the projector's committed frontier; poll again later from it. */
             has_more: boolean;
         };
+        /** @description One of the workspace's webhook endpoints (docs/webhooks.md) and the dispatcher's progress on it. Never its secret: the secret is shown once to the operator who registers or rotates it, and derived, never stored. */
+        WebhookEndpoint: {
+            /** @description The endpoint id (whe_...). */
+            id: string;
+            /**
+             * Format: uri
+             * @description Where the dispatcher POSTs.
+             */
+            url: string;
+            /** @description The stream's filters (OR within one, AND between them); null: no restriction. */
+            filters: {
+                /** @description Locale codes, e.g. en-US. */
+                locales: string[] | null;
+                /** @description Ticker symbols, upper-case. */
+                tickers: string[] | null;
+                /** @description Category slugs (a group slug matches its leaves). */
+                categories: string[] | null;
+            };
+            /**
+             * @description active: delivering; paused: an operator paused it (its position is kept); disabled: the dispatcher stopped delivering (a 410 from the endpoint, or failing for too long: `disabled_reason` says which) until an operator resumes it, from the acknowledged `cursor`.
+             * @enum {string}
+             */
+            status: "active" | "paused" | "disabled";
+            /** @description Why the endpoint is disabled; null unless `status` is disabled. */
+            disabled_reason: string | null;
+            /**
+             * Format: date-time
+             * @description When it was disabled; null unless `status` is disabled.
+             */
+            disabled_at: string | null;
+            /**
+             * Format: date-time
+             * @description While active and the message at the head is being retried: when its first attempt failed; else null.
+             */
+            failing_since: string | null;
+            /**
+             * Format: date-time
+             * @description While active and retrying: when the next attempt is due; else null.
+             */
+            next_attempt_at: string | null;
+            /** @description Attempts made so far of the message at the head (0 when none is pending). */
+            attempt: number;
+            /** @description Messages the endpoint has acknowledged (a 2xx). */
+            delivered: number;
+            /**
+             * Format: date-time
+             * @description When the endpoint last acknowledged a message; null before the first.
+             */
+            last_delivered_at: string | null;
+            /** @description The resume cursor after the last message the endpoint acknowledged (the `cursor` that message carried); null before the first. Also valid for GET /changes and the stream. Opaque. */
+            cursor: string | null;
+            /**
+             * Format: date-time
+             * @description When the endpoint was registered (delivery starts with what is announced after it).
+             */
+            created_at: string;
+            /** @description Which generation of the secret signs; a rotation raises it (the previous one also signs for a while). */
+            secret_generation: number;
+        };
+        /** @description The workspace's endpoints that are not removed, oldest first. */
+        WebhookEndpointList: {
+            endpoints: components["schemas"]["WebhookEndpoint"][];
+        };
+        /** @description One delivery attempt of one message to the endpoint. */
+        WebhookAttempt: {
+            /** @description The message's `webhook-id` header: the same on every attempt of one message. */
+            webhook_id: string;
+            /** @description 1 for the first attempt of the message, then 2, 3, ... */
+            attempt: number;
+            /** Format: date-time */
+            attempted_at: string;
+            /**
+             * @description delivered: a 2xx; failed: retried later; gone: a 410, which disables the endpoint; refused: the URL now resolves to an address a webhook may not reach (retried later).
+             * @enum {string}
+             */
+            outcome: "delivered" | "failed" | "gone" | "refused";
+            /** @description The HTTP status answered; null when none was (a timeout, a refused or reset connection). */
+            status: number | null;
+            /** @description From sending the request to reading the response; null when no response came. */
+            latency_ms: number | null;
+            /** @description What went wrong, when the attempt failed. */
+            error: string | null;
+            /**
+             * Format: date-time
+             * @description When the message is tried again after this attempt; null when it is not.
+             */
+            next_attempt_at: string | null;
+        };
+        /** @description The endpoint's latest attempts, newest first. */
+        WebhookAttemptList: {
+            attempts: components["schemas"]["WebhookAttempt"][];
+        };
+        /** @description The body of a webhook request: byte for byte the stream's post.created message with its resume cursor (docs/webhooks.md#requests). Verify the signature over these exact bytes before parsing them. */
+        WebhookPostCreated: {
+            /** @constant */
+            type: "post.created";
+            /**
+             * Format: date-time
+             * @description When the message was built (UTC, milliseconds).
+             */
+            ts: string;
+            /**
+             * @description `<partition>:<offset>` of the posts-topic event that announced this post (docs/api.md#log-positions).
+             * @example 2:1611
+             */
+            log_position: string;
+            /** @description The resume cursor just after this message: what the endpoint has acknowledged once it answers 2xx; GET /changes and the stream take it too. */
+            cursor: string;
+            data: components["schemas"]["PostLean"];
+        };
     };
     responses: {
         /** @description VALIDATION_FAILED: a request header (`X-Min-Log-Position` or any other) is not valid UTF-8; an `Authorization` header that is not is the 401 of every invalid key instead. Refused before the access gates: not counted, no limit headers, no X-Log-Position. */
@@ -604,6 +795,10 @@ export interface components {
          * @example 0:1523,1:1490,2:1612,3:1587
          */
         min_log_position: string;
+        /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+        webhook_id: string;
+        /** @description How many attempts, 1 to 100 (default 20). 0, negative, over 100 or not an integer: 422 with field `limit`. */
+        attempts_limit: number;
     };
     requestBodies: never;
     headers: {
@@ -1233,6 +1428,218 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workspace's endpoints that are not removed. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointList"];
+                };
+            };
+            304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint and its delivery state. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listWebhookAttempts: {
+        parameters: {
+            query?: {
+                /** @description How many attempts, 1 to 100 (default 20). 0, negative, over 100 or not an integer: 422 with field `limit`. */
+                limit?: components["parameters"]["attempts_limit"];
+            };
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The latest attempts, newest first. */
+            200: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookAttemptList"];
+                };
+            };
+            304: components["responses"]["NotModified"];
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    receivePostCreated: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The message id: the same for every attempt of this message, and in a replay. Deduplicate by it.
+                 * @example msg_0f2b1871c63a_2_1611_en-US
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse one too far from your clock.
+                 * @example 1795868270
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}">` with the endpoint's `whsec_` secret; two, space-separated, for a day after a secret rotation.
+                 * @example v1,Hbn8vHmyOOxDBxFLPJC5/NwNkHUhSml7VJeXKsPFH9A=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookPostCreated"];
+            };
+        };
+        responses: {
+            /** @description Gone: the endpoint is disabled at once (an operator can resume it; nothing is lost). */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Tried again after Retry-After (at most an hour), else by the retry schedule. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Tried again after Retry-After (at most an hour), else by the retry schedule. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Acknowledged: the next message follows. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within 10 s: tried again after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, then every 10 h; disabled after 5 days of failures. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
 }
