@@ -748,6 +748,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--api-admin-port", "API admin (/healthz /readyz /metrics)", "API_ADMIN_PORT", 9080),
         ("--stream-admin-port", "stream admin", "STREAM_ADMIN_PORT", 9081),
         ("--projector-admin-port", "projector admin", "PROJECTOR_ADMIN_PORT", 9082),
+        ("--webhooks-admin-port", "webhook dispatcher admin", "WEBHOOKS_ADMIN_PORT", 9083),
     ):
         up.add_argument(
             flag, type=port, help=f"{what} port (default TICKERWIRE_{var} or {default}; a free one if taken)"
@@ -772,6 +773,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also start this many streaming replicas of the embedded PostgreSQL, the API reading from "
         "them (TICKERWIRE_DATABASE_READ_URLS; default 0)",
     )
+    for service in ("api", "stream"):
+        up.add_argument(
+            f"--{service}-processes",
+            type=_bounded_int(1, 16),
+            default=1,
+            help=f"run this many {service} processes on its one partner port (TICKERWIRE_PORT_SHARING, "
+            "SO_REUSEPORT), each on its own admin port (default 1)",
+        )
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
     up.add_argument(
         "--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)"

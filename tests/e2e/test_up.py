@@ -189,6 +189,24 @@ def test_up_starts_a_replica_the_api_reads_from_and_restarts_it_when_it_dies():
     shutil.rmtree(state_dir)
 
 
+def test_up_runs_several_api_and_stream_processes_on_one_port_each():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
+    run = start_up(state_dir, up_ports(), "--api-processes", "2", "--stream-processes", "2", "--no-trickle")
+    try:
+        wait_up(run)
+        info = run.info
+        assert {"api", "api-2", "stream", "stream-2", "projector", "dispatcher"} == set(info["admin"])
+        assert set(info["pids"]["children"]) == set(info["admin"])
+        assert asyncio.run(all_ready(info))
+        api_pids = {info["pids"]["children"][n] for n in ("api", "api-2")}
+        port = listener_port(info["base_url"])
+        assert all(listens_on(pid, port) for pid in api_pids), "both API processes listen on the one port"
+        assert asyncio.run(served(info)) == 200
+    finally:
+        assert stop_up(run) == 0
+    shutil.rmtree(state_dir)
+
+
 #: How long after `tickerwire failover` returns the API may take to serve from the new primary
 #: again, every process ready (measured: 2 to 3 s, the admission's reconnection backoff; room
 #: for a shared 2-core machine).

@@ -22,6 +22,7 @@ import aiohttp
 import orjson
 
 from tickerwire.devstack.embedded.ports import free_ports
+from tickerwire.services.cli.up.command import PORTS
 
 
 def ops_url(metrics_url: str, path: str = "/readyz") -> str:
@@ -240,7 +241,8 @@ class UpRun:
 
 
 #: The listeners ``up`` takes a port for on its command line.
-UP_PORTS = ("api_port", "stream_port", "api_admin_port", "stream_admin_port", "projector_admin_port")
+#: Every listener port `up` takes a flag for.
+UP_PORTS = PORTS
 
 
 def up_ports() -> dict[str, int]:

@@ -32,6 +32,8 @@ class Child:
     name: str
     env: dict[str, str]
     log_path: Path
+    #: The `tickerwire` command it runs (default: its name; `api-2` runs `api`).
+    command: str = ""
     proc: subprocess.Popen | None = None
     restarts: int = 0
     started_at: float = 0.0
@@ -41,7 +43,7 @@ class Child:
     def spawn(self) -> subprocess.Popen:
         out = open(self.log_path, "ab")
         self.proc = proc = subprocess.Popen(
-            [sys.executable, "-m", "tickerwire.services.cli.main", self.name],
+            [sys.executable, "-m", "tickerwire.services.cli.main", self.command or self.name],
             env=self.env,
             stdout=out,
             stderr=out,
@@ -70,8 +72,8 @@ class Stack:
     embedded: list = field(default_factory=list)
     children: list[Child] = field(default_factory=list)
 
-    def spawn(self, name: str, env: dict[str, str]) -> Child:
-        child = Child(name, env, self.state_dir / f"{name}.log")
+    def spawn(self, name: str, env: dict[str, str], command: str = "") -> Child:
+        child = Child(name, env, self.state_dir / f"{name}.log", command)
         child.spawn()
         self.children.append(child)
         return child

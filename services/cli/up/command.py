@@ -24,7 +24,7 @@ from ...common.runtime.logs import setup_logging
 from ...common.runtime.process import cancel_on_signals
 from ...webhooks.settings import new_signing_key
 from ..settings import FullConfig
-from .children import PORT_ATTEMPTS, PortTaken, Probe, Stack, wait_healthy
+from .children import PORT_ATTEMPTS, Child, PortTaken, Probe, Stack, wait_healthy
 from .demo import DEMO_WORKSPACE, Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
 from .embedded import port_free_or_other, start_embedded
 from .failover import writable_url
@@ -56,6 +56,42 @@ def signing_key(state_dir: Path) -> str:
         path.touch(mode=0o600)
         path.write_text(new_signing_key() + "\n")
     return path.read_text().strip()
+
+
+#: The services `up` may run several processes of, on one partner port each: (command, its admin port setting).
+SHARED = {"api": "api_admin_port", "stream": "stream_admin_port"}
+
+
+def _spawn_children(
+    stack: Stack, env: dict[str, str], config: FullConfig, args
+) -> tuple[dict[str, Child], dict[str, str], list[Probe]]:
+    """Every child, its admin origin by name, and the probes `up` waits for. With
+    ``--api-processes N`` (``--stream-processes N``), N processes share the partner port
+    (``TICKERWIRE_PORT_SHARING``), each on its own admin port: ``api``, ``api-2``, ..."""
+    from tickerwire.devstack.embedded.ports import free_ports
+
+    counts = {"api": getattr(args, "api_processes", 1) or 1, "stream": getattr(args, "stream_processes", 1) or 1}
+    if max(counts.values()) > 1:
+        env["TICKERWIRE_PORT_SHARING"] = "true"
+    extra = free_ports(sum(counts.values()) - len(counts)) if max(counts.values()) > 1 else []
+    children: dict[str, Child] = {"projector": stack.spawn("projector", env)}
+    admin = {"projector": f"http://{config.admin_host}:{config.projector_admin_port}"}
+    probes = [Probe(children["projector"], admin["projector"] + "/healthz", config.projector_admin_port)]
+    partner = {"api": (config.api_port, "/openapi.json", 200), "stream": (config.stream_port, "/stream", None)}
+    for command, admin_setting in SHARED.items():
+        for i in range(counts[command]):
+            name = command if i == 0 else f"{command}-{i + 1}"
+            admin_port = getattr(config, admin_setting) if i == 0 else extra.pop()
+            child_env = {**env, "TICKERWIRE_" + admin_setting.upper(): str(admin_port)}
+            children[name] = child = stack.spawn(name, child_env, command)
+            admin[name] = f"http://{config.admin_host}:{admin_port}"
+            port, path, status = partner[command]
+            probes.append(Probe(child, admin[name] + "/readyz", admin_port))
+            probes.append(Probe(child, f"http://{config.host}:{port}{config.base_path}{path}", port, status))
+    children["dispatcher"] = stack.spawn("dispatcher", env)
+    admin["dispatcher"] = f"http://{config.admin_host}:{config.webhooks_admin_port}"
+    probes.append(Probe(children["dispatcher"], admin["dispatcher"] + "/readyz", config.webhooks_admin_port))
+    return children, admin, probes
 
 
 def settings_check(env: dict[str, str], database_url: str | None) -> FullConfig:
@@ -107,30 +143,7 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
             ports = dict(zip(PORTS, free_ports(len(PORTS))))
         env.update({"TICKERWIRE_" + name.upper(): str(port) for name, port in ports.items()})
         config = FullConfig.from_env(env)
-        children = {name: stack.spawn(name, env) for name in ("projector", "api", "stream", "dispatcher")}
-        admin = {
-            "projector": f"http://{config.admin_host}:{config.projector_admin_port}",
-            "api": f"http://{config.admin_host}:{config.api_admin_port}",
-            "stream": f"http://{config.admin_host}:{config.stream_admin_port}",
-            "dispatcher": f"http://{config.admin_host}:{config.webhooks_admin_port}",
-        }
-        probes = [
-            Probe(children["projector"], admin["projector"] + "/healthz", config.projector_admin_port),
-            Probe(children["api"], admin["api"] + "/readyz", config.api_admin_port),
-            Probe(
-                children["api"],
-                f"http://{config.host}:{config.api_port}{config.base_path}/openapi.json",
-                config.api_port,
-            ),
-            Probe(children["stream"], admin["stream"] + "/readyz", config.stream_admin_port),
-            Probe(children["dispatcher"], admin["dispatcher"] + "/readyz", config.webhooks_admin_port),
-            Probe(
-                children["stream"],
-                f"http://{config.host}:{config.stream_port}{config.base_path}/stream",
-                config.stream_port,
-                None,
-            ),
-        ]
+        children, admin, probes = _spawn_children(stack, env, config, args)
         try:
             await wait_healthy(probes, list(children.values()))
             break

@@ -127,11 +127,14 @@ def _fit_fd_limit(config: Config, name: str) -> int:
     return allowed
 
 
-async def _start(app: web.Application, guard: Guard, host: str, port: int, name: str) -> GuardedRunner:
+async def _start(
+    app: web.Application, guard: Guard, host: str, port: int, name: str, *, share: bool = False
+) -> GuardedRunner:
+    """``share``: other processes of this service listen on the same port (SO_REUSEPORT)."""
     app.on_response_prepare.append(server_header)
     runner = GuardedRunner(app, guard)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=share or None)
     try:
         await site.start()
     except OSError as exc:
@@ -167,7 +170,7 @@ async def run_app(app: web.Application, config: Config, *, name: str, port: int 
             runners.append(runner)
             await runner.setup()
         else:
-            runners.append(await _start(app, partner, config.host, port, name))
+            runners.append(await _start(app, partner, config.host, port, name, share=config.port_sharing))
         supervisor = app.get(SUPERVISOR)
         if supervisor is None:
             await asyncio.Event().wait()  # nothing supervised: serve until cancelled

@@ -134,6 +134,12 @@ class Config(Settings):
     )
     topic_prefix: str = option("tickerwire", "topic names are `<prefix>.posts.v1`, `.catalog.v1`, `.access.v1`")
     host: str = option("127.0.0.1", "listen address of the partner ports")
+    port_sharing: bool = option(
+        False,
+        "several processes of one service listen on one partner port (SO_REUSEPORT): the kernel spreads "
+        "new connections across them, and a process that dies takes only its own connections "
+        "(docs/operations.md#several-processes-on-one-port)",
+    )
     # Operator endpoints have their own listener per process, never on a partner port.
     admin_host: str = option("127.0.0.1", "listen address of the admin ports (`/healthz`, `/readyz`, `/metrics`)")
     base_path: str = option("/api/v1/developer", "partner path prefix")
