@@ -73,7 +73,12 @@ class Dispatcher:
                 self.workers[endpoint_id][0].update(entry[0])
         await self._renew()
         room = self.s.config.webhooks_max_endpoints - len(self.workers)
-        free = [e.id for e, leased, _ in listed if e.deliverable and not leased and e.id not in self.workers]
+        mine = self.s.store.owner  # a lease of ours without a worker: its worker ended (a crash); take it again
+        free = [
+            e.id
+            for e, leased, owner in listed
+            if e.deliverable and (not leased or owner == mine) and e.id not in self.workers
+        ]
         random.shuffle(free)
         if room > 0 and free:
             for progress in await self.s.store.claim(free[: min(room, CLAIM_PER_ROUND)]):

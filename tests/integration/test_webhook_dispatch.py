@@ -314,3 +314,27 @@ async def test_two_dispatchers_never_hold_one_endpoint_and_share_several(conn, f
     finally:
         for rx in receivers:
             await rx.stop()
+
+
+async def test_a_crashed_worker_is_logged_counted_and_started_again(conn, fresh_db, log, caplog):
+    rx = await Receiver(secret("whe_crash")).start()
+    try:
+        await log.endpoint("whe_crash", rx.url)
+        async with dispatcher(config(fresh_db)) as d:
+            real, calls = d.s.sender.attempt, []
+
+            async def broken_once(*args):
+                calls.append(args)
+                if len(calls) == 1:
+                    raise RuntimeError("a defect in an attempt")
+                return await real(*args)
+
+            d.s.sender.attempt = broken_once  # type: ignore[method-assign]
+            await log.posts(1, 2)
+            await until(lambda: _acked(rx, 2), "both posts, after the worker started again")
+            assert d.s.metrics.worker_crashes._value.get() == 1
+        crashed = [r for r in caplog.records if "its worker crashed" in r.getMessage()]
+        assert crashed and crashed[0].levelname == "ERROR" and "a defect in an attempt" in str(crashed[0].exc_info)
+        assert [r.key[0] for r in rx.acked()] == [1, 2]
+    finally:
+        await rx.stop()
