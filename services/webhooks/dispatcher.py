@@ -36,6 +36,8 @@ class Dispatcher:
         self.last_round = 0.0
         self.last_error: str | None = None
         self._renewed_at = 0.0
+        #: A worker waits for its lease to be renewed (it set ``round_now``): renew this round.
+        self._lease_wanted = False
 
     def posts_changed(self) -> None:
         for worker, _ in self.workers.values():
@@ -58,6 +60,7 @@ class Dispatcher:
                         await self.round_now.wait()
                 except TimeoutError:
                     pass
+                self._lease_wanted = self.round_now.is_set()
         finally:
             await self.stop_all()
 
@@ -83,14 +86,15 @@ class Dispatcher:
         if room > 0 and free:
             for progress in await self.s.store.claim(free[: min(room, CLAIM_PER_ROUND)]):
                 endpoint = by_id[progress.endpoint_id][0]
-                worker = EndpointWorker(self.s, endpoint, progress)
+                worker = EndpointWorker(self.s, endpoint, progress, self.round_now)
                 task = asyncio.create_task(worker.run(), name=f"webhook-{endpoint.id}")
                 self.workers[endpoint.id] = (worker, task)
                 log.info("webhook endpoint %s: delivering from this process", endpoint.id)
         self._report(listed)
 
     async def _renew(self) -> None:
-        if not self.workers or time.monotonic() - self._renewed_at < self.s.config.webhooks_lease_ttl_s / 3:
+        due = time.monotonic() - self._renewed_at >= self.s.config.webhooks_lease_ttl_s / 3
+        if not self.workers or not (due or self._lease_wanted):
             return
         started = time.monotonic()
         held = await self.s.store.renew(list(self.workers))

@@ -68,7 +68,13 @@ def webhook_id(epoch: str, item: Announcement) -> str:
 
 
 class EndpointWorker:
-    def __init__(self, shared: Shared, endpoint: Endpoint, progress: DeliveryProgress) -> None:
+    def __init__(
+        self,
+        shared: Shared,
+        endpoint: Endpoint,
+        progress: DeliveryProgress,
+        lease_short: asyncio.Event | None = None,
+    ) -> None:
         self.s = shared
         self.endpoint = endpoint
         self.changed = asyncio.Event()
@@ -87,6 +93,8 @@ class EndpointWorker:
         self.unpruned = 0
         #: Monotonic time until which this process's lease is certainly held.
         self.lease_deadline = time.monotonic() + shared.config.webhooks_lease_ttl_s
+        #: Set (for the dispatcher) when an attempt waits for the lease to be renewed.
+        self.lease_short = lease_short if lease_short is not None else asyncio.Event()
 
     # ------------------------------------------------------------------ state the dispatcher reads
 
@@ -195,6 +203,16 @@ class EndpointWorker:
             if self.endpoint.replay_seq > self.replay_seq:
                 raise ReplayAsked
 
+    async def _lease_outlasting(self, seconds: float) -> None:
+        """Until the lease is certainly held for ``seconds`` more (the dispatcher renews it when
+        asked); :class:`LeaseLost` when it expires meanwhile. An attempt that could outlast the
+        lease never starts, so two dispatchers never send to one endpoint at once."""
+        while self.lease_deadline - time.monotonic() < seconds:
+            if time.monotonic() >= self.lease_deadline:
+                raise LeaseLost(self.endpoint.id)
+            self.lease_short.set()
+            await asyncio.sleep(0.02)
+
     async def _deliver(self, epoch: str, item: Announcement, after: str) -> None:
         """POST one message until the endpoint acknowledges it; its cursor stored with that attempt."""
         msg_id = webhook_id(epoch, item)
@@ -204,8 +222,7 @@ class EndpointWorker:
             await self._wait_until_due()
             if self.endpoint.replay_seq > self.replay_seq:
                 raise ReplayAsked
-            if self.lease_deadline - time.monotonic() < config.webhooks_attempt_timeout_s + 1:
-                raise LeaseLost(self.endpoint.id)  # it may expire during the attempt: stop before it
+            await self._lease_outlasting(config.webhooks_attempt_timeout_s + 1)
             ep, at = self.endpoint, utcnow()
             headers = signing.headers(
                 msg_id, int(at.timestamp()), body, ep.secrets(self.s.signing_key, config.webhooks_rotation_window_s, at)

@@ -80,8 +80,7 @@ def config(dsn: str, **env: str) -> WebhooksConfig:
             "TICKERWIRE_WEBHOOKS_SIGNING_KEY": base64.b64encode(KEY).decode(),
             "TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS": "true",
             "TICKERWIRE_WEBHOOKS_RETRY_SCALE": "0.002",
-            "TICKERWIRE_WEBHOOKS_ATTEMPT_TIMEOUT_S": "1",
-            "TICKERWIRE_WEBHOOKS_LEASE_TTL_S": "3",
+            # The attempt timeout and the lease keep their defaults: they must deliver as they are.
             **env,
         }
     )
