@@ -211,9 +211,9 @@ def rate(receipts: list[tuple[float, int]]) -> float:
 
 async def drain_run(
     stack: ServiceStack, hooks: Endpoints, stream_url: str, first_id: int, backlog: int, k: int
-) -> tuple[float, float, float]:
-    """(webhook deliveries/s, stream deliveries/s, the dispatcher's CPU in cores while it drained)
-    over a backlog of ``backlog`` posts, ``k`` endpoints resumed at once against ``k`` stream
+) -> tuple[float, float, tuple[float, float]]:
+    """(webhook deliveries/s, stream deliveries/s, (the dispatcher's, this process's) CPU in cores
+    while it drained) over a backlog of ``backlog`` posts, ``k`` endpoints resumed at once against ``k`` stream
     clients resuming from the same cursor."""
     start = await frontier(stack)
     ids = await hooks.register(k, "paused", start)
@@ -247,11 +247,12 @@ async def drain_run(
     while not any(hooks.receiver.got[i] for i in ids):
         deadline.check(dispatcher)
         await asyncio.sleep(0.002)
-    cpu, wall = proc_cpu_seconds(dispatcher.pid), time.monotonic()
+    cpu, own, wall = proc_cpu_seconds(dispatcher.pid), time.process_time(), time.monotonic()
     while any(len(hooks.receiver.got[i]) < backlog for i in ids):
         deadline.check(dispatcher)
         await asyncio.sleep(0.05)
-    cores = (proc_cpu_seconds(dispatcher.pid) - cpu) / (time.monotonic() - wall)
+    seconds = time.monotonic() - wall
+    cores = ((proc_cpu_seconds(dispatcher.pid) - cpu) / seconds, (time.process_time() - own) / seconds)
     await hooks.remove(ids)
     for got in [*streamed, *(hooks.receiver.got[i] for i in ids)]:
         if sorted(p for _, p in got) != list(range(first_id, first_id + backlog)):
@@ -309,11 +310,12 @@ async def run(ctx: Context) -> Result:
     floor = result.metric("deliveries/s, 1 endpoint (baseline: POST + commit loop)", "deliveries/s")
     four = result.metric("deliveries/s, 4 endpoints (baseline: 4 stream resumes)", "deliveries/s")
     cpu = {
-        k: result.metric(
-            f"dispatcher CPU while {k} endpoint{'s' if k > 1 else ''} drain{'' if k > 1 else 's'}",
+        (who, k): result.metric(
+            f"{who} CPU while {k} endpoint{'s' if k > 1 else ''} drain{'' if k > 1 else 's'}",
             "cores",
-            note="the dispatcher's user + system time over the drain's wall time, first receipt to last",
+            note=f"the {what}'s user + system time over the drain's wall time, first receipt to last",
         )
+        for who, what in (("dispatcher", "dispatcher"), ("receiver", "benchmark process (the receiver)"))
         for k in (1, 4)
     }
     next_id = 1
@@ -338,14 +340,16 @@ async def run(ctx: Context) -> Result:
                         lat[q].baseline.append(percentile(streamed, q))
                     hook_rate, stream_rate, cores = await drain_run(stack, hooks, stream_url, next_id, backlog, 1)
                     next_id += backlog
-                    cpu[1].product.append(cores)
+                    for who, cores_of in zip(("dispatcher", "receiver"), cores):
+                        cpu[(who, 1)].product.append(cores_of)
                     one.product.append(hook_rate)
                     one.baseline.append(stream_rate)
                     floor.product.append(hook_rate)
                     floor.baseline.append(await floor_run(stack, receiver, s.pick(50, 1_000)))
                     hook_rate, stream_rate, cores = await drain_run(stack, hooks, stream_url, next_id, backlog, 4)
                     next_id += backlog
-                    cpu[4].product.append(cores)
+                    for who, cores_of in zip(("dispatcher", "receiver"), cores):
+                        cpu[(who, 4)].product.append(cores_of)
                     four.product.append(hook_rate)
                     four.baseline.append(stream_rate)
             ctx.record_rss(rss, "webhooks: ")
