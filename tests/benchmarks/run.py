@@ -19,14 +19,16 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import changes, freshness, memory, projector, read_api, rebuild, rejected, search, stream
+from . import changes, freshness, memory, projector, read_api, rebuild, rejected, search, stream, webhooks
 from .common import REPO, Context, Result, Settings, Summary, infrastructure, pg_settings, raise_nofile
 from .doc import NOTES, carried_section
 
 #: Hand-written notes on the profiles of figures that miss their target, appended to the doc.
 ANALYSIS = Path(__file__).with_name("analysis.md")
 
-BENCHMARKS = {m.NAME: m for m in (read_api, rejected, projector, stream, search, freshness, memory, rebuild, changes)}
+BENCHMARKS = {
+    m.NAME: m for m in (read_api, rejected, projector, stream, search, freshness, memory, rebuild, changes, webhooks)
+}
 
 log = logging.getLogger("bench")
 
