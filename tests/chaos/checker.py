@@ -11,11 +11,12 @@ every process is ready.
 
 Each webhook endpoint's receiver (:func:`webhook_tally`, in the report and, when not 0, as
 violations: :func:`webhook_tallied`) acknowledged (a 200) every announcement its locale filter
-admits among those the stream clients must get (**lost** otherwise); its requests' positions
-per partition never went back in arrival order (**out of order**); an announcement came more
-than once only as a redelivery of one ``webhook-id`` with the same ``data`` (**doubled**
-otherwise); every request's signature verified (**bad signatures**); nothing outside its
-filter or of an aborted transaction came (**unexpected**). The rules are the receivers' own
+admits among those the stream clients must get (:func:`expected`; **lost** otherwise); its
+requests' positions per partition never went back in arrival order (**out of order**); an
+announcement came more than once only as a redelivery of one ``webhook-id`` (**doubled**:
+under another id) with the same ``data`` (**changed**: other data under one id); every
+request's signature verified (**bad signatures**); nothing outside its filter or of an
+aborted transaction came (**unexpected**). The rules are the receivers' own
 (tests/support/receivers.py).
 
 Three counts sum up what a fault cost partners (:func:`tally`, in the report and, when not 0, as
@@ -113,7 +114,7 @@ def tallied(counts: dict[str, int], history: History) -> list[str]:
 
 
 #: The webhook counts of each endpoint, in the order the report names them.
-WEBHOOK_COUNTS = ("lost", "out of order", "doubled", "bad signatures", "unexpected")
+WEBHOOK_COUNTS = ("lost", "out of order", "doubled", "changed", "bad signatures", "unexpected")
 
 
 def webhook_cases(history: History, endpoint_id: str) -> dict[str, list]:
@@ -126,7 +127,8 @@ def webhook_cases(history: History, endpoint_id: str) -> dict[str, list]:
     return {
         "lost": sorted(expected(history, langs) - acked),
         "out of order": backward(verified),
-        "doubled": [*doubled_ids(verified).items(), *conflicting(verified)],
+        "doubled": list(doubled_ids(verified).items()),
+        "changed": conflicting(verified),
         "bad signatures": [r.webhook_id for r in hooked if r.answer == BAD_SIGNATURE],
         "unexpected": sorted(outside),
     }

@@ -432,8 +432,8 @@ At the end every token's `post_count` and the sentiment pulse must equal what th
 and the pairs lost, the pairs pushed or walked twice and the issued cursors refused are counted;
 so are, per webhook endpoint, the announcements its filter admits that its receiver never
 acknowledged, the steps back in its requests' positions, the announcements sent again under
-another `webhook-id` or with other data, the requests whose signature failed and those outside
-its filter.
+another `webhook-id`, the `webhook-id`s sent again with other data, the requests whose
+signature failed and those outside its filter.
 """
 
 

@@ -155,7 +155,7 @@ HOOKED = [
     request((2, "en-US"), (1, 7), "reset"),
     request((2, "en-US"), (1, 7)),
 ]
-NONE = {"lost": 0, "out of order": 0, "doubled": 0, "bad signatures": 0, "unexpected": 0}
+NONE = {"lost": 0, "out of order": 0, "doubled": 0, "changed": 0, "bad signatures": 0, "unexpected": 0}
 
 
 def test_an_endpoint_that_acknowledged_everything_in_order_has_no_webhook_violation():
@@ -185,11 +185,15 @@ def test_a_cursor_that_goes_back_is_out_of_order_though_every_message_keeps_its_
     ]
 
 
-def test_a_message_sent_again_under_another_id_or_with_other_data_is_doubled():
+def test_a_message_sent_again_under_another_id_is_doubled_and_with_other_data_changed():
     again = request((1, "en-US"), (0, 5))  # the same announcement at another position: another id
     changed = request((2, "en-US"), (1, 7), title="other")  # a redelivery whose data changed
     h = hooked([*HOOKED, again, changed])
-    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 2}
+    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 1, "changed": 1}
+    assert [v.split(",")[0] for v in webhook_tallied(webhook_tally(h), h)] == [
+        "webhook whe_a: doubled: 1",
+        "webhook whe_a: changed: 1",
+    ]
 
 
 def test_a_bad_signature_and_an_announcement_outside_the_filter_or_aborted_are_counted():

@@ -104,9 +104,9 @@ def test_each_webhook_endpoint_has_a_line_with_its_answers_counts_and_latency():
     h.hook("whe_a", Request("msg_1", 1, body, "500"))
     h.hook("whe_a", Request("msg_1", 1, body, "ok"))
     h.hooked["whe_a"] = [replace(x, at=11.0) for x in h.hooked["whe_a"]]
-    counts = {"requests": 2, "acknowledged": 1, "lost": 0, "out of order": 0, "doubled": 0, "bad signatures": 0}
+    counts = {"requests": 2, "acknowledged": 1, "lost": 0, "out of order": 0, "doubled": 0, "changed": 0}
     text = markdown(summary(h, [], {"webhooks": {"whe_a": counts}}), "timeline.png")
     assert (
         "- Webhook endpoint whe_a: 2 requests (500 1, ok 1), 1 announcements acknowledged; lost: 0; out of order: 0; "
-        "doubled: 0; bad signatures: 0; publish-to-receipt p50 1.00 s, p99 1.00 s, max 1.00 s (n=1)"
+        "doubled: 0; changed: 0; publish-to-receipt p50 1.00 s, p99 1.00 s, max 1.00 s (n=1)"
     ) in text
