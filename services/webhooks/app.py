@@ -49,7 +49,10 @@ def owner_name() -> str:
 
 async def _dispatcher_ctx(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
-    app[POOL] = await reader_pool(config, failing_of(app))
+    # An acknowledged cursor is durable once stored, whatever the server's default: with
+    # ``synchronous_commit = off`` a crash of PostgreSQL forgets the last instant of commits, and
+    # the endpoint's next holder would send it older messages after newer ones.
+    app[POOL] = await reader_pool(config, failing_of(app), synchronous_commit="on")
     sender = Sender(
         timeout_s=config.webhooks_attempt_timeout_s,
         max_connections=config.webhooks_max_endpoints,

@@ -9,6 +9,16 @@ they happen, with a resume the stream refused); the counters are exact (each tok
 acknowledged posts' last versions add up to: :func:`expected_counters`); no dead letter;
 every process is ready.
 
+Each webhook endpoint's receiver (:func:`webhook_tally`, in the report and, when not 0, as
+violations: :func:`webhook_tallied`) acknowledged (a 200) every announcement its locale filter
+admits among those the stream clients must get (:func:`expected`; **lost** otherwise); its
+requests' positions per partition never went back in arrival order (**out of order**); an
+announcement came more than once only as a redelivery of one ``webhook-id`` (**doubled**:
+under another id) with the same ``data`` (**changed**: other data under one id); every
+request's signature verified (**bad signatures**); nothing outside its filter or of an
+aborted transaction came (**unexpected**). The rules are the receivers' own
+(tests/support/receivers.py).
+
 Three counts sum up what a fault cost partners (:func:`tally`, in the report and, when not 0, as
 violations): **lost**, the (post, locale) pairs published and acknowledged that ``GET`` does not
 serve at the end or that the ``/changes`` walk or a stream client never had; **doubled**, the
@@ -27,6 +37,7 @@ import aiohttp
 
 from tests.chaos.harness import Cluster
 from tests.chaos.history import Delivery, History, Key
+from tests.support.receivers import BAD_SIGNATURE, backward, conflicting, doubled_ids
 from tests.support.stack import BASE, auth
 
 
@@ -34,15 +45,21 @@ class Violations(AssertionError):
     """A failed check: the seed, how many violations, the first one."""
 
 
+def expected(history: History, langs: tuple[str, ...] | None = None) -> set[Key]:
+    """What a client must get: every (post, locale) published and acknowledged; of ``langs``
+    only, when given (a webhook endpoint's locale filter)."""
+    return {k for k in history.published if langs is None or k[1] in langs}
+
+
 def deliveries(history: History) -> list[str]:
     """What the stream clients and the walker got, against what was published."""
     found: list[str] = []
-    expected = set(history.published)
+    want = expected(history)
     for name, got in sorted(history.deliveries.items()):
-        found += exactly_once(name, Counter(d.key for d in got), expected, history.aborted)
+        found += exactly_once(name, Counter(d.key for d in got), want, history.aborted)
         if disorder := out_of_order(got):
             found.append(f"{name}: out of order on partition {disorder}")
-    found += exactly_once("/changes walk", Counter(history.walked), expected, history.aborted)
+    found += exactly_once("/changes walk", Counter(history.walked), want, history.aborted)
     return found
 
 
@@ -71,11 +88,11 @@ def out_of_order(got: list[Delivery]) -> str | None:
 def tally(history: History, unserved: set[Key]) -> dict[str, int]:
     """The lost, doubled and refused counts (the module's docstring) of a history whose end
     check found ``unserved`` not served by ``GET``."""
-    expected = set(history.published)
-    lost = set(unserved) | (expected - set(history.walked))
+    want = expected(history)
+    lost = set(unserved) | (want - set(history.walked))
     doubled = {k for k, n in Counter(history.walked).items() if n > 1}
     for got in history.deliveries.values():
-        lost |= expected - {d.key for d in got}
+        lost |= want - {d.key for d in got}
         doubled |= {k for k, n in Counter(d.key for d in got).items() if n > 1}
     return {"lost": len(lost), "doubled": len(doubled), "refused": len(history.refused_cursors())}
 
@@ -96,6 +113,63 @@ def tallied(counts: dict[str, int], history: History) -> list[str]:
     return found
 
 
+#: The webhook counts of each endpoint, in the order the report names them.
+WEBHOOK_COUNTS = ("lost", "out of order", "doubled", "changed", "bad signatures", "unexpected")
+
+
+def webhook_cases(history: History, endpoint_id: str) -> dict[str, list]:
+    """The cases of each count of :data:`WEBHOOK_COUNTS` at one endpoint (the module's docstring)."""
+    langs = history.endpoints[endpoint_id]
+    hooked = [h.request for h in history.hooked.get(endpoint_id, [])]
+    verified = [r for r in hooked if r.answer != BAD_SIGNATURE]
+    acked = {r.key for r in verified if r.answer == "ok"}
+    outside = {r.key for r in verified if r.key[0] in history.aborted or (langs and r.key[1] not in langs)}
+    return {
+        "lost": sorted(expected(history, langs) - acked),
+        "out of order": backward(verified),
+        "doubled": list(doubled_ids(verified).items()),
+        "changed": conflicting(verified),
+        "bad signatures": [r.webhook_id for r in hooked if r.answer == BAD_SIGNATURE],
+        "unexpected": sorted(outside),
+    }
+
+
+def webhook_tally(history: History) -> dict[str, dict[str, int]]:
+    """Per webhook endpoint: its verified requests, the announcements it acknowledged, and the
+    counts of :data:`WEBHOOK_COUNTS`."""
+    found = {}
+    for endpoint_id in sorted(history.endpoints):
+        requests = [h.request for h in history.hooked.get(endpoint_id, []) if h.request.answer != BAD_SIGNATURE]
+        found[endpoint_id] = {
+            "requests": len(requests),
+            "acknowledged": len({r.key for r in requests if r.answer == "ok"}),
+            **{what: len(cases) for what, cases in webhook_cases(history, endpoint_id).items()},
+        }
+    return found
+
+
+def webhook_tallied(counts: dict[str, dict[str, int]], history: History) -> list[str]:
+    """A violation for each count of :func:`webhook_tally` that is not 0, with its first cases."""
+    found = []
+    for endpoint_id, got in counts.items():
+        cases = webhook_cases(history, endpoint_id)
+        found += [
+            f"webhook {endpoint_id}: {what}: {got[what]}, e.g. {cases[what][:3]}"
+            for what in WEBHOOK_COUNTS
+            if got[what]
+        ]
+    return found
+
+
+def webhooks_caught_up(history: History) -> bool:
+    """Whether every webhook endpoint's receiver acknowledged every announcement its filter admits."""
+    return all(
+        expected(history, langs)
+        <= {h.request.key for h in history.hooked.get(endpoint_id, []) if h.request.answer == "ok"}
+        for endpoint_id, langs in history.endpoints.items()
+    )
+
+
 async def served(cluster: Cluster, history: History, http: aiohttp.ClientSession) -> tuple[list[str], set[Key]]:
     """Every expected (post, locale) served by ``GET /posts/{id}?lang=``; no aborted post served.
     The violations, and the expected pairs not served (for :func:`tally`)."""
@@ -110,10 +184,10 @@ async def served(cluster: Cluster, history: History, http: aiohttp.ClientSession
                 await resp.read()
                 return resp.status
 
-    expected = sorted(history.published)
-    statuses = await asyncio.gather(*(status(*k) for k in expected))
-    if unserved := [(k, s) for k, s in zip(expected, statuses) if s != 200]:
-        found.append(f"API: {len(unserved)} of {len(expected)} not served, e.g. {unserved[:5]}")
+    pairs = sorted(history.published)
+    statuses = await asyncio.gather(*(status(*k) for k in pairs))
+    if unserved := [(k, s) for k, s in zip(pairs, statuses) if s != 200]:
+        found.append(f"API: {len(unserved)} of {len(pairs)} not served, e.g. {unserved[:5]}")
     aborted = sorted(history.aborted)
     statuses = await asyncio.gather(*(status(p, "en-US") for p in aborted))
     if seen := [p for p, s in zip(aborted, statuses) if s != 404]:
@@ -198,10 +272,13 @@ async def processes(cluster: Cluster, http: aiohttp.ClientSession) -> list[str]:
 
 
 def caught_up(history: History) -> bool:
-    """Whether every client and the walker hold every expected announcement (the run may end)."""
-    expected = set(history.published)
-    return expected <= set(history.walked) and all(
-        expected <= {d.key for d in got} for got in history.deliveries.values()
+    """Whether every client, the walker and every webhook receiver hold every expected
+    announcement (the run may end)."""
+    want = expected(history)
+    return (
+        want <= set(history.walked)
+        and all(want <= {d.key for d in got} for got in history.deliveries.values())
+        and webhooks_caught_up(history)
     )
 
 

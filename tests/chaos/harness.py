@@ -1,7 +1,9 @@
 """The system under test of the mixed-fault run, all of its own: one Apache Kafka node (its log
 on disk, so a restart keeps it), two PostgreSQL servers, one the primary and the other its
 streaming standby (synchronous replication: :data:`SERVER_SETTINGS`), and a projector (static
-membership), an API and a stream process.
+membership), an API, a stream process and two webhook dispatchers (:data:`WEBHOOKS_ENV`: a
+signing key, private targets allowed, the retry schedule compressed as in
+tests/e2e/test_webhook_delivery.py).
 
 The servers' roles can swap: :meth:`Cluster.fail_over` kills the primary, promotes the standby
 and rebuilds the old primary as the new one's standby (a fresh copy: it never comes back as a
@@ -29,6 +31,7 @@ never touch the link.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import shutil
 import signal
@@ -53,8 +56,20 @@ from tickerwire.devstack.embedded.postgres import (
     EmbeddedReplica,
 )
 from tickerwire.services.common.db import connect
+from tickerwire.services.common.http.signing import derive_secret
 
-ROLES = ("projector", "api", "stream")
+#: The two webhook dispatchers, each a role of its own (the supervisor restarts each).
+DISPATCHERS = ("dispatcher0", "dispatcher1")
+ROLES = ("projector", "api", "stream", *DISPATCHERS)
+SIGNING_KEY = base64.b64encode(bytes(range(32))).decode()
+WEBHOOKS_ENV = {
+    "TICKERWIRE_WEBHOOKS_SIGNING_KEY": SIGNING_KEY,
+    "TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS": "true",
+    # 5 s, 5 min, 30 min, 2 h, ... become 10 ms, 0.6 s, 3.6 s, 14.4 s, ...
+    "TICKERWIRE_WEBHOOKS_RETRY_SCALE": "0.002",
+    "TICKERWIRE_WEBHOOKS_ATTEMPT_TIMEOUT_S": "1",
+    "TICKERWIRE_WEBHOOKS_LEASE_TTL_S": "3",
+}
 LOCALES = ("en-US", "de-DE", "fr-FR")
 TICKERS = ("BTC", "ETH")
 #: The projector's static group membership: a restart takes its partitions back at once.
@@ -89,6 +104,8 @@ class Cluster:
     #: What the services are given instead of the stack's addresses: the links'.
     service_env: dict[str, str]
     key: str = ""
+    #: The workspace of ``key`` (and of the webhook endpoints).
+    workspace_id: str = ""
     #: The process currently serving each role (the supervisor replaces a dead one).
     current: dict[str, Service] = field(default_factory=dict)
     #: Settings of every server on top of :data:`SERVER_SETTINGS` (a rebuilt standby's too).
@@ -126,7 +143,7 @@ class Cluster:
         extra = dict(self.service_env)
         if role == "projector":
             extra["TICKERWIRE_PROJECTOR_GROUP_INSTANCE_ID"] = INSTANCE_ID
-        service = self.stack.spawn(role, port=old.port if old else None, **extra)
+        service = self.stack.spawn(service_of(role), port=old.port if old else None, **extra)
         self.current[role] = service
         return service
 
@@ -194,6 +211,16 @@ class Cluster:
         self.rebuild(old)
 
 
+def service_of(role: str) -> str:
+    """The service a role runs: ``dispatcher0`` and ``dispatcher1`` are both the dispatcher."""
+    return "dispatcher" if role in DISPATCHERS else role
+
+
+def webhook_secret(endpoint_id: str) -> bytes:
+    """The secret the dispatchers sign an endpoint's requests with (its first generation)."""
+    return derive_secret(base64.b64decode(SIGNING_KEY), endpoint_id, 1)
+
+
 def settings_of(name: str, extra: Mapping[str, str]) -> dict[str, str]:
     """A server's settings: :data:`SERVER_SETTINGS` and ``extra``, its name its ``cluster_name``
     (what its WAL receiver calls itself to the primary while it is a standby)."""
@@ -247,7 +274,7 @@ async def cluster(prefix: str = "chaos", server_settings: Mapping[str, str] | No
             links[name] = Link(urlsplit(server.dsn).netloc.rpartition("@")[2])
         for link in links.values():
             link.start()
-        env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_DB_POOL_MAX": "10"}
+        env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_DB_POOL_MAX": "10", **WEBHOOKS_ENV}
         # The harness's own statements follow the primary as the services do, but directly.
         database_url = multi_host([s.dsn for s in servers.values()], target_session_attrs="read-write")
         stack = ServiceStack(database_url, kafka.bootstrap_servers, prefix, extra_env=env, log_dir=root / "logs")
@@ -267,8 +294,9 @@ async def cluster(prefix: str = "chaos", server_settings: Mapping[str, str] | No
             found.spawn(role)
         for role in ROLES:
             await found.ready(role)
+        found.workspace_id = f"ws_{prefix}"
         found.key = await stack.provision(
-            f"ws_{prefix}", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, stream_connection_limit=50
+            found.workspace_id, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, stream_connection_limit=50
         )
         yield found
     finally:

@@ -1,6 +1,7 @@
 """What a mixed-fault run saw, recorded as it happened: every operation the workload made (its
 endpoint, when, how long, whether it was served), every fault the nemesis injected (a span),
-every (post, locale) published and every one delivered. The checker and the report read it;
+every (post, locale) published and every one delivered, and every request each webhook
+receiver got. The checker and the report read it;
 nothing here judges."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable
 
+from tests.support.receivers import Request
 from tickerwire.schemas.models import PostEvent
 
 #: (post id, locale): one announcement.
@@ -44,6 +46,15 @@ class Delivery:
     key: Key
     partition: int
     offset: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hooked:
+    """One request a webhook receiver got (its signature checked: ``request.answer`` says what
+    the receiver answered, ``"ok"`` a 200), and when."""
+
+    request: Request
     at: float
 
 
@@ -115,6 +126,10 @@ class History:
     refusals: list[Refusal] = field(default_factory=list)
     #: Each failover the nemesis made, in order.
     failovers: list[Failover] = field(default_factory=list)
+    #: Per webhook endpoint (by id), its locale filter (None: every locale).
+    endpoints: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    #: Per webhook endpoint, every request its receiver got, in arrival order.
+    hooked: dict[str, list[Hooked]] = field(default_factory=lambda: defaultdict(list))
 
     def now(self) -> float:
         """Seconds since the run started."""
@@ -146,6 +161,10 @@ class History:
     def refused_cursors(self) -> set[tuple[str, str]]:
         """The distinct (client, cursor) pairs refused: a cursor retried and refused again counts once."""
         return {(r.who, r.cursor) for r in self.refusals}
+
+    def hook(self, endpoint_id: str, request: Request) -> None:
+        """The receiver of ``endpoint_id`` got ``request``."""
+        self.hooked[endpoint_id].append(Hooked(request, self.now()))
 
     def violation(self, text: str) -> None:
         self.violations.append(f"{self.now():.1f}s: {text}")

@@ -24,6 +24,12 @@ few seconds between them, each recorded as a span in the :class:`History`.
   6 s (their connections dropped, new ones held: tests/support/links.py);
 - ``slow primary|replica|kafka``: 50 to 400 ms added to every chunk each way between the
   services and that server, for 3 to 8 s.
+- ``kill dispatcher``: SIGKILL of one of the two webhook dispatchers (the supervisor restarts
+  it; the other takes its endpoints once their leases expire); the span lasts until the new
+  process is ready;
+- ``receiver outage``: one webhook receiver stops listening for :data:`OUTAGE_S` (longer than
+  its endpoint's first three compressed retry intervals, 10 ms, 0.6 s and 3.6 s: the next one
+  is 14.4 s), then listens again on the same port.
 
 A fault on "primary" or "replica" hits the server that has that role when the fault starts.
 """
@@ -39,8 +45,9 @@ from typing import Mapping
 
 import aiohttp
 
-from tests.chaos.harness import ROLES, Cluster
+from tests.chaos.harness import DISPATCHERS, ROLES, Cluster
 from tests.chaos.history import RECENT_S, Failover, Fault, History, Key
+from tests.chaos.workload import Hooks
 from tests.support.replicas import signal_server
 from tests.support.stack import BASE, auth
 
@@ -64,11 +71,15 @@ KINDS = {
     "slow primary": 1,
     "slow replica": 1,
     "slow kafka": 1,
+    "kill dispatcher": 2,
+    "receiver outage": 1,
 }
 GAP_S = (3.0, 7.0)
 PAUSE_S = (2.0, 6.0)
 SLOW_S = (3.0, 8.0)
 DELAY_S = (0.05, 0.4)
+#: How long a receiver outage lasts.
+OUTAGE_S = (5.0, 8.0)
 #: How far behind the primary the standby of a ``failover lagging`` is (its replay lag).
 LAG_S = 2.0
 #: How long after a failover the API must answer, and every process be ready, before the
@@ -78,7 +89,8 @@ FAILOVER_WAIT_S = 60.0
 
 class Nemesis:
     """``kinds``: each fault kind and its weight (:data:`KINDS` by default); ``gap_s``: the pause
-    before each fault, drawn uniformly from that range (:data:`GAP_S` by default)."""
+    before each fault, drawn uniformly from that range (:data:`GAP_S` by default); ``hooks``:
+    the webhook receivers a ``receiver outage`` stops."""
 
     def __init__(
         self,
@@ -87,8 +99,9 @@ class Nemesis:
         rng: random.Random,
         kinds: Mapping[str, int] | None = None,
         gap_s: tuple[float, float] = GAP_S,
+        hooks: Hooks | None = None,
     ) -> None:
-        self.cluster, self.history, self.rng = cluster, history, rng
+        self.cluster, self.history, self.rng, self.hooks = cluster, history, rng, hooks
         self.kinds = dict(kinds or KINDS)
         self.gap_s = gap_s
 
@@ -105,18 +118,11 @@ class Nemesis:
 
     async def inject(self, kind: str) -> None:
         verb, _, target = kind.partition(" ")
-        if target in ("projector", "api", "stream"):
-            service = self.cluster.current[target]
-            if verb == "kill":
-                service.proc.kill()
-                await asyncio.sleep(0.5)  # the supervisor sees it within a quarter of a second
-                await self.cluster.ready(target)
-            else:
-                os.kill(service.proc.pid, signal.SIGSTOP)
-                try:
-                    await asyncio.sleep(self.rng.uniform(*PAUSE_S))
-                finally:
-                    os.kill(service.proc.pid, signal.SIGCONT)
+        if target in ("projector", "api", "stream", "dispatcher"):
+            await self.process(verb, self.rng.choice(DISPATCHERS) if target == "dispatcher" else target)
+        elif kind == "receiver outage" and self.hooks is not None:
+            endpoint_id = self.rng.choice(sorted(self.hooks.receivers))
+            await self.hooks.outage(endpoint_id, self.rng.uniform(*OUTAGE_S))
         elif kind == "kill replica":
             replica = self.cluster.replica
             await asyncio.to_thread(signal_server, replica, signal.SIGKILL)
@@ -155,6 +161,21 @@ class Nemesis:
                 await asyncio.to_thread(link.heal)
         else:
             raise ValueError(f"unknown fault {kind!r}")
+
+    async def process(self, verb: str, role: str) -> None:
+        """SIGKILL of the process of ``role`` (``verb`` "kill"), until its successor is ready; or
+        SIGSTOP for a while, then SIGCONT."""
+        service = self.cluster.current[role]
+        if verb == "kill":
+            service.proc.kill()
+            await asyncio.sleep(0.5)  # the supervisor sees it within a quarter of a second
+            await self.cluster.ready(role)
+        else:
+            os.kill(service.proc.pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(self.rng.uniform(*PAUSE_S))
+            finally:
+                os.kill(service.proc.pid, signal.SIGCONT)
 
     async def fail_over(self, lag_s: float = 0.0) -> None:
         """Kill the primary, promote the standby; while the old primary is rebuilt as the new

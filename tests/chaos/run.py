@@ -1,7 +1,7 @@
 """A mixed-fault run: ``python -m tests.chaos.run --minutes 30 --seed 7 [--doc]``.
 
-Starts the cluster (tests/chaos/harness.py), runs the workload and the nemesis together for
-``--minutes``, stops the faults, lets every client catch up, checks (tests/chaos/checker.py)
+Starts the cluster (tests/chaos/harness.py), registers the webhook endpoints, runs the workload
+and the nemesis together for ``--minutes``, stops the faults, lets every client catch up, checks (tests/chaos/checker.py)
 and writes the report into ``chaos-results/<date>-seed<N>/`` (with the services' logs);
 ``--doc`` also puts its summary and picture into docs/reliability.md. Exits 1 on a violation,
 after printing the seed and the first one.
@@ -32,7 +32,7 @@ from tests.chaos import checker, report
 from tests.chaos.harness import ROLES, cluster
 from tests.chaos.history import History
 from tests.chaos.nemesis import GAP_S, Nemesis
-from tests.chaos.workload import Follower, PostWriter, Reader, TransactionalWriter, Walker
+from tests.chaos.workload import Follower, Hooks, PostWriter, Reader, TransactionalWriter, Walker
 from tests.reliability.run import conditions
 
 RESULTS = report.REPO / "chaos-results"
@@ -61,6 +61,8 @@ async def run(
     load_start, started = os.getloadavg(), time.monotonic()
     async with cluster(server_settings=server_settings) as c, aiohttp.ClientSession() as http:
         history = History(seed)
+        hooks = Hooks(c, history, seed)
+        await hooks.start()
         pushed: asyncio.Queue = asyncio.Queue(maxsize=20)
         writing, reading, faulting = asyncio.Event(), asyncio.Event(), asyncio.Event()
         names = [f"follower{n}" for n in range(followers)]
@@ -78,7 +80,9 @@ async def run(
         ]
         client_tasks = [asyncio.create_task(coro) for coro in clients]
         supervisor = asyncio.create_task(c.supervise(history))
-        nemesis = asyncio.create_task(Nemesis(c, history, random.Random(rng.random()), kinds, gap_s).run(faulting))
+        nemesis = asyncio.create_task(
+            Nemesis(c, history, random.Random(rng.random()), kinds, gap_s, hooks).run(faulting)
+        )
         try:
             await watch([nemesis, supervisor, *writers, *client_tasks], minutes * 60)
             faulting.set()
@@ -101,6 +105,8 @@ async def run(
             violations += found
             counts = checker.tally(history, unserved)
             violations += checker.tallied(counts, history)
+            hooked = checker.webhook_tally(history)
+            violations += checker.webhook_tallied(hooked, history)
             violations += await checker.counters(c, history, http)
             violations += await checker.processes(c, http)
             checked_at = history.now()
@@ -108,6 +114,7 @@ async def run(
             for task in [*writers, *client_tasks, supervisor, nemesis]:
                 task.cancel()
             await asyncio.gather(*writers, *client_tasks, supervisor, nemesis, return_exceptions=True)
+            await hooks.stop()
             c.stack.stop_all()
             shutil.copytree(c.stack.log_dir, results / "logs", dirs_exist_ok=True)
             for server_log in c.root.glob("*.log"):  # the PostgreSQL servers' (not JSON: apart)
@@ -117,6 +124,7 @@ async def run(
     extra = {
         "fault_minutes": minutes,
         "tally": counts,
+        "webhooks": hooked,
         "failovers": [asdict(f) for f in history.failovers],
         "error_lines": error_lines(results / "logs"),
         "error_kinds": error_kinds(results / "logs"),

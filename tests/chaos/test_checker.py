@@ -1,14 +1,27 @@
 """The checker's judgement on made-up histories (pure logic): each kind of violation it names
 is found (a counter off by one among them), a clean history has none, and the lost, doubled
-and refused counts are each counted apart."""
+and refused counts are each counted apart; so are a webhook endpoint's lost, out of order,
+doubled, bad signature and unexpected requests."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from tests.chaos.checker import counter_mismatches, deliveries, expected_counters, tallied, tally
+import orjson
+
+from tests.chaos.checker import (
+    caught_up,
+    counter_mismatches,
+    deliveries,
+    expected_counters,
+    tallied,
+    tally,
+    webhook_tallied,
+    webhook_tally,
+)
 from tests.chaos.history import Delivery, Facts, History
 from tests.support.events import post_ev
+from tests.support.receivers import BAD_SIGNATURE, Request
 
 
 def history(got: list[Delivery], walked: list, aborted: frozenset[int] = frozenset()) -> History:
@@ -111,3 +124,95 @@ def test_the_last_acknowledged_version_of_a_post_is_what_counts():
         "pulse": {"BULLISH": 1, "NEUTRAL": 0, "BEARISH": 0},
     }
     assert list(history.published) == [(7, "en-US")]
+
+
+def request(key: tuple[int, str], position: tuple[int, int], answer: str = "ok", *, wid: str = "", title: str = "t"):
+    partition, offset = position
+    body = orjson.dumps(
+        {
+            "type": "post.created",
+            "log_position": f"{partition}:{offset}",
+            "data": {"id": key[0], "lang": key[1], "title": title},
+        }
+    )
+    return Request(wid or f"msg_e_{partition}_{offset}_{key[1]}", 1_700_000_000, body, answer)
+
+
+def hooked(requests: list[Request], langs: tuple[str, ...] | None = None) -> History:
+    """The three announcements of :func:`history` at one endpoint, filtered by ``langs``."""
+    h = history(CLEAN, WALKED, aborted=frozenset({9}))
+    h.endpoints["whe_a"] = langs
+    for r in requests:
+        h.hook("whe_a", r)
+    return h
+
+
+#: The three announcements' requests in cursor order, the first refused once and redelivered.
+HOOKED = [
+    request((1, "de-DE"), (0, 4), "500"),
+    request((1, "de-DE"), (0, 4)),
+    request((1, "en-US"), (0, 4)),
+    request((2, "en-US"), (1, 7), "reset"),
+    request((2, "en-US"), (1, 7)),
+]
+NONE = {"lost": 0, "out of order": 0, "doubled": 0, "changed": 0, "bad signatures": 0, "unexpected": 0}
+
+
+def test_an_endpoint_that_acknowledged_everything_in_order_has_no_webhook_violation():
+    h = hooked(HOOKED)
+    assert webhook_tally(h) == {"whe_a": {"requests": 5, "acknowledged": 3, **NONE}}
+    assert webhook_tallied(webhook_tally(h), h) == []
+    assert caught_up(h)
+    # A locale filter: only what it admits is expected.
+    h = hooked([r for r in HOOKED if r.key[1] == "de-DE"], langs=("de-DE",))
+    assert webhook_tally(h)["whe_a"] == {"requests": 2, "acknowledged": 1, **NONE}
+
+
+def test_an_announcement_only_ever_failed_is_lost_and_the_run_is_not_caught_up():
+    h = hooked(HOOKED[:4])  # (2, en-US) answered a reset, never a 200
+    assert webhook_tally(h)["whe_a"] == {"requests": 4, "acknowledged": 2, **NONE, "lost": 1}
+    assert webhook_tallied(webhook_tally(h), h) == ["webhook whe_a: lost: 1, e.g. [(2, 'en-US')]"]
+    assert not caught_up(h)
+
+
+def test_a_cursor_that_goes_back_is_out_of_order_though_every_message_keeps_its_id():
+    # A dispatcher that never stored the cursor: its successor starts again from the first message.
+    h = hooked([*HOOKED, *HOOKED[1:3], HOOKED[4]])
+    counts = webhook_tally(h)["whe_a"]
+    assert counts == {"requests": 8, "acknowledged": 3, **NONE, "out of order": 1}
+    assert webhook_tallied(webhook_tally(h), h) == [
+        """webhook whe_a: out of order: 1, e.g. ["msg_e_0_4_de-DE arrived after (4, 'en-US') on partition 0"]"""
+    ]
+
+
+def test_a_message_sent_again_under_another_id_is_doubled_and_with_other_data_changed():
+    again = request((1, "en-US"), (0, 5))  # the same announcement at another position: another id
+    changed = request((2, "en-US"), (1, 7), title="other")  # a redelivery whose data changed
+    h = hooked([*HOOKED, again, changed])
+    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 1, "changed": 1}
+    assert [v.split(",")[0] for v in webhook_tallied(webhook_tally(h), h)] == [
+        "webhook whe_a: doubled: 1",
+        "webhook whe_a: changed: 1",
+    ]
+
+
+def test_a_bad_signature_and_an_announcement_outside_the_filter_or_aborted_are_counted():
+    h = hooked(
+        [
+            *HOOKED,
+            request((1, "en-US"), (0, 4), BAD_SIGNATURE),
+            request((9, "en-US"), (1, 9)),  # of an aborted transaction
+        ],
+        langs=("de-DE", "en-US"),
+    )
+    h.endpoints["whe_b"] = ("de-DE",)
+    h.hook("whe_b", HOOKED[1])
+    h.hook("whe_b", HOOKED[2])  # en-US: outside the filter
+    counts = webhook_tally(h)
+    assert counts["whe_a"] == {"requests": 6, "acknowledged": 4, **NONE, "bad signatures": 1, "unexpected": 1}
+    assert counts["whe_b"] == {"requests": 2, "acknowledged": 2, **NONE, "unexpected": 1}
+    assert [v.split(",")[0] for v in webhook_tallied(counts, h)] == [
+        "webhook whe_a: bad signatures: 1",
+        "webhook whe_a: unexpected: 1",
+        "webhook whe_b: unexpected: 1",
+    ]

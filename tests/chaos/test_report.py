@@ -1,16 +1,17 @@
 """The report's account of a projector SIGKILL on made-up histories (a post held back by
 another fault in the kill's window counts in the wide figure, not in the SIGKILL's own; a post
 the SIGKILL alone held back counts in both), its count of ERROR lines, and its lines on the
-lost, doubled and refused counts and the failovers."""
+lost, doubled and refused counts and the failovers, and each webhook endpoint's line."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
 from tests.chaos.history import Delivery, Failover, Fault, History
 from tests.chaos.report import after_kills, kill_costs, markdown, summary
 from tests.chaos.run import error_kinds, error_lines, unexplained_errors
+from tests.support.receivers import Request
 
 
 def history(faults: list[Fault], posts: dict[int, tuple[float, float]]) -> History:
@@ -94,3 +95,18 @@ def test_the_lost_doubled_and_refused_counts_and_the_failovers_are_in_the_markdo
     assert "- Failovers: 1; from the SIGKILL of the primary: standby promoted p50 0.40 s" in text
     assert "API answering p50 1.50 s" in text and "every process ready p50 3.00 s" in text
     assert "pairs pushed in the 15 s before it that GET did not serve once the API answered: 3 of 40" in text
+
+
+def test_each_webhook_endpoint_has_a_line_with_its_answers_counts_and_latency():
+    h = history([], {1: (10.0, 10.5)})
+    h.endpoints["whe_a"] = None
+    body = b'{"log_position":"0:1","data":{"id":1,"lang":"en-US"}}'
+    h.hook("whe_a", Request("msg_1", 1, body, "500"))
+    h.hook("whe_a", Request("msg_1", 1, body, "ok"))
+    h.hooked["whe_a"] = [replace(x, at=11.0) for x in h.hooked["whe_a"]]
+    counts = {"requests": 2, "acknowledged": 1, "lost": 0, "out of order": 0, "doubled": 0, "changed": 0}
+    text = markdown(summary(h, [], {"webhooks": {"whe_a": counts}}), "timeline.png")
+    assert (
+        "- Webhook endpoint whe_a: 2 requests (500 1, ok 1), 1 announcements acknowledged; lost: 0; out of order: 0; "
+        "doubled: 0; changed: 0; publish-to-receipt p50 1.00 s, p99 1.00 s, max 1.00 s (n=1)"
+    ) in text

@@ -13,7 +13,10 @@
   apart from what is lost (the service suggests filling the gap with ``GET /posts`` instead,
   which misses late translations: that would blur the two counts);
 - :class:`Reader`: reads with ``X-Min-Log-Position`` (its last ``X-Log-Position``, or the
-  position of a post a follower was pushed) and checks the answer is at least that fresh.
+  position of a post a follower was pushed) and checks the answer is at least that fresh;
+- :class:`Hooks`: webhook receivers (tests/support/receivers.py) that fail at random (the
+  ``flaky`` plan, seeded from the run's seed), one per endpoint of :data:`ENDPOINTS`, registered
+  before the writers start, each request recorded as it arrives.
 
 Each client retries what failed after a short pause, as a partner would, and records the
 failure (an error or a timeout) as an operation that was not served.
@@ -22,16 +25,18 @@ failure (an error or a timeout) as an operation that was not served.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import orjson
 
-from tests.chaos.harness import LOCALES, TICKERS, Cluster
+from tests.chaos.harness import LOCALES, TICKERS, Cluster, webhook_secret
 from tests.chaos.history import Delivery, History, Key
-from tests.support.events import post_ev
+from tests.support.events import post_ev, webhook_endpoint_ev
 from tests.support.producers import Raw, librdkafka
+from tests.support.receivers import Receiver, flaky, start_cursor
 from tests.support.stack import BASE, auth
 from tickerwire.schemas.models import PostEvent, encode_event, entity_key, topic_for_event_type
 from tickerwire.services.cli.publish import send_events
@@ -319,3 +324,59 @@ class Reader:
             self.history.violation(f"stale read: {path} X-Log-Position {mark} below the demanded {want}")
         elif key is None:
             self.mark = mark
+
+
+#: The webhook endpoints of the run, each with its locale filter (None: every locale).
+ENDPOINTS: dict[str, tuple[str, ...] | None] = {"whe_chaosall": None, "whe_chaosde": ("de-DE",)}
+
+
+class Hooks:
+    """One flaky receiver per endpoint of :data:`ENDPOINTS` (the ``flaky`` plan seeded with the
+    run's seed, and the next ones), each endpoint registered from the read model's frontier
+    (as `tickerwire webhooks register` does) before any post is published, every request its
+    receiver gets recorded into the history (:meth:`History.hook`)."""
+
+    def __init__(self, cluster: Cluster, history: History, seed: int) -> None:
+        self.cluster, self.history = cluster, history
+        self.receivers = {
+            endpoint_id: Receiver(
+                webhook_secret(endpoint_id), flaky(seed + n), seen=functools.partial(history.hook, endpoint_id)
+            )
+            for n, endpoint_id in enumerate(ENDPOINTS)
+        }
+
+    async def start(self) -> None:
+        """The receivers listening, their endpoints registered and projected."""
+        for receiver in self.receivers.values():
+            await receiver.start()
+        stack = self.cluster.stack
+        start, now = await start_cursor(stack), datetime.now(timezone.utc)
+        await stack.publish(
+            [
+                webhook_endpoint_ev(
+                    endpoint_id,
+                    self.cluster.workspace_id,
+                    1,
+                    now=now,
+                    url=self.receivers[endpoint_id].url,
+                    locales=list(langs) if langs else None,
+                    start_cursor=start,
+                )
+                for endpoint_id, langs in ENDPOINTS.items()
+            ]
+        )
+        await stack.wait_projected()
+        self.history.endpoints.update(ENDPOINTS)
+
+    async def outage(self, endpoint_id: str, seconds: float) -> None:
+        """The receiver of ``endpoint_id`` stops listening for ``seconds``, then comes back."""
+        receiver = self.receivers[endpoint_id]
+        await receiver.stop()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await receiver.start()
+
+    async def stop(self) -> None:
+        for receiver in self.receivers.values():
+            await receiver.stop()

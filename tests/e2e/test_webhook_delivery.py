@@ -25,14 +25,11 @@ from datetime import datetime, timezone
 import pytest
 
 from tests.support import events
-from tests.support.receivers import Receiver, Request, flaky
+from tests.support.receivers import Receiver, check_order, check_redeliveries, flaky, start_cursor
 from tests.support.stack import ServiceStack, started_stack
 from tickerwire.schemas.models import Locale, LocaleEvent, WebhookEndpoint, WebhookEndpointEvent
-from tickerwire.schemas.topics import POSTS as POSTS_TOPIC, topic_name
 from tickerwire.services.common.db import connect
 from tickerwire.services.common.http.signing import derive_secret
-from tickerwire.services.readmodel.taxonomy import served_locales
-from tickerwire.services.readmodel.walk import Page, locales, walk
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -122,37 +119,10 @@ async def stack(pg_dsn, kafka_bootstrap):
         yield s
 
 
-async def start_cursor(stack: ServiceStack) -> str:
-    async with connect(stack.database_url, schema="rm") as conn:
-        page = await walk(
-            conn, topic_name(stack.topic_prefix, POSTS_TOPIC), None, locales(await served_locales(conn), None), limit=0
-        )
-    assert isinstance(page, Page)
-    return page.cursor()
-
-
 async def failed_attempts(stack: ServiceStack, endpoint_id: str) -> int:
     """Failed attempts of the message at the endpoint's head, as the dispatchers stored them."""
     async with connect(stack.database_url, schema="rm") as conn:
         return await conn.fetchval("SELECT attempt FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id)
-
-
-def check_order(requests: list[Request]) -> None:
-    """Per partition, the positions of the requests in arrival order never go back (a message
-    retried or redelivered repeats its position; nothing older comes after a newer one)."""
-    last: dict[int, tuple[int, str]] = {}
-    for r in requests:
-        partition, offset, lang = r.position
-        assert (offset, lang) >= last.get(partition, (-1, "")), (
-            f"{r.webhook_id} arrived after {last[partition]} on partition {partition}"
-        )
-        last[partition] = (offset, lang)
-
-
-def check_redeliveries(requests: list[Request]) -> None:
-    bodies: dict[str, object] = {}
-    for r in requests:
-        assert bodies.setdefault(r.webhook_id, r.message["data"]) == r.message["data"], r.webhook_id
 
 
 async def kill_dispatchers(stack: ServiceStack, stop: asyncio.Event, rng: random.Random) -> int:

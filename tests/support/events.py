@@ -71,17 +71,16 @@ def webhook_endpoint_ev(
     endpoint_id: str, workspace: str, version: int, status: str = "active", *, now: datetime = T0, **data: Any
 ) -> WebhookEndpointEvent:
     """A webhook endpoint's snapshot at ``version``, created ``version`` hours before ``now`` (so a
-    higher version is an older endpoint); ``data``: its other fields (filters, generation...)."""
+    higher version is an older endpoint); ``data``: its other fields (url, filters, generation...)."""
     return WebhookEndpointEvent(
         version=version,
         emitted_at=now,
         data=WebhookEndpoint(
             id=endpoint_id,
             workspace_id=workspace,
-            url=f"https://hooks.example/{endpoint_id}",
             status=status,
             created_at=now - timedelta(hours=version),
-            **data,
+            **{"url": f"https://hooks.example/{endpoint_id}", **data},
         ),
     )
 

@@ -1,7 +1,11 @@
 """Webhook receivers for tests: real aiohttp servers on 127.0.0.1 that verify every request's
 signature (the server's own signer is not used: the check is the Standard Webhooks rule written
 out), record it, and answer as a fault plan says: 200, 500, a 429 with ``Retry-After``, a reset
-connection, an answer slower than the dispatcher waits, or nothing at all while down."""
+connection, an answer slower than the dispatcher waits, or nothing at all while down.
+
+The rules a receiver's requests must keep, in arrival order, written once for every test that
+has receivers (:func:`backward`, :func:`conflicting`, :func:`doubled_ids`), with the
+asserting forms :func:`check_order` and :func:`check_redeliveries`."""
 
 from __future__ import annotations
 
@@ -12,15 +16,22 @@ import hmac
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import orjson
 from aiohttp import web
 
+from tests.support.stack import ServiceStack
 from tickerwire.devstack.embedded.ports import free_ports
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common.db import connect
+from tickerwire.services.readmodel.taxonomy import served_locales
+from tickerwire.services.readmodel.walk import Page, locales, walk
 
 #: A fault plan: what to do with the next request (None: answer 200).
 Plan = Callable[[], str | None]
+#: The answer recorded for a request whose signature did not verify (it is answered 400).
+BAD_SIGNATURE = "bad signature"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,9 @@ def flaky(seed: int, *, errors: float = 0.08, resets: float = 0.04, limited: int
 class Receiver:
     secret: bytes
     plan: Plan = lambda: None
+    #: Called with every request as it arrives, one whose signature failed too (answer
+    #: :data:`BAD_SIGNATURE`, not in ``requests``).
+    seen: Callable[[Request], None] = lambda request: None
     #: Seconds a "slow" answer takes (longer than the dispatcher's attempt timeout).
     slow_s: float = 3.0
     #: The ``Retry-After`` of a "429".
@@ -106,9 +120,11 @@ class Receiver:
         signatures = tuple(request.headers.get("webhook-signature", "").split(" "))
         if mine not in signatures:
             self.bad_signatures += 1
+            self.seen(Request(wid, int(ts), body, BAD_SIGNATURE))
             return web.Response(status=400, text="bad signature")
         fault = self.plan()
         self.requests.append(Request(wid, int(ts), body, fault or "ok", time.monotonic(), signatures))
+        self.seen(self.requests[-1])
         if fault == "500":
             return web.Response(status=500, text="flaky")
         if fault == "429":
@@ -135,3 +151,55 @@ class Receiver:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+async def start_cursor(stack: ServiceStack) -> str:
+    """The read model's frontier cursor now: a new endpoint's ``start_cursor`` (what
+    `tickerwire webhooks register` gives it), so it gets every post announced after."""
+    async with connect(stack.database_url, schema="rm") as conn:
+        page = await walk(
+            conn, topic_name(stack.topic_prefix, POSTS), None, locales(await served_locales(conn), None), limit=0
+        )
+    assert isinstance(page, Page)
+    return page.cursor()
+
+
+def backward(requests: Iterable[Request]) -> list[str]:
+    """Each request, in arrival order, whose position is below the one before it on its
+    partition (each step back once): positions per partition never go back (a message retried or redelivered repeats its
+    position; nothing older comes after a newer one)."""
+    found = []
+    last: dict[int, tuple[int, str]] = {}
+    for r in requests:
+        partition, offset, lang = r.position
+        if (offset, lang) < last.get(partition, (-1, "")):
+            found.append(f"{r.webhook_id} arrived after {last[partition]} on partition {partition}")
+        last[partition] = (offset, lang)
+    return found
+
+
+def conflicting(requests: Iterable[Request]) -> list[str]:
+    """Each request whose ``webhook-id`` came before with other ``data``: a redelivery carries
+    the same message."""
+    bodies: dict[str, object] = {}
+    return [r.webhook_id for r in requests if bodies.setdefault(r.webhook_id, r.message["data"]) != r.message["data"]]
+
+
+def doubled_ids(requests: Iterable[Request]) -> dict[tuple[int, str], set[str]]:
+    """The announcements received under more than one ``webhook-id``, with those ids: a message
+    sent twice other than as a redelivery of the same id."""
+    ids: dict[tuple[int, str], set[str]] = {}
+    for r in requests:
+        ids.setdefault(r.key, set()).add(r.webhook_id)
+    return {k: v for k, v in ids.items() if len(v) > 1}
+
+
+def check_order(requests: list[Request]) -> None:
+    """:func:`backward` finds nothing."""
+    assert not (found := backward(requests)), f"{len(found)} out of order, the first: {found[0]}"
+
+
+def check_redeliveries(requests: list[Request]) -> None:
+    """:func:`conflicting` and :func:`doubled_ids` find nothing."""
+    assert not (found := conflicting(requests)), f"{len(found)} redeliveries with other data: {found[:5]}"
+    assert not (twice := doubled_ids(requests)), f"{len(twice)} announcements under two ids: {list(twice.items())[:5]}"

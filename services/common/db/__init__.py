@@ -110,11 +110,15 @@ async def create_pool(
 CONNECT_POSTGRES = "connect to PostgreSQL"
 
 
-async def reader_pool(config: Config, failing: Failing | None = None) -> asyncpg.Pool:
+async def reader_pool(
+    config: Config, failing: Failing | None = None, synchronous_commit: str | None = None
+) -> asyncpg.Pool:
     """The pool of a reading service (API, stream), connecting with retries until PostgreSQL answers.
 
     Its statements are bounded by ``db_statement_timeout_s`` and its connection attempts by
-    ``db_connect_timeout_s``, so a frozen database turns into a prompt 503, not a stall."""
+    ``db_connect_timeout_s``, so a frozen database turns into a prompt 503, not a stall.
+    ``synchronous_commit``: as :func:`create_pool`'s (a service whose few writes must survive a
+    crash of PostgreSQL, such as the webhook dispatcher's cursors, sets ``on``)."""
     return await retry_transient(
         lambda: create_pool(
             config.database_url,
@@ -124,6 +128,7 @@ async def reader_pool(config: Config, failing: Failing | None = None) -> asyncpg
             stateless=True,
             statement_timeout_s=config.db_statement_timeout_s,
             connect_timeout_s=config.db_connect_timeout_s,
+            synchronous_commit=synchronous_commit,
         ),
         what=CONNECT_POSTGRES,
         cap=2.0,
