@@ -130,7 +130,7 @@ class _PooledConnection(asyncpg.Connection):
 
 def _local_settings(local: dict[str, str]):
     async def init(conn: asyncpg.Connection) -> None:
-        conn.local_settings = local  # type: ignore[attr-defined]
+        conn.local_settings = local
 
     return init
 
