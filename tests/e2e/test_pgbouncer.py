@@ -18,6 +18,8 @@ from tests.support.events import fresh_post_ev, locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, auth
 from tests.support.ws import session
 from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.common.db import create_pool
+from tickerwire.services.common.runtime.errors import ConfigError
 
 pytestmark = [
     pytest.mark.e2e,
@@ -90,3 +92,10 @@ async def _serve(stack: ServiceStack) -> None:
                     assert (await resp.json())["error"]["code"] == "RATE_LIMITED"
                     break
         assert statuses[-1] == 429 and set(statuses[:-1]) == {200}, statuses
+
+
+async def test_a_pooler_that_does_not_set_the_read_models_search_path_is_refused_with_the_fix(pg_dsn):
+    with pgbouncer.Bouncer(pg_dsn, schema="elsewhere") as bouncer:
+        async with scratch_database(pg_dsn) as dsn:
+            with pytest.raises(ConfigError, match="connect_query = 'SET search_path = \"rm\", public'"):
+                await create_pool(bouncer.url(dsn), "rm", min_size=1, max_size=1, pooled=True)
