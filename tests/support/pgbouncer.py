@@ -13,6 +13,7 @@ bypass the pooler). Without it, :func:`routed` changes nothing.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -114,12 +115,17 @@ pidfile = {self.dir / "pgbouncer.pid"}
             for f in self.dir.iterdir():
                 os.chown(f, account.pw_uid, account.pw_gid)
             command[1:1] = ["-u", account.pw_name]
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        # It logs to its logfile (read by log()); stderr would be a pipe nobody drains.
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        atexit.register(self.stop)  # a test process that dies leaves no pooler behind
         deadline = time.monotonic() + START_TIMEOUT_S
         while not accepts_connections(LOCALHOST, self.port):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                said = self.log()[-2000:]
                 self.stop()
-                raise RuntimeError(f"pgbouncer did not start within {START_TIMEOUT_S:g} s: {self.log()[-2000:]}")
+                raise RuntimeError(f"pgbouncer did not start within {START_TIMEOUT_S:g} s: {said}")
             time.sleep(0.05)
 
     def log(self) -> str:
@@ -136,8 +142,6 @@ pidfile = {self.dir / "pgbouncer.pid"}
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=STOP_TIMEOUT_S)
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
