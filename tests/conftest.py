@@ -7,6 +7,7 @@ containers (testcontainers) when a Docker engine answers, else the embedded serv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -16,7 +17,7 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from tests.support import containers, timeouts
+from tests.support import containers, pgbouncer, timeouts
 from tests.support.brokers import SessionBroker
 from tests.support.exclusive import held
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
@@ -60,6 +61,22 @@ def pytest_timeout_cancel_timer(item: pytest.Item) -> bool | None:
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     """DSN of a PostgreSQL server (superuser) shared by the whole session."""
+    with _server_dsn() as dsn:
+        if not pgbouncer.enabled():
+            yield dsn
+            return
+        # TICKERWIRE_TEST_PGBOUNCER=1: the services the tests start reach PostgreSQL through a
+        # PgBouncer in transaction mode, and bypass it where they must (tests/support/pgbouncer.py).
+        with pgbouncer.Bouncer(dsn) as bouncer:
+            pgbouncer.use_for_session(bouncer)
+            try:
+                yield dsn
+            finally:
+                pgbouncer.use_for_session(None)
+
+
+@contextlib.contextmanager
+def _server_dsn() -> Iterator[str]:
     if url := os.environ.get("TICKERWIRE_TEST_DATABASE_URL"):
         yield url
     elif containers.docker_available():

@@ -112,14 +112,12 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
         on_fallback=metrics.access_fallbacks.inc, acquire_timeout_s=config.db_acquire_timeout_s
     )
     app[WATCHER] = principals.follow(
-        StampWatcher(
-            config.database_url, lambda: _refresh(app), on_listening=lambda up: metrics.listener_up.set(int(up))
-        )
+        StampWatcher(config.direct_url, lambda: _refresh(app), on_listening=lambda up: metrics.listener_up.set(int(up)))
     )
     metrics.principals.set_function(lambda: len(principals.by_hash))
     metrics.access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
     app[ADMISSIONS] = Admissions(
-        config.database_url,
+        config.direct_url,
         default_rate=config.default_rate_limit_per_minute,
         default_quota=config.default_daily_quota,
         metrics=metrics,

@@ -120,10 +120,10 @@ async def _read_conn(config: FullConfig, *, read_only: bool = True):
     from ..common.db import command_connection, storage_errors
 
     async with command_connection(
-        config.database_url,
+        config.direct_url,
         schema=config.read_model_schema,
         read_only=read_only,
-        what=f"connect to {_where(config.database_url)}",
+        what=f"connect to {_where(config.direct_url)}",
     ) as conn:
         with storage_errors("query the read model"):
             yield conn
@@ -340,10 +340,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         from ..common.db import storage_errors
 
         config = _config()
-        with storage_errors(f"migrate {_where(config.database_url)}"):
-            async with command_connection(
-                config.database_url, statement_timeout_s=MIGRATION_STATEMENT_TIMEOUT_S
-            ) as conn:
+        with storage_errors(f"migrate {_where(config.direct_url)}"):
+            async with command_connection(config.direct_url, statement_timeout_s=MIGRATION_STATEMENT_TIMEOUT_S) as conn:
                 applied = await migrate(conn, config.read_model_schema)
         print("\n".join(applied) or "up to date")
         return 0

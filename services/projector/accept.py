@@ -54,7 +54,7 @@ async def accept_log(config: Config, start_from: str = "earliest") -> Accepted:
         raise kafka.unreachable(config, exc, "cannot read the log offsets from") from exc
     probe = LogProbe(config, "tickerwire-accept-log-probe")
     try:
-        async with command_connection(config.database_url, schema=config.read_model_schema) as conn:
+        async with command_connection(config.direct_url, schema=config.read_model_schema) as conn:
             stored = await positions.load(conn)
             gaps = {
                 tp: gap

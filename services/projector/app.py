@@ -13,7 +13,7 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import web
 
-from ..common.db import CONNECT_POSTGRES, create_pool, storage_errors
+from ..common.db import CONNECT_POSTGRES, connect, create_pool, storage_errors
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.endpoints import add_ops_routes, run_app
@@ -32,6 +32,8 @@ CONFIG = web.AppKey("config", ProjectorConfig)
 METRICS = web.AppKey("metrics", ProjectorMetrics)
 POOL = web.AppKey("pool", asyncpg.Pool)
 PROJECTOR = web.AppKey("projector", Projector)
+#: Bound of the start-up migration's statements, as on the pool's connections (create_pool's default).
+MIGRATE_TIMEOUT_S = 30.0
 
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -42,6 +44,16 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         # the default) become visible only once flushed, on the synchronous standby too where
         # one is configured: what the stream pushes and every cursor it hands out survive a
         # crash of PostgreSQL and a failover (docs/api.md#durability).
+        if config.pooled:  # migrations bypass a transaction-mode pooler (docs/operations.md, PgBouncer)
+            with storage_errors("migrate"):
+                async with connect(
+                    config.direct_url,
+                    schema=config.read_model_schema,
+                    settings={"statement_timeout": str(int(MIGRATE_TIMEOUT_S * 1000))},
+                    command_timeout=MIGRATE_TIMEOUT_S,
+                    what="migrate",
+                ) as conn:
+                    await migrate(conn, config.read_model_schema)
         pool = await create_pool(
             config.database_url,
             config.read_model_schema,
@@ -50,7 +62,10 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
             connect_timeout_s=config.db_connect_timeout_s,
             stateless=True,
             synchronous_commit=config.projector_synchronous_commit,
+            pooled=config.pooled,
         )
+        if config.pooled:
+            return pool
         with storage_errors("migrate"):
             async with pool.acquire() as conn:
                 await migrate(conn, config.read_model_schema)

@@ -49,6 +49,7 @@ from tickerwire.schemas.models import (
     entity_key,
 )
 
+from ..common.db import begin_local
 from ..readmodel import positions, stamps as stamp
 from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
 from ..readmodel.taxonomy import load_categories, load_default_locale
@@ -283,6 +284,7 @@ async def apply_batch(
     if not records:
         return result
     async with conn.transaction():
+        await begin_local(conn)
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
         stored = await positions.lock(conn, topic, partition, expected=expected)
         fresh = [r for r in records if r.offset >= stored]
@@ -340,6 +342,7 @@ async def reject_record(
 
     Returns False if the position had already passed it (nothing to do)."""
     async with conn.transaction():
+        await begin_local(conn)
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)
         stored = await positions.lock(conn, topic, partition, expected=expected)
         if record.offset < stored:

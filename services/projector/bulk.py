@@ -433,7 +433,7 @@ async def _load_share(
     tps, ends = [tp for tp, _ in share], dict(share)
     plans = await _reduce_share(config, tps, ends, result, counts)
 
-    pool = await create_pool(config.database_url, schema, min_size=1, max_size=LOADERS)
+    pool = await create_pool(config.direct_url, schema, min_size=1, max_size=LOADERS)
     try:
         async with pool.acquire() as conn:
             taxonomy = await load_taxonomy(conn)

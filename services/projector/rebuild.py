@@ -173,7 +173,7 @@ async def _lost(config: ProjectorConfig, live: str, tps: list[TopicPartition]) -
     """The partitions whose live position the log does not hold (a log reset, a re-created
     topic, records deleted unread). A rebuild is a way out of that state, so it reads them to
     the log's end instead of catching up with positions that will never come."""
-    async with connect(config.database_url) as conn:
+    async with connect(config.direct_url) as conn:
         stored = await _live_positions(conn, live, tps)
     gaps = await discontinuities(config, stored)
     for gap in gaps.values():
@@ -236,15 +236,15 @@ async def _replay_into(
 ) -> RebuildReport:
     report = RebuildReport(schema)
     started = time.perf_counter()
-    async with connect(config.database_url) as admin:
+    async with connect(config.direct_url) as admin:
         await prepare_schema(admin, schema)
-    pool = await create_pool(config.database_url, schema, min_size=1, max_size=bulk_mod.LOADERS)
+    pool = await create_pool(config.direct_url, schema, min_size=1, max_size=bulk_mod.LOADERS)
     replayer = Replayer(config, pool, report)
     try:
         live = switch_from or catch_up_with
         lost = await _lost(config, live, replayer.tps) if live else set()
         if bulk:
-            async with connect(config.database_url) as conn:
+            async with connect(config.direct_url) as conn:
                 floor = await _live_positions(conn, live, replayer.tps, lost) if live else {}
             await _bulk(config, pool, schema, report, floor, live)
             async with pool.acquire() as conn:
@@ -256,10 +256,10 @@ async def _replay_into(
         log.info("rebuild: replaying %d records into %s", sum(ends.values()), schema)
         await replayer.until(ends)
         if catch_up_with is not None:
-            async with connect(config.database_url) as conn:
+            async with connect(config.direct_url) as conn:
                 await replayer.until(await _live_positions(conn, catch_up_with, replayer.tps, lost))
         if switch_from is not None:
-            async with connect(config.database_url, schema=schema) as conn:
+            async with connect(config.direct_url, schema=schema) as conn:
                 await replayer.until(
                     await _live_positions(conn, switch_from, replayer.tps, lost)
                 )  # unlocked, most of the gap

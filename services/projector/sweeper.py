@@ -10,7 +10,7 @@ import logging
 
 import asyncpg
 
-from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
+from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, begin_local, storage_errors
 from ..common.runtime.errors import TransientError
 from ..readmodel import stamps as stamp
 from . import sql
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 async def sweep_once(conn: asyncpg.Connection) -> dict[str, str]:
     """One tick, on the database clock. Returns {workspace_id: badge_status}."""
     async with conn.transaction():
+        await begin_local(conn)
         await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, SWITCH_LOCK)  # never across a rebuild's switch
         rows = await conn.fetch(sql.SWEEP_BADGES)
         await conn.execute(sql.BUMP_STAMPS, [stamp.ACCESS])

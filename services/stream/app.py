@@ -85,7 +85,7 @@ def create_app(config: StreamConfig, metrics: StreamMetrics | None = None) -> we
     app[METRICS] = metrics or StreamMetrics()
     app[HUB] = Hub(app[METRICS], config.stream_queue_size)
     app[PRINCIPALS] = principals = Principals(acquire_timeout_s=config.db_acquire_timeout_s)
-    app[WATCHER] = principals.follow(StampWatcher(config.database_url, lambda: _refresh(app)))
+    app[WATCHER] = principals.follow(StampWatcher(config.direct_url, lambda: _refresh(app)))
     app[METRICS].access_stamp.set_function(lambda: -1 if principals.stamp is None else principals.stamp)
     app[REPLICAS] = stream_replicas(config, topic_name(config.topic_prefix, POSTS), app[METRICS].registry)
     app.cleanup_ctx.append(_pool_ctx)

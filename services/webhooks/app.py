@@ -92,7 +92,7 @@ def create_app(config: WebhooksConfig, metrics: WebhookMetrics | None = None) ->
             app[DISPATCHER].round_now.set()
         seen.update(now)
 
-    app[WATCHER] = StampWatcher(config.database_url, refresh)
+    app[WATCHER] = StampWatcher(config.direct_url, refresh)
     app.cleanup_ctx.append(_dispatcher_ctx)
     supervisor = supervisor_of(app)
     app.cleanup_ctx.append(supervisor.task("change-stamps", lambda a: a[WATCHER].run()))

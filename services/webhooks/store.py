@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import asyncpg
 
-from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_errors
+from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, begin_local, storage_errors
 from . import sql
 from .endpoints import Endpoint
 from .schedule import AttemptResult
@@ -89,6 +89,7 @@ class Store:
         """Run a lease-guarded write (with the attempt's row, in one transaction); :class:`LeaseLost` when not held."""
         with storage_errors(what):
             async with self._pool.acquire(timeout=BACKGROUND_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                await begin_local(conn)  # through a pooler: synchronous_commit on, for this transaction
                 result = await conn.fetch(statement, *args) if "RETURNING" in statement else None
                 if result is None:
                     status = await conn.execute(statement, *args)

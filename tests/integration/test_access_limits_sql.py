@@ -11,8 +11,8 @@ import contextlib
 import asyncpg
 import pytest
 
+from tests.support.pgbouncer import routed_pool
 from tickerwire.services.api.admission import Admissions
-from tickerwire.services.common.db import create_pool
 from tickerwire.services.common.http.keys import generate_key, hash_key
 from tickerwire.services.readmodel.access import AccessDenied, Principals
 from tickerwire.services.readmodel.migrate import migrate
@@ -26,7 +26,7 @@ async def pool(fresh_db):
         await migrate(conn, "rm")
     finally:
         await conn.close()
-    p = await create_pool(fresh_db, "rm", min_size=1, max_size=12)
+    p = await routed_pool(fresh_db, "rm", min_size=1, max_size=12)
     try:
         yield p
     finally:

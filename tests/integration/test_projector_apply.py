@@ -19,10 +19,10 @@ from tests.support.events import (
     token_ev,
     workspace_ev,
 )
+from tests.support.pgbouncer import routed_pool
 from tests.support.readmodel import announcements, read_model
 from tickerwire.schemas.topics import topic_name
 from tickerwire.services.api.catalog import Catalog
-from tickerwire.services.common.db import create_pool
 from tickerwire.services.projector.apply import BatchResult, apply_batch
 from tickerwire.services.readmodel.migrate import migrate
 
@@ -297,7 +297,7 @@ async def test_post_and_catalog_agree_on_category_names_without_a_flagged_defaul
     )
     lean = orjson.loads(await conn.fetchval("SELECT lean FROM post_translations WHERE lang = 'de-DE'"))
     catalog = Catalog(log_topic=TOPIC)
-    pool = await create_pool(fresh_db, "rm", min_size=1, max_size=1)
+    pool = await routed_pool(fresh_db, "rm", min_size=1, max_size=1)  # as the API's, through PgBouncer if any
     try:
         await catalog.refresh(pool)
     finally:

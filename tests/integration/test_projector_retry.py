@@ -8,8 +8,8 @@ import asyncpg
 from aiokafka import TopicPartition
 
 from tests.support.events import post_ev, records
+from tests.support.pgbouncer import routed, routed_pool
 from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.common.db import create_pool
 from tickerwire.services.projector.apply import SWITCH_LOCK
 from tickerwire.services.projector.metrics import ProjectorMetrics
 from tickerwire.services.projector.runner import Projector
@@ -19,9 +19,9 @@ from tickerwire.services.readmodel.migrate import migrate
 async def test_a_dropped_connection_mid_batch_is_retried_and_the_batch_applied_once(fresh_db):
     admin = await asyncpg.connect(fresh_db)
     await migrate(admin, "rm")
-    pool = await create_pool(fresh_db, "rm", min_size=1, max_size=2)
+    pool = await routed_pool(fresh_db, "rm", min_size=1, max_size=2)  # through the session's PgBouncer, if any
     metrics = ProjectorMetrics()
-    projector = Projector(FullConfig(database_url=fresh_db, kafka_bootstrap_servers="unused:9092"), pool, metrics)
+    projector = Projector(FullConfig(**routed(fresh_db), kafka_bootstrap_servers="unused:9092"), pool, metrics)
     try:
         # Hold the batch at its first statement, then kill its connection: the server went away.
         await admin.execute("SELECT pg_advisory_lock($1)", SWITCH_LOCK)

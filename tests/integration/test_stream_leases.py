@@ -9,8 +9,9 @@ import time
 import asyncpg
 import pytest
 
+from tests.support.pgbouncer import routed_pool
 from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.common.db import connect, create_pool
+from tickerwire.services.common.db import connect
 from tickerwire.services.common.runtime.errors import StorageUnavailable
 from tickerwire.services.readmodel.migrate import migrate
 from tickerwire.services.stream import sql
@@ -25,7 +26,7 @@ TTL_S, RENEW_S = _DEFAULTS.stream_lease_ttl_s, _DEFAULTS.stream_lease_renew_s
 async def pool(fresh_db):
     async with connect(fresh_db) as conn:
         await migrate(conn, "rm")
-    p = await create_pool(fresh_db, "rm", min_size=1, max_size=8)
+    p = await routed_pool(fresh_db, "rm", min_size=1, max_size=8)
     yield p
     await p.close()
 
@@ -60,7 +61,7 @@ async def test_slots_of_a_holder_that_stopped_renewing_free_themselves(pool: asy
 async def test_a_lease_that_cannot_be_renewed_before_it_expires_is_reported_lost(fresh_db):
     async with connect(fresh_db) as conn:
         await migrate(conn, "rm")
-    doomed = await create_pool(fresh_db, "rm", min_size=1, max_size=2)
+    doomed = await routed_pool(fresh_db, "rm", min_size=1, max_size=2)
     leases = Leases(doomed, ttl_s=0.6, renew_every_s=0.1)
     assert await leases.acquire("ws_d", "ses_1", 5)
     lost: list[set[str]] = []

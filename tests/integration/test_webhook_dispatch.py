@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from tests.support.events import locale_ev, post_ev, records
+from tests.support.pgbouncer import routed_env
 from tests.support.receivers import Receiver, expected_signature
 from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
 from tickerwire.services.common.db import create_pool
@@ -74,7 +75,7 @@ async def frontier(conn: asyncpg.Connection) -> str:
 def config(dsn: str, **env: str) -> WebhooksConfig:
     return WebhooksConfig.from_env(
         {
-            "TICKERWIRE_DATABASE_URL": dsn,
+            **routed_env(dsn),  # through the session's PgBouncer, if any
             "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "unused:9092",
             "TICKERWIRE_TOPIC_PREFIX": "tw",
             "TICKERWIRE_WEBHOOKS_SIGNING_KEY": base64.b64encode(KEY).decode(),
@@ -88,7 +89,7 @@ def config(dsn: str, **env: str) -> WebhooksConfig:
 
 @contextlib.asynccontextmanager
 async def dispatcher(cfg: WebhooksConfig, owner: str = "test:1") -> AsyncIterator[Dispatcher]:
-    pool = await create_pool(cfg.database_url, "rm", min_size=1, max_size=4, stateless=True)
+    pool = await create_pool(cfg.database_url, "rm", min_size=1, max_size=4, stateless=True, pooled=cfg.pooled)
     sender = Sender(
         timeout_s=cfg.webhooks_attempt_timeout_s, max_connections=10, allow_private=cfg.webhooks_allow_private_targets
     )

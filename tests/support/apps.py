@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from aiokafka import TopicPartition
 
 from tests.support.events import provisioning, records
+from tests.support.pgbouncer import routed
 from tests.support.projector import projector_on
 from tests.support.stack import wait_http
 from tickerwire.schemas.topics import topic_name
@@ -88,7 +89,7 @@ def config_for(dsn: str, **overrides: Any) -> FullConfig:
         "topic_prefix": PREFIX,
         "topic_replication_factor": 1,
     }
-    return FullConfig(database_url=dsn, **{**settings, **overrides})
+    return FullConfig(**{**routed(dsn), **settings, **overrides})
 
 
 @contextlib.asynccontextmanager

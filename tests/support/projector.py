@@ -7,6 +7,7 @@ from typing import AsyncIterator
 
 import asyncpg
 
+from tests.support.pgbouncer import routed
 from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.db import create_pool
 from tickerwire.services.projector.metrics import ProjectorMetrics
@@ -23,10 +24,11 @@ async def projector_on(dsn: str, **settings) -> AsyncIterator[tuple[Projector, a
         await migrate(conn, "rm")
     finally:
         await conn.close()
-    pool = await create_pool(dsn, "rm", min_size=1, max_size=2)
+    # Through the session's PgBouncer, if any (tests/support/pgbouncer.py), as a projector process would be.
+    config = FullConfig(**{**routed(dsn), "kafka_bootstrap_servers": "unused:9092", **settings})
+    pool = await create_pool(config.database_url, "rm", min_size=1, max_size=2, pooled=config.pooled)
     metrics = ProjectorMetrics()
     try:
-        config = FullConfig(database_url=dsn, **{"kafka_bootstrap_servers": "unused:9092", **settings})
         yield Projector(config, pool, metrics), pool, metrics
     finally:
         await pool.close()

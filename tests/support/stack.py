@@ -25,6 +25,7 @@ import aiohttp
 import asyncpg
 
 from tests.support.events import provisioning
+from tests.support.pgbouncer import routed_env
 from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.devstack.embedded.postgres import scratch_database
 from tickerwire.services.cli.publish import publish, send_events
@@ -106,8 +107,8 @@ class ServiceStack:
 
     def env(self, **overrides: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
+        env.update(routed_env(self.database_url))  # through the session's PgBouncer, if any
         env.update(
-            TICKERWIRE_DATABASE_URL=self.database_url,
             TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=self.kafka_bootstrap,
             TICKERWIRE_TOPIC_PREFIX=self.topic_prefix,
             TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS="2000",

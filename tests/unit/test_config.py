@@ -146,6 +146,22 @@ def test_database_urls_asyncpg_accepts_pass(url):
     assert FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": url}).database_url == url
 
 
+def test_a_direct_url_makes_the_main_url_a_pooler_and_takes_what_must_bypass_it():
+    plain = FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_URL": "postgresql://u@pg/db"})
+    assert (plain.pooled, plain.direct_url) == (False, "postgresql://u@pg/db")  # unset: nothing changes
+    pooled = FullConfig.from_env(
+        {
+            **REQUIRED,
+            "TICKERWIRE_DATABASE_URL": "postgresql://u@pgbouncer:6432/db",
+            "TICKERWIRE_DATABASE_DIRECT_URL": "postgresql://u:pw@pg:5432/db",
+        }
+    )
+    assert (pooled.pooled, pooled.direct_url) == (True, "postgresql://u:pw@pg:5432/db")
+    assert "pw" not in repr(pooled)
+    with pytest.raises(ConfigError, match="TICKERWIRE_DATABASE_DIRECT_URL must be a postgresql:// URL"):
+        FullConfig.from_env({**REQUIRED, "TICKERWIRE_DATABASE_DIRECT_URL": "mysql://pg/db"})
+
+
 def test_the_configuration_repr_shows_no_password():
     config = FullConfig.from_env(
         {

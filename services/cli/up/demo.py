@@ -27,7 +27,7 @@ async def prepare(config: FullConfig) -> None:
     from ...readmodel.migrate import migrate
 
     await ensure_topics(config)
-    async with connect(config.database_url) as conn:
+    async with connect(config.direct_url) as conn:
         await migrate(conn, config.read_model_schema)
 
 
@@ -88,7 +88,7 @@ async def wait_projected(
         await consumer.stop()
     for key, mark in (marks or {}).items():
         ends[key] = max(ends.get(key, 0), mark)
-    async with connect(config.database_url, schema=config.read_model_schema) as conn:
+    async with connect(config.direct_url, schema=config.read_model_schema) as conn:
         await positions.wait_until(conn, ends, timeout=timeout)
 
 
@@ -96,7 +96,7 @@ async def newest_post_id(config: FullConfig) -> int:
     """The highest post id the read model holds (0 when none): the trickle goes on above it."""
     from ...common.db import connect
 
-    async with connect(config.database_url, schema=config.read_model_schema) as conn:
+    async with connect(config.direct_url, schema=config.read_model_schema) as conn:
         return int(await conn.fetchval("SELECT coalesce(max(id), 0) FROM posts"))
 
 
@@ -104,7 +104,7 @@ async def sweep(config: FullConfig) -> None:
     from ...common.db import connect
     from ...projector.sweeper import sweep_once
 
-    async with connect(config.database_url, schema=config.read_model_schema) as conn:
+    async with connect(config.direct_url, schema=config.read_model_schema) as conn:
         await sweep_once(conn)
 
 

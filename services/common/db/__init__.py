@@ -76,6 +76,7 @@ async def create_pool(
     statement_timeout_s: float = 30.0,
     connect_timeout_s: float = 10.0,
     synchronous_commit: str | None = None,
+    pooled: bool = False,
 ) -> asyncpg.Pool:
     """A pool whose connections resolve unqualified names in the read-model schema first.
 
@@ -85,23 +86,80 @@ async def create_pool(
     and in the client (``command_timeout``, which also holds when the server is frozen).
     ``synchronous_commit`` sets the sessions' ``synchronous_commit`` (None: the server's); with
     ``off`` a COMMIT returns, and is visible to others, before its WAL is flushed, and a crash of
-    PostgreSQL may lose the last instant of commits, each whole."""
-    settings = {
-        "search_path": quote_ident(schema) + ",public",
-        "application_name": "tickerwire",
-        "statement_timeout": str(int(statement_timeout_s * 1000)),
-    }
+    PostgreSQL may lose the last instant of commits, each whole.
+
+    ``pooled``: ``dsn`` is a transaction-mode pooler (PgBouncer), which hands each transaction
+    (and each statement outside one) to any of its server connections. The pool then sends no
+    session settings (PgBouncer refuses them in the start-up packet, and a ``SET`` would land on
+    whichever server connection ran it), prepares no named statements (asyncpg re-parses each
+    one, ``statement_cache_size=0``), and checks that the pooler's server connections resolve
+    names in ``schema`` (its ``connect_query`` sets the search_path: docs/operations.md,
+    PgBouncer). The statement timeout holds in the client, which cancels the statement through
+    the pooler; ``synchronous_commit`` and the server's statement timeout apply to a write
+    transaction through :func:`begin_local` (``SET LOCAL``)."""
+    settings = {"application_name": "tickerwire"}
+    local = {"statement_timeout": str(int(statement_timeout_s * 1000))}
     if synchronous_commit is not None:
-        settings["synchronous_commit"] = synchronous_commit
+        local["synchronous_commit"] = synchronous_commit
+    if not pooled:
+        settings |= {"search_path": quote_ident(schema) + ",public", **local}
     with storage_errors("connect"):
-        return await asyncpg.create_pool(
+        pool = await asyncpg.create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
-            reset=_keep_session if stateless else None,
+            reset=_keep_session if stateless or pooled else None,
             server_settings=settings,
             command_timeout=statement_timeout_s,
             timeout=connect_timeout_s,
+            connection_class=_PooledConnection if pooled else asyncpg.Connection,
+            init=_local_settings(local) if pooled else None,
+            statement_cache_size=0 if pooled else 100,
+        )
+    if pooled:
+        await _check_search_path(pool, schema, connect_timeout_s)
+    return pool
+
+
+class _PooledConnection(asyncpg.Connection):
+    """A connection to a transaction-mode pooler: the settings a direct session would keep for
+    its life, applied by :func:`begin_local` to each write transaction instead."""
+
+    local_settings: dict[str, str] = {}
+
+
+def _local_settings(local: dict[str, str]):
+    async def init(conn: asyncpg.Connection) -> None:
+        conn.local_settings = local
+
+    return init
+
+
+async def begin_local(conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy) -> None:
+    """First statement of a write transaction on a pooled connection (:func:`create_pool`'s
+    ``pooled``): its pool's session settings, for this transaction only (``SET LOCAL``); nothing
+    on a direct connection, whose session has them."""
+    local: dict[str, str] = getattr(conn, "local_settings", None) or {}
+    if local:
+        names, values = list(local), list(local.values())
+        await conn.execute(
+            "SELECT set_config(n, v, true) FROM unnest($1::text[], $2::text[]) AS s(n, v)", names, values
+        )
+
+
+async def _check_search_path(pool: asyncpg.Pool, schema: str, timeout_s: float) -> None:
+    """A pooler whose server connections do not resolve names in ``schema`` first would answer
+    every read with "relation does not exist": refused at start-up instead, with the fix."""
+    with storage_errors("connect"):
+        path = str(await pool.fetchval("SELECT current_setting('search_path')", timeout=timeout_s))
+    current = path.split(",")[0].strip()
+    if current not in (schema, quote_ident(schema)):
+        await pool.close()
+        raise ConfigError(
+            f"TICKERWIRE_DATABASE_URL is a pooler (TICKERWIRE_DATABASE_DIRECT_URL is set) whose server "
+            f"connections' search_path is {path!r}, which does not start with the read model's schema {schema!r}: set "
+            f"connect_query = 'SET search_path = {quote_ident(schema)}, public' on its database entry "
+            "(docs/operations.md, PgBouncer)"
         )
 
 
@@ -129,6 +187,7 @@ async def reader_pool(
             statement_timeout_s=config.db_statement_timeout_s,
             connect_timeout_s=config.db_connect_timeout_s,
             synchronous_commit=synchronous_commit,
+            pooled=config.pooled,
         ),
         what=CONNECT_POSTGRES,
         cap=2.0,

@@ -119,6 +119,15 @@ class Config(Settings):
     # May carry a password, as may the replicas' URLs: neither is in the repr.
     database_url: str = option(meaning="PostgreSQL DSN (`postgresql://...`)", secret=True)
     kafka_bootstrap_servers: str = option(meaning="Kafka bootstrap servers, comma-separated")
+    # Set: TICKERWIRE_DATABASE_URL is a transaction-mode pooler (docs/operations.md, PgBouncer).
+    database_direct_url: str = option(
+        "",
+        "PostgreSQL itself, bypassing a transaction-mode pooler (PgBouncer) that `TICKERWIRE_DATABASE_URL` "
+        "then names: LISTEN, the API's admission connections, migrations, the rebuild and the commands "
+        "connect here, the pools there (docs/operations.md, PgBouncer); empty: everything on "
+        "`TICKERWIRE_DATABASE_URL`, no pooler",
+        secret=True,
+    )
     # The API's reads go to them (services/common/db/replicas.py).
     database_read_urls: str = option(
         "",
@@ -244,6 +253,18 @@ class Config(Settings):
         return self.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     @property
+    def pooled(self) -> bool:
+        """Whether ``database_url`` is a transaction-mode pooler (``database_direct_url`` is set):
+        the pools then keep no session state and prepare no named statements."""
+        return bool(self.database_direct_url)
+
+    @property
+    def direct_url(self) -> str:
+        """Where what needs a session of its own connects (LISTEN, the admission connections,
+        session advisory locks, migrations, the commands): PostgreSQL itself."""
+        return self.database_direct_url or self.database_url
+
+    @property
     def read_urls(self) -> list[str]:
         """The replicas' URLs (``database_read_urls``), in order; empty when none is configured."""
         return [url.strip() for url in self.database_read_urls.split(",") if url.strip()]
@@ -252,6 +273,8 @@ class Config(Settings):
         """What asyncpg would refuse only at the first connection, refused at start-up instead
         (one line, no retry loop); the URL itself is never echoed (it may hold a password)."""
         _check_url("TICKERWIRE_DATABASE_URL", self.database_url)
+        if self.database_direct_url:
+            _check_url("TICKERWIRE_DATABASE_DIRECT_URL", self.database_direct_url)
         for url in self.read_urls:
             _check_url("TICKERWIRE_DATABASE_READ_URLS", url)
 
