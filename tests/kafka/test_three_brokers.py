@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -133,6 +135,8 @@ class Fault:
     killed: float
     #: Per process, the WARNING and ERROR lines it logged while the node was down.
     said: dict[str, list[str]]
+    #: Seconds from the kill until another node held the role (leader or active controller).
+    moved_after: float
 
 
 async def posts_leader(stack: ServiceStack, partition: int = 0) -> int:
@@ -143,15 +147,27 @@ async def posts_leader(stack: ServiceStack, partition: int = 0) -> int:
     return next(p["leader"] for p in topic["partitions"] if p["partition"] == partition)
 
 
-async def kill_for_a_while(cluster: ApacheKafkaCluster, stack: ServiceStack, what: str, node_id: int) -> Fault:
-    """SIGKILL ``node_id``, keep it down ``DOWN_S``, start it again on its ports and log."""
+async def kill_for_a_while(
+    cluster: ApacheKafkaCluster, stack: ServiceStack, what: str, holder: Callable[[], Awaitable[int]]
+) -> Fault:
+    """SIGKILL the node ``holder()`` names, wait until another node holds its role (which also
+    shows that the one killed held it), keep it down ``DOWN_S`` in all, start it again on its
+    ports and log."""
+    node_id = await holder()
     logged = {s.name: len(s.log()) for s in stack.services}
     cluster.node(node_id).kill()
     killed = time.monotonic()
-    await asyncio.sleep(DOWN_S)
+    while True:
+        with contextlib.suppress(Exception):  # no answer while the role moves: ask again
+            if await holder() not in (node_id, -1):
+                break
+        assert time.monotonic() - killed < DOWN_S, f"{what}: no other node took over from node {node_id}"
+        await asyncio.sleep(0.2)
+    moved_after = time.monotonic() - killed
+    await asyncio.sleep(max(0.0, DOWN_S - moved_after))
     said = {s.name: loud_lines(s.log()[logged[s.name] :]) for s in stack.services}
     await asyncio.wait_for(asyncio.to_thread(cluster.node(node_id).start), timeout=120)
-    return Fault(what, node_id, killed, said)
+    return Fault(what, node_id, killed, said, moved_after)
 
 
 def loud_lines(text: str) -> list[str]:
@@ -182,10 +198,11 @@ async def test_posts_ride_through_a_killed_partition_leader_and_active_controlle
             try:
                 await asyncio.sleep(3.0)
                 faults.append(
-                    await kill_for_a_while(cluster, stack, "leader of posts partition 0", await posts_leader(stack))
+                    await kill_for_a_while(cluster, stack, "leader of posts partition 0", lambda: posts_leader(stack))
                 )
                 await settled(readiness, flow, faults[-1])
-                faults.append(await kill_for_a_while(cluster, stack, "active controller", cluster.active_controller()))
+                controller = functools.partial(asyncio.to_thread, cluster.active_controller)
+                faults.append(await kill_for_a_while(cluster, stack, "active controller", controller))
                 await settled(readiness, flow, faults[-1])
             finally:
                 for task in tasks:
@@ -205,7 +222,8 @@ async def test_posts_ride_through_a_killed_partition_leader_and_active_controlle
     ends = [f.killed for f in faults[1:]] + [float("inf")]
     for fault, end in zip(faults, ends):
         print(
-            f"{fault.what}: node {fault.node} killed for {DOWN_S:g} s; not ready for "
+            f"{fault.what}: node {fault.node} killed for {DOWN_S:g} s, another took over after "
+            f"{fault.moved_after:.1f} s; not ready for "
             f"{readiness.unready_until(fault.killed, end)} s after the kill; longest wait for an ack "
             f"{flow.longest_stall(fault.killed):.2f} s; {sum(map(len, fault.said.values()))} ERROR/WARNING lines"
         )
