@@ -42,13 +42,17 @@ pytestmark = [
 #: How long each killed node stays down: past the consumers' session timeout and the brokers'
 #: (4 s), so that the cluster and the services have noticed before it comes back.
 DOWN_S = 10.0
-#: Every process is ready again within this of a kill (measured: see the test's output).
+#: Another node leads the partition, or is the active controller, within this of the kill
+#: (measured 3.8-6.4 s and 2.0-2.8 s: a leader waits for the dead node's broker session, 4 s here).
+TAKEOVER_WITHIN_S = 20.0
+#: Every process is ready again within this of a kill (measured: none was ever unready, in
+#: four runs: /readyz needs one bootstrap server to answer, and two of three always did).
 READY_WITHIN_S = 30.0
 #: A publish (one post, acks=all) that takes longer than this is retried with the same post.
 PUBLISH_TIMEOUT_S = 15.0
 #: The longest any acknowledgement may take from a kill on (the new leader elected, the producer's
-#: metadata refreshed).
-PUBLISH_STALL_S = 15.0
+#: metadata refreshed; measured 5.8 to 7.2 s).
+PUBLISH_STALL_S = 20.0
 #: Between two publishes of the steady flow.
 PUBLISH_EVERY_S = 0.05
 
@@ -151,8 +155,8 @@ async def kill_for_a_while(
     cluster: ApacheKafkaCluster, stack: ServiceStack, what: str, holder: Callable[[], Awaitable[int]]
 ) -> Fault:
     """SIGKILL the node ``holder()`` names, wait until another node holds its role (which also
-    shows that the one killed held it), keep it down ``DOWN_S`` in all, start it again on its
-    ports and log."""
+    shows that the one killed held it), keep it down at least ``DOWN_S`` in all, start it again
+    on its ports and log."""
     node_id = await holder()
     logged = {s.name: len(s.log()) for s in stack.services}
     cluster.node(node_id).kill()
@@ -161,7 +165,7 @@ async def kill_for_a_while(
         with contextlib.suppress(Exception):  # no answer while the role moves: ask again
             if await holder() not in (node_id, -1):
                 break
-        assert time.monotonic() - killed < DOWN_S, f"{what}: no other node took over from node {node_id}"
+        assert time.monotonic() - killed < TAKEOVER_WITHIN_S, f"{what}: no other node took over from node {node_id}"
         await asyncio.sleep(0.2)
     moved_after = time.monotonic() - killed
     await asyncio.sleep(max(0.0, DOWN_S - moved_after))
