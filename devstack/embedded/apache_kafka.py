@@ -1,4 +1,5 @@
-"""A real Apache Kafka (one KRaft node: broker and controller in one JVM) run as a child process.
+"""A real Apache Kafka (one KRaft node: broker and controller in one JVM) run as a child process;
+three of them make the cluster of :mod:`.apache_cluster`.
 
 The jars come from Maven Central: ``apache/pom.xml`` beside this file pins the version, and
 the first use resolves it with Maven into a cache outside the repository
