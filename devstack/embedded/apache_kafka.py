@@ -235,7 +235,7 @@ class ApacheKafka(DataDirServer):
         self._port = pick_port(self._port, "Apache Kafka")
         self._controller_port = self._fixed_controller_port or free_port()
         self._data_dir.mkdir(parents=True, exist_ok=True)
-        properties = self._write_properties()
+        properties = self.write_properties()
         if not has_log(self._data_dir):
             self._format(binary, cp, properties)
         self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
@@ -255,7 +255,9 @@ class ApacheKafka(DataDirServer):
             self._process.wait(timeout=30)
         self.stop()
 
-    def _write_properties(self) -> Path:
+    def write_properties(self) -> Path:
+        """Write the node's ``server.properties`` into its folder (at each start: the ports may
+        have changed) and return its path."""
         more = self._listeners.items()
         settings = {
             **self._settings,

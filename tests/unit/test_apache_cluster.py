@@ -21,7 +21,7 @@ def test_each_node_has_its_own_id_ports_and_folder_and_the_same_quorum(tmp_path)
     written = []
     for node in cluster.nodes:
         node.data_dir.mkdir(parents=True)
-        written.append(properties(node._write_properties().read_text()))
+        written.append(properties(node.write_properties().read_text()))
     assert [w["node.id"] for w in written] == ["1", "2", "3"]
     assert len({w["controller.quorum.voters"] for w in written}) == 1
     voters = written[0]["controller.quorum.voters"].split(",")
