@@ -43,10 +43,10 @@ pytestmark = [
 #: (4 s), so that the cluster and the services have noticed before it comes back.
 DOWN_S = 10.0
 #: Another node leads the partition, or is the active controller, within this of the kill
-#: (measured 3.8-6.4 s and 2.0-2.8 s: a leader waits for the dead node's broker session, 4 s here).
+#: (measured 3.6-6.4 s and 1.6-2.8 s: a leader waits for the dead node's broker session, 4 s here).
 TAKEOVER_WITHIN_S = 20.0
 #: Every process is ready again within this of a kill (measured: none was ever unready, in
-#: four runs: /readyz needs one bootstrap server to answer, and two of three always did).
+#: five runs: /readyz needs one bootstrap server to answer, and two of three always did).
 READY_WITHIN_S = 30.0
 #: A publish (one post, acks=all) that takes longer than this is retried with the same post.
 PUBLISH_TIMEOUT_S = 15.0
