@@ -1,4 +1,5 @@
-"""A real Apache Kafka (one KRaft node: broker and controller in one JVM) run as a child process.
+"""A real Apache Kafka (one KRaft node: broker and controller in one JVM) run as a child process;
+three of them make the cluster of :mod:`.apache_cluster`.
 
 The jars come from Maven Central: ``apache/pom.xml`` beside this file pins the version, and
 the first use resolves it with Maven into a cache outside the repository
@@ -194,14 +195,30 @@ class ApacheKafka(DataDirServer):
         log_path: Path | None = None,
         settings: dict | None = None,
         listeners: dict[str, tuple[int, str]] | None = None,
+        *,
+        node_id: int = 1,
+        controller_port: int | None = None,
+        voters: str | None = None,
+        heap: str = HEAP,
     ) -> None:
         """``listeners``: more plaintext listeners beside the one clients bootstrap from, by
         name: (the port it binds on this host, the ``host:port`` it advertises), e.g. a proxy
-        in front of that port."""
+        in front of that port. ``node_id``, ``controller_port`` and ``voters`` (the
+        ``controller.quorum.voters`` of a quorum of several nodes) are for a node of a cluster
+        (:mod:`.apache_cluster`); alone, a node is its own quorum on a controller port picked
+        at each start."""
         super().__init__(data_dir, port, log_path)
-        self._settings = {**SETTINGS, **(settings or {})}
+        self._settings = {**SETTINGS, **(settings or {}), "node.id": str(node_id)}
         self._listeners = dict(listeners or {})
-        self._controller_port: int | None = None
+        self._node_id = node_id
+        self._fixed_controller_port = controller_port
+        self._controller_port: int | None = controller_port
+        self._voters = voters
+        self._heap = heap
+
+    @property
+    def node_id(self) -> int:
+        return self._node_id
 
     @property
     def bootstrap_servers(self) -> str:
@@ -216,9 +233,9 @@ class ApacheKafka(DataDirServer):
         binary, cp = java(), classpath()
         # A restart keeps the port it had, so clients that know the address find it again.
         self._port = pick_port(self._port, "Apache Kafka")
-        self._controller_port = free_port()
+        self._controller_port = self._fixed_controller_port or free_port()
         self._data_dir.mkdir(parents=True, exist_ok=True)
-        properties = self._write_properties()
+        properties = self.write_properties()
         if not has_log(self._data_dir):
             self._format(binary, cp, properties)
         self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
@@ -238,7 +255,9 @@ class ApacheKafka(DataDirServer):
             self._process.wait(timeout=30)
         self.stop()
 
-    def _write_properties(self) -> Path:
+    def write_properties(self) -> Path:
+        """Write the node's ``server.properties`` into its folder (at each start: the ports may
+        have changed) and return its path."""
         more = self._listeners.items()
         settings = {
             **self._settings,
@@ -248,7 +267,7 @@ class ApacheKafka(DataDirServer):
             + "".join(f",{name}://{advertised}" for name, (_, advertised) in more),
             "listener.security.protocol.map": self._settings["listener.security.protocol.map"]
             + "".join(f",{name}:PLAINTEXT" for name in self._listeners),
-            "controller.quorum.voters": f"1@{LOCALHOST}:{self._controller_port}",
+            "controller.quorum.voters": self._voters or f"{self._node_id}@{LOCALHOST}:{self._controller_port}",
             "log.dirs": str(self._data_dir / "log"),
         }
         path = self._data_dir / "server.properties"
@@ -258,7 +277,7 @@ class ApacheKafka(DataDirServer):
     def _jvm(self, binary: str, cp: str) -> list[str]:
         return [
             binary,
-            HEAP,
+            self._heap,
             "-Xms128m",
             "-XX:+UseSerialGC",
             "-Djava.awt.headless=true",

@@ -739,6 +739,15 @@ def build_parser() -> argparse.ArgumentParser:
         "each start) or apache (Apache Kafka, needs Java 17+ and Maven; log and database kept in the state "
         "directory across starts). Not with --kafka",
     )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        help="with --broker apache: Apache Kafka nodes to start, 1 (the default) or 3 (one KRaft quorum of "
+        "three broker+controller nodes on this machine, topics with replication factor 3 and "
+        "min.insync.replicas=2, as in production; log in the state directory's kafka3/)",
+    )
     port = _bounded_int(1, 65535)
     for flag, what, var, default in (
         ("--api-port", "partner API", "API_PORT", 8080),

@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support.faults import alive, start_up, stop_up, up_command, up_env, up_ports, wait_up
+from tests.support.faults import alive, pid_listening_on, start_up, stop_up, up_command, up_env, up_ports, wait_up
 from tests.support.ws import session
 from tickerwire.devstack.embedded import apache_kafka
 from tickerwire.devstack.embedded.ports import listens_on, port_is_free
@@ -438,6 +438,17 @@ def left_nothing_behind(info: dict, broker_pid: int) -> None:
     assert port_is_free(int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1]))
 
 
+def kill_and_wait_for(run, pid: int | None, said: str, timeout: float = 120) -> None:
+    """SIGKILL ``pid`` (a broker ``up`` started) and wait until ``up`` says ``said``."""
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    collect(run.proc.stdout, run.lines)
+    deadline = time.monotonic() + timeout
+    while not any(said in line for line in run.lines) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert any(said in line for line in run.lines), run.lines[-5:]
+
+
 @pytest.mark.skipif(bool(apache_kafka.available()), reason=f"no Apache Kafka here: {apache_kafka.available()}")
 def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_second_start():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-apache-"))
@@ -478,13 +489,7 @@ def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_sec
         assert not stopped, stopped
         # The broker dies: up restarts it on its log and port, and nothing needs re-syncing.
         killed = run.broker_pid()
-        assert killed is not None
-        os.kill(killed, signal.SIGKILL)
-        collect(run.proc.stdout, run.lines)
-        deadline = time.monotonic() + 120
-        while not any("came back with its log" in line for line in run.lines) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert any("came back with its log" in line for line in run.lines), run.lines[-5:]
+        kill_and_wait_for(run, killed, "came back with its log")
         broker_pid = run.broker_pid()
         assert (
             broker_pid not in (None, killed)
@@ -502,6 +507,41 @@ def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_sec
     assert second_run and "projection of this partition is stopped" not in second_run  # no log discontinuity
     said = "\n".join(run.lines)
     assert "an earlier start's, kept" in said and "re-syncing" not in said and "came back empty" not in said
+    shutil.rmtree(state_dir)  # passed: a failure keeps its logs
+
+
+@pytest.mark.skipif(bool(apache_kafka.available()), reason=f"no Apache Kafka here: {apache_kafka.available()}")
+def test_up_on_three_kafka_nodes_declares_replicated_topics_and_restarts_a_dead_node_alone():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-kafka3-"))
+    ports = up_ports()
+    run = start_up(state_dir, ports, "--broker", "apache", "--brokers", "3")
+    try:
+        wait_up(run, timeout=240)
+        info = run.info
+        nodes = [int(server.rsplit(":", 1)[1]) for server in info["kafka_bootstrap_servers"].split(",")]
+        assert info["broker"] == "apache" and info["broker_nodes"] == 3 and len(set(nodes)) == 3, info
+        asyncio.run(exercise(info, ports))  # the demo data, the stream (a trickled post), /readyz of each
+        # The topics as declared for production: replication factor 3, min.insync.replicas=2.
+        env = {
+            **up_env(),
+            "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": info["kafka_bootstrap_servers"],
+            "TICKERWIRE_DATABASE_URL": info["database_url"],
+        }
+        argv = [sys.executable, "-m", "tickerwire.services.cli.main", "topics", "check"]
+        checked = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert (checked.returncode, checked.stdout.strip()) == (0, "topics match the declaration"), checked
+        # A node dies: up restarts it alone, on its ports and log; the others never stopped.
+        others = [pid_listening_on(port) for port in (nodes[0], nodes[2])]
+        killed = pid_listening_on(nodes[1])
+        assert None not in others
+        kill_and_wait_for(run, killed, "Apache Kafka node 2 restarted")
+        assert pid_listening_on(nodes[1]) not in (None, killed)
+        assert [pid_listening_on(port) for port in (nodes[0], nodes[2])] == others
+        asyncio.run(exercise(info, ports))
+    finally:
+        assert stop_up(run) == 0
+    assert all(port_is_free(port) for port in nodes)
+    assert all((state_dir / "kafka3" / f"node{n}" / "log").is_dir() for n in (1, 2, 3))
     shutil.rmtree(state_dir)  # passed: a failure keeps its logs
 
 

@@ -12,15 +12,13 @@ import asyncio
 import collections
 import contextlib
 import json
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import aiohttp
 import pytest
 
 from tests.conftest import TEST_KAFKA_SETTINGS
+from tests.support.brokers import own_kafka
 from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
@@ -38,12 +36,7 @@ NOTICED_WITHIN_S = 10.0
 @pytest.fixture(scope="module")
 def own_broker():
     """A broker of this module's own (the session's is shared): killed and restarted here."""
-    root = Path(tempfile.mkdtemp(prefix="tickerwire-test-kafka-restart-"))
-    try:
-        with ApacheKafka(root, settings=TEST_KAFKA_SETTINGS) as broker:
-            yield broker
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    yield from own_kafka(ApacheKafka, "tickerwire-test-kafka-restart-", TEST_KAFKA_SETTINGS)
 
 
 async def readiness(http: aiohttp.ClientSession, admin_url: str) -> tuple[int, str]:

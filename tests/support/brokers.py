@@ -9,16 +9,35 @@ and the run says so. A broker that cannot be started again fails the test at onc
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 import warnings
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
 
 import pytest
 
+from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.broker import EmbeddedBroker, answers_kafka
 from tickerwire.devstack.embedded.errors import EmbeddedError
 
 PROBE_S = 5.0
+
+Server = TypeVar("Server", ApacheKafka, ApacheKafkaCluster)
+
+
+def own_kafka(kind: Callable[..., Server], prefix: str, settings: dict[str, str]) -> Iterator[Server]:
+    """A Kafka of a test module's own (``kind(folder, settings=settings)``, started), its log
+    in a temporary folder removed after: one to kill and restart without touching the
+    session's broker. A module fixture yields from it."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        with kind(root, settings=settings) as server:
+            yield server
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class SessionBroker:

@@ -58,3 +58,22 @@ def test_broker_with_a_configured_kafka_is_refused_and_without_one_means_the_con
         choose_broker(APACHE, "127.0.0.1:9092", tmp_path)
     assert choose_broker(None, "127.0.0.1:9092", tmp_path) is None
     assert choose_broker(None, None, tmp_path) == OwnBroker(EMBEDDED, tmp_path, keeps_log=False, found_log=False)
+
+
+def test_three_nodes_need_apache_kafka_of_ups_own_and_keep_a_log_of_their_own(tmp_path):
+    with pytest.raises(ValueError, match="--brokers 3 .* needs --broker apache"):
+        choose_broker(None, None, tmp_path, nodes=3)
+    with pytest.raises(ValueError, match="no configured broker"):
+        choose_broker(APACHE, "127.0.0.1:9092", tmp_path, nodes=3)
+    one, three = apache(tmp_path, found_log=True), OwnBroker(APACHE, tmp_path, True, True, nodes=3)
+    assert (one.data_dir.name, three.data_dir.name) == ("kafka", "kafka3")
+    assert three.label == "Apache Kafka (3 nodes)" and one.label == "Apache Kafka"
+    # The database follows one log: after a start on the other, it is re-created.
+    assert not database_kept(one, tmp_path) and database_kept(one, tmp_path)
+    assert not database_kept(three, tmp_path) and database_kept(three, tmp_path)
+    assert not database_kept(one, tmp_path)
+
+
+def test_a_marker_written_before_it_named_its_log_follows_the_one_node_log(tmp_path):
+    (tmp_path / "pgdata.follows-kafka").touch()
+    assert database_kept(apache(tmp_path, found_log=True), tmp_path)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
+    from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
 
@@ -51,17 +52,33 @@ class OwnBroker:
     keeps_log: bool
     #: This start found the log of an earlier one (so the read model is kept with it).
     found_log: bool
+    #: Apache Kafka nodes (``--brokers``): 1, or 3 in one KRaft quorum.
+    nodes: int = 1
 
     @property
     def label(self) -> str:
-        return "Apache Kafka" if self.kind == APACHE else "broker"
+        if self.kind != APACHE:
+            return "broker"
+        return "Apache Kafka" if self.nodes == 1 else f"Apache Kafka ({self.nodes} nodes)"
 
     @property
     def data_dir(self) -> Path:
-        return self.state_dir / "kafka"
+        """The kept log: ``kafka`` for one node, ``kafka3`` (``node1`` to ``node3``) for three,
+        so that changing ``--brokers`` starts on another log rather than a mismatched one."""
+        return self.state_dir / ("kafka" if self.nodes == 1 else f"kafka{self.nodes}")
 
-    def make(self, port: int) -> EmbeddedBroker | ApacheKafka:
-        """The server, not started, on ``port`` (its output in ``state_dir/broker.log``)."""
+    def make(self, port: int) -> EmbeddedBroker | ApacheKafka | ApacheKafkaCluster:
+        """The server, not started, on ``port`` (its output in ``state_dir/broker.log``; a
+        cluster's nodes on ``port`` and the two after it when free, each logging into
+        ``state_dir/kafka-nodeN.log``)."""
+        if self.kind == APACHE and self.nodes > 1:
+            from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
+            from tickerwire.devstack.embedded.ports import free_ports, port_is_free
+
+            ports = [port + n for n in range(self.nodes)]
+            if not all(port_is_free(p) for p in ports):
+                ports = free_ports(self.nodes)
+            return ApacheKafkaCluster(self.data_dir, ports=ports, log_dir=self.state_dir)
         if self.kind == APACHE:
             from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 
@@ -100,9 +117,11 @@ def database_kept(own: OwnBroker | None, state_dir: Path) -> bool:
     database as following this start's broker."""
     marker = state_dir / "pgdata.follows-kafka"
     follows = own is not None and own.keeps_log
-    kept = follows and own is not None and own.found_log and marker.exists()
-    if follows:
-        marker.touch()
+    # The marker names the log it follows ("kafka" or "kafka3"; empty: "kafka", as it was written before).
+    followed = (marker.read_text().strip() or "kafka") if marker.exists() else None
+    kept = follows and own is not None and own.found_log and followed == own.data_dir.name
+    if follows and own is not None:
+        marker.write_text(own.data_dir.name + "\n")
     else:
         marker.unlink(missing_ok=True)
     return kept
@@ -116,9 +135,16 @@ def demo_key_id(broker: OwnBroker | None) -> str:
     return f"{DEMO_KEY_ID}_{secrets.token_hex(4)}"
 
 
-def choose_broker(kind: str | None, configured: str | None, state_dir: Path) -> OwnBroker | None:
-    """The broker ``up`` starts (None: it uses the configured one). Raises ValueError, in one
-    line, for ``--broker`` with a configured broker, or an Apache Kafka that cannot run here."""
+def choose_broker(kind: str | None, configured: str | None, state_dir: Path, nodes: int = 1) -> OwnBroker | None:
+    """The broker ``up`` starts (None: it uses the configured one), of ``nodes`` nodes
+    (``--brokers``). Raises ValueError, in one line, for ``--broker`` or ``--brokers`` with a
+    configured broker, several nodes of another broker than Apache Kafka, or an Apache Kafka
+    that cannot run here."""
+    if nodes != 1 and (configured or kind != APACHE):
+        raise ValueError(
+            f"--brokers {nodes} starts a cluster of Apache Kafka nodes: it needs --broker apache"
+            + (" and no configured broker (--kafka or TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)" if configured else "")
+        )
     if configured:
         if kind is not None:
             raise ValueError(
@@ -139,7 +165,13 @@ def choose_broker(kind: str | None, configured: str | None, state_dir: Path) -> 
             reason = str(exc)
     if reason is not None:
         raise ValueError(f"--broker apache: {reason.splitlines()[0]}")
-    broker = OwnBroker(APACHE, state_dir, keeps_log=True, found_log=apache_kafka.has_log(state_dir / "kafka"))
+    if nodes == 1:
+        found = apache_kafka.has_log(state_dir / "kafka")
+    else:
+        from tickerwire.devstack.embedded.apache_cluster import has_cluster_log
+
+        found = has_cluster_log(state_dir / f"kafka{nodes}")
+    broker = OwnBroker(APACHE, state_dir, keeps_log=True, found_log=found, nodes=nodes)
     if not broker.found_log:
         broker._demo_file.unlink(missing_ok=True)  # it named a key of a log that is gone
     return broker

@@ -112,10 +112,12 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         dsn = writable_url(dsn, [parts.postgres, *parts.replicas])
         env["TICKERWIRE_DATABASE_READ_URLS"] = ",".join(replica.dsn for replica in parts.replicas)
     env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
-    if not args.kafka_bootstrap_servers:
-        # The embedded broker is one node: replication factor 1. It keeps its (memory-only)
-        # log whole, and reports the compaction it was created with, so the topic check passes.
-        env["TICKERWIRE_TOPIC_REPLICATION_FACTOR"] = "1"
+    if parts.own is not None:
+        # A broker of up's own has as many replicas as nodes: one (the embedded broker keeps its
+        # memory-only log whole and reports the compaction it was created with, so the topic
+        # check passes), or three with `--brokers 3`, the declaration's production default
+        # (replication factor 3, min.insync.replicas=2).
+        env["TICKERWIRE_TOPIC_REPLICATION_FACTOR"] = str(parts.own.nodes)
     env.setdefault("TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS", "6000")
     # Static group membership: the projector child up restarts takes its partitions back at once.
     env.setdefault("TICKERWIRE_PROJECTOR_GROUP_INSTANCE_ID", "up-projector")
@@ -172,6 +174,7 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "postgres_primary_port": parts.postgres.port if parts.postgres is not None else None,
         "kafka_bootstrap_servers": bootstrap,
         "broker": parts.own.kind if parts.own is not None else "configured",
+        "broker_nodes": parts.own.nodes if parts.own is not None else None,
         "topic_prefix": config.topic_prefix,
         "workspace_id": DEMO_WORKSPACE if key else None,
         # What `tickerwire webhooks register` and `rotate-secret` read while this stack runs.

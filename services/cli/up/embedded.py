@@ -12,6 +12,7 @@ from .children import Stack
 from .output import UpError, one_line, say
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
+    from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
     from tickerwire.devstack.embedded.broker import EmbeddedBroker
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
@@ -29,7 +30,7 @@ class Embedded:
     """The embedded servers ``up`` started (None where a configured one is used)."""
 
     postgres: EmbeddedPostgres | None = None
-    broker: EmbeddedBroker | ApacheKafka | None = None
+    broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster | None = None
     #: Which broker of its own ``up`` started (None: a configured one).
     own: OwnBroker | None = None
     #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
@@ -61,7 +62,7 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
             "the embedded broker forgets its log on every start, which the database would not"
         )
     try:
-        own = choose_broker(getattr(args, "broker", None), bootstrap, stack.state_dir)
+        own = choose_broker(getattr(args, "broker", None), bootstrap, stack.state_dir, getattr(args, "brokers", 1) or 1)
     except ValueError as exc:
         raise UpError(str(exc)) from None
     parts = Embedded(own=own)

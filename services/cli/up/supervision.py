@@ -118,6 +118,15 @@ class Supervision:
         from ...common.kafka import ensure_topics
         from ...projector.accept import accept_log
 
+        nodes = getattr(self.parts.broker, "nodes", None)
+        if nodes is not None:
+            # A cluster goes on without one node: only the dead ones are restarted, each on its
+            # log and ports, and rejoin the quorum; the services never stopped.
+            for node in nodes:
+                if not node.running():
+                    await self._restart_server(node, f"Apache Kafka node {node.node_id}")
+            self._start_trickle()
+            return
         if self._trickle_task is not None:
             self._trickle_task.cancel()
             self._trickle_task = None
