@@ -27,7 +27,7 @@ import pytest
 from tests.support import events
 from tests.support.receivers import Receiver, check_order, check_redeliveries, flaky, start_cursor
 from tests.support.stack import ServiceStack, started_stack
-from tickerwire.schemas.models import Locale, LocaleEvent, WebhookEndpoint, WebhookEndpointEvent
+from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
 from tickerwire.services.common.db import connect
 from tickerwire.services.common.http.signing import derive_secret
 
@@ -49,20 +49,6 @@ ENV = {
 #: The down receiver's outage: longer than its first three retry intervals (10 ms, 0.6 s, 3.6 s).
 OUTAGE_S = 6.0
 WAIT_S = 240.0
-
-
-def locale_event(code: str) -> LocaleEvent:
-    data = Locale(
-        code=code,
-        name=code,
-        native_name=code,
-        country_code=code[-2:],
-        direction="ltr",
-        active=True,
-        web_channel=True,
-        is_default=code == "en-US",
-    )
-    return LocaleEvent(version=1, emitted_at=NOW, data=data)
 
 
 def endpoint_event(endpoint_id: str, url: str, start: str, langs: list[str] | None) -> WebhookEndpointEvent:
@@ -114,7 +100,7 @@ def expected(langs: set[str]) -> set[tuple[int, str]]:
 @pytest.fixture(scope="module")
 async def stack(pg_dsn, kafka_bootstrap):
     async with started_stack(pg_dsn, kafka_bootstrap, f"hooks{os.getpid()}", services=("projector",), **ENV) as s:
-        await s.publish([locale_event(code) for code in LOCALES])
+        await s.publish([events.locale_ev(code, default=code == "en-US") for code in LOCALES])
         await s.wait_projected()
         yield s
 
