@@ -62,7 +62,12 @@ class ApacheKafkaCluster:
         log_dir: Path | None = None,
         settings: dict | None = None,
         heap: str = CLUSTER_HEAP,
+        listeners: list[dict[str, tuple[int, str]]] | None = None,
     ) -> None:
+        """``listeners``: each node's more listeners (:class:`.apache_kafka.ApacheKafka`), one
+        mapping per node in id order (a proxy in front of each node, say)."""
+        if listeners is not None and len(listeners) != SIZE:
+            raise EmbeddedError(f"a cluster of {SIZE} nodes needs {SIZE} listener mappings, not {len(listeners)}")
         self._data_dir = Path(data_dir).absolute()
         if ports is not None and len(ports) != SIZE:
             raise EmbeddedError(f"a cluster of {SIZE} nodes needs {SIZE} client ports, not {ports}")
@@ -78,6 +83,7 @@ class ApacheKafkaCluster:
                 port=client[n - 1],
                 log_path=(Path(log_dir) / f"kafka-node{n}.log") if log_dir else None,
                 settings={**CLUSTER_SETTINGS, **(settings or {})},
+                listeners=listeners[n - 1] if listeners else None,
                 node_id=n,
                 controller_port=controllers[n - 1],
                 voters=voters,

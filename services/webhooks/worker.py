@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
+from ..common.db import storage_errors
 from ..common.http import signing
 from ..common.runtime.errors import TransientError
 from ..readmodel import cursors
@@ -131,22 +132,25 @@ class EndpointWorker:
             log.info("webhook endpoint %s enabled again by an operator", self.endpoint.id)
         while True:
             await self._start_replay_if_asked()
-            langs = locales(await served_locales(self.s.store.pool), self.endpoint.locales)
-            if self.at is None:  # registered without a start: deliveries start at the frontier
-                page = await walk(self.s.store.pool, self.s.topic, None, langs, limit=0)
-                assert not isinstance(page, Refusal)
-                self.at = page.cursor()
+            with storage_errors("walk the endpoint's announcements"):
+                langs = locales(await served_locales(self.s.store.pool), self.endpoint.locales)
+                if self.at is None:  # registered without a start: deliveries start at the frontier
+                    frontier = await walk(self.s.store.pool, self.s.topic, None, langs, limit=0)
+                    assert not isinstance(frontier, Refusal)
+                    self.at = frontier.cursor()
+            if self.stored is None:
                 await self.s.store.replay(self.endpoint.id, self.at, self.replay_seq)
                 self.stored = self.at
-            page = await walk(
-                self.s.store.pool,
-                self.s.topic,
-                cursors.decode(self.at),
-                langs,
-                limit=PAGE,
-                tickers=self.endpoint.tickers,
-                categories=self.endpoint.categories,
-            )
+            with storage_errors("walk the endpoint's announcements"):
+                page = await walk(
+                    self.s.store.pool,
+                    self.s.topic,
+                    cursors.decode(self.at),
+                    langs,
+                    limit=PAGE,
+                    tickers=self.endpoint.tickers,
+                    categories=self.endpoint.categories,
+                )
             if isinstance(page, Refusal):
                 await self._disable(f"its cursor cannot be walked: {page.message}")
             if not page.items:

@@ -14,7 +14,8 @@ violations: :func:`webhook_tallied`) acknowledged (a 200) every announcement its
 admits among those the stream clients must get (:func:`expected`; **lost** otherwise); its
 requests' positions per partition never went back in arrival order (**out of order**); an
 announcement came more than once only as a redelivery of one ``webhook-id`` (**doubled**:
-under another id) with the same ``data`` (**changed**: other data under one id); every
+under another id) naming the same announcement, its data never older than an earlier
+attempt's (**changed**: another announcement under one id, or data gone back); every
 request's signature verified (**bad signatures**); nothing outside its filter or of an
 aborted transaction came (**unexpected**). The rules are the receivers' own
 (tests/support/receivers.py).
@@ -24,6 +25,11 @@ violations): **lost**, the (post, locale) pairs published and acknowledged that 
 serve at the end or that the ``/changes`` walk or a stream client never had; **doubled**, the
 pairs a stream client was pushed, or the walk had, more than once; **refused**, the cursors the
 service issued and then refused (each distinct client and cursor once, however often retried).
+
+On the production shape (two api and two stream processes on shared ports) the limits hold
+across processes: never more connections of the capped workspace open at once than its
+limit of 5, though six clients try all along (:func:`stream_cap`), and never more requests
+of the rated workspace served in a UTC minute than its 60 (:func:`rate_limit`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import aiohttp
 
@@ -285,3 +291,75 @@ def caught_up(history: History) -> bool:
 def raise_if_any(history: History, found: list[str]) -> None:
     if found:
         raise Violations(f"seed {history.seed}: {len(found)} violation(s); the first: {found[0]}")
+
+
+#: More connections of the capped workspace open at once than its limit, for less than this,
+#: is put down to the order the run's one event loop sees two sockets in (a connection the
+#: server closed, whose slot it gave the next client, is seen to close a moment after the next
+#: one is seen to open); a stream that let six in for longer is a violation.
+CAP_GRACE_S = 1.0
+
+
+def over(spans: list[tuple[float, float, str]], limit: int) -> list[tuple[float, float]]:
+    """The stretches of time during which more than ``limit`` of ``spans`` were open at once
+    (a span ending when another starts is closed first)."""
+    events = sorted([(start, 1) for start, _, _ in spans] + [(end, -1) for _, end, _ in spans])
+    found, count, since = [], 0, None
+    for at, step in events:
+        count += step
+        if count > limit and since is None:
+            since = at
+        elif count <= limit and since is not None:
+            found.append((since, at))
+            since = None
+    return found
+
+
+def most_open(spans: list[tuple[float, float, str]], hold_s: float = CAP_GRACE_S) -> int:
+    """The most of ``spans`` open at once for longer than ``hold_s``."""
+    return max((n for n in range(1, len(spans) + 1) if any(b - a > hold_s for a, b in over(spans, n - 1))), default=0)
+
+
+def stream_cap(history: History, limit: int) -> list[str]:
+    """A violation for each stretch of more than ``limit`` of the capped workspace's
+    connections open at once that lasted longer than :data:`CAP_GRACE_S`."""
+    return [
+        f"stream cap: {limit + 1} or more connections of the capped workspace open at once "
+        f"from {a:.1f}s to {b:.1f}s (limit {limit})"
+        for a, b in over(history.capped, limit)
+        if b - a > CAP_GRACE_S
+    ]
+
+
+def served_per_minute(history: History) -> Counter[int]:
+    """The rated workspace's 200s per UTC minute (epoch minute), counting those started and
+    answered within one minute: only those can be put in a window for sure."""
+    return Counter(
+        int(start // 60) for start, end, status in history.spent if status == 200 and int(start // 60) == int(end // 60)
+    )
+
+
+def rate_limit(history: History, limit: int) -> list[str]:
+    """A violation for each UTC minute in which the rated workspace was served more than ``limit``
+    requests (the limit is a fixed window per UTC minute, counted across every api process)."""
+    return [
+        f"rate limit: {n} requests of the rated workspace served in the minute starting "
+        f"{datetime.fromtimestamp(minute * 60, timezone.utc):%H:%M} UTC (limit {limit})"
+        for minute, n in sorted(served_per_minute(history).items())
+        if n > limit
+    ]
+
+
+def limits_tally(history: History) -> dict[str, object]:
+    """What the report says of the limits checked across processes."""
+    statuses = Counter(status for _, _, status in history.spent)
+    per_minute = served_per_minute(history)
+    return {
+        "capped connections": len(history.capped),
+        "capped most open at once (over 1 s)": most_open(history.capped),
+        "capped refusals": dict(history.capped_refusals),
+        "rated requests": len(history.spent),
+        "rated statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "rated most served in a minute": max(per_minute.values(), default=0),
+        "rated minutes": len(per_minute),
+    }

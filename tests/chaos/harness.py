@@ -1,5 +1,10 @@
-"""The system under test of the mixed-fault run, all of its own: one Apache Kafka node (its log
-on disk, so a restart keeps it), two PostgreSQL servers, one the primary and the other its
+"""The system under test of the mixed-fault run, all of its own, in one of two shapes
+(:data:`SHAPES`): one Apache Kafka node and one api and one stream process (``single``), or
+the production shape (``production``): three Kafka nodes (a KRaft quorum, topics at
+replication factor 3 with ``min.insync.replicas=2``) and two api and two stream processes,
+each pair sharing one partner port (``TICKERWIRE_PORT_SHARING``: the kernel spreads the
+partners' connections over both; docs/operations.md#several-processes-on-one-port). Kafka
+keeps its log on disk, so a restarted node keeps it. Both shapes have two PostgreSQL servers, one the primary and the other its
 streaming standby (synchronous replication: :data:`SERVER_SETTINGS`), and a projector (static
 membership), an API, a stream process and two webhook dispatchers (:data:`WEBHOOKS_ENV`: a
 signing key, private targets allowed, the retry schedule compressed as in
@@ -22,10 +27,15 @@ role the server has when the fault starts (:meth:`Cluster.link`); the workload, 
 the standby's own streaming from the primary go direct, so only the services' network breaks.
 Kafka tells its clients in its metadata where to find the broker (its advertised listener), and
 a client then connects there, not to the address it bootstrapped from: a link that rewrote
-nothing would be left after the first metadata answer. So the node has a second listener,
-``SERVICES``, on a port of its own, advertised as the link's address: the services bootstrap
-from the link and are sent back to it; the workload's producers use the ordinary listener and
-never touch the link.
+nothing would be left after the first metadata answer. So each node has a second listener,
+``SERVICES``, on a port of its own, advertised as its link's address: the services bootstrap
+from the links and are sent back to them; the workload's producers use the ordinary listener and
+never touch a link. The nodes replicate among themselves on the ordinary listener too, so
+cutting one node's link cuts the services off from it, not the node from its quorum (a node
+cut from its peers is what ``pause broker`` shows: tests/chaos/nemesis.py).
+
+PgBouncer is not in this picture: it names one server, so it would not follow a failover by
+itself (docs/operations.md#pgbouncer), and the failover is what this run exercises most.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Mapping
+from typing import AsyncIterator, Mapping, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from tests.chaos.history import History
@@ -47,6 +57,7 @@ from tests.support.events import locale_ev, token_ev
 from tests.support.links import Link
 from tests.support.replicas import database_on, signal_server, wait_gone
 from tests.support.stack import Service, ServiceStack, wait_http
+from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import (
@@ -60,7 +71,42 @@ from tickerwire.services.common.http.signing import derive_secret
 
 #: The two webhook dispatchers, each a role of its own (the supervisor restarts each).
 DISPATCHERS = ("dispatcher0", "dispatcher1")
-ROLES = ("projector", "api", "stream", *DISPATCHERS)
+
+
+def processes(service: str, count: int) -> tuple[str, ...]:
+    """The roles of ``count`` processes of ``service``: ``api``, ``api-2``, ``api-3``, ..."""
+    return tuple(service if n == 1 else f"{service}-{n}" for n in range(1, count + 1))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How many Kafka nodes (1 or 3), api processes and stream processes a run has."""
+
+    name: str
+    brokers: int
+    apis: int
+    streams: int
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Every service process by its role: ``api``, ``api-2``, ... share one port."""
+        return ("projector", *processes("api", self.apis), *processes("stream", self.streams), *DISPATCHERS)
+
+    def describe(self) -> str:
+        kafka = "one KRaft node" if self.brokers == 1 else f"{self.brokers} KRaft nodes, topics at replication factor 3"
+        return f"Apache Kafka ({kafka}, logs on disk); {self.apis} api and {self.streams} stream process(es)"
+
+
+SINGLE = Shape("single", brokers=1, apis=1, streams=1)
+PRODUCTION = Shape("production", brokers=3, apis=2, streams=2)
+SHAPES = {shape.name: shape for shape in (SINGLE, PRODUCTION)}
+#: The roles of the single shape (the default).
+ROLES = SINGLE.roles
+#: The workspaces whose limits the production shape's run checks across processes: a stream
+#: connection limit of 5 (six clients try), and a rate limit of 60 a minute (spent three
+#: times over). Each has its own key.
+CAPPED_WORKSPACE, CAPPED_LIMIT = "ws_chaoscap", 5
+RATED_WORKSPACE, RATED_LIMIT = "ws_chaosrate", 60
 SIGNING_KEY = base64.b64encode(bytes(range(32))).decode()
 WEBHOOKS_ENV = {
     "TICKERWIRE_WEBHOOKS_SIGNING_KEY": SIGNING_KEY,
@@ -89,10 +135,13 @@ SERVER_SETTINGS: Mapping[str, str] = {
 }
 
 
+Kafka = Union[ApacheKafka, ApacheKafkaCluster]
+
+
 @dataclass
 class Cluster:
     root: Path
-    kafka: ApacheKafka
+    kafka: Kafka
     #: The PostgreSQL servers by name (:data:`SERVERS`); a failover replaces the old primary's
     #: object with the standby rebuilt on its data directory and port.
     servers: dict[str, EmbeddedPostgres]
@@ -110,6 +159,26 @@ class Cluster:
     current: dict[str, Service] = field(default_factory=dict)
     #: Settings of every server on top of :data:`SERVER_SETTINGS` (a rebuilt standby's too).
     server_settings: Mapping[str, str] = field(default_factory=dict)
+    shape: Shape = SINGLE
+    #: Keys of the workspaces whose limits are checked (by workspace id).
+    limited_keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return self.shape.roles
+
+    def processes(self, service: str) -> tuple[str, ...]:
+        """The roles running ``service`` (the dispatcher's: both dispatchers)."""
+        return tuple(role for role in self.roles if service_of(role) == service)
+
+    @property
+    def nodes(self) -> list[ApacheKafka]:
+        """The Kafka nodes (one, or the cluster's three)."""
+        return list(self.kafka.nodes) if isinstance(self.kafka, ApacheKafkaCluster) else [self.kafka]
+
+    def node_link(self, node: ApacheKafka) -> Link:
+        """The services' link to one Kafka node."""
+        return self.links["kafka" if len(self.nodes) == 1 else f"kafka{node.node_id}"]
 
     @property
     def primary(self) -> EmbeddedPostgres:
@@ -139,11 +208,19 @@ class Cluster:
         return self.current["stream"].url
 
     def spawn(self, role: str) -> Service:
+        """Start the process of ``role`` on its port (the port of its service's other
+        processes, when they share one)."""
         old = self.current.get(role)
         extra = dict(self.service_env)
         if role == "projector":
             extra["TICKERWIRE_PROJECTOR_GROUP_INSTANCE_ID"] = INSTANCE_ID
-        service = self.stack.spawn(service_of(role), port=old.port if old else None, **extra)
+        siblings = [self.current[r] for r in self.processes(service_of(role)) if r in self.current]
+        if len(self.processes(service_of(role))) > 1 and service_of(role) in ("api", "stream"):
+            extra["TICKERWIRE_PORT_SHARING"] = "true"
+            port = siblings[0].port if siblings else None
+        else:
+            port = old.port if old else None
+        service = self.stack.spawn(service_of(role), port=port, **extra)
         self.current[role] = service
         return service
 
@@ -212,8 +289,9 @@ class Cluster:
 
 
 def service_of(role: str) -> str:
-    """The service a role runs: ``dispatcher0`` and ``dispatcher1`` are both the dispatcher."""
-    return "dispatcher" if role in DISPATCHERS else role
+    """The service a role runs: ``dispatcher0`` and ``dispatcher1`` are both the dispatcher,
+    ``api-2`` is an api."""
+    return "dispatcher" if role in DISPATCHERS else role.partition("-")[0]
 
 
 def webhook_secret(endpoint_id: str) -> bytes:
@@ -236,20 +314,30 @@ def multi_host(dsns: list[str], **query: str) -> str:
     return urlunsplit(parts[0]._replace(netloc=netloc, query="&".join(f"{k}={v}" for k, v in query.items())))
 
 
+def kafka_of(shape: Shape, root: Path) -> tuple[Kafka, dict[str, Link]]:
+    """The Kafka node(s) of ``shape`` and the services' link to each (not started): each node
+    has its own listener for the services, advertised as the link in front of it, so only
+    they go through it."""
+    if shape.brokers == 1:
+        port = free_port()
+        links = {"kafka": Link(f"127.0.0.1:{port}")}
+        listeners = {"SERVICES": (port, links["kafka"].address)}
+        return ApacheKafka(root / "kafka", settings=TEST_KAFKA_SETTINGS, listeners=listeners), links
+    ports = [free_port() for _ in range(shape.brokers)]
+    links = {f"kafka{n}": Link(f"127.0.0.1:{port}") for n, port in enumerate(ports, start=1)}
+    each = [{"SERVICES": (port, links[f"kafka{n}"].address)} for n, port in enumerate(ports, start=1)]
+    return ApacheKafkaCluster(root / "kafka", settings=TEST_KAFKA_SETTINGS, listeners=each), links
+
+
 @contextlib.asynccontextmanager
-async def cluster(prefix: str = "chaos", server_settings: Mapping[str, str] | None = None) -> AsyncIterator[Cluster]:
+async def cluster(
+    prefix: str = "chaos", server_settings: Mapping[str, str] | None = None, shape: Shape = SINGLE
+) -> AsyncIterator[Cluster]:
     """Everything started, locales and a token projected, a key with room to spare; all stopped
     after. ``server_settings``: PostgreSQL settings of both servers on top of :data:`SERVER_SETTINGS`."""
     server_settings = dict(server_settings or {})
     root = Path(tempfile.mkdtemp(prefix="tickerwire-chaos-"))
-    services_port = free_port()
-    links = {"kafka": Link(f"127.0.0.1:{services_port}")}
-    # The services' own listener, advertised as the link in front of it: only they go through it.
-    kafka = ApacheKafka(
-        root / "kafka",
-        settings=TEST_KAFKA_SETTINGS,
-        listeners={"SERVICES": (services_port, links["kafka"].address)},
-    )
+    kafka, links = kafka_of(shape, root)
     # Ports of their own from the start: a restarted or rebuilt server is found at the same
     # address; the logs outside the data directories, which a rebuild wipes.
     first, second = SERVERS
@@ -275,6 +363,8 @@ async def cluster(prefix: str = "chaos", server_settings: Mapping[str, str] | No
         for link in links.values():
             link.start()
         env = {"TICKERWIRE_STREAM_PING_INTERVAL_S": "1", "TICKERWIRE_DB_POOL_MAX": "10", **WEBHOOKS_ENV}
+        if shape.brokers > 1:
+            env["TICKERWIRE_TOPIC_REPLICATION_FACTOR"] = str(shape.brokers)
         # The harness's own statements follow the primary as the services do, but directly.
         database_url = multi_host([s.dsn for s in servers.values()], target_session_attrs="read-write")
         stack = ServiceStack(database_url, kafka.bootstrap_servers, prefix, extra_env=env, log_dir=root / "logs")
@@ -287,17 +377,31 @@ async def cluster(prefix: str = "chaos", server_settings: Mapping[str, str] | No
         service_env = {
             "TICKERWIRE_DATABASE_URL": multi_host(through_links, target_session_attrs="read-write"),
             "TICKERWIRE_DATABASE_READ_URLS": ",".join(through_links),
-            "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": links["kafka"].address,
+            "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": ",".join(
+                link.address for name, link in links.items() if name.startswith("kafka")
+            ),
         }
-        found = Cluster(root, kafka, servers, first, stack, links, service_env, server_settings=server_settings)
-        for role in ROLES:
+        found = Cluster(
+            root, kafka, servers, first, stack, links, service_env, server_settings=server_settings, shape=shape
+        )
+        for role in found.roles:
             found.spawn(role)
-        for role in ROLES:
+        for role in found.roles:
             await found.ready(role)
         found.workspace_id = f"ws_{prefix}"
         found.key = await stack.provision(
             found.workspace_id, rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000, stream_connection_limit=50
         )
+        if shape is not SINGLE:
+            found.limited_keys[CAPPED_WORKSPACE] = await stack.provision(
+                CAPPED_WORKSPACE,
+                rate_limit_per_minute=1_000_000,
+                daily_quota=1_000_000_000,
+                stream_connection_limit=CAPPED_LIMIT,
+            )
+            found.limited_keys[RATED_WORKSPACE] = await stack.provision(
+                RATED_WORKSPACE, rate_limit_per_minute=RATED_LIMIT, daily_quota=1_000_000_000
+            )
         yield found
     finally:
         if stack is not None:

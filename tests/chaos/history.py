@@ -7,7 +7,7 @@ nothing here judges."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable
@@ -130,6 +130,12 @@ class History:
     endpoints: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     #: Per webhook endpoint, every request its receiver got, in arrival order.
     hooked: dict[str, list[Hooked]] = field(default_factory=lambda: defaultdict(list))
+    #: The capped workspace's stream connections: (opened, seen to end, client), in seconds.
+    capped: list[tuple[float, float, str]] = field(default_factory=list)
+    #: The capped clients' refused upgrades by status (429: every slot taken).
+    capped_refusals: Counter[int] = field(default_factory=Counter)
+    #: The rated workspace's requests: (started, answered, status; 0 for no answer), wall clock.
+    spent: list[tuple[float, float, int]] = field(default_factory=list)
 
     def now(self) -> float:
         """Seconds since the run started."""

@@ -31,6 +31,27 @@ few seconds between them, each recorded as a span in the :class:`History`.
   its endpoint's first three compressed retry intervals, 10 ms, 0.6 s and 3.6 s: the next one
   is 14.4 s), then listens again on the same port.
 
+The production shape (tests/chaos/harness.py: three Kafka nodes, two api and two stream
+processes) has :data:`PRODUCTION_KINDS`: those above, a ``kill``/``pause`` of the api or the
+stream hitting one of its two processes (the other keeps serving the shared port), and instead
+of the lone node's restart, cut and slowdown:
+
+- ``kill leader``: SIGKILL of the node leading a posts partition (one drawn at random), kept
+  down :data:`NODE_DOWN_S` (past the brokers' session, so the controller moves leadership and
+  shrinks the ISRs), then started again on its log;
+- ``kill controller``: the same for the active controller (asked with DescribeQuorum);
+- ``pause broker``: SIGSTOP of one node for :data:`BROKER_PAUSE_S`, then SIGCONT: past 4 s its
+  broker session has expired and it is fenced, yet it wakes up believing it still leads what
+  it led, until its first request to the quorum tells it otherwise (the nearest this machine
+  comes to a leader cut off from its peers: the nodes share the loopback, so the links cut
+  only what the services send);
+- ``cut broker``, ``slow broker``: the services' link to one node cut or slowed, as for the
+  lone node.
+
+Each of the four ends only once every partition is fully replicated again (:data:`IN_SYNC_S`
+at most, or a violation), so the next fault never takes a second replica of a partition:
+two nodes of three down is outside what ``min.insync.replicas=2`` promises.
+
 A fault on "primary" or "replica" hits the server that has that role when the fault starts.
 """
 
@@ -45,11 +66,15 @@ from typing import Mapping
 
 import aiohttp
 
-from tests.chaos.harness import DISPATCHERS, ROLES, Cluster
+from tests.chaos.harness import Cluster
 from tests.chaos.history import RECENT_S, Failover, Fault, History, Key
 from tests.chaos.workload import Hooks
+from tests.support.links import Link
 from tests.support.replicas import signal_server
 from tests.support.stack import BASE, auth
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
 
 #: Each kind and its weight: the projector's SIGKILL (the slowest recovery) comes most often.
 KINDS = {
@@ -74,6 +99,16 @@ KINDS = {
     "kill dispatcher": 2,
     "receiver outage": 1,
 }
+#: The production shape's faults: the lone Kafka node's restart, cut and slowdown give way to
+#: the cluster's (a leader or the controller killed, a node paused, cut or slowed).
+PRODUCTION_KINDS = {
+    **{k: w for k, w in KINDS.items() if not k.endswith(" kafka")},
+    "kill leader": 1,
+    "kill controller": 1,
+    "pause broker": 1,
+    "cut broker": 1,
+    "slow broker": 1,
+}
 GAP_S = (3.0, 7.0)
 PAUSE_S = (2.0, 6.0)
 SLOW_S = (3.0, 8.0)
@@ -82,6 +117,14 @@ DELAY_S = (0.05, 0.4)
 OUTAGE_S = (5.0, 8.0)
 #: How far behind the primary the standby of a ``failover lagging`` is (its replay lag).
 LAG_S = 2.0
+#: How long a killed node stays down.
+NODE_DOWN_S = (5.0, 10.0)
+#: How long a paused node is frozen (past the brokers' 4 s session from 4 s on).
+BROKER_PAUSE_S = (2.0, 8.0)
+#: How long after a node's fault every partition must be fully replicated again.
+IN_SYNC_S = 90.0
+#: How long another node may take to lead a killed leader's partition, or to become the controller.
+TAKEOVER_S = 30.0
 #: How long after a failover the API must answer, and every process be ready, before the
 #: nemesis gives up waiting (the test states its own, tighter bound).
 FAILOVER_WAIT_S = 60.0
@@ -119,7 +162,9 @@ class Nemesis:
     async def inject(self, kind: str) -> None:
         verb, _, target = kind.partition(" ")
         if target in ("projector", "api", "stream", "dispatcher"):
-            await self.process(verb, self.rng.choice(DISPATCHERS) if target == "dispatcher" else target)
+            await self.process(verb, self.rng.choice(self.cluster.processes(target)))
+        elif kind in ("kill leader", "kill controller", "pause broker", "cut broker", "slow broker"):
+            await self.node_fault(verb, target)
         elif kind == "receiver outage" and self.hooks is not None:
             endpoint_id = self.rng.choice(sorted(self.hooks.receivers))
             await self.hooks.outage(endpoint_id, self.rng.uniform(*OUTAGE_S))
@@ -148,19 +193,96 @@ class Nemesis:
             await asyncio.to_thread(self.cluster.kafka.kill)
             await asyncio.to_thread(self.cluster.kafka.start)
         elif verb in ("cut", "slow") and target in ("primary", "replica", "kafka"):
-            link = self.cluster.link(target)
-            if verb == "cut":
-                await asyncio.to_thread(link.cut)
-                span = self.rng.uniform(*PAUSE_S)
-            else:
-                link.slow(self.rng.uniform(*DELAY_S))
-                span = self.rng.uniform(*SLOW_S)
-            try:
-                await asyncio.sleep(span)
-            finally:
-                await asyncio.to_thread(link.heal)
+            await self.break_link(verb, self.cluster.link(target))
         else:
             raise ValueError(f"unknown fault {kind!r}")
+
+    async def node_fault(self, verb: str, target: str) -> None:
+        """One of the cluster's faults (the module's docstring), then every partition in sync."""
+        nodes = self.cluster.nodes
+        if target == "leader":
+            partitions = self.cluster.stack.config.topic_posts_partitions
+            node = nodes[await self.posts_leader(self.rng.randrange(partitions)) - 1]
+        elif target == "controller":
+            node = nodes[await asyncio.to_thread(self.cluster.kafka.active_controller) - 1]
+        else:
+            node = self.rng.choice(nodes)
+        if verb == "kill":
+            await self.kill_node(node, target)
+        elif verb == "pause":
+            assert node.pid is not None
+            os.kill(node.pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(self.rng.uniform(*BROKER_PAUSE_S))
+            finally:
+                os.kill(node.pid, signal.SIGCONT)
+        else:
+            await self.break_link(verb, self.cluster.node_link(node))
+        await self.in_sync()
+
+    async def break_link(self, verb: str, link: Link) -> None:
+        """``link`` cut for 2 to 6 s, or slowed for 3 to 8 s (``verb``), then healed."""
+        if verb == "cut":
+            await asyncio.to_thread(link.cut)
+            span = self.rng.uniform(*PAUSE_S)
+        else:
+            link.slow(self.rng.uniform(*DELAY_S))
+            span = self.rng.uniform(*SLOW_S)
+        try:
+            await asyncio.sleep(span)
+        finally:
+            await asyncio.to_thread(link.heal)
+
+    async def kill_node(self, node: ApacheKafka, role: str) -> None:
+        """SIGKILL of ``node``; once another node holds its ``role`` (a partition's leadership:
+        any other leader of it; the controller: another active one) and it has been down
+        :data:`NODE_DOWN_S`, started again on its log."""
+        down_s = self.rng.uniform(*NODE_DOWN_S)
+        killed = time.monotonic()
+        await asyncio.to_thread(node.kill)
+        if role == "controller":
+            deadline = killed + TAKEOVER_S
+            while time.monotonic() < deadline:
+                try:
+                    if await asyncio.to_thread(self.cluster.kafka.active_controller) not in (node.node_id, -1):
+                        break
+                except Exception:  # noqa: BLE001 - no answer while the quorum elects: ask again
+                    pass
+                await asyncio.sleep(0.2)
+            else:
+                self.history.violation(f"no other node became the active controller within {TAKEOVER_S:.0f} s")
+        await asyncio.sleep(max(0.0, killed + down_s - time.monotonic()))
+        await asyncio.to_thread(node.start)
+
+    async def posts_leader(self, partition: int) -> int:
+        """The node leading ``partition`` of the posts topic, by the cluster's metadata."""
+        stack = self.cluster.stack
+        async with asyncio.timeout(TAKEOVER_S), kafka.started_admin(stack.config) as admin:
+            (topic,) = await admin.describe_topics([topic_name(stack.topic_prefix, POSTS)])
+        return int(next(p["leader"] for p in topic["partitions"] if p["partition"] == partition))
+
+    async def in_sync(self) -> None:
+        """Wait until every partition of every topic has all its replicas in sync (a violation
+        after :data:`IN_SYNC_S`)."""
+        deadline = time.monotonic() + IN_SYNC_S
+        lagging: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                async with asyncio.timeout(10.0), kafka.started_admin(self.cluster.stack.config) as admin:
+                    topics = await admin.describe_topics(await admin.list_topics())
+            except Exception as exc:  # noqa: BLE001 - the cluster is still settling: ask again
+                lagging = [f"{type(exc).__name__}: {exc}"]
+            else:
+                lagging = [
+                    f"{t['topic']}[{p['partition']}]"
+                    for t in topics
+                    for p in t["partitions"]
+                    if len(p["isr"]) < len(p["replicas"])
+                ]
+                if not lagging:
+                    return
+            await asyncio.sleep(0.5)
+        self.history.violation(f"partitions not fully replicated {IN_SYNC_S:.0f} s after a node fault: {lagging[:5]}")
 
     async def process(self, verb: str, role: str) -> None:
         """SIGKILL of the process of ``role`` (``verb`` "kill"), until its successor is ready; or
@@ -199,7 +321,7 @@ class Nemesis:
         finally:
             await rebuilding
         rebuilt = self.history.now()
-        for role in ROLES:
+        for role in self.cluster.roles:
             await self.cluster.ready(role, timeout=FAILOVER_WAIT_S)
         failover = Failover(killed, promoted, answered, self.history.now(), rebuilt, len(pushed), len(unreadable))
         self.history.failovers.append(failover)

@@ -1,7 +1,8 @@
 """The checker's judgement on made-up histories (pure logic): each kind of violation it names
 is found (a counter off by one among them), a clean history has none, and the lost, doubled
 and refused counts are each counted apart; so are a webhook endpoint's lost, out of order,
-doubled, bad signature and unexpected requests."""
+doubled, bad signature and unexpected requests; so are a stream cap exceeded for longer than
+the grace and a rate limit overspent in a minute."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from tests.chaos.checker import (
     counter_mismatches,
     deliveries,
     expected_counters,
+    limits_tally,
+    most_open,
+    rate_limit,
+    stream_cap,
     tallied,
     tally,
     webhook_tallied,
@@ -185,11 +190,16 @@ def test_a_cursor_that_goes_back_is_out_of_order_though_every_message_keeps_its_
     ]
 
 
-def test_a_message_sent_again_under_another_id_is_doubled_and_with_other_data_changed():
+def test_a_message_sent_again_under_another_id_is_doubled_and_with_older_data_changed():
     again = request((1, "en-US"), (0, 5))  # the same announcement at another position: another id
-    changed = request((2, "en-US"), (1, 7), title="other")  # a redelivery whose data changed
-    h = hooked([*HOOKED, again, changed])
-    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 1, "changed": 1}
+    newer = request((2, "en-US"), (1, 7), title="other")  # a redelivery of the post as it is now
+    older = request((2, "en-US"), (1, 7))  # ... then one with the data that one had replaced
+    h = hooked([*HOOKED, again, newer])
+    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 1}
+    h = hooked([*HOOKED, again, newer, older])
+    assert webhook_tally(h)["whe_a"] == {"requests": 8, "acknowledged": 3, **NONE, "doubled": 1, "changed": 1}
+    moved = request((2, "en-US"), (1, 8), wid="msg_e_1_7_en-US")  # one id naming another position
+    assert webhook_tally(hooked([*HOOKED, moved]))["whe_a"]["changed"] == 1
     assert [v.split(",")[0] for v in webhook_tallied(webhook_tally(h), h)] == [
         "webhook whe_a: doubled: 1",
         "webhook whe_a: changed: 1",
@@ -216,3 +226,40 @@ def test_a_bad_signature_and_an_announcement_outside_the_filter_or_aborted_are_c
         "webhook whe_a: unexpected: 1",
         "webhook whe_b: unexpected: 1",
     ]
+
+
+def capped(*spans: tuple[float, float]) -> History:
+    h = History(seed=5)
+    h.capped = [(a, b, f"c{n}") for n, (a, b) in enumerate(spans)]
+    return h
+
+
+#: Five connections open from 0 to 10 s.
+FIVE = [(0.0, 10.0)] * 5
+
+
+def test_a_sixth_connection_open_past_the_grace_exceeds_the_cap_and_a_moment_does_not():
+    # The sixth opens as another closes (closed first at the same instant), or overlaps 0.5 s.
+    assert stream_cap(capped(*FIVE[:4], (0.0, 4.0), (4.0, 9.0)), 5) == []
+    assert stream_cap(capped(*FIVE[:4], (0.0, 4.5), (4.0, 9.0)), 5) == []
+    assert most_open(capped(*FIVE[:4], (0.0, 4.5), (4.0, 9.0)).capped) == 5
+    # Six at once for 3 s: what a limit counted per process lets in.
+    h = capped(*FIVE, (2.0, 5.0))
+    assert stream_cap(h, 5) == [
+        "stream cap: 6 or more connections of the capped workspace open at once from 2.0s to 5.0s (limit 5)"
+    ]
+    assert most_open(h.capped) == 6
+
+
+def test_more_than_the_limit_served_in_one_minute_overspends_it_and_unsure_requests_do_not_count():
+    h = History(seed=5)
+    minute = 29_000_000 * 60.0
+    h.spent = [(minute + n * 0.5, minute + n * 0.5 + 0.1, 200) for n in range(60)]
+    h.spent += [(minute + 59.9, minute + 60.2, 200)]  # answered in the next minute: which window is unsure
+    h.spent += [(minute + 40.0, minute + 40.1, 429), (minute + 41.0, minute + 44.1, 0)]
+    assert rate_limit(h, 60) == []
+    assert limits_tally(h)["rated most served in a minute"] == 60
+    assert limits_tally(h)["rated statuses"] == {"0": 1, "200": 61, "429": 1}
+    h.spent.append((minute + 50.0, minute + 50.2, 200))  # a 61st surely in the minute
+    (violation,) = rate_limit(h, 60)
+    assert violation.startswith("rate limit: 61 requests of the rated workspace served in the minute starting ")

@@ -14,6 +14,10 @@
   which misses late translations: that would blur the two counts);
 - :class:`Reader`: reads with ``X-Min-Log-Position`` (its last ``X-Log-Position``, or the
   position of a post a follower was pushed) and checks the answer is at least that fresh;
+- :class:`Capped` (the production shape): six stream clients of a workspace limited to five
+  connections, each recording its connections' spans;
+- :class:`Spender` (the production shape): requests of a workspace limited to 60 a minute at
+  three a second, each recorded with its status;
 - :class:`Hooks`: webhook receivers (tests/support/receivers.py) that fail at random (the
   ``flaky`` plan, seeded from the run's seed), one per endpoint of :data:`ENDPOINTS`, registered
   before the writers start, each request recorded as it arrives.
@@ -27,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 from datetime import datetime, timedelta, timezone
 
 import aiohttp
 import orjson
 
-from tests.chaos.harness import LOCALES, TICKERS, Cluster, webhook_secret
+from tests.chaos.harness import CAPPED_WORKSPACE, LOCALES, RATED_WORKSPACE, TICKERS, Cluster, webhook_secret
 from tests.chaos.history import Delivery, History, Key
 from tests.support.events import post_ev, webhook_endpoint_ev
 from tests.support.producers import Raw, librdkafka
@@ -380,3 +385,84 @@ class Hooks:
     async def stop(self) -> None:
         for receiver in self.receivers.values():
             await receiver.stop()
+
+
+#: How many stream clients of the capped workspace try at once: one more than its limit.
+CAPPED_CLIENTS = 6
+#: How long a capped client holds a connection before it closes it itself.
+CAPPED_HOLD_S = (2.0, 12.0)
+#: How long a capped client waits after its connection was refused or dropped.
+CAPPED_RETRY_S = 0.5
+#: Requests a second the rated workspace's spender starts (three times its limit of 60 a minute).
+SPEND_RATE = 3.0
+
+
+class Capped:
+    """One of :data:`CAPPED_CLIENTS` stream clients of the capped workspace (a limit of 5
+    connections) against the shared stream port, so the kernel spreads them over the stream
+    processes: each holds a connection for a while, closes it and connects again; refused
+    (429), it tries again half a second later. Every connection's span, from its upgrade to
+    the moment the client saw it end, goes into ``history.capped``."""
+
+    def __init__(self, name: str, cluster: Cluster, history: History, rng: random.Random) -> None:
+        self.name, self.cluster, self.history, self.rng = name, cluster, history, rng
+
+    async def run(self, stop: asyncio.Event, http: aiohttp.ClientSession) -> None:
+        key = self.cluster.limited_keys[CAPPED_WORKSPACE]
+        while not stop.is_set():
+            url = f"{self.cluster.stream_url}{BASE}/stream?key={key}"
+            opened: float | None = None
+            try:
+                async with http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=2)) as ws:
+                    opened = self.history.now()
+                    until = opened + self.rng.uniform(*CAPPED_HOLD_S)
+                    while not stop.is_set() and self.history.now() < until:
+                        msg = await ws.receive(timeout=max(0.05, until - self.history.now()))
+                        if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                            break
+            except aiohttp.WSServerHandshakeError as exc:
+                self.history.capped_refusals[exc.status] += 1
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+                pass
+            finally:
+                if opened is not None:
+                    self.history.capped.append((opened, self.history.now(), self.name))
+            await asyncio.sleep(CAPPED_RETRY_S)
+
+
+class Spender:
+    """``GET /posts`` with the rated workspace's key (a limit of 60 a minute) at
+    :data:`SPEND_RATE` a second, open loop (each request on time whatever the earlier ones
+    did), through the shared api port: each request's wall-clock span and status goes into
+    ``history.spent``."""
+
+    def __init__(self, cluster: Cluster, history: History) -> None:
+        self.cluster, self.history = cluster, history
+
+    async def run(self, stop: asyncio.Event, http: aiohttp.ClientSession) -> None:
+        key = self.cluster.limited_keys[RATED_WORKSPACE]
+        pending: set[asyncio.Task] = set()
+        try:
+            while not stop.is_set():
+                task = asyncio.create_task(self.request(http, key))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                await asyncio.sleep(1.0 / SPEND_RATE)
+        finally:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def request(self, http: aiohttp.ClientSession, key: str) -> None:
+        started = time.time()
+        status = 0
+        try:
+            async with http.get(
+                f"{self.cluster.api_url}{BASE}/posts",
+                params={"limit": "1"},
+                headers=auth(key),
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
+            ) as resp:
+                await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            pass
+        self.history.spent.append((started, time.time(), status))

@@ -2,8 +2,8 @@
 (docs/webhooks.md): 410 disables and an operator's resume goes on from the cursor, a rotation
 signs with both secrets for its window, ``Retry-After`` is honoured, an endpoint failing past
 the bound is disabled, a replay re-sends with the same ids, redirects are not followed, a name
-that resolves to a loopback address is refused at connect time, and two dispatchers never hold
-one endpoint at once."""
+that resolves to a loopback address is refused at connect time, two dispatchers never hold
+one endpoint at once, and the database failing under a worker's walk is a retry, not a crash."""
 
 from __future__ import annotations
 
@@ -336,5 +336,41 @@ async def test_a_crashed_worker_is_logged_counted_and_started_again(conn, fresh_
         crashed = [r for r in caplog.records if "its worker crashed" in r.getMessage()]
         assert crashed and crashed[0].levelname == "ERROR" and "a defect in an attempt" in str(crashed[0].exc_info)
         assert [r.key[0] for r in rx.acked()] == [1, 2]
+    finally:
+        await rx.stop()
+
+
+class Unreachable:
+    """The store's pool, whose first read of the locales times out as a connect to an unreachable
+    PostgreSQL does (asyncpg raises TimeoutError when its bound runs out)."""
+
+    def __init__(self, pool) -> None:
+        self.pool, self.failed = pool, False
+
+    def __getattr__(self, name: str):
+        return getattr(self.pool, name)
+
+    async def fetch(self, statement: str, *args):
+        if "FROM locales" in statement and not self.failed:
+            self.failed = True
+            raise TimeoutError
+        return await self.pool.fetch(statement, *args)
+
+
+async def test_the_database_failing_under_a_walk_is_a_warning_and_a_retry_not_a_crash(conn, fresh_db, log, caplog):
+    # The dispatcher's connect to PostgreSQL timing out while its worker reads the locales (a
+    # link cut under the walk) is a storage outage: warned about and retried by the worker, which
+    # is not restarted as crashed.
+    rx = await Receiver(secret("whe_outage")).start()
+    try:
+        await log.endpoint("whe_outage", rx.url)
+        async with dispatcher(config(fresh_db)) as d:
+            d.s.store.pool = Unreachable(d.s.store.pool)  # type: ignore[assignment]
+            await log.posts(1, 2)
+            await until(lambda: _acked(rx, 2), "both posts, after the retry")
+            assert d.s.store.pool.failed and d.s.metrics.worker_crashes._value.get() == 0
+        warned = [r for r in caplog.records if "whe_outage" in r.getMessage() and "retrying" in r.getMessage()]
+        assert warned and warned[0].levelname == "WARNING" and "gave up waiting" in warned[0].getMessage()
+        assert not [r for r in caplog.records if "its worker crashed" in r.getMessage()]
     finally:
         await rx.stop()
