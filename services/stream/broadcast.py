@@ -86,6 +86,7 @@ class Broadcaster:
                 facts,
                 with_cursor,
                 (a.partition, a.offset, a.lang),
+                self.epoch,
             )
             self.metrics.delivery_seconds.observe(time.perf_counter() - arrived[(a.partition, a.offset)])
             if n % self.yield_every == 0:

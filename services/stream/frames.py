@@ -81,14 +81,25 @@ class Message:
     """One outgoing text message, encoded once (``payload``); each of its frames is built at
     first use and the same bytes object is handed to every later connection that takes it.
     ``tag`` is the caller's (the hub keeps the counter of the message's type there);
-    ``shared``: queued to many connections (a broadcast), not one connection's own."""
+    ``shared``: queued to many connections (a broadcast), not one connection's own; ``key``:
+    the announcement a ``post.created`` carries, (partition, offset, lang), in the log of
+    ``epoch``."""
 
-    __slots__ = ("payload", "tag", "shared", "frames", "after", "_hit")
+    __slots__ = ("payload", "tag", "shared", "key", "epoch", "frames", "after", "_hit")
 
-    def __init__(self, payload: bytes, tag: Any = None, shared: bool = False) -> None:
+    def __init__(
+        self,
+        payload: bytes,
+        tag: Any = None,
+        shared: bool = False,
+        key: tuple[int, int, str] | None = None,
+        epoch: str = "",
+    ) -> None:
         self.payload = payload
         self.tag = tag
         self.shared = shared
+        self.key = key
+        self.epoch = epoch
         #: By encoding: the frame with no history.
         self.frames: dict[int, bytes] = {}
         #: By (encoding, previous message's payload): the frame compressed after that message.

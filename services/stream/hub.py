@@ -74,6 +74,9 @@ class Connection:
     held: list[Message] | None = None
     #: Announcements at or below these marks were replayed: never sent again live.
     skip: dict[int, Mark] | None = None
+    #: Per partition, the log epoch and the last announcement written to this connection: nothing
+    #: at or below it in that epoch is ever written again (the per-partition order cursors promise).
+    sent: dict[int, tuple[str, Mark]] = field(default_factory=dict)
 
     def replayed(self, key: tuple[int, int, str]) -> bool:
         """Whether announcement ``key`` (partition, offset, lang) was part of this connection's replay."""
@@ -99,10 +102,13 @@ class Hub:
         }
         self._built = {encoding: metrics.frames_built.labels(encoding_label(encoding)) for encoding in range(16)}
 
-    def message(self, payload: bytes, shared: bool = False) -> Message:
+    def message(
+        self, payload: bytes, shared: bool = False, key: tuple[int, int, str] | None = None, epoch: str = ""
+    ) -> Message:
         """``payload`` (one encoded message) ready to be queued to any number of connections
-        (``shared``: to many, a broadcast; else it is one connection's own)."""
-        return Message(payload, self._sent.get(payload[9:13]), shared)
+        (``shared``: to many, a broadcast; else it is one connection's own); ``key``: the
+        announcement of a ``post.created``, in the log of ``epoch``."""
+        return Message(payload, self._sent.get(payload[9:13]), shared, key, epoch)
 
     def open(
         self,
@@ -173,9 +179,12 @@ class Hub:
         if not self._offer(conn, self.message(payload)):
             self._slow(conn)
 
-    async def put(self, conn: Connection, payload: bytes) -> None:
-        """Queue a message of this connection's own, waiting for room (a resume's replay)."""
-        await conn.queue.put(self.message(payload))
+    async def put(
+        self, conn: Connection, payload: bytes, key: tuple[int, int, str] | None = None, epoch: str = ""
+    ) -> None:
+        """Queue a message of this connection's own, waiting for room (a resume's replay);
+        ``key``: the announcement of a ``post.created``, in the log of ``epoch``."""
+        await conn.queue.put(self.message(payload, key=key, epoch=epoch))
 
     def broadcast(self, payload: bytes) -> int:
         """Queue ``payload`` to every open connection; returns how many got it."""
@@ -191,14 +200,15 @@ class Hub:
         post: FilterFacts,
         with_cursor: bytes | None = None,
         key: tuple[int, int, str] | None = None,
+        epoch: str = "",
     ) -> int:
         """Queue a post.created to every connection whose filter admits ``post``; returns how many got it.
 
         Connections that opted in to cursors get ``with_cursor`` (the same message with its
         cursor: one message for all of them), except one that already had announcement ``key``
-        (partition, offset, lang) replayed."""
-        message = self.message(payload, shared=True)
-        cursored = None if with_cursor is None else self.message(with_cursor, shared=True)
+        (partition, offset, lang) replayed. ``epoch``: the log's."""
+        message = self.message(payload, shared=True, key=key, epoch=epoch)
+        cursored = None if with_cursor is None else self.message(with_cursor, shared=True, key=key, epoch=epoch)
         slow: list[Connection] = []
         offered = 0
         for stream_filter, group in self.groups.items():
@@ -318,6 +328,9 @@ class Hub:
             batch = [await queue.get()]
             while not queue.empty():  # one wake-up, one write: everything already queued
                 batch.append(queue.get_nowait())
+            batch = [m for m in batch if m.key is None or self._first(conn, m.epoch, m.key)]
+            if not batch:
+                continue
             frames = []
             for message in batch:
                 if takeover:
@@ -337,6 +350,27 @@ class Hub:
             except ConnectionError:
                 conn.closing = True
                 return
+
+    def _first(self, conn: Connection, epoch: str, key: tuple[int, int, str]) -> bool:
+        """Whether announcement ``key`` comes after the last one written to ``conn`` on its
+        partition (then it is the last one now); otherwise it is dropped, counted and logged:
+        a connection never gets one announcement twice, nor one out of order. A new log
+        (another ``epoch``: a log accepted after a reset) starts its partitions afresh."""
+        partition, offset, lang = key
+        last_epoch, last = conn.sent.get(partition, (epoch, START))
+        if last_epoch != epoch or after(last, offset, lang):
+            conn.sent[partition] = (epoch, (offset, lang))
+            return True
+        self.metrics.repeats_dropped.inc()
+        log.warning(
+            "not sending announcement %d:%d %s again: the connection already had %s on that partition",
+            partition,
+            offset,
+            lang,
+            last,
+            extra={"fields": {"session_id": conn.session_id, "workspace_id": conn.workspace_id}},
+        )
+        return False
 
     async def shutdown(self, timeout: float = CLOSE_GRACE_S) -> None:
         """Graceful shutdown: every client gets 1001 and reconnects, possibly elsewhere."""

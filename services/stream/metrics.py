@@ -52,6 +52,13 @@ class StreamMetrics:
             ["encoding"],
             registry=r,
         )
+        self.repeats_dropped = Counter(
+            "tickerwire_stream_repeats_dropped_total",
+            "post.created messages not written to a connection because it had already been sent that "
+            "announcement or a later one of its partition (never sent twice nor out of order; each is "
+            "logged as a WARNING: a defect upstream of the connection)",
+            registry=r,
+        )
         self.slow_closed = Counter(
             "tickerwire_stream_slow_clients_closed_total", "Clients closed because they stopped reading", registry=r
         )

@@ -75,7 +75,8 @@ async def _replay_pages(
             hub.skip_live(conn, {p: m for p, m in resume.marks.items() if m > start.mark(p)} or None)
             await hub.put(conn, protocol.ready(conn.session_id, resume.encode(), True))
         for item, cursor in page.each():
-            await hub.put(conn, protocol.post_created(item.lean, item.partition, item.offset, cursor))
+            key = (item.partition, item.offset, item.lang)
+            await hub.put(conn, protocol.post_created(item.lean, item.partition, item.offset, cursor), key, page.epoch)
         metrics.replayed.inc(len(page.items))
         if not page.has_more:
             metrics.resumes.labels("resumed").inc()

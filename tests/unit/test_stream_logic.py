@@ -10,6 +10,7 @@ import orjson
 
 from tests.support.fakes import FakeSocket
 from tickerwire.services.stream import protocol
+from tickerwire.services.stream.filters import FilterFacts
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
 
@@ -77,3 +78,27 @@ async def test_shutdown_closes_every_connection_with_1001():
     assert [(ws.close_code, ws.close_reason) for ws in sockets] == [(1001, b"SERVER_SHUTTING_DOWN")] * 3
     for conn in list(hub.connections.values()):
         await hub.forget(conn)
+
+
+async def test_a_connection_never_gets_an_announcement_twice_nor_one_behind_the_last_of_its_partition(caplog):
+    # Whatever hands the hub an announcement again (a replay and the live feed overlapping, a
+    # feed that read a record twice), the connection's writer writes each once, in order per
+    # partition, and counts and logs what it held back; a new log's epoch starts afresh.
+    metrics = StreamMetrics()
+    hub = Hub(metrics, queue_size=16, sink_of=lambda ws: ws)
+    ws = FakeSocket()
+    conn = hub.open(ws, None, "ws", "k1", "ses_a", cursors=True)
+    facts = FilterFacts.of("en-US", (), ())
+    sent = [(0, 146, "de-DE"), (0, 146, "en-US"), (1, 9, "en-US"), (0, 146, "en-US"), (0, 145, "fr-FR")]
+    for partition, offset, lang in sent:
+        payload = protocol.post_created(f'{{"id":{offset},"lang":"{lang}"}}', partition, offset)
+        hub.publish(payload, facts, payload, (partition, offset, lang), "e1")
+    await hub.put(conn, protocol.post_created('{"id":146,"lang":"en-US"}', 0, 146), (0, 146, "en-US"), "e1")
+    await hub.put(conn, protocol.post_created('{"id":3,"lang":"en-US"}', 0, 3), (0, 3, "en-US"), "e2")  # a new log
+    for _ in range(5):
+        await asyncio.sleep(0)
+    got = [(m["log_position"], m["data"]["lang"]) for m in map(orjson.loads, ws.messages)]
+    assert got == [("0:146", "de-DE"), ("0:146", "en-US"), ("1:9", "en-US"), ("0:3", "en-US")]
+    assert metrics.registry.get_sample_value("tickerwire_stream_repeats_dropped_total") == 3
+    assert [r.levelname for r in caplog.records if "not sending announcement" in r.getMessage()] == ["WARNING"] * 3
+    await hub.forget(conn)
