@@ -47,6 +47,8 @@ class Delivery:
     partition: int
     offset: int
     at: float
+    #: Which of the client's connections it came on (1, 2, ...; 0: not a stream connection).
+    connection: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -300,8 +300,20 @@ def write(history: History, violations: list[str], results: Path, extra: dict) -
     (results / "latencies.csv").write_text(latency_table(history))
     (results / "operations.csv").write_text(operation_table(history))
     (results / "webhooks.jsonl").write_text(webhook_requests(history))
+    (results / "deliveries.csv").write_text(delivery_table(history))
     picture(history, results / "timeline.png")
     return report
+
+
+def delivery_table(history: History) -> str:
+    """Every post.created each stream client processed, in order, with the connection it came on."""
+    rows = ["client,post,lang,partition,offset,at,connection"]
+    rows += [
+        f"{name},{d.key[0]},{d.key[1]},{d.partition},{d.offset},{d.at:.3f},{d.connection}"
+        for name, got in sorted(history.deliveries.items())
+        for d in got
+    ]
+    return "\n".join(rows) + "\n"
 
 
 def webhook_requests(history: History) -> str:

@@ -192,6 +192,8 @@ class Follower:
         self.name, self.cluster, self.history, self.rng, self.pushed = name, cluster, history, rng, pushed
         self.cursor: str | None = None
         self.drops = 0
+        #: Connections opened so far (each delivery names the one it came on).
+        self.connections = 0
         #: Whether the current connection was accepted (a failure after that is dated when it happens).
         self.live = False
 
@@ -208,6 +210,7 @@ class Follower:
         query = f"resume={self.cursor}" if self.cursor else "cursors=true"
         url = f"{self.cluster.stream_url}{BASE}/stream?key={self.cluster.key}&{query}"
         start, self.live = self.history.now(), False
+        self.connections += 1
         async with http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=2), autoping=True) as ws:
             ready = orjson.loads((await ws.receive(timeout=REQUEST_TIMEOUT_S)).data)
             if ready.get("type") != "ready":
@@ -233,7 +236,7 @@ class Follower:
                 partition, _, offset = body["log_position"].partition(":")
                 key: Key = (body["data"]["id"], body["data"]["lang"])
                 self.history.deliveries[self.name].append(
-                    Delivery(key, int(partition), int(offset), self.history.now())
+                    Delivery(key, int(partition), int(offset), self.history.now(), self.connections)
                 )
                 self.cursor = body["cursor"]
                 if self.pushed.full():
