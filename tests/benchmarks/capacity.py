@@ -99,10 +99,10 @@ BEGIN, END = "<!-- capacity:begin -->", "<!-- capacity:end -->"
 @dataclass(frozen=True)
 class Options:
     seconds: float = 120.0
-    rate: float = 400.0
+    rate: float = 600.0
     connections: int = 2000
     workspaces: int = 400
-    posts_per_s: float = 10.0
+    posts_per_s: float = 2.0
     api_processes: int = 2
     stream_processes: int = 2
     client_processes: int = 2
