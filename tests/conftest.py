@@ -151,17 +151,23 @@ def _alone_if_exclusive(request: pytest.FixtureRequest, tmp_path_factory: pytest
         yield
 
 
+#: Suites the default run deselects, each run only when asked for with its option: marker -> why.
+ON_DEMAND = {
+    "faults": "also run the full fault-injection suite (marker `faults`, minutes)",
+    "capacity": "also run the capacity run's smoke (marker `capacity`: three more Kafka nodes, about a minute)",
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--faults", action="store_true", help="also run the full fault-injection suite (marker `faults`, minutes)"
-    )
+    for marker, help_ in ON_DEMAND.items():
+        parser.addoption(f"--{marker}", action="store_true", help=help_)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The full fault-injection suite (``-m faults``) runs only when asked for with ``--faults``."""
-    if config.getoption("--faults"):
-        return
-    kept = [item for item in items if item.get_closest_marker("faults") is None]
+    """The suites of ``ON_DEMAND`` (``-m faults``, ``-m capacity``) run only when asked for with
+    ``--faults``, ``--capacity``."""
+    skipped = {m for m in ON_DEMAND if not config.getoption(f"--{m}")}
+    kept = [item for item in items if not any(item.get_closest_marker(m) for m in skipped)]
     if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("faults") is not None])
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept

@@ -8,7 +8,8 @@ HTTP/1.1 itself over raw asyncio connections on uvloop (pre-built request bytes,
 framed by Content-Length, keep-alive, one request in flight per connection), not through an
 HTTP client library. It wakes at most about once a millisecond and sends every request then due
 (each one's latency still counts from its own due time, so this coarseness is charged to the
-server, never hidden). A request due while all ``--max-connections`` connections are busy is
+server, never hidden). ``--keys FILE`` (one API key a line) sends request i with key i mod n
+as its bearer token, for a load spread over many workspaces. A request due while all ``--max-connections`` connections are busy is
 skipped and counted. Prints one JSON line: requests started, skipped, errors, the rate actually
 achieved, whether the rate was held, latency percentiles and its own CPU share. The caller must
 check ``held``: a generator that could not keep up measured itself, not the server.
@@ -69,18 +70,18 @@ class _Connection(asyncio.Protocol):
 
 
 class _Load:
-    def __init__(self, request: bytes) -> None:
-        self.request = request
+    def __init__(self, requests: list[bytes]) -> None:
+        self.requests = requests
         self.idle: list[_Connection] = []
         self.busy: set[_Connection] = set()
         self.latencies: list[float] = []
         self.errors = 0
 
-    def send(self, conn: _Connection, due: float) -> None:
+    def send(self, conn: _Connection, due: float, i: int) -> None:
         conn.due = due
         self.busy.add(conn)
         assert conn.transport is not None
-        conn.transport.write(self.request)
+        conn.transport.write(self.requests[i % len(self.requests)])
 
     def answered(self, conn: _Connection) -> None:
         self.latencies.append((time.perf_counter() - conn.due) * 1000)
@@ -97,12 +98,19 @@ class _Load:
             self.idle.remove(conn)
 
 
-async def generate(url: str, headers: dict[str, str], rate: float, seconds: float, max_connections: int) -> dict:
+async def generate(
+    url: str, headers: dict[str, str], rate: float, seconds: float, max_connections: int, keys: list[str] | None = None
+) -> dict:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     lines = [f"GET {target} HTTP/1.1", f"Host: {host}:{port}", *(f"{k}: {v}" for k, v in headers.items())]
-    load = _Load(("\r\n".join(lines) + "\r\n\r\n").encode())
+    load = _Load(
+        [
+            ("\r\n".join([*lines, *([f"Authorization: Bearer {key}"] if key else [])]) + "\r\n\r\n").encode()
+            for key in (keys or [None])
+        ]
+    )
     loop = asyncio.get_running_loop()
 
     async def connect() -> _Connection:
@@ -122,11 +130,11 @@ async def generate(url: str, headers: dict[str, str], rate: float, seconds: floa
             if now - due > 0.001:
                 late += 1
             if load.idle:
-                load.send(load.idle.pop(), due)
+                load.send(load.idle.pop(), due, i)
                 started += 1
             elif len(load.idle) + len(load.busy) < max_connections:
                 conn = await connect()
-                load.send(conn, due)
+                load.send(conn, due, i)
                 started += 1
             else:
                 skipped += 1
@@ -150,9 +158,11 @@ async def generate(url: str, headers: dict[str, str], rate: float, seconds: floa
         "skipped": skipped,
         "late_share": late / total,
         "errors": load.errors + unanswered,
+        "unanswered": unanswered,
         "held": started >= HOLD_SHARE * total and achieved >= HOLD_SHARE * rate and skipped == 0,
         "p50_ms": percentile(load.latencies, 50) if load.latencies else None,
         "p99_ms": percentile(load.latencies, 99) if load.latencies else None,
+        "max_ms": max(load.latencies) if load.latencies else None,
         "cpu_share": cpu / send_wall if send_wall else 0.0,
     }
 
@@ -164,15 +174,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--header", action="append", default=[], help="Name: value (repeatable)")
     parser.add_argument("--max-connections", type=int, default=256)
+    parser.add_argument("--keys", help="a file of API keys, one a line: request i carries key i mod n")
     args = parser.parse_args(argv)
     headers = dict(h.split(": ", 1) for h in args.header)
+    keys = None
+    if args.keys:
+        with open(args.keys) as fh:
+            keys = [line.strip() for line in fh if line.strip()]
     try:
         import uvloop  # the product's own event loop; the generator needs its speed too
     except ImportError:  # pragma: no cover - Windows
         runner = asyncio.run
     else:
         runner = uvloop.run
-    result = runner(generate(args.url, headers, args.rate, args.seconds, args.max_connections))
+    result = runner(generate(args.url, headers, args.rate, args.seconds, args.max_connections, keys))
     sys.stdout.write(json.dumps(result) + "\n")
 
 
