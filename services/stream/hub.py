@@ -240,11 +240,15 @@ class Hub:
 
     async def go_live(self, conn: Connection) -> None:
         """After a resume's replay was queued: queue the live messages held meanwhile (waiting for
-        room, as the replay did), then send live messages straight to the queue."""
+        room, as the replay did), then send live messages straight to the queue. Those its
+        resume cursor already covered are dropped: they were held before the replay had read
+        the cursor (:meth:`skip_live`), as when this process's feed is behind the one that
+        issued the cursor and announces what the client has while the replay starts."""
         while conn.held:
             held, conn.held = conn.held, []
             for message in held:
-                await conn.queue.put(message)
+                if message.key is None or not conn.replayed(message.key):
+                    await conn.queue.put(message)
         conn.held = None  # no await since the last check: nothing published meanwhile is lost
 
     def _slow(self, conn: Connection) -> None:

@@ -102,3 +102,25 @@ async def test_a_connection_never_gets_an_announcement_twice_nor_one_behind_the_
     assert metrics.registry.get_sample_value("tickerwire_stream_repeats_dropped_total") == 3
     assert [r.levelname for r in caplog.records if "not sending announcement" in r.getMessage()] == ["WARNING"] * 3
     await hub.forget(conn)
+
+
+async def test_a_live_message_held_before_the_replay_read_the_cursor_is_dropped_when_the_cursor_covers_it():
+    # Two stream processes: the client's cursor came from the one ahead; on this one the feed
+    # announces what the cursor covers while the replay is still reading it. Held then, it is
+    # dropped at the switch to live (not sent twice); what comes after the cursor is sent.
+    metrics = StreamMetrics()
+    hub = Hub(metrics, queue_size=16, sink_of=lambda ws: ws)
+    ws = FakeSocket()
+    conn = hub.open(ws, None, "ws", "k1", "ses_a", cursors=True, replaying=True)
+    facts = FilterFacts.of("de-DE", (), ())
+    for offset, lang in ((1869, "de-DE"), (1869, "fr-FR")):
+        payload = protocol.post_created(f'{{"id":1,"lang":"{lang}"}}', 0, offset)
+        hub.publish(payload, facts, payload, (0, offset, lang), "e1")
+    hub.skip_live(conn, {0: (1869, "de-DE")})  # the replay read the cursor: it holds 0:1869 de-DE
+    await hub.go_live(conn)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    got = [(m["log_position"], m["data"]["lang"]) for m in map(orjson.loads, ws.messages)]
+    assert got == [("0:1869", "fr-FR")]
+    assert metrics.registry.get_sample_value("tickerwire_stream_repeats_dropped_total") == 0
+    await hub.forget(conn)
