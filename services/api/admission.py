@@ -45,6 +45,9 @@ SETTLE = "SELECT * FROM tw_admit($1::text[], $2::integer[], $3::integer[], $4::i
 RATE_LIMITED = "RATE_LIMITED"
 #: How often the watchdog looks for requests waiting past their deadline.
 WATCHDOG_S = 0.1
+#: An idle admission connection is looked at this often: one the server closed meanwhile (a
+#: crash or a restart of PostgreSQL) is replaced before a request finds it closed.
+IDLE_CHECK_S = 0.5
 QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
 
 
@@ -240,9 +243,16 @@ class Admissions:
             await asyncio.sleep(next(delays))
 
     async def _serve(self, number: int, conn: asyncpg.Connection) -> None:
-        """Settle batches on ``conn`` as requests arrive, until it fails."""
+        """Settle batches on ``conn`` as requests arrive, until it fails; idle, until it is
+        found closed (every :data:`IDLE_CHECK_S`: no statement, the socket's state)."""
         while True:
-            await self._wake.wait()
+            try:
+                async with asyncio.timeout(IDLE_CHECK_S):
+                    await self._wake.wait()
+            except TimeoutError:
+                if conn.is_closed():
+                    raise asyncpg.exceptions.ConnectionDoesNotExistError("the server closed it while idle") from None
+                continue
             self._wake.clear()
             await asyncio.sleep(0)  # requests parsed in this loop turn join the batch
             batch = self._take()

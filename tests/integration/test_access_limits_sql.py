@@ -226,3 +226,20 @@ async def test_concurrent_batches_of_two_processes_never_exceed_either_limit(poo
         by_ws.setdefault(targets[(i // 2) % 2].workspace_id, []).append(usage.outcome)
     assert by_ws["crate"].count("OK") == 25 and set(by_ws["crate"]) == {"OK", "RATE_LIMITED"}
     assert by_ws["cquota"].count("OK") == 15 and set(by_ws["cquota"]) == {"OK", "QUOTA_EXHAUSTED"}
+
+
+async def test_an_admission_connection_the_server_closed_while_idle_is_replaced_before_a_request_needs_it(
+    pool, process
+):
+    # PostgreSQL restarted or crashed while this process had no counted request: the next one
+    # must not be the one to find both connections closed (a 503), however long after.
+    principals, admissions = process
+    key = await add_workspace(pool, "idle", rate=100, quota=100)
+    await admit(pool, process, key)
+    await pool.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = 'tickerwire-admission' AND datname = current_database()"
+    )
+    await asyncio.sleep(2.0)  # the idle check and a reconnect, with room
+    _, usage = await admit(pool, process, key)
+    assert usage.outcome == "OK"
