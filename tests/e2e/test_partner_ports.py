@@ -173,10 +173,14 @@ async def test_an_unparseable_request_is_at_most_one_log_line_without_a_tracebac
     started = time.monotonic()
     for _ in range(200):  # a flood is rate-limited
         await raw(api.port, b"\x16\x03\x01 not http\r\n\r\n")
+    # The line the limiter lets through once it has a token again says how many it held back
+    # (on a busy machine the flood may end before that token: one more request after it).
+    await asyncio.sleep(1.1)
+    await raw(api.port, b"\x16\x03\x01 not http\r\n\r\n")
     await asyncio.sleep(0.5)
     flood = log_docs(api)[before:]
     assert len(flood) <= LOG_BURST + time.monotonic() - started + 1, len(flood)
-    assert any(d.get("suppressed", 0) > 0 for d in flood) or len(flood) < LOG_BURST
+    assert any(d.get("suppressed", 0) > 0 for d in flood), flood
     assert "Traceback" not in api.log()
 
 

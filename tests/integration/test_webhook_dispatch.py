@@ -201,6 +201,8 @@ async def test_retry_after_is_honoured_and_the_retries_are_stored(conn, fresh_db
         async with dispatcher(config(fresh_db)):
             await log.posts(1, 1)
             await until(lambda: _acked(rx, 1), "the post after its 429")
+            # The receiver has answered; the dispatcher stores the attempt just after.
+            await until(lambda: _attempts(conn, "whe_ra001", 1, "delivered"), "the delivery stored")
         first, second = rx.requests
         assert first.answer == "429" and second.answer == "ok"
         assert second.received_at - first.received_at >= 1.9  # the compressed schedule alone says 0.01 s
