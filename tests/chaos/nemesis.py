@@ -72,8 +72,8 @@ from tests.chaos.workload import Hooks
 from tests.support.links import Link
 from tests.support.replicas import signal_server
 from tests.support.stack import BASE, auth
+from tests.support.topics import posts_leader
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
-from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 
 #: Each kind and its weight: the projector's SIGKILL (the slowest recovery) comes most often.
@@ -202,7 +202,7 @@ class Nemesis:
         nodes = self.cluster.nodes
         if target == "leader":
             partitions = self.cluster.stack.config.topic_posts_partitions
-            node = nodes[await self.posts_leader(self.rng.randrange(partitions)) - 1]
+            node = nodes[await posts_leader(self.cluster.stack.config, self.rng.randrange(partitions), TAKEOVER_S) - 1]
         elif target == "controller":
             node = nodes[await asyncio.to_thread(self.cluster.kafka.active_controller) - 1]
         else:
@@ -253,13 +253,6 @@ class Nemesis:
                 self.history.violation(f"no other node became the active controller within {TAKEOVER_S:.0f} s")
         await asyncio.sleep(max(0.0, killed + down_s - time.monotonic()))
         await asyncio.to_thread(node.start)
-
-    async def posts_leader(self, partition: int) -> int:
-        """The node leading ``partition`` of the posts topic, by the cluster's metadata."""
-        stack = self.cluster.stack
-        async with asyncio.timeout(TAKEOVER_S), kafka.started_admin(stack.config) as admin:
-            (topic,) = await admin.describe_topics([topic_name(stack.topic_prefix, POSTS)])
-        return int(next(p["leader"] for p in topic["partitions"] if p["partition"] == partition))
 
     async def in_sync(self) -> None:
         """Wait until every partition of every topic has all its replicas in sync (a violation

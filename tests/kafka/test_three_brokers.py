@@ -25,10 +25,10 @@ from tests.conftest import TEST_KAFKA_SETTINGS
 from tests.support.brokers import own_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
+from tests.support.topics import posts_leader
 from tests.support.ws import counting_pushes
 from tickerwire.devstack.embedded import apache_kafka
 from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
-from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 
 pytestmark = [
@@ -143,14 +143,6 @@ class Fault:
     moved_after: float
 
 
-async def posts_leader(stack: ServiceStack, partition: int = 0) -> int:
-    """The node that leads ``partition`` of the posts topic, as the cluster's metadata says."""
-    name = topic_name(stack.topic_prefix, POSTS)
-    async with kafka.started_admin(stack.config) as admin:
-        (topic,) = await admin.describe_topics([name])
-    return next(p["leader"] for p in topic["partitions"] if p["partition"] == partition)
-
-
 async def kill_for_a_while(
     cluster: ApacheKafkaCluster, stack: ServiceStack, what: str, holder: Callable[[], Awaitable[int]]
 ) -> Fault:
@@ -202,7 +194,9 @@ async def test_posts_ride_through_a_killed_partition_leader_and_active_controlle
             try:
                 await asyncio.sleep(3.0)
                 faults.append(
-                    await kill_for_a_while(cluster, stack, "leader of posts partition 0", lambda: posts_leader(stack))
+                    await kill_for_a_while(
+                        cluster, stack, "leader of posts partition 0", lambda: posts_leader(stack.config)
+                    )
                 )
                 await settled(readiness, flow, faults[-1])
                 controller = functools.partial(asyncio.to_thread, cluster.active_controller)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
 
@@ -30,3 +31,10 @@ async def recreate_topic(config: FullConfig, name: str, timeout: float = 30.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"{name} has no metadata {timeout:g} s after its creation")
         await asyncio.sleep(0.2)
+
+
+async def posts_leader(config: FullConfig, partition: int = 0, timeout: float = 30.0) -> int:
+    """The node that leads ``partition`` of the posts topic, as the cluster's metadata says."""
+    async with asyncio.timeout(timeout), kafka.started_admin(config) as admin:
+        (topic,) = await admin.describe_topics([topic_name(config.topic_prefix, POSTS)])
+    return int(next(p["leader"] for p in topic["partitions"] if p["partition"] == partition))
