@@ -7,10 +7,10 @@ stopping a child without leaving it behind.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,25 +27,64 @@ LOCALHOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 
 
-def free_port(host: str = LOCALHOST) -> int:
-    """Return a port the kernel considers free right now (bind-to-0 probe).
+#: Where :func:`free_port` looks when the kernel's ephemeral range cannot be read.
+EPHEMERAL_FALLBACK = (32768, 60999)
+#: The lowest port :func:`free_port` hands out.
+LOWEST_PORT = 10000
+#: Ports :func:`free_port` tries before it gives up on the range below the ephemeral one.
+PROBES = 200
 
-    Another process may take it before it is used; callers that start a server on it
-    must still detect a failed bind.
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (and ``bind(0)``) on this machine."""
+    try:
+        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return EPHEMERAL_FALLBACK
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    """Return a port nobody holds right now, from below the kernel's ephemeral range.
+
+    Below it, because a port found by ``bind(0)`` comes from the range every outgoing
+    connection takes its local port from: on a busy machine a client socket would take it
+    before the server binds it, and a server restarted on its old port would find it gone.
+    Below the range only another caller of this function can take it (one chance in
+    thousands, and only in the moment between the probe and the server's bind), so callers
+    that start a server on it must still detect a failed bind. Falls back to ``bind(0)``
+    when the range below is too small or full.
     """
+    low, _ = ephemeral_range()
+    top = low - 1
+    if top - LOWEST_PORT >= 1000:
+        for _ in range(PROBES):
+            port = random.randint(LOWEST_PORT, top)
+            if _bindable(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
 def free_ports(count: int, host: str = LOCALHOST) -> list[int]:
-    """``count`` distinct free ports: probed while all are held, so two of them are never the
-    same number (two :func:`free_port` calls in a row can be)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
-        for sock in socks:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in socks]
+    """``count`` distinct free ports (two :func:`free_port` calls in a row can be the same)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _bindable(host: str, port: int) -> bool:
+    """True if nothing holds ``host:port`` at all, not even a connection in TIME_WAIT."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def port_is_free(port: int, host: str = LOCALHOST) -> bool:

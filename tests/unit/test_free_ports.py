@@ -1,0 +1,41 @@
+"""Ports handed to servers come from below the kernel's ephemeral range, so that no outgoing
+connection of a busy machine takes one between the probe and the server's bind."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tickerwire.devstack.embedded import ports
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_bindable() -> None:
+    low, _ = ports.ephemeral_range()
+    for _ in range(50):
+        port = ports.free_port()
+        assert ports.LOWEST_PORT <= port < low
+        with socket.socket() as sock:
+            sock.bind((ports.LOCALHOST, port))
+
+
+def test_a_port_someone_holds_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as held:
+        held.bind((ports.LOCALHOST, 0))
+        taken = held.getsockname()[1]
+        picks = iter([taken, taken + 1])
+        monkeypatch.setattr(ports, "ephemeral_range", lambda: (taken + 2000, taken + 3000))
+        monkeypatch.setattr(ports, "LOWEST_PORT", taken - 10)
+        monkeypatch.setattr(ports.random, "randint", lambda a, b: next(picks))
+        assert ports.free_port() == taken + 1
+
+
+def test_free_ports_are_distinct_even_when_a_pick_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    picks = iter([20001, 20001, 20002])
+    monkeypatch.setattr(ports, "free_port", lambda host=ports.LOCALHOST: next(picks))
+    assert ports.free_ports(2) == [20001, 20002]
+
+
+def test_without_room_below_the_range_the_kernel_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (ports.LOWEST_PORT + 10, 65000))
+    assert ports.free_port() >= ports.LOWEST_PORT + 10
