@@ -24,6 +24,9 @@ from tests.chaos.report import kept
 from .scenarios import Outcome, UpScenarios, log_reset
 
 REPO = Path(__file__).resolve().parents[2]
+#: What the runs write with `--doc` (a tree changed only there is still the commit's): the
+#: generated sections of docs/reliability.md and the chaos timelines.
+RUN_WRITES = ("docs/reliability.md", "docs/chaos-timeline")
 
 
 async def run_all(only: list[str] | None) -> list[Outcome]:
@@ -59,9 +62,13 @@ def conditions(started: float, load_start: tuple[float, ...]) -> list[str]:
         dirty = [
             line
             for line in subprocess.run(
-                ["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=True
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.splitlines()
-            if not line.endswith("docs/reliability.md")
+            if not line[3:].startswith(RUN_WRITES)
         ]
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", []
@@ -69,7 +76,7 @@ def conditions(started: float, load_start: tuple[float, ...]) -> list[str]:
         f"- Date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
         f"- Commit: `{commit}`" + (" with uncommitted changes" if dirty else ""),
         f"- Machine: {os.cpu_count()} CPUs, {cpu}, {mem_kb / 1e6:.1f} GB RAM, Python {platform.python_version()}, "
-        f"Linux {platform.release()}; shared with other jobs",
+        f"Linux {platform.release()}",
         f"- Load average at start / end: {[round(x, 2) for x in load_start]} / {[round(x, 2) for x in os.getloadavg()]}",
         f"- Duration: {time.monotonic() - started:.0f} s",
         "- Durability: embedded PostgreSQL with fsync off; embedded broker (Tansu) with memory storage",
