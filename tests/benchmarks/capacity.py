@@ -111,6 +111,20 @@ class Options:
 # --------------------------------------------------------------------------- process accounting
 
 
+def stall_totals() -> dict[str, int] | None:
+    """Microseconds some task of the machine waited for a CPU and for I/O, since boot (Linux's
+    pressure stall information); None where the kernel has none. A window's share of each says
+    whether a slow run waited for cores or for the disk (the load average counts both)."""
+    totals: dict[str, int] = {}
+    for kind in ("cpu", "io"):
+        try:
+            some = Path(f"/proc/pressure/{kind}").read_text().splitlines()[0]
+        except (OSError, IndexError):
+            return None
+        totals[kind] = int(some.rsplit("total=", 1)[1])
+    return totals
+
+
 def _stat(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()
@@ -579,6 +593,7 @@ async def capacity(opts: Options) -> dict[str, Any]:
             acct.begin()
             sampler = asyncio.create_task(acct.sampling())
             load0 = os.getloadavg()
+            stalls0 = stall_totals()
             t0 = time.monotonic()
             try:
                 gens = [
@@ -590,6 +605,10 @@ async def capacity(opts: Options) -> dict[str, Any]:
             finally:
                 sampler.cancel()
             wall = time.monotonic() - t0
+            stalls1 = stall_totals()
+            report["stalled_share"] = (
+                {k: round((stalls1[k] - stalls0[k]) / 1e6 / wall, 3) for k in stalls0} if stalls0 and stalls1 else None
+            )
             report["postgresql_connections"] = await backends(stack.database_url)
             report["load_average_during"] = [round(x, 2) for x in os.getloadavg()]
             report["load_average_at_window_start"] = [round(x, 2) for x in load0]
@@ -713,6 +732,12 @@ def render(report: dict) -> str:
         f"- Machine: {m['nproc']} CPUs, {m['cpu']}, {m['memory_gb']} GB, Python {m['python']}, Linux {m['kernel']}",
         f"- Load average before / at the window's start / at its end / after: {report['load_average_before']} / "
         f"{report['load_average_at_window_start']} / {report['load_average_during']} / {report['load_average_after']}",
+        "- Share of the window some task waited for a CPU / for I/O (/proc/pressure): "
+        + (
+            f"{report['stalled_share']['cpu']:.0%} / {report['stalled_share']['io']:.0%}"
+            if report.get("stalled_share")
+            else "not available"
+        ),
         f"- Window: {report['window_s']} s; {o['rate']:g} req/s over {o['workspaces']} workspaces' keys; "
         f"{s['connections']} stream connections ({report['connections_per_stream_process']} per stream process, "
         f"{report['stream_handshakes_retried']} handshakes retried, all open in {report['stream_connect_s']} s); "
