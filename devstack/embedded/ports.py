@@ -38,7 +38,8 @@ PROBES = 200
 def ephemeral_range() -> tuple[int, int]:
     """The ports the kernel gives outgoing connections (and ``bind(0)``) on this machine."""
     try:
-        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = f.read().split()
         return int(low), int(high)
     except (OSError, ValueError):
         return EPHEMERAL_FALLBACK
