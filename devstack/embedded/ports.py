@@ -1,6 +1,6 @@
 """Local TCP ports and the child processes that listen on them.
 
-Shared by the embedded PostgreSQL server and the embedded broker: choosing a port,
+Shared by the embedded PostgreSQL server and Apache Kafka: choosing a port,
 checking that nobody else holds it, waiting until a child accepts connections, and
 stopping a child without leaving it behind.
 """
@@ -262,3 +262,17 @@ def tail(stream: IO[bytes] | None, limit: int = 4000) -> str:
     size = stream.tell()
     stream.seek(max(0, size - limit))
     return stream.read().decode("utf-8", "replace").strip()
+
+
+def resident_bytes(pid: int | None) -> int | None:
+    """The resident memory (VmRSS) of process ``pid``, or None where /proc cannot tell."""
+    if pid is None:
+        return None
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None

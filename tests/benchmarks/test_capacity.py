@@ -9,13 +9,11 @@ import pytest
 
 from tests.benchmarks import capacity
 from tests.support import pgbouncer
-from tickerwire.devstack.embedded import apache_kafka
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.e2e,
     pytest.mark.capacity,
-    pytest.mark.skipif(apache_kafka.available() is not None, reason=f"needs Apache Kafka: {apache_kafka.available()}"),
     pytest.mark.skipif(pgbouncer.binary() is None, reason="pgbouncer is not installed (apt-get install pgbouncer)"),
 ]
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.run import results_dir, run
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -35,7 +34,6 @@ API_BOUND_S = 10.0
 READY_BOUND_S = 20.0
 
 
-@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 @pytest.mark.timeout(420)  # 1 min of failovers, start-up, catch-up and the checks: about 2.5 min
 async def test_a_failover_to_the_synchronous_standby_loses_nothing_and_needs_no_restart():
     report = await run(MINUTES, SEED, results_dir(SEED), kinds={"failover primary": 1}, gap_s=GAP_S)
@@ -56,7 +54,6 @@ ASYNCHRONOUS = {"synchronous_standby_names": ""}
 ASYNC_SEED = 45
 
 
-@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 @pytest.mark.timeout(420)  # half a minute of workload, one failover, catch-up and the checks: about 1.5 min
 async def test_a_failover_to_a_lagging_asynchronous_standby_loses_nothing_for_good():
     """Without synchronous replication, one failover to a standby 2 s behind (``failover

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.run import results_dir, run
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -21,7 +20,6 @@ SEED = 562
 MINUTES = 2.5
 
 
-@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 @pytest.mark.timeout(600)  # 2.5 min of faults, start-up, catch-up and the checks: about 4 min
 async def test_mixed_faults_lose_nothing_double_nothing_and_never_read_stale_nor_send_out_of_order():
     report = await run(MINUTES, SEED, results_dir(SEED))

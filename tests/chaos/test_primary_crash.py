@@ -17,7 +17,6 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.run import results_dir, run
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -27,7 +26,6 @@ GAP_S = (3.0, 5.0)
 SETTINGS = {"wal_writer_delay": "200ms"}
 
 
-@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 @pytest.mark.timeout(480)  # 1.75 min of crashes, start-up, catch-up (at most 2 min) and the checks
 async def test_primary_crashes_lose_nothing_double_nothing_and_refuse_no_issued_cursor():
     report = await run(

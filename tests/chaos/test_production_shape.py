@@ -15,7 +15,6 @@ import pytest
 
 from tests.chaos.harness import PRODUCTION
 from tests.chaos.run import results_dir, run
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
@@ -24,7 +23,6 @@ MINUTES = 2.5
 CLUSTER_FAULTS = ("kill leader", "kill controller", "pause broker", "cut broker", "slow broker")
 
 
-@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 @pytest.mark.timeout(900)
 async def test_the_production_shape_loses_nothing_doubles_nothing_and_holds_its_limits_across_processes():
     report = await run(MINUTES, SEED, results_dir(SEED), shape=PRODUCTION)

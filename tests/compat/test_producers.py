@@ -30,9 +30,8 @@ import orjson
 import pytest
 from aiokafka.errors import KafkaError
 
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import encode_v2, locale_ev, post_ev
-from tests.support.producers import Raw, java_producer, java_unavailable, kafkajs, kafkajs_unavailable, librdkafka
+from tests.support.producers import Raw, java_producer, kafkajs, kafkajs_unavailable, librdkafka
 from tests.support.readmodel import comparable, read_model
 from tests.support.registry import registry_stub
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
@@ -51,21 +50,6 @@ SERVED_WITHIN_S = 15.0
 IDEMPOTENT = {"enable.idempotence": True, "acks": "all"}
 #: Kafka's default max.message.bytes is 1048588; librdkafka's message.max.bytes 1000000.
 NEAR_MAX_BYTES = 950_000
-
-#: Whether the session's broker honours read_committed: Apache Kafka does; the embedded Tansu
-#: 0.6.0 does not (its fetch carries no aborted-transaction list; docs/publishing.md).
-HONOURS_ABORTS = on_apache_kafka()
-#: aiokafka's idempotent and transactional producers ask for a producer id with InitProducerId
-#: v0, which the embedded broker answers with UnknownError (librdkafka's newer request works):
-#: they are run against Apache Kafka only.
-AIOKAFKA_IDEMPOTENCE = HONOURS_ABORTS
-#: Apache Kafka refuses a record without a key on a compacted topic (every topic of ours is
-#: compacted: docs/publishing.md) with INVALID_RECORD, which the producer reports; Tansu takes it.
-REFUSES_NULL_KEYS = on_apache_kafka()
-ABORT_SKIP = (
-    "the embedded broker (Tansu 0.6.0) serves aborted transactions to read_committed consumers "
-    "(no aborted-transaction list in its fetch): " + why_not_apache_kafka()
-)
 
 
 def raw(post_id: int, *, key: bytes | None | str = "entity", version: int = 1, **kw) -> Raw:
@@ -174,11 +158,10 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
         bootstrap, topic, [raw(141)], transaction="commit", **IDEMPOTENT, **{"transactional.id": "compat-commit"}
     )
     served["librdkafka transaction committed"] = [141]
-    if HONOURS_ABORTS:
-        await librdkafka(
-            bootstrap, topic, [raw(151)], transaction="abort", **IDEMPOTENT, **{"transactional.id": "compat-abort"}
-        )
-        never["librdkafka transaction aborted"] = [151]
+    await librdkafka(
+        bootstrap, topic, [raw(151)], transaction="abort", **IDEMPOTENT, **{"transactional.id": "compat-abort"}
+    )
+    never["librdkafka transaction aborted"] = [151]
     await librdkafka(
         bootstrap,
         topic,
@@ -188,13 +171,11 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
     served["librdkafka headers"] = [161]
     await librdkafka(bootstrap, topic, [raw(172, key=b"not-a-post-key"), raw(173, key=b"\x00\xff\xfe")], **IDEMPOTENT)
     served["librdkafka odd keys"] = [172, 173]
-    if REFUSES_NULL_KEYS:  # the producer is told; nothing is lost unseen
-        with pytest.raises(AssertionError, match="INVALID_RECORD"):
-            await librdkafka(bootstrap, topic, [raw(171, key=None)], **IDEMPOTENT)
-        never["librdkafka null key, refused by the compacted topic"] = [171]
-    else:
+    # Apache Kafka refuses a record without a key on a compacted topic (every topic of ours is
+    # compacted: docs/publishing.md) with INVALID_RECORD: the producer is told; nothing is lost unseen.
+    with pytest.raises(AssertionError, match="INVALID_RECORD"):
         await librdkafka(bootstrap, topic, [raw(171, key=None)], **IDEMPOTENT)
-        served["librdkafka null key"] = [171]
+    never["librdkafka null key, refused by the compacted topic"] = [171]
     await librdkafka(bootstrap, topic, [large(181)], **IDEMPOTENT, **{"compression.type": "lz4"})
     served["librdkafka value near max.message.bytes"] = [181]
     await librdkafka(bootstrap, topic, [registry_serialized(191, topic)], **IDEMPOTENT)
@@ -212,35 +193,26 @@ async def _publish_cases(world: World, bootstrap: str, topic: str) -> None:
     config = world.stack.config
     for n, codec in enumerate(CODECS):
         ids = [200 + 10 * n + i for i in range(1, 5)]
-        async with kafka.started_producer(
-            config, compression_type=codec, enable_idempotence=AIOKAFKA_IDEMPOTENCE
-        ) as producer:
+        async with kafka.started_producer(config, compression_type=codec, enable_idempotence=True) as producer:
             for r in [raw(i) for i in ids]:
                 await producer.send(topic, value=r.value, key=r.key)
         served[f"aiokafka {codec}"] = ids
     for outcome, post_id in (("commit", 241), ("abort", 251)):
-        if not AIOKAFKA_IDEMPOTENCE or (outcome == "abort" and not HONOURS_ABORTS):
-            continue
         async with kafka.started_producer(config, transactional_id=f"compat-aiokafka-{outcome}") as producer:
             await producer.begin_transaction()
             r = raw(post_id)
             await (await producer.send(topic, value=r.value, key=r.key))
             await (producer.commit_transaction() if outcome == "commit" else producer.abort_transaction())
         (served if outcome == "commit" else never)[f"aiokafka transaction {outcome}ed"] = [post_id]
-    if HONOURS_ABORTS:
-        await _publish_foreign(world, bootstrap, topic)
+    await _publish_foreign(world, bootstrap, topic)
     async with kafka.started_producer(config) as producer:
         r = raw(261)
         await (await producer.send(topic, value=r.value, key=r.key, headers=[("source", b"compat")]))
         served["aiokafka headers"] = [261]
         r = raw(271, key=None)
-        if REFUSES_NULL_KEYS:
-            with pytest.raises(KafkaError):
-                await (await producer.send(topic, value=r.value, key=None))
-            never["aiokafka null key, refused by the compacted topic"] = [271]
-        else:
+        with pytest.raises(KafkaError):
             await (await producer.send(topic, value=r.value, key=None))
-            served["aiokafka null key"] = [271]
+        never["aiokafka null key, refused by the compacted topic"] = [271]
 
 
 #: The foreign producers' cases: (producer, mode, codec) -> the case's name and its posts.
@@ -259,10 +231,9 @@ KAFKAJS_CASES = {
 
 
 async def _publish_foreign(world: World, bootstrap: str, topic: str) -> None:
-    """Kafka's Java producer and KafkaJS, where they can run (Apache Kafka only: Tansu refuses
-    KafkaJS's InitProducerId and serves aborted transactions)."""
+    """Kafka's Java producer and KafkaJS, where they can run."""
     for who, unavailable, publish, cases in (
-        ("java", java_unavailable(), java_producer, JAVA_CASES),
+        ("java", None, java_producer, JAVA_CASES),
         ("kafkajs", kafkajs_unavailable(), kafkajs, KAFKAJS_CASES),
     ):
         if unavailable is not None:
@@ -328,7 +299,6 @@ async def test_posts_published_in_both_versions_are_served_in_their_newest_versi
             assert detail["source_url"] == "https://src.example/a" and detail["byline"] == "Desk"
 
 
-@pytest.mark.skipif(not HONOURS_ABORTS, reason=ABORT_SKIP)
 async def test_an_aborted_transactions_post_is_never_served_nor_pushed(world: World):
     assert world.never
     async with aiohttp.ClientSession() as http:
@@ -337,7 +307,6 @@ async def test_an_aborted_transactions_post_is_never_served_nor_pushed(world: Wo
             assert not any(world.pushed[i] for i in ids), case
 
 
-@pytest.mark.skipif(not HONOURS_ABORTS, reason=why_not_apache_kafka())
 @pytest.mark.parametrize("who, cases", [("java", JAVA_CASES), ("kafkajs", KAFKAJS_CASES)], ids=["java", "kafkajs"])
 async def test_kafkas_java_producer_and_kafkajs_publish_posts_served_and_pushed_once(world: World, who, cases):
     """Idempotent by default, compressed, and in transactions: committed posts served and pushed

@@ -62,7 +62,7 @@ def backlog(posts: int, seed: int, first_id: int = 1) -> list:
 
 
 async def expected_model(stack: ServiceStack, schema: str = "expected") -> tuple[dict, dict]:
-    await replay_into(stack.config, schema, catch_up_with="rm")  # the broker's end offsets can lag (Tansu)
+    await replay_into(stack.config, schema, catch_up_with="rm")  # the broker's reported end offsets can lag
     conn = await asyncpg.connect(stack.database_url)
     try:
         # Badge statuses are sweeper ticks, not log events: take the live ones.
@@ -108,7 +108,7 @@ async def stored_total(stack: ServiceStack) -> int:
 
 async def wait_posts_final(stack: ServiceStack, ids: range) -> None:
     """Until every post of ``ids`` is at its last version (3) and its key's workspace is swept:
-    the broker's end offsets alone can lag behind (Tansu)."""
+    the broker's reported end offsets alone can lag behind."""
     conn = await stack.read_conn()
     try:
         while await conn.fetchval(

@@ -1,6 +1,6 @@
 """`tickerwire up` as a user runs it: it comes up, serves, survives a crashed child, refuses a
-second `up` on its state dir, and Ctrl-C leaves nothing behind; with `--broker apache` its log
-and read model outlive Ctrl-C. (One file: two `up`s at once on the same machine race for the
+second `up` on its state dir, and Ctrl-C leaves nothing behind; its Apache Kafka log, read
+model, key and cursors outlive Ctrl-C. (One file: two `up`s at once on the same machine race for the
 embedded servers' default ports, and xdist runs a file on one worker.)"""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from tests.support.faults import alive, pid_listening_on, start_up, stop_up, up_command, up_env, up_ports, wait_up
 from tests.support.ws import session
-from tickerwire.devstack.embedded import apache_kafka
+from tickerwire.devstack.embedded import kafka_jars
 from tickerwire.devstack.embedded.ports import listens_on, port_is_free
 
 pytestmark = pytest.mark.e2e
@@ -290,7 +290,7 @@ def refused(*extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.
     return result, state_dir
 
 
-def test_up_refuses_a_configured_database_with_the_memory_only_broker():
+def test_up_refuses_a_configured_database_without_a_configured_broker():
     result, state_dir = refused(env={**up_env(), "TICKERWIRE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/nothing"})
     assert result.returncode == 1
     assert "a configured database needs a configured broker too" in result.stderr
@@ -382,7 +382,7 @@ def test_two_ups_started_at_once_both_serve_on_distinct_ports_or_one_exits_with_
         shutil.rmtree(d, ignore_errors=True)
 
 
-# `tickerwire up --broker apache`: a real Apache Kafka, its log kept in the state directory.
+# `tickerwire up`'s Apache Kafka, its log kept in the state directory with everything else.
 
 #: The catalog and access events of the demo: a start that replays the log applies them again.
 REPLAYED_TYPES = ("locale", "category", "token", "workspace", "api_key", "embed")
@@ -449,19 +449,44 @@ def kill_and_wait_for(run, pid: int | None, said: str, timeout: float = 120) -> 
     assert any(said in line for line in run.lines), run.lines[-5:]
 
 
-@pytest.mark.skipif(bool(apache_kafka.available()), reason=f"no Apache Kafka here: {apache_kafka.available()}")
-def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_second_start():
+async def walk_changes(info: dict, cursor: str | None = None) -> tuple[list[tuple[int, str]], str]:
+    """Every en-US announcement `/changes` returns after ``cursor`` (from the start: None), in
+    order, and the cursor at its end (50 a page: the demo workspace allows 60 requests a minute)."""
+    headers = {"Authorization": f"Bearer {info['api_key']}"}
+    seen: list[tuple[int, str]] = []
+    async with aiohttp.ClientSession() as http:
+        while True:
+            query = "lang=en-US&limit=50" + (f"&cursor={cursor}" if cursor else "")
+            async with http.get(f"{info['base_url']}/changes?{query}", headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                page = await resp.json()
+            seen += [(post["id"], post["lang"]) for post in page["posts"]]
+            cursor = page["cursor"]
+            if not page["has_more"]:
+                assert cursor is not None
+                return seen, cursor
+
+
+def test_up_serves_the_same_posts_key_and_cursors_after_ctrl_c_and_a_second_start():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-apache-"))
     ports = up_ports()
-    run = start_up(state_dir, ports, "--broker", "apache")
+    run = start_up(state_dir, ports, "--broker", "apache")  # the one broker, still accepted by name
     try:
         wait_up(run, timeout=150)
         first = run.info
         assert first["broker"] == "apache"
+        assert set(first["start_seconds"]) >= {"kafka", "postgres", "migrations", "services", "demo", "total"}
+        assert first["kafka_rss_mb"]["1"] > 50, first["kafka_rss_mb"]
+        _, first_cursor = asyncio.run(walk_changes(first))  # a partner starts walking at the frontier
         asyncio.run(exercise(first, ports))  # the demo data, the stream (a trickled post), /readyz of each
         before = asyncio.run(served_posts(first))
         demo = {i: title for i, title in before.items() if i <= 60}  # `up_command` publishes 60
         assert len(demo) > 30 and max(before) > 60, sorted(before)  # and the trickle goes on above them
+        # The partner's saved cursor; then the trickle publishes more before the stop.
+        walked_before, saved_cursor = asyncio.run(walk_changes(first, first_cursor))
+        newest_then, deadline = max(before), time.monotonic() + 60
+        while asyncio.run(newest_post(first)) <= newest_then and time.monotonic() < deadline:
+            time.sleep(2)
         broker_pid = run.broker_pid()
         assert broker_pid is not None
     finally:
@@ -471,12 +496,23 @@ def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_sec
     projector_log = state_dir / "projector.log"
     first_run_log = projector_log.stat().st_size
 
-    run = start_up(state_dir, ports, "--broker", "apache")
+    run = start_up(state_dir, ports)
     try:
         wait_up(run, timeout=150)
         second = run.info
         assert second["api_key"] == first["api_key"]  # kept beside the log, which has its hash
         asyncio.run(exercise(second, ports))  # the key is served, every process is ready
+        # The cursor saved before the stop resumes: nothing it covered comes again, nothing after it is missed.
+        # The whole walk since the first cursor is what was walked before the stop, then what the
+        # saved cursor resumes, in that order (and the trickle's posts since, after them).
+        resumed, _ = asyncio.run(walk_changes(second, saved_cursor))
+        everything, _ = asyncio.run(walk_changes(second, first_cursor))
+        assert walked_before and resumed, (walked_before, resumed)
+        assert not set(resumed) & set(walked_before), "a resumed cursor doubled announcements"
+        assert len(set(everything)) == len(everything)
+        missed = set(everything[: len(walked_before) + len(resumed)]) - set(walked_before) - set(resumed)
+        assert not missed, f"missed after the resumed cursor: {sorted(missed)}"
+        assert walked_before + resumed == everything[: len(walked_before) + len(resumed)]
         after = asyncio.run(served_posts(second))
         assert set(before) <= set(after), sorted(set(before) - set(after))
         assert {i: after[i] for i in demo} == demo  # the same posts, not a new demo dataset
@@ -510,11 +546,10 @@ def test_up_on_apache_kafka_serves_the_same_posts_and_key_after_ctrl_c_and_a_sec
     shutil.rmtree(state_dir)  # passed: a failure keeps its logs
 
 
-@pytest.mark.skipif(bool(apache_kafka.available()), reason=f"no Apache Kafka here: {apache_kafka.available()}")
 def test_up_on_three_kafka_nodes_declares_replicated_topics_and_restarts_a_dead_node_alone():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-kafka3-"))
     ports = up_ports()
-    run = start_up(state_dir, ports, "--broker", "apache", "--brokers", "3")
+    run = start_up(state_dir, ports, "--brokers", "3")
     try:
         wait_up(run, timeout=240)
         info = run.info
@@ -545,19 +580,36 @@ def test_up_on_three_kafka_nodes_declares_replicated_topics_and_restarts_a_dead_
     shutil.rmtree(state_dir)  # passed: a failure keeps its logs
 
 
-def test_up_refuses_broker_apache_without_java_in_one_line_and_starts_nothing():
-    env = {**up_env(), "JAVA_HOME": "/nonexistent-jdk"}
-    result, state_dir = refused("--broker", "apache", env=env)
+def test_up_without_the_kafka_jars_and_no_network_says_what_is_missing_in_one_line():
+    env = {
+        **up_env(),
+        kafka_jars.CACHE_ENV: tempfile.mkdtemp(prefix="tickerwire-empty-cache-"),
+        kafka_jars.REPOSITORY_ENV: "http://127.0.0.1:9/maven2",  # nothing listens: no network
+    }
+    result, state_dir = refused(env=env)
     assert result.returncode == 1
-    said = [line for line in result.stderr.splitlines() if not line.startswith("{")]  # not up's JSON log records
-    assert len(said) == 1 and said[0].startswith("tickerwire up: --broker apache: Apache Kafka needs Java 17"), said
-    assert not (state_dir / "pgdata").exists() and not (state_dir / "kafka").exists()
-    shutil.rmtree(state_dir)
-
-
-def test_up_refuses_broker_with_a_configured_kafka():
-    result, state_dir = refused("--broker", "embedded", "--kafka", "127.0.0.1:1")
-    assert result.returncode == 1
-    assert "--broker embedded starts a broker of up's own, and a broker is configured" in result.stderr
+    said = [line for line in result.stderr.splitlines() if line.startswith("tickerwire up:")]
+    assert len(said) == 1, result.stderr
+    assert f"the Apache Kafka {kafka_jars.kafka_version()} jars are not all in" in said[0]
+    assert "46 of 46 could not be fetched" in said[0] and kafka_jars.LIBS_ENV in said[0], said
     assert "Traceback" not in result.stderr and not (state_dir / "pgdata").exists()
+    shutil.rmtree(state_dir)
+    shutil.rmtree(env[kafka_jars.CACHE_ENV])
+
+
+def test_up_refuses_three_nodes_with_a_configured_kafka_and_a_state_dir_it_cannot_follow():
+    result, state_dir = refused("--brokers", "3", "--kafka", "127.0.0.1:1")
+    assert result.returncode == 1
+    assert "--brokers 3 starts a cluster of Apache Kafka nodes of up's own" in result.stderr
+    assert "Traceback" not in result.stderr and not (state_dir / "pgdata").exists()
+    shutil.rmtree(state_dir)
+    # A state directory of an earlier version, whose broker kept its log in memory: refused, not wiped.
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-old-"))
+    (state_dir / "pgdata").mkdir()
+    (state_dir / "pgdata" / "PG_VERSION").write_text("16\n")
+    result = subprocess.run(up_command(state_dir, up_ports()), env=up_env(), capture_output=True, text=True, timeout=60)
+    said = [line for line in result.stderr.splitlines() if line.startswith("tickerwire up:")]
+    assert result.returncode == 1 and len(said) == 1, result.stderr
+    assert "was projected from a log that is gone" in said[0] and "--fresh" in said[0], said
+    assert (state_dir / "pgdata" / "PG_VERSION").exists() and not (state_dir / "kafka").exists()
     shutil.rmtree(state_dir)

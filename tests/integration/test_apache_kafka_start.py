@@ -7,12 +7,9 @@ import time
 
 import pytest
 
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tickerwire.devstack.embedded import apache_kafka
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.errors import EmbeddedError
-
-pytestmark = pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 
 
 def test_a_port_taken_between_the_check_and_the_bind_fails_the_start_at_once(tmp_path, monkeypatch):

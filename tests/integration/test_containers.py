@@ -32,7 +32,7 @@ async def test_the_broker_is_apache_kafka_and_reports_its_default_cleanup_policy
         await admin.create_topics([NewTopic(f"{topic_prefix}.posts.v1", 4, 1)])
     await kafka.ensure_topics(config)
     states = await kafka.cluster_topics(config)
-    # Apache Kafka reports every setting, defaults included; the embedded broker only explicit ones.
+    # Apache Kafka reports every setting, defaults included.
     assert states[f"{topic_prefix}.posts.v1"].configs["cleanup.policy"] == "delete"
     assert states[f"{topic_prefix}.catalog.v1"].configs["cleanup.policy"] == "compact"
     assert [d.loses_history for d in await kafka.check_topics(config)] == [True]

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL server and broker: start, serve, stop cleanly, fail loudly."""
+"""The embedded PostgreSQL server and Apache Kafka: start, serve, stop cleanly, fail loudly."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from tickerwire.devstack.embedded import broker as broker_module
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.errors import EmbeddedError
 from tickerwire.devstack.embedded.ports import port_is_free
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
@@ -129,8 +128,8 @@ def test_postgres_on_a_busy_port_raises(pg_root: Path, busy_port: int) -> None:
 # --- broker -----------------------------------------------------------------------------------
 
 
-async def test_broker_round_trip_and_clean_stop(topic_prefix: str) -> None:
-    broker = EmbeddedBroker()
+async def test_broker_round_trip_and_clean_stop(topic_prefix: str, pg_root: Path) -> None:
+    broker = ApacheKafka(pg_root / "kafka")
     bootstrap = broker.start()
     topic = f"{topic_prefix}.news"
     try:
@@ -154,18 +153,9 @@ async def test_broker_round_trip_and_clean_stop(topic_prefix: str) -> None:
     broker.stop()  # idempotent
 
 
-def test_broker_on_a_busy_port_raises(busy_port: int) -> None:
+def test_broker_on_a_busy_port_raises(busy_port: int, pg_root: Path) -> None:
     with pytest.raises(EmbeddedError, match="already in use"):
-        EmbeddedBroker(port=busy_port).start()
-
-
-def test_broker_losing_a_port_race_raises(busy_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tansu exits with status 0 when its port is taken; start() must notice, not report success."""
-    monkeypatch.setattr(broker_module, "pick_port", lambda port, what: busy_port)
-    broker = EmbeddedBroker()
-    with pytest.raises(EmbeddedError, match="exited during start-up"):
-        broker.start()
-    assert broker.pid is None
+        ApacheKafka(pg_root / "kafka", port=busy_port).start()
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

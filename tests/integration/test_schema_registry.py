@@ -20,7 +20,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.support.apicurio import apicurio_registry, unavailable as apicurio_unavailable
+from tests.support.apicurio import apicurio_registry
 from tests.support.events import encode_v2, post_ev
 from tests.support.projector import projector_on
 from tests.support.registry import registry_stub
@@ -144,7 +144,6 @@ async def test_a_lookup_is_bounded_in_time_and_the_cache_in_size():
     assert [p.rsplit("/", 1)[1] for p in state.asked] == [str(i) for i in (*ids, ids[0])]
 
 
-@pytest.mark.skipif(apicurio_unavailable() is not None, reason=str(apicurio_unavailable()))
 async def test_against_apicurio_registry_a_known_id_is_applied_and_an_unknown_one_dead_lettered(fresh_db, tmp_path):
     with apicurio_registry(tmp_path) as url:
         known = serialized(url, 51)

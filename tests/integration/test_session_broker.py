@@ -4,16 +4,20 @@ before the next test instead of failing every later test of its worker after lon
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from tests.support.brokers import SessionBroker
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 
 
 def test_a_broker_that_stops_answering_is_restarted_on_its_port():
-    broker = EmbeddedBroker().__enter__()
+    root = Path(tempfile.mkdtemp(prefix="tickerwire-test-watch-"))
+    broker = ApacheKafka(root).__enter__()
     watched = SessionBroker(broker.bootstrap_servers, broker)
     try:
         watched.ensure_answering()
@@ -28,3 +32,4 @@ def test_a_broker_that_stops_answering_is_restarted_on_its_port():
         if watched.server is not None:
             watched.server.stop()
         broker.stop()
+        shutil.rmtree(root, ignore_errors=True)

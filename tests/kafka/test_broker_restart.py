@@ -19,13 +19,12 @@ import pytest
 
 from tests.conftest import TEST_KAFKA_SETTINGS
 from tests.support.brokers import own_kafka
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
 from tests.support.ws import counting_pushes
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())]
+pytestmark = pytest.mark.e2e
 
 #: How long the broker stays away: past the services' ERROR bound (10 s after the first failure).
 AWAY_S = 20.0

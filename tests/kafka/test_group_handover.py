@@ -21,13 +21,12 @@ import time
 import aiohttp
 import pytest
 
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, Service, ServiceStack, started_stack
 from tests.support.ws import counting_pushes
 from tickerwire.services.readmodel import positions
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())]
+pytestmark = pytest.mark.e2e
 
 #: Posts per second while the projectors are killed and restarted.
 RATE = 25

@@ -14,18 +14,14 @@ import asyncio
 import logging
 import os
 
-import pytest
 from aiokafka import ConsumerRebalanceListener
 
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import post_ev
 from tests.support.projector import projector_on
 from tests.support.wait import background, until
 from tickerwire.services.cli.publish import publish
 from tickerwire.services.common import kafka
 from tickerwire.services.projector.runner import projector_topics
-
-pytestmark = pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 
 JOIN_TIMEOUT_S = 3.0
 

@@ -10,17 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 
-import pytest
-
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import post_ev
 from tests.support.projector import projector_on
 from tests.support.wait import background
 from tickerwire.schemas.models import encode_event, entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
-
-pytestmark = pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
 
 
 async def test_an_open_transactions_post_waits_for_its_commit(fresh_db, kafka_bootstrap):

@@ -27,17 +27,10 @@ from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
 from tests.support.topics import posts_leader
 from tests.support.ws import counting_pushes
-from tickerwire.devstack.embedded import apache_kafka
 from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
 from tickerwire.services.common import kafka
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        apache_kafka.available() is not None,
-        reason=f"needs Apache Kafka as local processes: {apache_kafka.available()}",
-    ),
-]
+pytestmark = pytest.mark.e2e
 
 #: How long each killed node stays down: past the consumers' session timeout and the brokers'
 #: (4 s), so that the cluster and the services have noticed before it comes back.

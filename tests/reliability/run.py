@@ -79,7 +79,7 @@ def conditions(started: float, load_start: tuple[float, ...]) -> list[str]:
         f"Linux {platform.release()}",
         f"- Load average at start / end: {[round(x, 2) for x in load_start]} / {[round(x, 2) for x in os.getloadavg()]}",
         f"- Duration: {time.monotonic() - started:.0f} s",
-        "- Durability: embedded PostgreSQL with fsync off; embedded broker (Tansu) with memory storage",
+        "- Durability: embedded PostgreSQL with fsync off; Apache Kafka (one node) with its log on disk",
     ]
 
 

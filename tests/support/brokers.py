@@ -3,8 +3,7 @@
 A wedged broker would otherwise fail every later test of its xdist worker, each after its own
 long timeout. Before each test that uses the broker, it must answer a Kafka request within
 ``PROBE_S`` (twice, a little apart); if it does not, it is killed and started again on the same
-port (Apache Kafka with its log; the embedded Tansu broker empty, as after any restart of it),
-and the run says so. A broker that cannot be started again fails the test at once, naming why.
+port with its log, and the run says so. A broker that cannot be started again fails the test at once, naming why.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ import pytest
 
 from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
-from tickerwire.devstack.embedded.broker import EmbeddedBroker, answers_kafka
 from tickerwire.devstack.embedded.errors import EmbeddedError
+from tickerwire.devstack.embedded.kafka_probe import answers_kafka
 
 PROBE_S = 5.0
 
@@ -43,7 +42,7 @@ def own_kafka(kind: Callable[..., Server], prefix: str, settings: dict[str, str]
 class SessionBroker:
     """The broker a test session started (None for one it was given), and its bootstrap address."""
 
-    def __init__(self, bootstrap: str, server: ApacheKafka | EmbeddedBroker | None = None) -> None:
+    def __init__(self, bootstrap: str, server: ApacheKafka | None = None) -> None:
         self.bootstrap = bootstrap
         self.server = server
         self.restarts = 0
@@ -65,14 +64,8 @@ class SessionBroker:
             stacklevel=1,
         )
         try:
-            if isinstance(self.server, ApacheKafka):
-                self.server.kill()
-                self.server.start()  # the same folder and port
-            else:
-                port = self.server.port
-                self.server.stop()
-                self.server = EmbeddedBroker(port=port)
-                self.server.start()
+            self.server.kill()
+            self.server.start()  # the same folder and port
         except EmbeddedError as exc:
             pytest.fail(f"the session broker stopped answering and could not be started again: {exc}")
         if not self.answers():

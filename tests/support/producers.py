@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tickerwire.devstack.embedded import apache_kafka
+from tests.support.javatools import compiled
+from tickerwire.devstack.embedded import kafka_jars
+from tickerwire.devstack.embedded.jdk import java
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +85,14 @@ def _lines(records: Sequence[Raw]) -> bytes:
     return b"".join(r.key + b"\t" + r.value + b"\n" for r in records)  # type: ignore[operator]
 
 
-def java_unavailable() -> str | None:
-    """Why Kafka's Java producer cannot run here, or None."""
-    return apache_kafka.available()
-
-
 async def java_producer(
     bootstrap: str, topic: str, records: Sequence[Raw], mode: str = "plain", codec: str = "none"
 ) -> None:
     """Publish with Kafka's own Java producer (kafka-clients, from the broker's classpath) and its
     defaults (idempotent, acks=all); ``mode`` plain, commit or abort (one transaction)."""
-    argv = [apache_kafka.java(), "-cp", apache_kafka.classpath(), str(_PROGRAMS / "Publish.java")]
+    classpath = kafka_jars.classpath()
+    classes = await asyncio.to_thread(compiled, _PROGRAMS / "Publish.java", classpath)
+    argv = [java(), "-cp", f"{classpath}{os.pathsep}{classes}", "Publish"]
     await _run(argv + [bootstrap, topic, mode, codec], _lines(records), "Kafka's Java producer")
 
 

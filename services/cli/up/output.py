@@ -32,7 +32,7 @@ def ready_lines(info: dict[str, Any], own: OwnBroker | None, state_file: Path) -
         f"  stream URL: {info['stream_url']}",
         f"  docs:       {info['docs_url']}",
     ]
-    if own is not None and own.keeps_log:
+    if own is not None:
         kept = "an earlier start's, kept" if own.found_log else "new"
         lines.append(f"  broker:     {own.label} on {info['kafka_bootstrap_servers']}, log {own.data_dir} ({kept})")
     if info["api_key"]:

@@ -23,9 +23,8 @@ from .state import write_state
 @dataclass
 class Supervision:
     """Keeps the stack running: restarts dead children, the embedded PostgreSQL and the
-    broker of its own (the embedded one comes back empty: the topics are re-created and the
-    projector re-synced with the new log; an Apache Kafka comes back with its log), and keeps
-    the demo trickle going; says what it does on the output."""
+    Apache Kafka of its own (which comes back with its log), and keeps the demo trickle going;
+    says what it does on the output."""
 
     stack: Stack
     config: FullConfig
@@ -115,42 +114,18 @@ class Supervision:
         write_state(self.state_file, self.info, self.stack)
 
     async def _recover_broker(self) -> None:
-        from ...common.kafka import ensure_topics
-        from ...projector.accept import accept_log
-
+        """A node that died is restarted on its log and ports: a cluster goes on without it
+        meanwhile (it rejoins the quorum); a single node's clients wait for it, and nothing
+        needs re-syncing (the projector goes on from its stored positions)."""
         nodes = getattr(self.parts.broker, "nodes", None)
         if nodes is not None:
-            # A cluster goes on without one node: only the dead ones are restarted, each on its
-            # log and ports, and rejoin the quorum; the services never stopped.
             for node in nodes:
                 if not node.running():
                     await self._restart_server(node, f"Apache Kafka node {node.node_id}")
             self._start_trickle()
             return
-        if self._trickle_task is not None:
-            self._trickle_task.cancel()
-            self._trickle_task = None
         own = self.parts.own
-        await self._restart_server(self.parts.broker, "broker" if own is None else own.label)
-        if own is not None and own.keeps_log:
+        await self._restart_server(self.parts.broker, "Apache Kafka" if own is None else own.label)
+        if own is not None:
             say(f"{own.label} came back with its log ({own.data_dir}): nothing to re-sync, the projector goes on")
-            self._start_trickle()
-            return
-        delays = backoff_delays(RESTART_BASE_S, RESTART_CAP_S)
-        while True:
-            try:
-                await ensure_topics(self.config)
-                accepted = await accept_log(self.config, "earliest")
-                if accepted.left:  # moved meanwhile: look again
-                    raise RuntimeError("; ".join(accepted.left))
-                break
-            except Exception as exc:
-                delay = next(delays)
-                say(f"re-syncing with the new log failed ({exc}); retrying in {delay:.1f}s")
-                await asyncio.sleep(delay)
-        say(
-            "the embedded broker keeps its log in memory, so it came back empty: topics re-created; "
-            f"projector positions moved to the new log's start ({len(accepted.moved)} partition(s)); the read model "
-            "keeps what it had projected and the demo key keeps working; new posts are projected from the new log"
-        )
         self._start_trickle()

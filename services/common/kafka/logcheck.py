@@ -82,7 +82,7 @@ async def find_discontinuities(
 ) -> dict[TopicPartition, Discontinuity]:
     """Compare each position with its partition's log start and end offsets. A position past
     the reported end is only suspected when the log still holds the record just before it:
-    some brokers (Tansu) report end offsets that lag far behind what they hold."""
+    some Kafka-protocol brokers report end offsets that lag far behind what they hold."""
     if not positions:
         return {}
     tps = list(positions)

@@ -24,8 +24,8 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 
     Asked of the broker, not of the consumer's cached metadata: a consumer without a group
     caches only the topics it was assigned, and its bootstrap asks for no topic at all on
-    Apache Kafka (an empty Metadata request of v1+ means "none"; Tansu answers with every
-    topic), so ``partitions_for_topic`` of a topic never assigned stays None there."""
+    Apache Kafka (an empty Metadata request of v1+ means "none"; some other brokers answer
+    with every topic), so ``partitions_for_topic`` of a topic never assigned stays None there."""
     cluster = await consumer._client.fetch_all_metadata()
     return set(cluster.partitions_for_topic(topic) or ())
 

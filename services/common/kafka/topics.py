@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 async def ensure_declared_before(config: Config, what: str) -> None:
     """Create the missing declared topics before a command reads or writes them: otherwise its
     first request would have the broker create them on demand (Apache Kafka's default
-    ``auto.create.topics.enable``, and Tansu) with the broker's settings, a delete policy and
+    ``auto.create.topics.enable``, and other Kafka-protocol brokers) with the broker's settings, a delete policy and
     its default partitions, which a rebuild cannot use and a partition count cannot undo."""
     for name in await ensure_topics(config):
         log.warning("created topic %s as declared before %s: it did not exist (a new or emptied broker?)", name, what)

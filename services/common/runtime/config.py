@@ -208,7 +208,7 @@ class Config(Settings):
     # what `tickerwire topics check` and the start-up check compare a cluster with.
     topic_posts_partitions: int = option(4, "partitions of the posts topic (one projector per partition)", least=1)
     topic_replication_factor: int = option(
-        3, "replication factor of the declared topics (`up` uses 1 for its embedded broker)", least=1
+        3, "replication factor of the declared topics (`up` uses 1 for its one Kafka node, 3 with --brokers 3)", least=1
     )
     kafka_allow_unsafe_topics: bool = option(
         False,
@@ -415,7 +415,8 @@ read (`_FILE` included, by `setting` in the configuration module): `TICKERWIRE_S
 `{STATE_DIR_DEFAULT}`: where `tickerwire up` keeps logs, embedded data and `up.json`), `up`'s
 defaults for `--database-url` and `--kafka` (`TICKERWIRE_DATABASE_URL`,
 `TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS`) and the admin commands' `TICKERWIRE_LOG_LEVEL` (default
-`WARNING`). The embedded servers of `up` honour `TICKERWIRE_PG_BINDIR` and
-`TICKERWIRE_TANSU_BIN`.
+`WARNING`). The embedded servers of `up` honour `TICKERWIRE_PG_BINDIR`; its Apache Kafka's jars honour
+`TICKERWIRE_KAFKA_CACHE`, `TICKERWIRE_KAFKA_LIBS` and `TICKERWIRE_MAVEN_REPOSITORY`
+(docs/operations.md#apache-kafka-without-a-network).
 """
     return _MARKDOWN_HEAD + "\n".join(rows) + "\n" + tail
