@@ -23,7 +23,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from itertools import accumulate
-from typing import Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from tickerwire.schemas.models import (
     EXCHANGE_KEYS,
@@ -42,8 +42,10 @@ from tickerwire.schemas.models import (
     LocaleEvent,
     Post,
     PostEvent,
+    PostEventV2,
     PostStatus,
     PostTranslation,
+    PostV2,
     Sentiment,
     Token,
     TokenEvent,
@@ -1490,6 +1492,25 @@ def build_post(
         translations=translations,
     )
     return PostEvent(version=1, emitted_at=emitted_at, data=post)
+
+
+#: The relevance of a post's other tickers (its subject, the first, has 1).
+MENTION_RELEVANCE = (0.2, 0.9)
+
+
+def build_current_post(rng: random.Random, **post: Any) -> PostEventV2:
+    """One post snapshot in the post event's current version (2), as a platform team publishes
+    today: :func:`build_post` (``post``: its arguments), then each ticker's relevance (the
+    post's subject 1, the others less) and the source as one object."""
+    event = build_post(rng, **post)
+    v1 = event.data
+    doc = v1.model_dump(exclude={"tickers", "source_url", "byline"})
+    doc["tickers"] = [
+        {"symbol": ticker, "relevance": 1.0 if n == 0 else round(rng.uniform(*MENTION_RELEVANCE), 2)}
+        for n, ticker in enumerate(v1.tickers)
+    ]
+    doc["source"] = {"url": v1.source_url, "byline": v1.byline}
+    return PostEventV2(version=event.version, emitted_at=event.emitted_at, data=PostV2.model_validate(doc))
 
 
 def post_events(seed: int = 7, *, now: datetime, posts: int = 2000) -> list[PostEvent]:

@@ -13,9 +13,10 @@ Every ``interval_s`` seconds the newsroom acts once (:class:`Newsroom`):
 
 A translation added later and a backdated post are exactly what ``GET /posts?after=<id>`` after a
 reconnect cannot return; a resume cursor does. The posts are built by
-:func:`tickerwire.devstack.demo.dataset.build_post`, like the seeded ones, and handed to an
-injected ``publish`` coroutine: this module knows nothing of Kafka. Start ``start_id`` above the
-last seeded id.
+:func:`tickerwire.devstack.demo.dataset.build_current_post` in the post event's current version,
+as a platform team publishes today (the seeded month is version 1: the projector's upcaster
+reads both), and handed to an injected ``publish`` coroutine: this module knows nothing of
+Kafka. Start ``start_id`` above the last seeded id.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Awaitable, Callable, Sequence
 
-from tickerwire.schemas.models import PostEvent, PostStatus, PostTranslation
+from tickerwire.schemas.models import PostEventV2, PostStatus, PostTranslationV2
 
-from .dataset import LISTED_LOCALES, TickerPool, build_post, ticker_pool
+from .dataset import LISTED_LOCALES, TickerPool, build_current_post, ticker_pool
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,14 @@ def next_post(
     now: datetime,
     locales: Sequence[str],
     pool: TickerPool | None = None,
-) -> PostEvent:
-    """A new published post with id ``post_id``, published (and emitted) at ``now``.
+) -> PostEventV2:
+    """A new published post with id ``post_id``, published (and emitted) at ``now``, in the post
+    event's current version.
 
     It is translated into some of ``locales`` (always the default locale when it is one of
     them) and mentions tickers from ``pool``, by default the popular tokens of seed 7.
     """
-    return build_post(
+    return build_current_post(
         rng,
         post_id=post_id,
         status=PostStatus.published,
@@ -75,7 +77,7 @@ class _Pending:
     """A partial post whose translations land later: the full snapshot, how many translations are
     out, and the tick at which the next ones land."""
 
-    full: PostEvent
+    full: PostEventV2
     out: int
     due: int
 
@@ -89,11 +91,11 @@ class Newsroom:
         self.tick = 0
         self.pending: list[_Pending] = []
         #: The latest event of recent posts, by id (edits pick from them).
-        self.latest: dict[int, PostEvent] = {}
+        self.latest: dict[int, PostEventV2] = {}
         #: The last version of every recent or pending post.
         self.versions: dict[int, int] = {}
 
-    def step(self, now: datetime) -> list[PostEvent]:
+    def step(self, now: datetime) -> list[PostEventV2]:
         """The events of one tick at ``now``: due translations first, then one newsroom action."""
         self.tick += 1
         events = [self._record(self._land(p, now)) for p in self.pending if p.due <= self.tick]
@@ -116,12 +118,12 @@ class Newsroom:
         self.versions = {i: v for i, v in self.versions.items() if i in keep}
         return events
 
-    def _record(self, event: PostEvent) -> PostEvent:
+    def _record(self, event: PostEventV2) -> PostEventV2:
         self.latest[event.data.id] = event
         self.versions[event.data.id] = event.version
         return event
 
-    def _new(self, now: datetime, at: datetime, *, partial: bool) -> PostEvent:
+    def _new(self, now: datetime, at: datetime, *, partial: bool) -> PostEventV2:
         full = next_post(self.rng, post_id=self.next_id, now=at, locales=self.locales, pool=self.pool)
         full = full.model_copy(update={"emitted_at": now})
         self.next_id += 1
@@ -134,7 +136,7 @@ class Newsroom:
         self.pending.append(pending)
         return _version(full, 1, now, full.data.translations[: pending.out], PostStatus.partial)
 
-    def _land(self, pending: _Pending, now: datetime) -> PostEvent:
+    def _land(self, pending: _Pending, now: datetime) -> PostEventV2:
         """The next translations of a partial post land (all of them, or some and more later)."""
         translations = pending.full.data.translations
         left = len(translations) - pending.out
@@ -150,20 +152,22 @@ class Newsroom:
             PostStatus.published if done else PostStatus.partial,
         )
 
-    def _edit(self, now: datetime, post_id: int) -> PostEvent:
-        """A recent post's titles are updated (same translations, same status)."""
+    def _edit(self, now: datetime, post_id: int) -> PostEventV2:
+        """A recent post's titles are updated (same translations, same status; the story's
+        ``updated_at`` is now)."""
         last = self.latest[post_id]
         edited = tuple(
             t.model_copy(update={"title": t.title.removesuffix(" (updated)") + " (updated)"})
             for t in last.data.translations
         )
+        last = last.model_copy(update={"data": last.data.model_copy(update={"updated_at": now})})
         return _version(last, self.versions[last.data.id] + 1, now, edited, last.data.status)
 
 
 def _version(
-    event: PostEvent, version: int, now: datetime, translations: Sequence[PostTranslation], status: PostStatus
-) -> PostEvent:
-    return PostEvent(
+    event: PostEventV2, version: int, now: datetime, translations: Sequence[PostTranslationV2], status: PostStatus
+) -> PostEventV2:
+    return PostEventV2(
         version=version,
         emitted_at=now,
         data=event.data.model_copy(update={"translations": tuple(translations), "status": status}),
@@ -183,7 +187,7 @@ async def _stopped(stop: asyncio.Event, timeout: float) -> bool:
 
 
 async def run_trickle(
-    publish: Callable[[PostEvent], Awaitable[None]],
+    publish: Callable[[PostEventV2], Awaitable[None]],
     *,
     start_id: int,
     interval_s: float,

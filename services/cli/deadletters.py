@@ -1,7 +1,9 @@
 """``tickerwire dead-letters list | show | retry``: the records the projector set aside.
 
 A retry publishes the stored record again, as it was (key and value), to the topic it came
-from, after checking it against today's contract (a widened schema, a fixed producer): the
+from, after checking it the way the projector reads a record today (a widened schema, a fixed
+producer, a schema registered since: with a registry configured, a framed value's schema id is
+looked up in it as the live projector does, :mod:`..projector.registry`): the
 projector applies it as any record, so a retry is idempotent (an entity's newest version
 wins, an older one changes nothing) and a post is announced at most once (announcements are
 tied to the record that first made a translation visible). The letter is removed once the
@@ -19,8 +21,9 @@ import asyncpg
 from tickerwire.schemas.models import registry_schema_id
 
 from ..common.kafka import ensure_declared_before, started_producer
-from ..common.runtime.config import Config
 from ..projector.apply import ConsumedRecord, decode_records
+from ..projector.registry import SchemaRegistry, registry_of
+from ..projector.settings import ProjectorConfig
 from .admin import AdminError, BadArgument
 
 _COLUMNS = 'id, topic, partition, "offset", key, value, reason_kind, reason, received_at'
@@ -63,8 +66,10 @@ class Letter:
             )
         )
 
-    def refusal(self) -> str | None:
-        """Why a retry would be refused today, by the projector's own decoding; None if it would be applied."""
+    async def refusal(self, registry: SchemaRegistry | None) -> str | None:
+        """Why a retry would be refused today, by the projector's own reading (``registry``, the
+        configured one: its lookup of a framed value's schema id, then the decoding); None if it
+        would be applied."""
         if self.value is None:
             return (
                 (
@@ -74,7 +79,10 @@ class Letter:
                 if self.reason_kind in ("codec", "corrupt_batch")
                 else ("it has no value (tombstone)")
             )
-        _, dead = decode_records([ConsumedRecord(self.offset, self.key, self.value)], self.topic)
+        records = [ConsumedRecord(self.offset, self.key, self.value)]
+        if registry is not None:
+            records = await registry.vet(records)
+        _, dead = decode_records(records, self.topic)
         return dead[0].reason if dead else None
 
 
@@ -127,12 +135,26 @@ async def letters(conn: asyncpg.Connection, ids: list[int]) -> list[Letter]:
     return [found[i] for i in ids]
 
 
-async def retry(config: Config, conn: asyncpg.Connection, chosen: list[Letter]) -> list[str]:
-    """Publish again every chosen letter that today's contract accepts, and remove it; refuse
-    all of them, publishing nothing, when one would be refused again."""
-    refused = [
-        f"dead letter {letter.id} ({letter.where}): {why}" for letter in chosen if (why := letter.refusal()) is not None
-    ]
+async def refusals(config: ProjectorConfig, chosen: list[Letter]) -> list[str]:
+    """Why each chosen letter that would be refused again today would be, read as the projector
+    reads it (with the registry of ``config``, if one is configured: a registry that does not
+    answer fails the command, it is not a refusal)."""
+    registry = registry_of(config.projector_schema_registry_url, config.projector_schema_registry_timeout_s)
+    try:
+        return [
+            f"dead letter {letter.id} ({letter.where}): {why}"
+            for letter in chosen
+            if (why := await letter.refusal(registry)) is not None
+        ]
+    finally:
+        if registry is not None:
+            await registry.close()
+
+
+async def retry(config: ProjectorConfig, conn: asyncpg.Connection, chosen: list[Letter]) -> list[str]:
+    """Publish again every chosen letter that the projector would apply today, and remove it;
+    refuse all of them, publishing nothing, when one would be refused again."""
+    refused = await refusals(config, chosen)
     if refused:
         raise AdminError("; ".join(refused) + "; nothing was published")
     if not chosen:

@@ -15,9 +15,12 @@ import asyncpg
 import orjson
 import pytest
 
+from tests.support.containers import on_apache_kafka, why_not_apache_kafka
+from tests.support.events import encode_event, fresh_post_ev
+from tests.support.producers import active_producers, java_unavailable
 from tests.support.stack import ServiceStack, started_stack
 from tickerwire.devstack.embedded.ports import free_port
-from tickerwire.schemas.topics import ALL_TOPICS
+from tickerwire.schemas.topics import ALL_TOPICS, POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import COMMAND_LOCK_TIMEOUT_S
 from tickerwire.services.readmodel.migrate import MIGRATION_LOCK
@@ -68,6 +71,28 @@ async def test_valid_file_from_stdin_is_published_and_projected(stack):
     try:
         assert await conn.fetchval("SELECT count(*) FROM post_translations WHERE post_id = 9001") == 1
         assert await conn.fetchval("SELECT name FROM tokens WHERE ticker = 'BTC'") == "Bitcoin"
+    finally:
+        await conn.close()
+
+
+@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
+@pytest.mark.skipif(bool(java_unavailable()), reason=f"no Kafka Admin client here: {java_unavailable()}")
+async def test_publish_is_an_idempotent_producer_with_acks_all_on_apache_kafka(stack):
+    """`tickerwire publish` completes on Apache Kafka as an idempotent producer: the broker keeps
+    its producer id for the partition it wrote (a producer without idempotence leaves none)."""
+    topic = topic_name(stack.topic_prefix, POSTS)
+    before = await active_producers(stack.kafka_bootstrap, topic, POSTS.partitions)
+    event = fresh_post_ev(9101)
+    result = cli(stack, "publish", "-", stdin=encode_event(event).decode())
+    assert result.returncode == 0, result.stderr
+    assert "published 1 event(s)" in result.stdout
+    after = await active_producers(stack.kafka_bootstrap, topic, POSTS.partitions)
+    new = {(p, producer) for p, producers in after.items() for producer in producers - before.get(p, set())}
+    assert len(new) == 1, (before, after)  # the command's one producer, on the one partition it wrote
+    await stack.wait_projected()
+    conn = await stack.read_conn()
+    try:
+        assert await conn.fetchval("SELECT version FROM posts WHERE id = 9101") == 1
     finally:
         await conn.close()
 

@@ -20,7 +20,7 @@ import pytest
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tests.support.ws import WAIT, handshake
 from tickerwire.devstack.demo import dataset, trickle
-from tickerwire.schemas.models import CategoryEvent, PostEvent
+from tickerwire.schemas.models import CategoryEvent, PostEventV2
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +52,7 @@ def stream_url(stack: ServiceStack, query: str = "") -> str:
     return f"{stack.of('stream')[0].url}{BASE}/stream" + (f"?{query}" if query else "")
 
 
-def new_posts(first_id: int, count: int) -> list[PostEvent]:
+def new_posts(first_id: int, count: int) -> list[PostEventV2]:
     rng = random.Random(first_id)
     return [
         trickle.next_post(rng, post_id=first_id + i, now=datetime.now(timezone.utc), locales=dataset.LISTED_LOCALES)
@@ -108,14 +108,14 @@ async def posts_before_a_later_ping(ws, after_ts: str) -> set[tuple[int, str]]:
 async def test_filtered_connections_get_only_their_posts_and_an_unfiltered_one_gets_everything(stack, http):
     posts = new_posts(50_001, 12)
     groups = {c.data.slug: c.data.group_slug for c in stack.catalog if isinstance(c, CategoryEvent)}
-    ticker = posts[0].data.tickers[0]
+    ticker = posts[0].data.symbols[0]
     group = groups[posts[0].data.categories[0]] or posts[0].data.categories[0]
 
     def matches(p, lang, *, langs=None, tickers=None, categories=None) -> bool:
         slugs = set(p.categories) | {groups[c] for c in p.categories if groups.get(c)}
         return (
             (langs is None or lang in langs)
-            and (tickers is None or bool(tickers & set(p.tickers)))
+            and (tickers is None or bool(tickers & set(p.symbols)))
             and (categories is None or bool(categories & slugs))
         )
 

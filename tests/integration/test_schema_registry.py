@@ -1,7 +1,7 @@
 """The schema-registry wire format: records written by Confluent's JSON Schema serializer are
 applied like any other; with a registry configured, a framed record's schema id is looked up,
 within a bounded time and a bounded cache, and an id the registry does not know is a dead
-letter. Against a registry stub written for these tests (tests/support/registry.py), whose
+letter, which `dead-letters retry` publishes again only once the registry knows the id. Against a registry stub written for these tests (tests/support/registry.py), whose
 state a test can set (an outage), and against a real Apicurio Registry (tests/support/apicurio.py)
 where Java and Maven are at hand."""
 
@@ -26,6 +26,10 @@ from tests.support.projector import projector_on
 from tests.support.registry import registry_stub
 from tickerwire.schemas.export import render
 from tickerwire.schemas.models import entity_key
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.cli import deadletters
+from tickerwire.services.cli.admin import AdminError
+from tickerwire.services.common import kafka
 from tickerwire.services.projector.apply import ConsumedRecord
 from tickerwire.services.projector.registry import RegistryUnavailable, SchemaRegistry
 
@@ -96,6 +100,55 @@ async def test_with_a_registry_an_id_it_does_not_know_is_a_dead_letter(fresh_db)
 
 def metrics_value(metrics, kind: str) -> float:
     return metrics.dead_lettered.labels(kind)._value.get()
+
+
+async def test_retry_looks_a_framed_letter_up_in_the_registry_as_the_projector_does(
+    fresh_db, kafka_bootstrap, topic_prefix
+):
+    """`dead-letters retry` reads a letter as the live projector reads a record: a framed value
+    whose schema id the registry still does not know is refused, nothing published; once the
+    schema is registered the letter is published again and applied."""
+    tp = TopicPartition(topic_name(topic_prefix, POSTS), 0)
+    settings = dict(kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix, topic_replication_factor=1)
+    with registry_stub() as (url, state):
+        async with projector_on(fresh_db, projector_schema_registry_url=url, **settings) as (projector, pool, _):
+            await projector.apply_records(tp, [ConsumedRecord(0, b"post:61", framed(9999, 61))])
+            async with pool.acquire() as conn:
+                letters = await deadletters.list_letters(conn, kind=None, topic=None, limit=10)
+                assert [letter.reason_kind for letter in letters] == ["unknown_schema_id"]
+                with pytest.raises(AdminError, match="schema id 9999 .* is not known .* nothing was published"):
+                    await deadletters.retry(projector.config, conn, letters)
+                assert await deadletters.list_letters(conn, kind=None, topic=None, limit=10) == letters
+
+                state.schemas[9999] = render("post", 2).decode()  # the schema is registered
+                (done,) = await deadletters.retry(projector.config, conn, letters)
+                assert await deadletters.list_letters(conn, kind=None, topic=None, limit=10) == []
+            published = await record_at(projector.config, done)
+            assert published.value == framed(9999, 61)
+            await projector.apply_records(TopicPartition(tp.topic, published.partition), [published_record(published)])
+            assert await served_ids(pool) == [61]
+    # The live lookup, the refused retry, the retry, the projector applying the retried record.
+    assert state.asked.count("/schemas/ids/9999") == 4
+
+
+async def record_at(config, done: str):
+    """The record a retry says it published ("... published again at TOPIC[P]@OFFSET")."""
+    where = done.rsplit(" ", 1)[1]
+    topic, rest = where.split("[", 1)
+    partition, offset = (int(n) for n in rest.split("]@"))
+    consumer = kafka.consumer(config, group_id=None, client_id="test-retried")
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, offset)
+        return await asyncio.wait_for(consumer.getone(), 30)
+    finally:
+        await consumer.stop()
+
+
+def published_record(record) -> ConsumedRecord:
+    return ConsumedRecord(record.offset, record.key, record.value)
 
 
 async def test_a_registry_that_does_not_answer_is_retried_never_skipped(fresh_db):

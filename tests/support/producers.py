@@ -1,6 +1,7 @@
 """Publishing as other teams' producers do, records given raw: librdkafka (the ``confluent-kafka``
 package, the client behind most non-Java producers) with its ordinary settings, Kafka's own Java
-producer (kafka-clients) and KafkaJS (tests/compat/producers/)."""
+producer (kafka-clients) and KafkaJS (tests/compat/producers/); and which producers the broker
+keeps for a topic's partitions (:func:`active_producers`)."""
 
 from __future__ import annotations
 
@@ -96,6 +97,19 @@ async def java_producer(
     await _run(argv + [bootstrap, topic, mode, codec], _lines(records), "Kafka's Java producer")
 
 
+async def active_producers(bootstrap: str, topic: str, partitions: int) -> dict[int, set[int]]:
+    """The producer ids the broker keeps for each of ``topic``'s first ``partitions`` partitions
+    (Kafka's Admin client, DescribeProducers): only an idempotent or transactional producer's
+    records leave one. Needs Java, as :func:`java_producer` does."""
+    argv = [apache_kafka.java(), "-cp", apache_kafka.classpath(), str(_PROGRAMS / "Producers.java")]
+    out = await _run(argv + [bootstrap, topic, str(partitions)], b"", "Kafka's Admin client", said=b"")
+    found: dict[int, set[int]] = {}
+    for line in out.decode().splitlines():
+        partition, producer_id, _ = line.split("\t")
+        found.setdefault(int(partition), set()).add(int(producer_id))
+    return found
+
+
 def kafkajs_unavailable() -> str | None:
     """Why KafkaJS cannot run here, or None."""
     from tests.support.fieldtools import node_tools
@@ -118,7 +132,10 @@ async def kafkajs(
     await _run(argv, _lines(records), "KafkaJS", env)
 
 
-async def _run(argv: list[str], stdin: bytes, who: str, env: dict[str, str] | None = None) -> None:
+async def _run(
+    argv: list[str], stdin: bytes, who: str, env: dict[str, str] | None = None, said: bytes = b"delivered"
+) -> bytes:
+    """Run a program to its end (at most 120 s); its output, which must hold ``said``."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env
     )
@@ -127,4 +144,5 @@ async def _run(argv: list[str], stdin: bytes, who: str, env: dict[str, str] | No
     except TimeoutError:
         proc.kill()
         raise AssertionError(f"{who} did not finish within 120 s") from None
-    assert proc.returncode == 0 and b"delivered" in out, f"{who} failed ({proc.returncode}): {out.decode()[-2000:]}"
+    assert proc.returncode == 0 and said in out, f"{who} failed ({proc.returncode}): {out.decode()[-2000:]}"
+    return out

@@ -154,23 +154,42 @@ def test_broker_errors_are_retried_only_when_a_retry_can_help(error, translated)
     assert type(result) is translated and str(result) == "cannot create topic t"
 
 
-async def test_every_consumer_the_product_builds_reads_committed_records_only():
-    """Records of an aborted transaction are never read: every consumer is built by
-    kafka.consumer (no other place constructs one), which sets read_committed and refuses
-    another isolation level."""
+def constructed(cls: str) -> list[str]:
+    """The product's modules (services, devstack, schemas) that construct aiokafka's ``cls``."""
     package = Path(services.__file__).resolve().parents[1]  # the repository root
     builders = []
     for path in sorted(p for part in ("services", "devstack", "schemas") for p in (package / part).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "id", getattr(node.func, "attr", None)) == "AIOKafkaConsumer"
-            ):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == cls:
                 builders.append(path.relative_to(package).as_posix())
-    assert builders == ["services/common/kafka/clients.py"]
+    return builders
+
+
+async def test_every_consumer_the_product_builds_reads_committed_records_only():
+    """Records of an aborted transaction are never read: every consumer is built by
+    kafka.consumer (no other place constructs one), which sets read_committed and refuses
+    another isolation level."""
+    assert constructed("AIOKafkaConsumer") == ["services/common/kafka/clients.py"]
     config = cfg()
     for kw in ({}, {"auto_offset_reset": "none", "max_poll_records": 10}):
         built = kafka.consumer(config, "t", group_id=None, client_id="c", **kw)
         assert built._isolation_level == "read_committed"
     with pytest.raises(ValueError):
         kafka.consumer(config, "t", group_id=None, client_id="c", isolation_level="read_uncommitted")
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"client_id": "tickerwire-dead-letters"}, {"linger_ms": 0}, {"transactional_id": "t"}]
+)
+async def test_every_producer_the_product_builds_is_idempotent_with_acks_all(kw):
+    """A send retried after a broker or network fault is written once, and acknowledged only
+    once every in-sync replica has it: every producer (``tickerwire publish``, the admin
+    commands, dead-letter retry, the demo) is built by kafka.producer, which sets both and
+    refuses to build one without them."""
+    assert constructed("AIOKafkaProducer") == ["services/common/kafka/clients.py"]
+    built = kafka.producer(cfg(), **kw)
+    assert built._txn_manager is not None  # aiokafka's idempotence: a producer id and sequence numbers
+    assert built._sender._acks == -1  # acks=all
+    for refused in ({"enable_idempotence": False}, {"acks": 1}, {"acks": 0}):
+        with pytest.raises(ValueError, match="idempotent with acks=all"):
+            kafka.producer(cfg(), **kw, **refused)

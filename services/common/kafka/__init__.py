@@ -1,7 +1,7 @@
 """Kafka for the services and the CLI, one module per job:
 
-- :mod:`.clients`: building every producer, consumer and admin client (TLS, SASL, committed
-  records only) and saying why one cannot bootstrap;
+- :mod:`.clients`: building every producer, consumer and admin client (TLS, SASL, idempotent
+  producers with ``acks=all``, committed records only) and saying why one cannot bootstrap;
 - :mod:`.reading`: a topic's partitions, where its readable log ends, and fetching past a batch
   that cannot be decoded;
 - :mod:`.declaration` and :mod:`.topics`: the declared topics, created and compared with a cluster;
@@ -9,7 +9,8 @@
 - :mod:`.logcheck`, :mod:`.topicgate`, :mod:`.leave`: the log's continuity, the start-up topic
   check, and a static member's leaving.
 
-Our own producers use no idempotence nor transactions (exactly-once effect comes from positions
+Our own producers are idempotent with ``acks=all``, as platform teams' are asked to be
+(docs/publishing.md), and use no transactions (the exactly-once effect comes from positions
 stored with the rows in PostgreSQL); other producers may. What callers use is named here.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from .clients import (
     BOOTSTRAP_CAUSE,
     ISOLATION_LEVEL,
+    PRODUCER_GUARANTEES,
     admin,
     consumer,
     producer,
@@ -40,6 +42,7 @@ __all__ = [
     "CREATED_VISIBLE_S",
     "ISOLATE_S",
     "ISOLATION_LEVEL",
+    "PRODUCER_GUARANTEES",
     "Undecodable",
     "admin",
     "broker_check",

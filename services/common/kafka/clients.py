@@ -1,6 +1,7 @@
 """Building the Kafka clients: every producer, consumer and admin client is made here, so the
-security settings (TLS, SASL) apply to all of them, and every consumer reads committed records
-only (``read_committed``). A client that cannot bootstrap says why (:func:`unreachable`): a
+security settings (TLS, SASL) apply to all of them, every producer is idempotent with
+``acks=all`` (:data:`PRODUCER_GUARANTEES`), and every consumer reads committed records only
+(``read_committed``). A client that cannot bootstrap says why (:func:`unreachable`): a
 refusal no retry fixes (credentials, certificates) is a ConfigError, an outage is retried.
 """
 
@@ -170,14 +171,23 @@ def consumer(config: Config, *topics: str, group_id: str | None, client_id: str,
     return AIOKafkaConsumer(*topics, **params)
 
 
+#: Every producer the product builds (``tickerwire publish``, the admin commands, dead-letter
+#: retry, the demo) is idempotent and waits for every in-sync replica, the settings
+#: docs/publishing.md recommends to platform teams: a send retried after a broker or network
+#: fault is written once, and an acknowledged record survives the loss of its leader.
+PRODUCER_GUARANTEES: dict[str, Any] = {"enable_idempotence": True, "acks": "all"}
+
+
 def producer(config: Config, client_id: str = "tickerwire-publisher", **kw) -> AIOKafkaProducer:
+    if any(kw.get(name, value) != value for name, value in PRODUCER_GUARANTEES.items()):
+        raise ValueError("every producer is idempotent with acks=all")
     params = dict(
         bootstrap_servers=config.kafka_bootstrap_servers,
         client_id=client_id,
-        acks="all",
         linger_ms=5,
         max_batch_size=256 * 1024,
         compression_type=None,
+        **PRODUCER_GUARANTEES,
         **security_options(config),
     )
     params.update(kw)
