@@ -15,7 +15,7 @@ import random
 import time
 
 from ..common.runtime.errors import TransientError
-from .endpoints import Endpoint
+from .endpoint_record import Endpoint
 from .store import LeaseLost
 from .worker import Disabled, EndpointWorker, Shared
 

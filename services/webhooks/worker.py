@@ -23,8 +23,8 @@ from ..readmodel import cursors
 from ..readmodel.announcements import Announcement
 from ..readmodel.messages import post_created
 from ..readmodel.taxonomy import served_locales
-from ..readmodel.walk import Refusal, locales, walk
-from .endpoints import Endpoint
+from ..readmodel.walk import Refusal, walk
+from .endpoint_record import Endpoint
 from .metrics import WebhookMetrics
 from .schedule import due_to_disable, next_delay
 from .sender import Sender
@@ -133,9 +133,9 @@ class EndpointWorker:
         while True:
             await self._start_replay_if_asked()
             with storage_errors("walk the endpoint's announcements"):
-                langs = locales(await served_locales(self.s.store.pool), self.endpoint.locales)
+                served = await served_locales(self.s.store.pool)
                 if self.at is None:  # registered without a start: deliveries start at the frontier
-                    frontier = await walk(self.s.store.pool, self.s.topic, None, langs, limit=0)
+                    frontier = await walk(self.s.store.pool, self.s.topic, None, served, limit=0)
                     assert not isinstance(frontier, Refusal)
                     self.at = frontier.cursor()
             if self.stored is None:
@@ -146,10 +146,9 @@ class EndpointWorker:
                     self.s.store.pool,
                     self.s.topic,
                     cursors.decode(self.at),
-                    langs,
+                    served,
                     limit=PAGE,
-                    tickers=self.endpoint.tickers,
-                    categories=self.endpoint.categories,
+                    filter=self.endpoint.filter,
                 )
             if isinstance(page, Refusal):
                 await self._disable(f"its cursor cannot be walked: {page.message}")

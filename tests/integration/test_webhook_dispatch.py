@@ -26,7 +26,7 @@ from tickerwire.services.common.db import create_pool
 from tickerwire.services.common.http.signing import derive_secret
 from tickerwire.services.projector.apply import apply_batch
 from tickerwire.services.readmodel.taxonomy import served_locales
-from tickerwire.services.readmodel.walk import Page, locales, walk
+from tickerwire.services.readmodel.walk import Page, walk
 from tickerwire.services.webhooks.dispatcher import Dispatcher
 from tickerwire.services.webhooks.metrics import WebhookMetrics
 from tickerwire.services.webhooks.sender import Sender
@@ -67,7 +67,7 @@ class Log:
 
 
 async def frontier(conn: asyncpg.Connection) -> str:
-    page = await walk(conn, POSTS_TOPIC, None, locales(await served_locales(conn), None), limit=0)
+    page = await walk(conn, POSTS_TOPIC, None, await served_locales(conn), limit=0)
     assert isinstance(page, Page)
     return page.cursor()
 
