@@ -31,7 +31,7 @@ from tickerwire.services.common.http.listener import (
 )
 
 #: The aiohttp versions the listener's use of aiohttp internals was checked on.
-CHECKED_ON = ("3.14.5",)
+CHECKED_ON = ("3.14.0", "3.14.5")
 #: The private attributes of aiohttp's per-connection protocol the listener reads or writes.
 HANDLER_PRIVATE = ("_request_count", "_upgraded", "_manager", "_loop")
 
