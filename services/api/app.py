@@ -16,7 +16,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common.db import reader_pool
 from ..common.db.replicas import Replicas
-from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.admin_listener import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import logposition, positions, stamps as stamp

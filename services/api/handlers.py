@@ -20,7 +20,7 @@ from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import text_search_config
 from ..readmodel.searchtext import query_text
 from ..readmodel.taxonomy import answered_locales
-from ..readmodel.walk import Refusal, locales, walk
+from ..readmodel.walk import Refusal, walk
 from . import partner, queries
 from .catalog import Body, etag_of
 from .errors import not_found
@@ -193,10 +193,9 @@ async def changes(request: web.Request) -> web.Response:
             db(request, LogPosition.of(cursors.needs(q.cursor)) if q.cursor is not None else None),
             _log_topic(request),
             q.cursor,
-            locales(answered_locales(listed.codes, listed.default), q.langs),
+            answered_locales(listed.codes, listed.default),
             limit=q.limit,
-            tickers=q.tickers,
-            categories=q.categories,
+            filter=q.filter,
         )
     request[REQUEST_LOG_POSITION] = LogPosition.of(page.frontier)
     if isinstance(page, Refusal):

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
-from ..common.http.querystring import bcp47_case, csv_values, tickers
+from ..common.http.querystring import csv_values, tickers
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
+from ..readmodel.filters import AnnouncementFilter, parse_filter
 from ..readmodel.mapping import hashtag_key
 from .errors import validation_failed
 from .lru import BoundedLRU
@@ -236,13 +237,10 @@ def text_key(segment: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ChangesQuery:
-    """``GET /changes``: the cursor (None: start at the head), the stream's filters (None: not
-    given; ``langs`` lower-cased) and the page size."""
+    """``GET /changes``: the cursor (None: start at the head), the stream's filter and the page size."""
 
     cursor: cursors.Cursor | None
-    langs: frozenset[str] | None
-    tickers: tuple[str, ...] | None
-    categories: tuple[str, ...] | None
+    filter: AnnouncementFilter
     limit: int
 
 
@@ -260,16 +258,13 @@ def parse_changes(query: Mapping[str, str]) -> ChangesQuery:
                 "cursor must be a cursor token returned by /changes or the stream "
                 f"(cursor or post.created cursor); got {raw[:40]!r}.",
             ) from None
-    langs = _csv(query, "lang")
+    try:
+        wanted = parse_filter(query)
+    except InvalidParameter as exc:
+        raise validation_failed(exc.field, exc.message) from None
     limit = _integer(query, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
     assert limit is not None
-    return ChangesQuery(
-        cursor,
-        frozenset(bcp47_case(v).lower() for v in langs) if langs is not None else None,
-        _shared(tickers, query, "tickers"),
-        _csv(query, "categories"),
-        limit,
-    )
+    return ChangesQuery(cursor, wanted, limit)
 
 
 def parse_attempts_limit(query: Mapping[str, str]) -> int:

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from tickerwire.schemas.models import Sentiment
 
+from ..readmodel.deliveries import webhook_disabled
 from ..readmodel.mapping import category_name, iso_utc
 
 #: A read-model row by column name (JSON columns decoded).
@@ -144,12 +145,6 @@ def pulse(counts: Mapping[str, int], as_of: datetime) -> dict[str, Any]:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else iso_utc(value)
-
-
-def webhook_disabled(r: ReadRow) -> bool:
-    """Whether the dispatcher's disabling of an endpoint holds: its delivery state is
-    ``disabled`` and no later version of the endpoint (an operator's resume) has come since."""
-    return r["state"] == "disabled" and (r["disabled_version"] or 0) >= r["version"]
 
 
 def webhook_endpoint_item(r: ReadRow) -> dict[str, Any]:

@@ -18,19 +18,18 @@ from typing import Any, Mapping
 import asyncpg
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
-from pydantic import TypeAdapter, ValidationError
 
-from tickerwire.schemas.models import LocaleCode, Slug, Ticker, WebhookEndpoint, WebhookEndpointEvent
+from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..api.partner import webhook_disabled
 from ..common import kafka
-from ..common.http.querystring import bcp47_case, csv_values, tickers as ticker_values
 from ..common.http.signing import derive_secret, secret_text
 from ..common.http.targets import TargetRefused, check_url
 from ..common.runtime.config import Config
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
+from ..readmodel.deliveries import webhook_disabled
+from ..readmodel.filters import ENDPOINT_NAMES, parse_filter
 from ..readmodel.walk import Refusal, walk
 from .admin import AdminError, BadArgument, next_version, now, require_workspace
 
@@ -39,12 +38,6 @@ MAX_ENDPOINTS_PER_WORKSPACE = 100
 #: How long a ``--from`` cursor ahead of the committed frontier is waited for before it is refused.
 FROM_CURSOR_WAIT_S = 1.0
 
-_VALUES: dict[str, tuple[TypeAdapter[Any], str]] = {
-    "locales": (TypeAdapter(LocaleCode), "a locale code (e.g. en-US)"),
-    "tickers": (TypeAdapter(Ticker), "a ticker symbol (e.g. BTC)"),
-    "categories": (TypeAdapter(Slug), "a category slug (e.g. bitcoin-etfs)"),
-}
-
 
 def endpoint_filter(raw: str | None, name: str) -> list[str] | None:
     """One filter of an endpoint from its CSV (``--locales``, ``--tickers``, ``--categories``):
@@ -52,20 +45,10 @@ def endpoint_filter(raw: str | None, name: str) -> list[str] | None:
     locales in BCP 47 case, tickers upper-case), each value of the event contract's form. None:
     not given (no restriction). :class:`BadArgument` naming the option otherwise."""
     try:
-        values = ticker_values(raw, name) if name == "tickers" else csv_values(raw, name)
+        values = getattr(parse_filter({name: raw}, ENDPOINT_NAMES, contract=True), name)
     except InvalidParameter as exc:
         raise BadArgument(f"--{name}: {exc.message}") from None
-    if values is None:
-        return None
-    if name == "locales":
-        values = tuple(dict.fromkeys(bcp47_case(v) for v in values))
-    adapter, what = _VALUES[name]
-    for value in values:
-        try:
-            adapter.validate_python(value)
-        except ValidationError:
-            raise BadArgument(f"--{name}: {value[:60]!r} is not {what}") from None
-    return list(values)
+    return list(values) if values is not None else None
 
 
 def new_endpoint_id() -> str:

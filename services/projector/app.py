@@ -16,7 +16,7 @@ from aiohttp import web
 from ..common.db import CONNECT_POSTGRES, connect, create_pool, storage_errors
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
-from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.admin_listener import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.retry import retry_transient
 from ..common.runtime.supervise import Supervisor, supervisor_of

@@ -2,8 +2,9 @@
 resume's replay and any later reader of the position space share. Each maps the result onto its
 transport; none repeats a step.
 
-A walk reads the page after a cursor (:func:`.cursors.read_changes`), in the locales the
-service answers in that the reader asked for (:func:`locales`), judges the cursor against the
+A walk reads the page after a cursor (:func:`.cursors.read_changes`) through the reader's
+:class:`.filters.AnnouncementFilter`, in the locales the service answers in that the filter
+asks for (:meth:`.filters.AnnouncementFilter.locales_read`), judges the cursor against the
 epoch and the committed frontier read in the same snapshot (waiting, bounded, for a frontier
 that is behind it: :func:`.cursors.read_reaching`), and advances the marks over what it read.
 The answer is a :class:`Page`, or a :class:`Refusal` that names why the cursor cannot be walked
@@ -18,13 +19,7 @@ from typing import Iterable, Iterator
 from ..common.db import Queryable
 from . import cursors
 from .announcements import Announcement
-
-
-def locales(served: Iterable[str], requested: Iterable[str] | None) -> frozenset[str]:
-    """The locales a walk reads, lower-cased: those the service answers in (``served``), narrowed
-    to ``requested`` when the reader asked for some."""
-    answered = frozenset(code.lower() for code in served)
-    return answered if requested is None else answered & {code.lower() for code in requested}
+from .filters import EVERYTHING, AnnouncementFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +64,17 @@ async def walk(
     db: Queryable,
     topic: str,
     cursor: cursors.Cursor | None,
-    langs: frozenset[str],
+    served: Iterable[str],
     *,
     limit: int,
-    tickers: Iterable[str] | None = None,
-    categories: Iterable[str] | None = None,
+    filter: AnnouncementFilter = EVERYTHING,
     upto: cursors.Cursor | None = None,
     wait_s: float = cursors.AHEAD_WAIT_S,
 ) -> Page | Refusal:
     """The page after ``cursor`` (None: nothing is read, and the page's cursor is the frontier's),
-    at most ``limit`` items, through the filters, up to ``upto`` when given (a resume: where its
-    connection went live, whose epoch must be the cursor's too). ``langs``: :func:`locales`."""
+    at most ``limit`` items, through ``filter``, up to ``upto`` when given (a resume: where its
+    connection went live, whose epoch must be the cursor's too). ``served``: the locales the
+    service answers in (the filter narrows them)."""
     start = dict(cursor.marks) if cursor is not None else {}
     # Both the cursor and the upper bound must be committed (a failover to an asynchronous
     # standby may have forgotten some of them for a moment: waited for, bounded).
@@ -93,9 +88,9 @@ async def walk(
             db,
             topic,
             start,
-            langs,
-            tickers=tickers,
-            categories=categories,
+            filter.locales_read(served),
+            tickers=filter.tickers,
+            categories=filter.categories,
             limit=limit + 1 if cursor is not None else 0,
             upto=upto.marks if upto is not None else None,
         ),

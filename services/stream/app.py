@@ -17,7 +17,7 @@ from ..common.db import reader_pool
 from ..common.http.requestlog import add_request_log
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
-from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.admin_listener import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.access import Principals

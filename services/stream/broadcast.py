@@ -13,8 +13,8 @@ from ..common.db import BoundedReader, storage_errors
 from ..common.runtime.retry import retry_transient
 from ..readmodel import cursors
 from ..readmodel.announcements import announced
+from ..readmodel.filters import FilterFacts
 from . import protocol
-from .filters import FilterFacts
 from .hub import Hub
 from .metrics import StreamMetrics
 from .pending import Pending

@@ -22,8 +22,8 @@ from ..common.http.envelope import envelope
 from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel import cursors
 from ..readmodel.access import AccessDenied, Principal
+from ..readmodel.filters import AnnouncementFilter
 from . import protocol
-from .filters import StreamFilter
 from .handshake import handshake_error, presented_key, requested_filter, requested_resume
 from .hub import limit_send_buffer
 from .resume import replay
@@ -42,7 +42,7 @@ class Admitted:
     """A handshake the gates let through: who asks, and what for."""
 
     principal: Principal
-    filter: StreamFilter
+    filter: AnnouncementFilter
     #: Opted in to resume cursors (``cursors=true``, or a ``resume`` cursor).
     with_cursors: bool
     #: The cursor to resume from, or None (live from now).

@@ -23,7 +23,7 @@ from ..common.http.headers import undecodable_header
 from ..common.http.keys import authorization, bearer_key
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
-from .filters import StreamFilter, parse_filter
+from ..readmodel.filters import AnnouncementFilter, parse_filter
 
 WEBSOCKET_VERSION = "13"
 
@@ -64,7 +64,7 @@ def presented_key(request: web.Request) -> str | None:
     return request.query.get("key") or bearer_key(authorization(request.headers))
 
 
-def requested_filter(query: Mapping[str, str]) -> StreamFilter | web.Response:
+def requested_filter(query: Mapping[str, str]) -> AnnouncementFilter | web.Response:
     """The connection's opt-in filter, or the 422 refusing a value that breaks the grammar."""
     try:
         return parse_filter(query)

@@ -6,7 +6,7 @@ and history (the previous message of a connection with context takeover), and th
 bytes are written to every connection that shares them (``frames.py``). The
 per-message, per-connection work is one ``put_nowait``; a writer that wakes up to several
 queued messages writes their frames in one transport write. Connections
-are grouped by their opt-in filter (``filters.py``): a post.created is matched once per
+are grouped by their opt-in filter (``services/readmodel/filters.py``): a post.created is matched once per
 distinct filter set, then queued to every connection of the groups that admit it. A client
 whose queue is full has stopped reading: it is closed with ``CLOSE_SLOW_CONSUMER`` and
 never slows the others (nothing here ever awaits a client's socket except its own writer).
@@ -24,8 +24,8 @@ from typing import Callable, Protocol
 from aiohttp import web
 
 from ..readmodel.cursors import START, Mark, after
+from ..readmodel.filters import EVERYTHING, AnnouncementFilter, FilterFacts
 from . import protocol
-from .filters import EVERYTHING, FilterFacts, StreamFilter
 from .frames import Message
 from .metrics import StreamMetrics
 from .wire import Wire
@@ -65,7 +65,7 @@ class Connection:
     key_hash: str
     session_id: str
     queue: asyncio.Queue[Message]
-    filter: StreamFilter = EVERYTHING
+    filter: AnnouncementFilter = EVERYTHING
     closing: bool = False
     writer: asyncio.Task | None = field(default=None, repr=False)
     #: Opted in to resume cursors: gets the post.created that carries one.
@@ -94,7 +94,7 @@ class Hub:
         #: How many open connections opted in to cursors (the feed encodes cursors only for them).
         self.cursor_connections = 0
         #: Open connections by filter set, so matching costs one test per set and message.
-        self.groups: dict[StreamFilter, dict[str, Connection]] = {}
+        self.groups: dict[AnnouncementFilter, dict[str, Connection]] = {}
         self._closers: set[asyncio.Task] = set()
         # Keyed by bytes 9..13 of the encoded message: b'{"type":"' is followed by the type.
         self._sent = {
@@ -117,7 +117,7 @@ class Hub:
         workspace_id: str,
         key_hash: str,
         session_id: str,
-        stream_filter: StreamFilter = EVERYTHING,
+        stream_filter: AnnouncementFilter = EVERYTHING,
         *,
         cursors: bool = False,
         replaying: bool = False,

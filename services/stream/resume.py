@@ -16,7 +16,7 @@ from ..common.db import storage_errors
 from ..common.runtime.errors import StorageUnavailable
 from ..readmodel import cursors
 from ..readmodel.taxonomy import served_locales
-from ..readmodel.walk import Refusal, locales, walk
+from ..readmodel.walk import Refusal, walk
 from . import protocol
 from .feed import Feed
 from .hub import Connection, Hub
@@ -49,17 +49,16 @@ async def _replay_pages(
 ) -> None:
     """``ready``, then the replayed announcements, a page at a time (each waiting for room in the
     connection's queue); only ``ready`` when the cursor is refused."""
-    langs = locales(await served_locales(feed.db), conn.filter.langs)
+    served = await served_locales(feed.db)
     at = resume
     while True:
         page = await walk(
             feed.db,
             feed.topic,
             at,
-            langs,
+            served,
             limit=RESUME_PAGE,
-            tickers=conn.filter.tickers,
-            categories=conn.filter.categories,
+            filter=conn.filter,
             upto=start,
         )
         if isinstance(page, Refusal):

@@ -16,7 +16,7 @@ from aiohttp import web
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, reader_pool, storage_errors
-from ..common.operator.endpoints import add_ops_routes, run_app
+from ..common.operator.admin_listener import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import stamps as stamp
@@ -26,7 +26,7 @@ from .metrics import WebhookMetrics
 from .sender import Sender
 from .settings import WebhooksConfig
 from .store import Store
-from .worker import Shared
+from .worker import WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ async def _dispatcher_ctx(app: web.Application) -> AsyncIterator[None]:
         max_connections=config.webhooks_max_endpoints,
         allow_private=config.webhooks_allow_private_targets,
     )
-    shared = Shared(
+    context = WorkerContext(
         config,
         Store(app[POOL], owner_name(), config.webhooks_lease_ttl_s),
         sender,
@@ -66,7 +66,7 @@ async def _dispatcher_ctx(app: web.Application) -> AsyncIterator[None]:
         topic_name(config.topic_prefix, POSTS),
         config.signing_key(),
     )
-    app[DISPATCHER] = Dispatcher(shared)
+    app[DISPATCHER] = Dispatcher(context)
     yield
     await sender.close()
     await app[POOL].close()

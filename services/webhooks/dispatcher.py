@@ -15,9 +15,9 @@ import random
 import time
 
 from ..common.runtime.errors import TransientError
-from .endpoints import Endpoint
+from .endpoint_record import Endpoint
 from .store import LeaseLost
-from .worker import Disabled, EndpointWorker, Shared
+from .worker import Disabled, EndpointWorker, WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,8 @@ CLAIM_PER_ROUND = 8
 
 
 class Dispatcher:
-    def __init__(self, shared: Shared) -> None:
-        self.s = shared
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
         self.workers: dict[str, tuple[EndpointWorker, asyncio.Task[None]]] = {}
         self.round_now = asyncio.Event()
         #: Unix time of the last completed round, and why the last one failed (None: it did not).
@@ -50,7 +50,7 @@ class Dispatcher:
                     async with asyncio.timeout(max(ROUND_S * 5, 10.0)):
                         await self.round()
                     self.last_round, self.last_error = time.time(), None
-                    self.s.metrics.last_round.set(self.last_round)
+                    self.context.metrics.last_round.set(self.last_round)
                 except (TransientError, TimeoutError) as e:
                     self.last_error = str(e) or type(e).__name__
                     log.warning("webhook scheduling round failed: %s", self.last_error)
@@ -65,7 +65,7 @@ class Dispatcher:
             await self.stop_all()
 
     async def round(self) -> None:
-        listed = await self.s.store.endpoints()
+        listed = await self.context.store.endpoints()
         by_id = {e.id: (e, leased, owner) for e, leased, owner in listed}
         self._reap()
         for endpoint_id in list(self.workers):
@@ -75,8 +75,8 @@ class Dispatcher:
             else:
                 self.workers[endpoint_id][0].update(entry[0])
         await self._renew()
-        room = self.s.config.webhooks_max_endpoints - len(self.workers)
-        mine = self.s.store.owner  # a lease of ours without a worker: its worker ended (a crash); take it again
+        room = self.context.config.webhooks_max_endpoints - len(self.workers)
+        mine = self.context.store.owner  # a lease of ours without a worker: its worker ended (a crash); take it again
         free = [
             e.id
             for e, leased, owner in listed
@@ -84,24 +84,24 @@ class Dispatcher:
         ]
         random.shuffle(free)
         if room > 0 and free:
-            for progress in await self.s.store.claim(free[: min(room, CLAIM_PER_ROUND)]):
+            for progress in await self.context.store.claim(free[: min(room, CLAIM_PER_ROUND)]):
                 endpoint = by_id[progress.endpoint_id][0]
-                worker = EndpointWorker(self.s, endpoint, progress, self.round_now)
+                worker = EndpointWorker(self.context, endpoint, progress, self.round_now)
                 task = asyncio.create_task(worker.run(), name=f"webhook-{endpoint.id}")
                 self.workers[endpoint.id] = (worker, task)
                 log.info("webhook endpoint %s: delivering from this process", endpoint.id)
         self._report(listed)
 
     async def _renew(self) -> None:
-        due = time.monotonic() - self._renewed_at >= self.s.config.webhooks_lease_ttl_s / 3
+        due = time.monotonic() - self._renewed_at >= self.context.config.webhooks_lease_ttl_s / 3
         if not self.workers or not (due or self._lease_wanted):
             return
         started = time.monotonic()
-        held = await self.s.store.renew(list(self.workers))
+        held = await self.context.store.renew(list(self.workers))
         self._renewed_at = started
         for endpoint_id in list(self.workers):
             if endpoint_id in held:
-                self.workers[endpoint_id][0].lease_deadline = started + self.s.config.webhooks_lease_ttl_s
+                self.workers[endpoint_id][0].lease_deadline = started + self.context.config.webhooks_lease_ttl_s
             else:
                 log.warning("webhook endpoint %s: lease lost; another dispatcher delivers to it", endpoint_id)
                 await self._stop(endpoint_id, release=False)
@@ -118,12 +118,12 @@ class Dispatcher:
             exc = task.exception()
             if isinstance(exc, (LeaseLost, Disabled)):
                 continue
-            self.s.metrics.worker_crashes.inc()
+            self.context.metrics.worker_crashes.inc()
             log.error("webhook endpoint %s: its worker crashed; starting it again", endpoint_id, exc_info=exc)
 
     def _unlabel(self, endpoint_id: str) -> None:
         with contextlib.suppress(KeyError):  # never reported
-            self.s.metrics.backlog_age.remove(endpoint_id)
+            self.context.metrics.backlog_age.remove(endpoint_id)
 
     async def _stop(self, endpoint_id: str, *, release: bool) -> None:
         worker_task = self.workers.pop(endpoint_id, None)
@@ -132,7 +132,7 @@ class Dispatcher:
             await asyncio.gather(worker_task[1], return_exceptions=True)
         self._unlabel(endpoint_id)
         if release:
-            await self.s.store.release([endpoint_id])
+            await self.context.store.release([endpoint_id])
 
     async def stop_all(self) -> None:
         tasks = [t for _, t in self.workers.values()]
@@ -143,12 +143,12 @@ class Dispatcher:
         self.workers.clear()
         if ids:
             try:
-                await self.s.store.release(ids)  # the next holder need not wait for the leases to expire
+                await self.context.store.release(ids)  # the next holder need not wait for the leases to expire
             except TransientError as e:
                 log.warning("could not release webhook leases on stop (%s): they expire by themselves", e)
 
     def _report(self, listed: list[tuple[Endpoint, bool, str | None]]) -> None:
-        m = self.s.metrics
+        m = self.context.metrics
         failing = 0
         for endpoint_id, (worker, _) in self.workers.items():
             m.backlog_age.labels(endpoint_id).set(worker.backlog_age())

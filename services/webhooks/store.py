@@ -10,7 +10,7 @@ import asyncpg
 
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, begin_local, storage_errors
 from . import sql
-from .endpoints import Endpoint
+from .endpoint_record import Endpoint
 from .schedule import AttemptResult
 
 

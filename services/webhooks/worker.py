@@ -23,8 +23,8 @@ from ..readmodel import cursors
 from ..readmodel.announcements import Announcement
 from ..readmodel.messages import post_created
 from ..readmodel.taxonomy import served_locales
-from ..readmodel.walk import Refusal, locales, walk
-from .endpoints import Endpoint
+from ..readmodel.walk import Refusal, walk
+from .endpoint_record import Endpoint
 from .metrics import WebhookMetrics
 from .schedule import due_to_disable, next_delay
 from .sender import Sender
@@ -51,8 +51,9 @@ class ReplayAsked(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Shared:
-    """What every worker of a process uses."""
+class WorkerContext:
+    """What every worker of a process uses (the worker context, as Svix calls it): settings,
+    store, sender, metrics, the posts topic and the signing key."""
 
     config: WebhooksConfig
     store: Store
@@ -71,12 +72,12 @@ def webhook_id(epoch: str, item: Announcement) -> str:
 class EndpointWorker:
     def __init__(
         self,
-        shared: Shared,
+        context: WorkerContext,
         endpoint: Endpoint,
         progress: DeliveryProgress,
         lease_short: asyncio.Event | None = None,
     ) -> None:
-        self.s = shared
+        self.context = context
         self.endpoint = endpoint
         self.changed = asyncio.Event()
         self.wake = asyncio.Event()
@@ -84,7 +85,8 @@ class EndpointWorker:
         self.stored = progress.cursor
         self.at = progress.cursor
         self.replay_seq = progress.replay_seq
-        self.enable = progress.disabled  # claimed while disabled: an operator's resume enabled it
+        #: Claimed while disabled (an operator's resume enabled it): enabled again when it starts.
+        self.enable_on_start = progress.disabled
         self.failed_attempts = progress.attempt
         self.retry_at = time.monotonic() + progress.retry_in_s
         self.failing_since: float | None = (
@@ -93,7 +95,7 @@ class EndpointWorker:
         self.behind_since: float | None = None
         self.unpruned = 0
         #: Monotonic time until which this process's lease is certainly held.
-        self.lease_deadline = time.monotonic() + shared.config.webhooks_lease_ttl_s
+        self.lease_deadline = time.monotonic() + context.config.webhooks_lease_ttl_s
         #: Set (for the dispatcher) when an attempt waits for the lease to be renewed.
         self.lease_short = lease_short if lease_short is not None else asyncio.Event()
 
@@ -126,30 +128,29 @@ class EndpointWorker:
                 continue
 
     async def _deliver_pages(self) -> None:
-        if self.enable:
-            await self.s.store.enable(self.endpoint.id)
-            self.enable, self.failed_attempts, self.failing_since = False, 0, None
+        if self.enable_on_start:
+            await self.context.store.enable(self.endpoint.id)
+            self.enable_on_start, self.failed_attempts, self.failing_since = False, 0, None
             log.info("webhook endpoint %s enabled again by an operator", self.endpoint.id)
         while True:
             await self._start_replay_if_asked()
             with storage_errors("walk the endpoint's announcements"):
-                langs = locales(await served_locales(self.s.store.pool), self.endpoint.locales)
+                served = await served_locales(self.context.store.pool)
                 if self.at is None:  # registered without a start: deliveries start at the frontier
-                    frontier = await walk(self.s.store.pool, self.s.topic, None, langs, limit=0)
+                    frontier = await walk(self.context.store.pool, self.context.topic, None, served, limit=0)
                     assert not isinstance(frontier, Refusal)
                     self.at = frontier.cursor()
             if self.stored is None:
-                await self.s.store.replay(self.endpoint.id, self.at, self.replay_seq)
+                await self.context.store.replay(self.endpoint.id, self.at, self.replay_seq)
                 self.stored = self.at
             with storage_errors("walk the endpoint's announcements"):
                 page = await walk(
-                    self.s.store.pool,
-                    self.s.topic,
+                    self.context.store.pool,
+                    self.context.topic,
                     cursors.decode(self.at),
-                    langs,
+                    served,
                     limit=PAGE,
-                    tickers=self.endpoint.tickers,
-                    categories=self.endpoint.categories,
+                    filter=self.endpoint.filter,
                 )
             if isinstance(page, Refusal):
                 await self._disable(f"its cursor cannot be walked: {page.message}")
@@ -187,13 +188,13 @@ class EndpointWorker:
                 cursors.decode(ep.replay_from)
             except cursors.InvalidCursor as e:
                 await self._disable(f"the replay's cursor is not valid: {e}")
-            await self.s.store.replay(ep.id, ep.replay_from, ep.replay_seq)
+            await self.context.store.replay(ep.id, ep.replay_from, ep.replay_seq)
             log.info("webhook endpoint %s: replay %d started", ep.id, ep.replay_seq)
             self.replay_seq, self.at, self.stored = ep.replay_seq, ep.replay_from, ep.replay_from
             self.failed_attempts, self.failing_since, self.retry_at = 0, None, 0.0
 
     async def _disable(self, reason: str, attempt: Attempt | None = None) -> NoReturn:
-        await self.s.store.disable(self.endpoint.id, self.endpoint.version, reason, attempt)
+        await self.context.store.disable(self.endpoint.id, self.endpoint.version, reason, attempt)
         log.warning("webhook endpoint %s disabled: %s", self.endpoint.id, reason)
         raise Disabled(reason)
 
@@ -221,7 +222,7 @@ class EndpointWorker:
         """POST one message until the endpoint acknowledges it; its cursor stored with that attempt."""
         msg_id = webhook_id(epoch, item)
         body = post_created(item.lean, item.partition, item.offset, after)
-        config = self.s.config
+        config = self.context.config
         while True:
             await self._wait_until_due()
             if self.endpoint.replay_seq > self.replay_seq:
@@ -229,24 +230,27 @@ class EndpointWorker:
             await self._lease_outlasting(config.webhooks_attempt_timeout_s + 1)
             ep, at = self.endpoint, utcnow()
             headers = signing.headers(
-                msg_id, int(at.timestamp()), body, ep.secrets(self.s.signing_key, config.webhooks_rotation_window_s, at)
+                msg_id,
+                int(at.timestamp()),
+                body,
+                ep.secrets(self.context.signing_key, config.webhooks_rotation_window_s, at),
             )
-            result = await self.s.sender.attempt(ep.url, headers, body)
-            self.s.metrics.attempts.labels(result.outcome).inc()
-            self.s.metrics.latency.observe(result.latency_s)
+            result = await self.context.sender.attempt(ep.url, headers, body)
+            self.context.metrics.attempts.labels(result.outcome).inc()
+            self.context.metrics.latency.observe(result.latency_s)
             number = self.failed_attempts + 1
             self.unpruned += 1
             if self.unpruned >= KEPT_ATTEMPTS:
-                await self.s.store.prune(ep.id)
+                await self.context.store.prune(ep.id)
                 self.unpruned = 0
             if result.outcome == "delivered":
-                await self.s.store.delivered(ep.id, after, Attempt(msg_id, number, at, result))
+                await self.context.store.delivered(ep.id, after, Attempt(msg_id, number, at, result))
                 self.stored, self.failed_attempts, self.failing_since, self.retry_at = after, 0, None, 0.0
                 return
             if result.outcome == "gone":
                 await self._disable("the endpoint answered 410 Gone", Attempt(msg_id, number, at, result))
             delay = next_delay(number, config.webhooks_retry_scale, result.retry_after_s)
-            failing_for = await self.s.store.failed(
+            failing_for = await self.context.store.failed(
                 ep.id, Attempt(msg_id, number, at, result, at + timedelta(seconds=delay)), delay
             )
             self.failed_attempts, self.retry_at = number, time.monotonic() + delay

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Callable
 
 import aiohttp
 import asyncpg
@@ -174,15 +174,6 @@ async def output_within(proc: asyncio.subprocess.Process, seconds: float, what: 
         proc.kill()
         await proc.wait()
         raise RuntimeError(f"{what} did not finish within {seconds:g} s") from None
-
-
-async def alternate(
-    runs: int, product: Callable[[int], Awaitable[None]], baseline: Callable[[int], Awaitable[None]]
-) -> None:
-    """Run product, baseline, product, baseline... ``runs`` times each (each call records its own metrics)."""
-    for i in range(runs):
-        await product(i)
-        await baseline(i)
 
 
 # --------------------------------------------------------------------------- processes

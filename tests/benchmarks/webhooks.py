@@ -40,7 +40,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import connect
 from tickerwire.services.readmodel.taxonomy import served_locales
-from tickerwire.services.readmodel.walk import Page, locales, walk
+from tickerwire.services.readmodel.walk import Page, walk
 
 from .common import (
     Context,
@@ -107,8 +107,8 @@ def endpoint_event(endpoint_id: str, version: int, status: str, url: str, start:
 async def frontier(stack: ServiceStack) -> str:
     """The read model's frontier cursor (where a newly registered endpoint starts)."""
     async with connect(stack.database_url, schema="rm") as conn:
-        langs = locales(await served_locales(conn), None)
-        page = await walk(conn, topic_name(stack.topic_prefix, POSTS), None, langs, limit=0)
+        served = await served_locales(conn)
+        page = await walk(conn, topic_name(stack.topic_prefix, POSTS), None, served, limit=0)
     assert isinstance(page, Page)
     return page.cursor()
 

@@ -47,10 +47,6 @@ from tests.support.receivers import BAD_SIGNATURE, backward, conflicting, double
 from tests.support.stack import BASE, auth
 
 
-class Violations(AssertionError):
-    """A failed check: the seed, how many violations, the first one."""
-
-
 def expected(history: History, langs: tuple[str, ...] | None = None) -> set[Key]:
     """What a client must get: every (post, locale) published and acknowledged; of ``langs``
     only, when given (a webhook endpoint's locale filter)."""
@@ -286,11 +282,6 @@ def caught_up(history: History) -> bool:
         and all(want <= {d.key for d in got} for got in history.deliveries.values())
         and webhooks_caught_up(history)
     )
-
-
-def raise_if_any(history: History, found: list[str]) -> None:
-    if found:
-        raise Violations(f"seed {history.seed}: {len(found)} violation(s); the first: {found[0]}")
 
 
 #: More connections of the capped workspace open at once than its limit, for less than this,

@@ -26,13 +26,13 @@ from tickerwire.services.common.db import create_pool
 from tickerwire.services.common.http.signing import derive_secret
 from tickerwire.services.projector.apply import apply_batch
 from tickerwire.services.readmodel.taxonomy import served_locales
-from tickerwire.services.readmodel.walk import Page, locales, walk
+from tickerwire.services.readmodel.walk import Page, walk
 from tickerwire.services.webhooks.dispatcher import Dispatcher
 from tickerwire.services.webhooks.metrics import WebhookMetrics
 from tickerwire.services.webhooks.sender import Sender
 from tickerwire.services.webhooks.settings import WebhooksConfig
 from tickerwire.services.webhooks.store import Store
-from tickerwire.services.webhooks.worker import Shared
+from tickerwire.services.webhooks.worker import WorkerContext
 
 POSTS_TOPIC = "tw.posts.v1"
 ACCESS_TOPIC = "tw.access.v1"
@@ -67,7 +67,7 @@ class Log:
 
 
 async def frontier(conn: asyncpg.Connection) -> str:
-    page = await walk(conn, POSTS_TOPIC, None, locales(await served_locales(conn), None), limit=0)
+    page = await walk(conn, POSTS_TOPIC, None, await served_locales(conn), limit=0)
     assert isinstance(page, Page)
     return page.cursor()
 
@@ -94,7 +94,7 @@ async def dispatcher(cfg: WebhooksConfig, owner: str = "test:1") -> AsyncIterato
         timeout_s=cfg.webhooks_attempt_timeout_s, max_connections=10, allow_private=cfg.webhooks_allow_private_targets
     )
     d = Dispatcher(
-        Shared(cfg, Store(pool, owner, cfg.webhooks_lease_ttl_s), sender, WebhookMetrics(), POSTS_TOPIC, KEY)
+        WorkerContext(cfg, Store(pool, owner, cfg.webhooks_lease_ttl_s), sender, WebhookMetrics(), POSTS_TOPIC, KEY)
     )
     task = asyncio.create_task(d.run())
     try:
@@ -323,7 +323,7 @@ async def test_a_crashed_worker_is_logged_counted_and_started_again(conn, fresh_
     try:
         await log.endpoint("whe_crash", rx.url)
         async with dispatcher(config(fresh_db)) as d:
-            real, calls = d.s.sender.attempt, []
+            real, calls = d.context.sender.attempt, []
 
             async def broken_once(*args):
                 calls.append(args)
@@ -331,10 +331,10 @@ async def test_a_crashed_worker_is_logged_counted_and_started_again(conn, fresh_
                     raise RuntimeError("a defect in an attempt")
                 return await real(*args)
 
-            d.s.sender.attempt = broken_once  # type: ignore[method-assign]
+            d.context.sender.attempt = broken_once  # type: ignore[method-assign]
             await log.posts(1, 2)
             await until(lambda: _acked(rx, 2), "both posts, after the worker started again")
-            assert d.s.metrics.worker_crashes._value.get() == 1
+            assert d.context.metrics.worker_crashes._value.get() == 1
         crashed = [r for r in caplog.records if "its worker crashed" in r.getMessage()]
         assert crashed and crashed[0].levelname == "ERROR" and "a defect in an attempt" in str(crashed[0].exc_info)
         assert [r.key[0] for r in rx.acked()] == [1, 2]
@@ -367,10 +367,10 @@ async def test_the_database_failing_under_a_walk_is_a_warning_and_a_retry_not_a_
     try:
         await log.endpoint("whe_outage", rx.url)
         async with dispatcher(config(fresh_db)) as d:
-            d.s.store.pool = Unreachable(d.s.store.pool)  # type: ignore[assignment]
+            d.context.store.pool = Unreachable(d.context.store.pool)  # type: ignore[assignment]
             await log.posts(1, 2)
             await until(lambda: _acked(rx, 2), "both posts, after the retry")
-            assert d.s.store.pool.failed and d.s.metrics.worker_crashes._value.get() == 0
+            assert d.context.store.pool.failed and d.context.metrics.worker_crashes._value.get() == 0
         warned = [r for r in caplog.records if "whe_outage" in r.getMessage() and "retrying" in r.getMessage()]
         assert warned and warned[0].levelname == "WARNING" and "gave up waiting" in warned[0].getMessage()
         assert not [r for r in caplog.records if "its worker crashed" in r.getMessage()]

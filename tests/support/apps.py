@@ -28,7 +28,7 @@ from tickerwire.services.api.app import create_app
 from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common import kafka
 from tickerwire.services.common.db import connect
-from tickerwire.services.common.operator.endpoints import ADMIN_APP
+from tickerwire.services.common.operator.admin_listener import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
 from tickerwire.services.stream.app import create_app as create_stream_app
 

@@ -49,10 +49,6 @@ class Link:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    @property
-    def cut_off(self) -> bool:
-        return self._open is not None and not self._open.is_set()
-
     def start(self) -> None:
         """Listen on :attr:`address` and forward from now on."""
         self._thread.start()

@@ -26,7 +26,7 @@ from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.schemas.topics import POSTS, topic_name
 from tickerwire.services.common.db import connect
 from tickerwire.services.readmodel.taxonomy import served_locales
-from tickerwire.services.readmodel.walk import Page, locales, walk
+from tickerwire.services.readmodel.walk import Page, walk
 
 #: A fault plan: what to do with the next request (None: answer 200).
 Plan = Callable[[], str | None]
@@ -157,9 +157,7 @@ async def start_cursor(stack: ServiceStack) -> str:
     """The read model's frontier cursor now: a new endpoint's ``start_cursor`` (what
     `tickerwire webhooks register` gives it), so it gets every post announced after."""
     async with connect(stack.database_url, schema="rm") as conn:
-        page = await walk(
-            conn, topic_name(stack.topic_prefix, POSTS), None, locales(await served_locales(conn), None), limit=0
-        )
+        page = await walk(conn, topic_name(stack.topic_prefix, POSTS), None, await served_locales(conn), limit=0)
     assert isinstance(page, Page)
     return page.cursor()
 

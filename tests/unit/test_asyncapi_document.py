@@ -9,8 +9,8 @@ import jsonschema
 import orjson
 
 from tickerwire.services.readmodel import cursors
+from tickerwire.services.readmodel.filters import EVERYTHING, parse_filter
 from tickerwire.services.stream import protocol
-from tickerwire.services.stream.filters import EVERYTHING, parse_filter
 
 DOC = orjson.loads((Path(__file__).resolve().parents[2] / "schemas" / "asyncapi.json").read_bytes())
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).parents[2]
 #: happens to a cancellation (none sits in a loop that runs for the process's lifetime).
 ONE_SHOT_WAIT_FOR = {
     "services/projector/accept.py": 2,  # the accept-log command reads the log offsets once
-    "services/common/operator/endpoints.py": 1,  # one /readyz answer
+    "services/common/operator/admin_listener.py": 1,  # one /readyz answer
 }
 
 

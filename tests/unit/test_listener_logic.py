@@ -11,7 +11,7 @@ import orjson
 from aiokafka import errors as kafka_errors
 
 from tickerwire.services.common.http.requestlog import REQUEST_ID, RequestIdFilter, request_id
-from tickerwire.services.common.operator.endpoints import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
+from tickerwire.services.common.operator.admin_listener import ADMIN_MAX_CONNECTIONS, FD_RESERVE, connection_budget
 from tickerwire.services.common.runtime.logs import (
     ExpectedFaultTracebacks,
     JsonFormatter,

@@ -1,5 +1,7 @@
-"""The stream's opt-in filters: the /posts CSV grammar, /posts semantics, and a hub that decides
-once per message and distinct filter set (with a fake socket standing in for a client)."""
+"""The announcement filter (services/readmodel/filters.py) as the stream, ``GET /changes`` and the
+webhook endpoints' options take it: one parser, the /posts CSV grammar, /posts semantics, one set
+of error messages, and a hub that decides once per message and distinct filter set (with a fake
+socket standing in for a client)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import orjson
 import pytest
 
 from tests.support.fakes import FakeSocket
-from tickerwire.services.api.params import parse_filters
+from tickerwire.services.api.params import parse_changes, parse_filters
+from tickerwire.services.cli.admin import BadArgument
+from tickerwire.services.cli.webhooks import endpoint_filter
 from tickerwire.services.common.http.envelope import ApiError
 from tickerwire.services.common.runtime.errors import InvalidParameter
+from tickerwire.services.readmodel.filters import EVERYTHING, AnnouncementFilter, FilterFacts, parse_filter
 from tickerwire.services.stream import protocol
-from tickerwire.services.stream.filters import EVERYTHING, FilterFacts, StreamFilter, parse_filter
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
 
@@ -26,7 +30,9 @@ def test_no_parameter_means_everything():
 
 def test_values_are_normalized_like_posts():
     f = parse_filter({"lang": "de-de,FR-fr", "tickers": "btc,Eth", "categories": "markets,,defi"})
-    assert f == StreamFilter(frozenset({"de-DE", "fr-FR"}), frozenset({"BTC", "ETH"}), frozenset({"markets", "defi"}))
+    assert f == AnnouncementFilter(
+        frozenset({"de-DE", "fr-FR"}), frozenset({"BTC", "ETH"}), frozenset({"markets", "defi"})
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,21 +65,56 @@ def test_or_within_and_between_parameters():
     assert not parse_filter({"categories": "nft"}).admits(post)
 
 
-class CountingFilter(StreamFilter):
+def test_equal_filters_are_equal_in_any_order_and_keep_the_order_given():
+    one = parse_filter({"lang": "fr-fr,de-DE", "tickers": "eth,btc,ETH"})
+    other = parse_filter({"lang": "de-de,FR-FR", "tickers": "BTC,eth"})
+    assert one == other and hash(one) == hash(other) and len({one, other}) == 1
+    assert one.locales == ("fr-FR", "de-DE") and one.tickers == ("ETH", "BTC")
+    assert one != parse_filter({"lang": "fr-FR"}) and EVERYTHING.locales_read(["en-US", "de-DE"]) == {"en-us", "de-de"}
+    assert one.locales_read(["en-US", "de-DE"]) == {"de-de"}
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "raw"),
+    [
+        ("lang", "locales", ",".join(f"l{i}" for i in range(21))),
+        ("tickers", "tickers", ",".join(f"T{i}" for i in range(21))),
+        ("categories", "categories", ",".join(f"c{i}" for i in range(21))),
+    ],
+)
+def test_the_stream_changes_and_the_webhook_options_refuse_with_one_message(name, option, raw):
+    with pytest.raises(InvalidParameter) as stream_err:
+        parse_filter({name: raw})
+    with pytest.raises(ApiError) as changes_err:
+        parse_changes({name: raw})
+    with pytest.raises(BadArgument) as option_err:
+        endpoint_filter(raw, option)
+    assert stream_err.value.field == changes_err.value.field == name
+    assert stream_err.value.message == changes_err.value.message
+    assert str(option_err.value) == f"--{option}: " + stream_err.value.message.replace(name, option)
+
+
+def test_changes_reads_the_streams_filter():
+    query = {"lang": "de-de,FR-fr", "tickers": "btc,Eth", "categories": "markets,,defi"}
+    assert parse_changes(query).filter == parse_filter(query)
+    assert parse_changes({}).filter == EVERYTHING
+
+
+class CountingFilter(AnnouncementFilter):
     """Counts the decisions taken, to show there is one per filter set and message."""
 
     decisions: list = []
 
     def admits(self, post: FilterFacts) -> bool:
         CountingFilter.decisions.append(self)
-        return StreamFilter.admits(self, post)
+        return AnnouncementFilter.admits(self, post)
 
 
 async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
     hub = Hub(StreamMetrics(), queue_size=8, sink_of=lambda ws: ws)
     german, btc, everything = (
-        CountingFilter(langs=frozenset({"de-DE"})),
-        CountingFilter(tickers=frozenset({"BTC"})),
+        CountingFilter(locales=("de-DE",)),
+        CountingFilter(tickers=("BTC",)),
         CountingFilter(),
     )
     sockets = {name: [FakeSocket() for _ in range(20)] for name in ("german", "btc", "everything")}
@@ -88,7 +129,7 @@ async def test_hub_decides_once_per_filter_set_and_delivers_the_same_bytes():
                     "ws",
                     "k",
                     f"ses_{name}_{i}",
-                    CountingFilter(**{s: getattr(f, s) for s in ("langs", "tickers", "categories")}),
+                    CountingFilter(**{s: getattr(f, s) for s in ("locales", "tickers", "categories")}),
                 )
             )
     assert len(hub.groups) == 3 and hub.metrics.registry.get_sample_value("tickerwire_stream_filter_groups") == 3

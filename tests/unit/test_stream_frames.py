@@ -15,8 +15,8 @@ import zlib
 import pytest
 
 from tests.support.fakes import FakeSocket, inflate, unframe
+from tickerwire.services.readmodel.filters import EVERYTHING, AnnouncementFilter, FilterFacts
 from tickerwire.services.stream import protocol
-from tickerwire.services.stream.filters import EVERYTHING, FilterFacts, StreamFilter
 from tickerwire.services.stream.frames import MAX_HISTORIES, Message, frame
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
@@ -168,7 +168,7 @@ def test_a_shared_message_is_compressed_after_a_shared_one_only_and_after_a_boun
 class Recorder:
     """Every message queued to one connection, in the order the hub queues them."""
 
-    def __init__(self, ws: FakeSocket, stream_filter: StreamFilter = EVERYTHING, cursors: bool = False) -> None:
+    def __init__(self, ws: FakeSocket, stream_filter: AnnouncementFilter = EVERYTHING, cursors: bool = False) -> None:
         self.ws, self.filter, self.cursors = ws, stream_filter, cursors
         self.expected: list[bytes] = []
 
@@ -241,7 +241,7 @@ async def test_every_connection_inflates_every_message_after_its_own_previous_on
     by one inflater of its window, as its client reads them (FakeSocket.messages). A frame
     compressed after any message but the connection's true previous one fails here."""
     hub = Hub(StreamMetrics(), queue_size=4096, sink_of=lambda ws: ws)
-    btc = StreamFilter(tickers=frozenset({"BTC"}))
+    btc = AnnouncementFilter(tickers=("BTC",))
     run = MixedRun(
         hub,
         [
@@ -284,7 +284,7 @@ async def test_every_connection_inflates_every_message_after_its_own_previous_on
 async def test_connections_that_got_the_same_previous_message_share_its_next_frame():
     metrics = StreamMetrics()
     hub = Hub(metrics, queue_size=16, sink_of=lambda ws: ws)
-    btc = StreamFilter(tickers=frozenset({"BTC"}))
+    btc = AnnouncementFilter(tickers=("BTC",))
     sockets = [FakeSocket(encoding=15, takeover=True) for _ in range(4)]
     conns = [
         hub.open(ws, None, "ws", f"k{i}", f"ses_{i}", btc if i == 3 else EVERYTHING) for i, ws in enumerate(sockets)

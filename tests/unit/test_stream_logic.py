@@ -9,8 +9,8 @@ import re
 import orjson
 
 from tests.support.fakes import FakeSocket
+from tickerwire.services.readmodel.filters import FilterFacts
 from tickerwire.services.stream import protocol
-from tickerwire.services.stream.filters import FilterFacts
 from tickerwire.services.stream.hub import Hub
 from tickerwire.services.stream.metrics import StreamMetrics
 

@@ -12,7 +12,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from tickerwire.services.common.kafka.logcheck import discontinuity
-from tickerwire.services.common.operator.endpoints import answer_ready
+from tickerwire.services.common.operator.admin_listener import answer_ready
 from tickerwire.services.common.operator.readiness import Readiness
 from tickerwire.services.common.runtime import retry, supervise
 from tickerwire.services.common.runtime.errors import StorageUnavailable

@@ -12,7 +12,8 @@ import pytest
 
 from tickerwire.services.common.http.signing import derive_secret, headers, secret_text, signature
 from tickerwire.services.common.http.targets import TargetRefused, address_refusal, check_literal, host_and_port
-from tickerwire.services.webhooks.endpoints import Endpoint
+from tickerwire.services.readmodel.filters import EVERYTHING
+from tickerwire.services.webhooks.endpoint_record import Endpoint
 from tickerwire.services.webhooks.schedule import (
     RETRY_DELAYS_S,
     due_to_disable,
@@ -113,7 +114,7 @@ def test_urls_refused_before_any_lookup():
 
 def _endpoint(generation: int, rotated_at: datetime | None) -> Endpoint:
     return Endpoint(
-        "whe_abcd", 2, "ws", "https://x", None, None, None, "active", generation, rotated_at, None, None, 0, False
+        "whe_abcd", 2, "ws", "https://x", EVERYTHING, "active", generation, rotated_at, None, None, 0, False
     )
 
 

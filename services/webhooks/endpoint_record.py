@@ -1,5 +1,6 @@
-"""An endpoint as the dispatcher delivers to it: a typed record of its row, and the secrets
-that sign for it now (docs/webhooks.md#secret-rotation)."""
+"""The record of a webhook endpoint as the dispatcher delivers to it: a typed record of its
+row (its filter an :class:`AnnouncementFilter`), and the secrets that sign for it now
+(docs/webhooks.md#secret-rotation)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from ..common.http.signing import derive_secret
+from ..readmodel.deliveries import webhook_disabled
+from ..readmodel.filters import AnnouncementFilter
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,9 +19,8 @@ class Endpoint:
     version: int
     workspace_id: str
     url: str
-    locales: tuple[str, ...] | None
-    tickers: tuple[str, ...] | None
-    categories: tuple[str, ...] | None
+    #: Which announcements it receives (stored as validated when it was registered).
+    filter: AnnouncementFilter
     #: active or paused (removed endpoints are not read).
     status: str
     secret_generation: int
@@ -40,16 +42,14 @@ class Endpoint:
             row["version"],
             row["workspace_id"],
             row["url"],
-            filt(row["locales"]),
-            filt(row["tickers"]),
-            filt(row["categories"]),
+            AnnouncementFilter(filt(row["locales"]), filt(row["tickers"]), filt(row["categories"])),
             row["status"],
             row["secret_generation"],
             row["rotated_at"],
             row["start_cursor"],
             row["replay_from"],
             row["replay_seq"],
-            row["state"] == "disabled" and (row["disabled_version"] or 0) >= row["version"],
+            webhook_disabled(row),
         )
 
     @property

@@ -1,4 +1,4 @@
-"""Operator endpoints (/healthz, /readyz, /metrics) on their own admin listener, and running a
+"""The admin listener: its operator endpoints (/healthz, /readyz, /metrics), and running a
 process's listeners.
 
 Every process has an admin listener (``TICKERWIRE_<SERVICE>_ADMIN_PORT`` on
