@@ -15,9 +15,8 @@ import asyncpg
 import orjson
 import pytest
 
-from tests.support.containers import on_apache_kafka, why_not_apache_kafka
 from tests.support.events import encode_event, fresh_post_ev
-from tests.support.producers import active_producers, java_unavailable
+from tests.support.producers import active_producers
 from tests.support.stack import ServiceStack, started_stack
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.schemas.topics import ALL_TOPICS, POSTS, topic_name
@@ -75,8 +74,6 @@ async def test_valid_file_from_stdin_is_published_and_projected(stack):
         await conn.close()
 
 
-@pytest.mark.skipif(not on_apache_kafka(), reason=why_not_apache_kafka())
-@pytest.mark.skipif(bool(java_unavailable()), reason=f"no Kafka Admin client here: {java_unavailable()}")
 async def test_publish_is_an_idempotent_producer_with_acks_all_on_apache_kafka(stack):
     """`tickerwire publish` completes on Apache Kafka as an idempotent producer: the broker keeps
     its producer id for the partition it wrote (a producer without idempotence leaves none)."""

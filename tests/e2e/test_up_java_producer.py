@@ -1,6 +1,6 @@
 """A platform team's producer as it comes: Kafka's Java producer with its default settings
 (idempotent, ``acks=all``) publishes a post to a running `tickerwire up`, and the partner API
-serves it. `up` runs on Apache Kafka (`--broker apache`); its own demo producers are idempotent
+serves it. `up` runs on Apache Kafka; its own demo producers are idempotent
 with ``acks=all`` too (services/common/kafka/clients.py), so the demo data and the trickle it
 publishes meanwhile go the same way. (One file of its own: two `up`s at once on the same machine
 race for the embedded servers' default ports, and xdist runs a file on one worker.)"""
@@ -18,16 +18,13 @@ import pytest
 
 from tests.support.events import encode_v2, post_ev
 from tests.support.faults import start_up, stop_up, up_ports, wait_up
-from tests.support.producers import Raw, active_producers, java_producer, java_unavailable
-from tickerwire.devstack.embedded import apache_kafka
+from tests.support.producers import Raw, active_producers, java_producer
 from tickerwire.schemas.models import entity_key
 from tickerwire.schemas.topics import POSTS, topic_name
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.skipif(bool(apache_kafka.available()), reason=f"no Apache Kafka here: {apache_kafka.available()}"),
-    pytest.mark.skipif(bool(java_unavailable()), reason=f"no Java producer here: {java_unavailable()}"),
 ]
 
 #: Above the demo's posts and its trickle's (which count up from the demo's newest).
@@ -53,7 +50,7 @@ async def served(info: dict, post_id: int, timeout: float = 60.0) -> dict:
 
 def test_a_post_from_kafkas_java_producer_with_its_defaults_is_served():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-java-"))
-    run = start_up(state_dir, up_ports(), "--broker", "apache")
+    run = start_up(state_dir, up_ports())
     try:
         wait_up(run, timeout=180)
         info = run.info

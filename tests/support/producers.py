@@ -100,8 +100,10 @@ async def java_producer(
 async def active_producers(bootstrap: str, topic: str, partitions: int) -> dict[int, set[int]]:
     """The producer ids the broker keeps for each of ``topic``'s first ``partitions`` partitions
     (Kafka's Admin client, DescribeProducers): only an idempotent or transactional producer's
-    records leave one. Needs Java, as :func:`java_producer` does."""
-    argv = [apache_kafka.java(), "-cp", apache_kafka.classpath(), str(_PROGRAMS / "Producers.java")]
+    records leave one. On the JDK of the wheel, as :func:`java_producer` is."""
+    classpath = kafka_jars.classpath()
+    classes = await asyncio.to_thread(compiled, _PROGRAMS / "Producers.java", classpath)
+    argv = [java(), "-cp", f"{classpath}{os.pathsep}{classes}", "Producers"]
     out = await _run(argv + [bootstrap, topic, str(partitions)], b"", "Kafka's Admin client", said=b"")
     found: dict[int, set[int]] = {}
     for line in out.decode().splitlines():
