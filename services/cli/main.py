@@ -116,8 +116,10 @@ def _run(command: str, coro) -> int:
 @contextlib.asynccontextmanager
 async def _read_conn(config: FullConfig, *, read_only: bool = True):
     """A connection to the read model: read-only for admin commands, which never write it
-    (only the sweep, the projector's own sweeper run once, writes badge statuses)."""
-    from ..common.db import command_connection, storage_errors
+    (only the sweep, the projector's own sweeper run once, writes badge statuses). Connecting
+    is retried as the services retry it, within a bound (``command_connection``)."""
+    from ..common.db import storage_errors
+    from ..common.db.command import command_connection
 
     async with command_connection(
         config.direct_url,
@@ -130,11 +132,14 @@ async def _read_conn(config: FullConfig, *, read_only: bool = True):
 
 
 def _where(dsn: str) -> str:
-    """host:port of a DSN, without credentials."""
+    """host:port of a DSN (each of a multi-host one, in order), without credentials."""
     from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(dsn)
+        hosts = parts.netloc.rpartition("@")[2]
+        if "," in hosts:
+            return hosts
         return f"{parts.hostname}:{parts.port or 5432}"
     except ValueError:
         return "the configured database"
@@ -333,7 +338,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ..common.db import MIGRATION_STATEMENT_TIMEOUT_S, command_connection
+    from ..common.db.command import MIGRATION_STATEMENT_TIMEOUT_S, command_connection
     from ..readmodel.migrate import migrate
 
     async def go() -> int:
