@@ -1,4 +1,5 @@
-"""Admin commands: build the next snapshot of a workspace, key, embed or heartbeat.
+"""Admin commands ``tickerwire workspace | key | embed | heartbeat``: build the next snapshot of
+a workspace, key, embed or heartbeat, and publish it.
 
 Snapshots need the entity's current state, which is read (never written) from the read
 model; the new version is ``max(stored + 1, now in microseconds)`` so it always wins.
@@ -6,6 +7,8 @@ model; the new version is ``max(stored + 1, now in microseconds)`` so it always 
 
 from __future__ import annotations
 
+import argparse
+import sys
 from datetime import datetime, timezone
 
 import asyncpg
@@ -24,6 +27,8 @@ from tickerwire.schemas.models import (
 )
 
 from ..common.http.keys import display_prefix, generate_key, hash_key
+from . import argtypes
+from .running import cli_config, publish_one, read_conn, run_admin
 
 
 class AdminError(Exception):
@@ -147,3 +152,119 @@ def heartbeat_event(embed_id: str, workspace_id: str, landed_at: datetime | None
         emitted_at=now(),
         data=Heartbeat(embed_id=embed_id, workspace_id=workspace_id, landed_at=landed),
     )
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def cmd_workspace(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        config = cli_config()
+        async with read_conn(config) as conn:
+            event = await workspace_event(
+                conn,
+                args.id,
+                name=getattr(args, "name", None),
+                status={"create": "active", "suspend": "suspended", "reinstate": "active", "update": None}[args.action],
+                rate_limit_per_minute=getattr(args, "rate_limit", None),
+                daily_quota=getattr(args, "daily_quota", None),
+                stream_connection_limit=getattr(args, "stream_connections", None),
+                create=args.action == "create",
+            )
+        await publish_one(config, event)
+        print(f"workspace {args.id}: {event.data.status} (version {event.version})")
+        return 0
+
+    return run_admin("workspace", go())
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        config = cli_config()
+        if args.action == "issue":
+            async with read_conn(config) as conn:
+                await require_workspace(conn, args.workspace)
+            key, event = issue_key(args.workspace, args.id)
+            await publish_one(config, event)
+            print(f"key id: {event.data.id}", file=sys.stderr)
+            print(key)  # shown once; only its hash is stored
+            return 0
+        async with read_conn(config) as conn:
+            event = await revoke_key_event(conn, args.id)
+        await publish_one(config, event)
+        print(f"key {args.id} revoked")
+        return 0
+
+    return run_admin("key", go())
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        event = embed_event(args.id, args.workspace, args.kind)  # validates the ids first
+        config = cli_config()
+        async with read_conn(config) as conn:
+            await require_workspace(conn, args.workspace)
+        await publish_one(config, event)
+        print(f"embed {args.id} created for {args.workspace}")
+        return 0
+
+    return run_admin("embed", go())
+
+
+def cmd_heartbeat(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        event = heartbeat_event(args.embed, args.workspace, args.landed_at)  # validates, refuses the future
+        config = cli_config()
+        async with read_conn(config) as conn:
+            await require_embed(conn, args.embed, args.workspace)
+        await publish_one(config, event)
+        print(f"heartbeat for {args.embed} landed at {event.data.landed_at.isoformat()}")
+        return 0
+
+    return run_admin("heartbeat", go())
+
+
+def register(sub) -> None:
+    ws = sub.add_parser("workspace", help="create, suspend, reinstate or update a workspace")
+    ws.add_argument("action", choices=["create", "suspend", "reinstate", "update"], help="what to do")
+    ws.add_argument("id", type=argtypes.entity_id, help="workspace id (letters, digits, _ and -)")
+    ws.add_argument("--name", help="display name (default: the id, or the current name)")
+    ws.add_argument(
+        "--rate-limit", type=argtypes.bounded_int(1, 1_000_000), help="requests per minute, 1..1000000 (default 60)"
+    )
+    ws.add_argument(
+        "--daily-quota",
+        type=argtypes.bounded_int(1, 1_000_000_000),
+        help="requests per UTC day, 1..1000000000 (default 5000)",
+    )
+    ws.add_argument(
+        "--stream-connections",
+        type=argtypes.bounded_int(1, 10_000),
+        help="concurrent stream connections, 1..10000 (default 5)",
+    )
+    ws.set_defaults(func=cmd_workspace)
+
+    key = sub.add_parser("key", help="issue or revoke an API key")
+    key_sub = key.add_subparsers(dest="action", required=True, metavar="ACTION")
+    issue = key_sub.add_parser("issue", help="issue a key for an existing workspace (printed once on stdout)")
+    issue.add_argument("workspace", type=argtypes.entity_id, help="id of a workspace the read model already shows")
+    issue.add_argument("--id", type=argtypes.entity_id, help="key id (default derived from the key hash)")
+    revoke = key_sub.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("id", type=argtypes.entity_id, help="key id, as printed by `key issue`")
+    key.set_defaults(func=cmd_key)
+
+    emb = sub.add_parser("embed", help="register an embed (badge or widget) for an existing workspace")
+    emb.add_argument("id", type=argtypes.embed_id, help="embed id: bdg_ then 4 to 64 letters or digits")
+    emb.add_argument("workspace", type=argtypes.entity_id, help="id of a workspace the read model already shows")
+    emb.add_argument("--kind", choices=["badge", "widget"], default="badge", help="what is embedded (default badge)")
+    emb.set_defaults(func=cmd_embed)
+
+    hb = sub.add_parser("heartbeat", help="record a badge heartbeat of an existing embed")
+    hb.add_argument("embed", type=argtypes.embed_id, help="embed id, bdg_<id>, registered for the workspace")
+    hb.add_argument("workspace", type=argtypes.entity_id, help="the embed's workspace id")
+    hb.add_argument(
+        "--landed-at",
+        type=argtypes.aware_timestamp,
+        help="when the ping landed (ISO 8601 with offset, not in the future); default now",
+    )
+    hb.set_defaults(func=cmd_heartbeat)

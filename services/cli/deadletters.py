@@ -12,7 +12,9 @@ broker has the record; a record the projector refuses again becomes a new letter
 
 from __future__ import annotations
 
+import argparse
 import base64
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,7 +26,9 @@ from ..common.kafka import ensure_declared_before, started_producer
 from ..projector.apply import ConsumedRecord, decode_records
 from ..projector.registry import SchemaRegistry, registry_of
 from ..projector.settings import ProjectorConfig
+from . import argtypes
 from .admin import AdminError, BadArgument
+from .running import cli_config, read_conn, run_admin
 
 _COLUMNS = 'id, topic, partition, "offset", key, value, reason_kind, reason, received_at'
 #: A reason longer than this is cut in ``list`` (``show`` prints it whole).
@@ -169,3 +173,72 @@ async def retry(config: ProjectorConfig, conn: asyncpg.Connection, chosen: list[
                 f"dead letter {letter.id} ({letter.where}) published again at {meta.topic}[{meta.partition}]@{meta.offset}"
             )
     return done
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    if args.action == "retry" and bool(args.ids) == bool(args.all):
+        print(
+            "tickerwire dead-letters retry: give dead letter ids or --all, not both nor neither "
+            "(see tickerwire dead-letters retry --help)",
+            file=sys.stderr,
+        )
+        return 2
+
+    async def go() -> int:
+        config = cli_config()
+        async with read_conn(config, read_only=args.action != "retry") as conn:
+            if args.action == "list":
+                found = await list_letters(conn, kind=args.kind, topic=args.topic, limit=args.limit)
+                for letter in found:
+                    print(letter.line())
+                print(
+                    f"{len(found)} dead letter(s)" + (f" (the first {args.limit})" if len(found) == args.limit else ""),
+                    file=sys.stderr,
+                )
+                return 0
+            if args.action == "show":
+                print("\n\n".join(letter.details() for letter in await letters(conn, args.ids)))
+                return 0
+            if args.all:
+                chosen = await list_letters(conn, kind=args.kind, topic=args.topic, limit=args.limit)
+            else:
+                chosen = await letters(conn, args.ids)
+            for line in await retry(config, conn, chosen):
+                print(line)
+            print(f"{len(chosen)} dead letter(s) published again", file=sys.stderr)
+            return 0
+
+    return run_admin("dead-letters", go())
+
+
+def register(sub) -> None:
+    dl = sub.add_parser("dead-letters", help="list, show or retry the records the projector set aside")
+    dl_sub = dl.add_subparsers(dest="action", required=True, metavar="ACTION")
+    letter_id = argtypes.bounded_int(1, 2**63 - 1)
+    dl_list = dl_sub.add_parser(
+        "list", help="one line each: id, topic[partition]@offset, reason kind, received at, reason"
+    )
+    dl_show = dl_sub.add_parser("show", help="everything stored of the given dead letters: reason, key, value")
+    dl_show.add_argument("ids", nargs="+", type=letter_id, metavar="ID", help="dead letter id, as `list` prints it")
+    dl_retry = dl_sub.add_parser(
+        "retry",
+        help="publish the given dead letters again, after a fix, and remove them "
+        "(all or none: refused when today's contract would refuse one)",
+    )
+    dl_retry.add_argument("ids", nargs="*", type=letter_id, metavar="ID", help="dead letter id, as `list` prints it")
+    dl_retry.add_argument("--all", action="store_true", help="every dead letter (that --kind and --topic select)")
+    for cmd in (dl_list, dl_retry):
+        cmd.add_argument(
+            "--kind",
+            type=argtypes.dead_letter_kind,
+            help="only this reason kind (codec, corrupt_batch, undecodable, unknown_schema_id, "
+            "unknown_type, unknown_schema_version, schema, wrong_topic, rejected)",
+        )
+        cmd.add_argument("--topic", help="only this topic")
+        cmd.add_argument(
+            "--limit", type=argtypes.bounded_int(1, 100_000), default=1000, help="at most this many (default 1000)"
+        )
+    dl.set_defaults(func=cmd_dead_letters)

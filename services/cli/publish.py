@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Sequence, TextIO
 
@@ -12,6 +14,7 @@ from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, 
 
 from ..common.kafka import ensure_declared_before, started_producer
 from ..common.runtime.config import Config
+from .running import cli_config, fail, run_admin
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +78,28 @@ def read_source(path: str, stdin: TextIO) -> list[str]:
         return stdin.read().splitlines()
     with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         return fh.read().splitlines()
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    try:
+        lines = read_source(args.file, sys.stdin)
+    except OSError as exc:
+        return fail("publish", f"cannot read {args.file}: {exc.strerror}", 2)
+    events, errors = parse_lines(lines)
+    if errors:
+        for err in errors:
+            print(f"{args.file}:{err.line}: {err.reason}", file=sys.stderr)
+        return fail("publish", f"{len(errors)} invalid event(s); nothing was published", 1)
+
+    async def go() -> int:
+        await publish_declared(cli_config(), events)
+        print(f"published {len(events)} event(s)")
+        return 0
+
+    return run_admin("publish", go())
+
+
+def register(sub) -> None:
+    pub = sub.add_parser("publish", help="validate JSON-lines events and publish them (all or nothing)")
+    pub.add_argument("file", help="a JSON-lines file, or - for standard input")
+    pub.set_defaults(func=cmd_publish)

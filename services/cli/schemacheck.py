@@ -1,8 +1,10 @@
-"""``tickerwire schemas check FILE``: a proposed JSON Schema of an event type against its
-published versions (``schemas/events``), per compatibility mode (:mod:`tickerwire.schemas.compat`)."""
+"""``tickerwire schemas export | check FILE``: write the event contract's JSON Schema files, or
+check a proposed JSON Schema of an event type against its published versions
+(``schemas/events``), per compatibility mode (:mod:`tickerwire.schemas.compat`)."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from tickerwire.schemas.compat import MODES, Schema, check
 from tickerwire.schemas.export import EVENTS_DIR
 
 from .admin import BadArgument
+from .running import fail
 
 
 def _declared(doc: dict, name: str) -> object:
@@ -79,3 +82,50 @@ def report(path: str, mode: str) -> tuple[list[str], bool]:
         lines.append(f"{name}: {'incompatible' if found else 'compatible'}")
         lines += [f"  {line}" for line in found]
     return lines, not verdicts[mode]
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    from tickerwire.schemas.export import export_all
+
+    if args.action == "check":
+        return _check_schema(args)
+    try:
+        paths = export_all(Path(args.out) if args.out else None)
+    except OSError as exc:  # an unwritable --out, or the package's own folder on a read-only install
+        return fail("schemas export", f"cannot write {exc.filename or args.out}: {exc.strerror} (pass --out DIR)", 1)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _check_schema(args: argparse.Namespace) -> int:
+    """Exit 0 when the proposed schema holds in ``--mode``, 1 when it does not, 2 on bad input."""
+    if not args.file:
+        return fail("schemas check", "give the proposed schema: tickerwire schemas check FILE", 2)
+    try:
+        lines, holds = report(args.file, args.mode)
+    except BadArgument as exc:
+        return fail("schemas check", str(exc), 2)
+    print("\n".join(lines))
+    print(f"{args.mode}: {'compatible' if holds else 'incompatible'} (the mode this exit status answers)")
+    return 0 if holds else 1
+
+
+def register(sub) -> None:
+    sch = sub.add_parser(
+        "schemas", help="write the JSON Schema files of the event contract, or check a proposed one against them"
+    )
+    sch.add_argument(
+        "action",
+        choices=["export", "check"],
+        help="export: write the files; check FILE: compare a proposed schema with the published versions",
+    )
+    sch.add_argument("file", nargs="?", help="check: the proposed JSON Schema")
+    sch.add_argument("--out", help="export: folder (default: the package's schemas/events)")
+    sch.add_argument(
+        "--mode",
+        choices=["backward", "backward_transitive", "forward", "forward_transitive", "full", "full_transitive"],
+        default="full",
+        help="check: the mode the exit status answers (default full; every mode is printed)",
+    )
+    sch.set_defaults(func=cmd_schemas)

@@ -10,33 +10,32 @@ signing key (``services/common/http/signing.py``), shown once when it is made (`
 
 from __future__ import annotations
 
+import argparse
 import secrets
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 import asyncpg
-from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
 
 from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..common import kafka
 from ..common.http.signing import derive_secret, secret_text
 from ..common.http.targets import TargetRefused, check_url
 from ..common.runtime.config import Config
 from ..common.runtime.errors import InvalidParameter
-from ..readmodel import cursors
 from ..readmodel.deliveries import webhook_disabled
 from ..readmodel.filters import ENDPOINT_NAMES, parse_filter
-from ..readmodel.walk import Refusal, walk
+from . import argtypes
 from .admin import AdminError, BadArgument, next_version, now, require_workspace
+from .replaystart import checked_cursor, frontier_cursor, since_cursor
+from .running import cli_config, publish_one, read_conn, run_admin
+from .settings import FullConfig
 
 #: Endpoints a workspace may have that are not removed (``GET /webhooks/endpoints`` lists them all).
 MAX_ENDPOINTS_PER_WORKSPACE = 100
-#: How long a ``--from`` cursor ahead of the committed frontier is waited for before it is refused.
-FROM_CURSOR_WAIT_S = 1.0
 
 
 def endpoint_filter(raw: str | None, name: str) -> list[str] | None:
@@ -67,61 +66,6 @@ async def refuse_target(url: str, *, allow_private: bool) -> None:
     except TargetRefused as exc:
         hint = "" if allow_private else " (TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS allows non-public addresses)"
         raise BadArgument(f"refused {url[:200]}: {exc}{hint}") from None
-
-
-# --------------------------------------------------------------------------- positions
-
-
-async def frontier_cursor(conn: asyncpg.Connection, topic: str) -> str:
-    """The read model's current frontier as a cursor: every announcement committed so far is
-    below it, so a delivery from it gets exactly what is announced after this instant."""
-    page = await walk(conn, topic, None, frozenset(), limit=0)
-    assert not isinstance(page, Refusal)  # no cursor, nothing to refuse
-    return page.cursor()
-
-
-async def checked_cursor(conn: asyncpg.Connection, topic: str, token: str) -> str:
-    """``token`` when this read model issued it (the walk's rules: its epoch, its partitions,
-    nothing past the committed frontier); :class:`BadArgument` for a token that is not a cursor,
-    :class:`AdminError` for one of another epoch or that this read model cannot have issued."""
-    try:
-        cursor = cursors.decode(token)
-    except cursors.InvalidCursor:
-        raise BadArgument(f"--from: {token[:60]!r} is not a resume cursor (c1~...)") from None
-    page = await walk(conn, topic, cursor, frozenset(), limit=0, wait_s=FROM_CURSOR_WAIT_S)
-    if isinstance(page, Refusal):
-        if page.code == cursors.EPOCH_CHANGED:
-            why = "it belongs to an earlier log (the posts log was reset or the read model rebuilt)"
-        else:
-            why = cursors.not_issued(cursor, page.frontier) or "this read model cannot have issued it"
-        raise AdminError(f"--from: refused, {why}")
-    return cursor.encode()
-
-
-async def since_cursor(config: Config, conn: asyncpg.Connection, topic: str, since: datetime) -> str:
-    """A cursor from which everything the posts topic received at or after ``since`` is
-    delivered again: per partition, the first offset whose record timestamp is at or after it
-    (a partition with none: its end), no further than the committed frontier, in the current epoch."""
-    head = await walk(conn, topic, None, frozenset(), limit=0)
-    assert not isinstance(head, Refusal)
-    tps = [TopicPartition(topic, p) for p in sorted(head.frontier)]
-    if not tps:  # nothing projected yet: nothing to deliver again
-        return head.cursor()
-    consumer = kafka.consumer(config, group_id=None, client_id="tickerwire-webhooks-replay")
-    try:
-        await consumer.start()
-        found = await consumer.offsets_for_times({tp: int(since.timestamp() * 1000) for tp in tps})
-        ends = await consumer.end_offsets(tps)
-    except KafkaError as exc:
-        raise kafka.unreachable(config, exc) from exc
-    finally:
-        await consumer.stop()
-    marks: dict[int, cursors.Mark] = {}
-    for tp in tps:
-        at = found.get(tp)
-        offset = at.offset if at is not None else ends[tp]
-        marks[tp.partition] = (min(offset, head.frontier[tp.partition]), "")
-    return cursors.encode(head.epoch, marks)
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -273,3 +217,115 @@ async def endpoint_lines(conn: asyncpg.Connection, workspace_id: str | None, *, 
 
 def posts_topic(config: Config) -> str:
     return topic_name(config.topic_prefix, POSTS)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    """``webhooks ACTION``: each action but ``list`` publishes the endpoint's next snapshot."""
+
+    async def go() -> int:
+        config = cli_config()
+        if args.action == "list":
+            async with read_conn(config) as conn:
+                lines = await endpoint_lines(conn, args.workspace, removed=args.all)
+            if lines:
+                print("\n".join(lines))
+            return 0
+        if args.action == "register":
+            return await _register(config, args)
+        return await _change(config, args)
+
+    return run_admin(f"webhooks {args.action}", go())
+
+
+async def _register(config: FullConfig, args: argparse.Namespace) -> int:
+    filters = {name: endpoint_filter(getattr(args, name), name) for name in ("locales", "tickers", "categories")}
+    signing_key = config.signing_key()  # before anything is published: the secret must be shown
+    await refuse_target(args.url, allow_private=config.webhooks_allow_private_targets)
+    async with read_conn(config) as conn:
+        event = await register_event(
+            conn, workspace_id=args.workspace, url=args.url, topic=posts_topic(config), endpoint_id=args.id, **filters
+        )
+    await publish_one(config, event)
+    print(f"webhook endpoint id: {event.data.id} (workspace {args.workspace})", file=sys.stderr)
+    print(shown_secret(signing_key, event.data.id, 1))  # shown once; derived, never stored
+    return 0
+
+
+async def _changed(
+    config: FullConfig, conn: asyncpg.Connection, args: argparse.Namespace
+) -> WebhookEndpointEvent | Rotation:
+    """The endpoint's next snapshot for ``pause``, ``resume``, ``remove``, ``replay`` or ``rotate-secret``."""
+    if args.action == "rotate-secret":
+        return await rotation_event(conn, args.id, config.webhooks_rotation_window_s)
+    if args.action == "replay":
+        topic = posts_topic(config)
+        cursor = (
+            await checked_cursor(conn, topic, args.start)
+            if args.start is not None
+            else await since_cursor(config, conn, topic, args.since)
+        )
+        return await replay_event(conn, args.id, cursor)
+    return await status_event(conn, args.id, args.action)
+
+
+async def _change(config: FullConfig, args: argparse.Namespace) -> int:
+    signing_key = config.signing_key() if args.action == "rotate-secret" else None
+    async with read_conn(config) as conn:
+        changed = await _changed(config, conn, args)
+    event = changed.event if isinstance(changed, Rotation) else changed
+    await publish_one(config, event)
+    if signing_key is not None and isinstance(changed, Rotation):
+        until = changed.old_signs_until.isoformat(timespec="seconds")
+        print(
+            f"webhook endpoint {args.id}: secret generation {event.data.secret_generation}; "
+            f"the previous secret also signs until {until}",
+            file=sys.stderr,
+        )
+        print(shown_secret(signing_key, args.id, event.data.secret_generation))  # shown once
+    elif args.action == "replay":
+        print(f"webhook endpoint {args.id}: replay {event.data.replay_seq} from {event.data.replay_from}")
+    else:
+        print(f"webhook endpoint {args.id}: {event.data.status} (version {event.version})")
+    return 0
+
+
+def register(sub) -> None:
+    hooks = sub.add_parser("webhooks", help="register and manage a workspace's webhook endpoints (docs/webhooks.md)")
+    actions = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    reg = actions.add_parser(
+        "register", help="register an endpoint; prints its id (stderr) and its signing secret, once (stdout)"
+    )
+    reg.add_argument(
+        "--workspace", required=True, type=argtypes.entity_id, help="a workspace the read model already shows"
+    )
+    reg.add_argument("--url", required=True, help="http(s) URL reaching a public address")
+    reg.add_argument("--id", type=argtypes.webhook_id, help="endpoint id (default: whe_ and 24 random hex digits)")
+    for name, example in (("locales", "en-US,de-DE"), ("tickers", "BTC,ETH"), ("categories", "bitcoin-etfs,defi")):
+        reg.add_argument(f"--{name}", help=f"only posts of these {name}, the stream's filter (e.g. {example})")
+    ls = actions.add_parser(
+        "list",
+        help="one line each: id, workspace, status, delivery state, delivered, secret generation, URL, filters",
+    )
+    ls.add_argument("--workspace", type=argtypes.entity_id, help="only this workspace's endpoints")
+    ls.add_argument("--all", action="store_true", help="removed endpoints too")
+    for name, what in (
+        ("pause", "stop delivering (the position is kept)"),
+        ("resume", "deliver again from the kept position; also enables an endpoint the dispatcher disabled"),
+        ("remove", "remove the endpoint for good"),
+        ("rotate-secret", "a new signing secret, printed once; the previous one also signs for the rotation window"),
+    ):
+        actions.add_parser(name, help=what).add_argument("id", type=argtypes.webhook_id, help="endpoint id (whe_...)")
+    rep = actions.add_parser("replay", help="deliver again everything after a cursor or since a time")
+    rep.add_argument("id", type=argtypes.webhook_id, help="endpoint id (whe_...)")
+    start = rep.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from", dest="start", metavar="CURSOR", help="a resume cursor (c1~...) this read model issued")
+    start.add_argument(
+        "--since",
+        type=argtypes.aware_timestamp,
+        metavar="TIME",
+        help="what the posts topic received at or after this time (ISO 8601 with offset)",
+    )
+    hooks.set_defaults(func=cmd_webhooks)

@@ -20,7 +20,7 @@ from aiokafka import TopicPartition
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common import kafka
-from ..common.db import command_connection
+from ..common.db.command import command_connection
 from ..common.kafka.declaration import declared_topics
 from ..common.kafka.logcheck import LogProbe, discontinuity
 from ..common.runtime.config import Config

@@ -13,12 +13,11 @@ from typing import AsyncIterator
 import asyncpg
 from aiohttp import web
 
-from ..common.db import CONNECT_POSTGRES, connect, create_pool, storage_errors
+from ..common.db import connect, create_pool, retry_connect, storage_errors
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.admin_listener import add_ops_routes, run_app
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
-from ..common.runtime.retry import retry_transient
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.migrate import migrate
 from .metrics import ProjectorMetrics
@@ -71,7 +70,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
                 await migrate(conn, config.read_model_schema)
         return pool
 
-    app[POOL] = await retry_transient(connect_and_migrate, what=CONNECT_POSTGRES, cap=2.0, failing=failing_of(app))
+    app[POOL] = await retry_connect(connect_and_migrate, failing=failing_of(app))
     yield
     await app[POOL].close()
 

@@ -21,7 +21,7 @@ from tests.support.stack import ServiceStack, started_stack
 from tickerwire.devstack.embedded.ports import free_port
 from tickerwire.schemas.topics import ALL_TOPICS, POSTS, topic_name
 from tickerwire.services.common import kafka
-from tickerwire.services.common.db import COMMAND_LOCK_TIMEOUT_S
+from tickerwire.services.common.db.command import COMMAND_LOCK_TIMEOUT_S
 from tickerwire.services.readmodel.migrate import MIGRATION_LOCK
 
 pytestmark = pytest.mark.e2e

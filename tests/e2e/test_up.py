@@ -613,3 +613,132 @@ def test_up_refuses_three_nodes_with_a_configured_kafka_and_a_state_dir_it_canno
     assert "was projected from a log that is gone" in said[0] and "--fresh" in said[0], said
     assert (state_dir / "pgdata" / "PG_VERSION").exists() and not (state_dir / "kafka").exists()
     shutil.rmtree(state_dir)
+
+
+# Every operator command that touches the database, on `up --replicas 1` (the services' and the
+# commands' URL names both servers, with target_session_attrs=read-write), then across a
+# `tickerwire failover`. One `up` for all of it: a start costs tens of seconds.
+
+
+@pytest.fixture(scope="module")
+def replicated_up():
+    state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
+    run = start_up(state_dir, up_ports(), "--replicas", "1", "--no-trickle")
+    try:
+        wait_up(run)
+        yield run
+    finally:
+        assert stop_up(run) == 0
+    shutil.rmtree(state_dir)
+
+
+def command(run, *args: str) -> subprocess.CompletedProcess:
+    """``tickerwire ARGS`` as an operator runs it beside ``up``: its settings from up.json."""
+    return subprocess.run(
+        [sys.executable, "-m", "tickerwire.services.cli.main", *args],
+        env={**up_env(), "TICKERWIRE_STATE_DIR": str(run.state_dir)},
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def done(run, *args: str, status: int = 0) -> subprocess.CompletedProcess:
+    result = command(run, *args)
+    assert result.returncode == status, (args, result.stderr)
+    assert "Traceback" not in result.stderr and "unreachable" not in result.stderr, (args, result.stderr)
+    return result
+
+
+async def _read_model_value(info: dict, query: str, *args: object) -> object:
+    import asyncpg
+
+    conn = await asyncpg.connect(info["database_url"], server_settings={"search_path": "rm"}, timeout=10)
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
+
+
+def projected(run, query: str, *args: object, timeout: float = 60.0) -> object:
+    """The first non-null answer of ``query`` on the read model (through the multi-host URL)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # not yet there, or the primary failing over
+            found = asyncio.run(_read_model_value(run.info, query, *args))
+            if found is not None:
+                return found
+        time.sleep(0.5)
+    raise AssertionError(f"not projected within {timeout:.0f} s: {query} {args}")
+
+
+async def _publish_poison(info: dict) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=info["kafka_bootstrap_servers"])
+    await producer.start()
+    try:
+        await producer.send_and_wait(f"{info['topic_prefix']}.catalog.v1", b"not an event", key=b"poison")
+    finally:
+        await producer.stop()
+
+
+def every_operator_command(run, n: int) -> None:
+    """Each command of `tickerwire --help` that reads or writes PostgreSQL, succeeding (or, for a
+    poison record's retry, refused for what it is, never for the database)."""
+    ws, key, embed, hook = f"ws_ops{n}", f"key_ops{n}", f"bdg_ops{n}0001", f"whe_ops{n}0001"
+    assert done(run, "migrate").stdout.strip() == "up to date"
+    done(run, "workspace", "create", ws)
+    projected(run, "SELECT version FROM workspaces WHERE id = $1", ws)
+    done(run, "workspace", "update", ws, "--rate-limit", "120")
+    done(run, "workspace", "suspend", ws)
+    done(run, "workspace", "reinstate", ws)
+    assert done(run, "key", "issue", ws, "--id", key).stdout.strip()
+    projected(run, "SELECT version FROM api_keys WHERE id = $1", key)
+    done(run, "key", "revoke", key)
+    done(run, "embed", embed, ws)
+    projected(run, "SELECT 1 FROM embeds WHERE id = $1", embed)
+    done(run, "heartbeat", embed, ws)
+    assert done(run, "webhooks", "register", "--workspace", ws, "--url", "http://127.0.0.1:9/hook", "--id", hook).stdout
+    projected(run, "SELECT version FROM webhook_endpoints WHERE id = $1", hook)
+    assert hook in done(run, "webhooks", "list", "--workspace", ws).stdout
+    for action in ("pause", "resume", "rotate-secret"):
+        done(run, "webhooks", action, hook)
+    done(run, "webhooks", "replay", hook, "--since", "2026-01-01T00:00:00Z")
+    done(run, "webhooks", "remove", hook)
+    topic = f"{run.info['topic_prefix']}.catalog.v1"
+    letter = done(run, "dead-letters", "list", "--topic", topic).stdout.split("\t")[0]
+    done(run, "dead-letters", "show", letter)
+    assert "nothing was published" in done(run, "dead-letters", "retry", letter, status=1).stderr
+    done(run, "dead-letters", "retry", "--all", "--kind", "rejected")
+    done(run, "sweep")
+    done(run, "projector", "accept-log")
+    done(run, "projector", "rebuild")
+
+
+def test_every_operator_command_works_on_the_replicated_url_and_across_a_failover(replicated_up):
+    run = replicated_up
+    assert "target_session_attrs=read-write" in run.info["database_url"]
+    asyncio.run(_publish_poison(run.info))  # a dead letter for `dead-letters show | retry`
+    projected(run, "SELECT id FROM dead_letters WHERE topic = $1", f"{run.info['topic_prefix']}.catalog.v1")
+    every_operator_command(run, 1)
+    old = run.info["postgres_primary_port"]
+    failover = subprocess.Popen(
+        [sys.executable, "-m", "tickerwire.services.cli.main", "failover", "--state-dir", str(run.state_dir)],
+        env=up_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # A command as soon as the primary is gone: it gets the writable server once there is one (the
+    # replica, promoted within seconds), retrying meanwhile if it is not promoted yet.
+    deadline = time.monotonic() + 60
+    while not port_is_free(old) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert port_is_free(old), "the primary was not killed"
+    done(run, "webhooks", "list")
+    out, err = failover.communicate(timeout=240)
+    assert failover.returncode == 0, err
+    assert run.info["postgres_primary_port"] != old
+    every_operator_command(run, 2)

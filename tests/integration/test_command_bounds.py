@@ -11,7 +11,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from tests.support.forward import Forwarder
-from tickerwire.services.common.db import CLOSE_TIMEOUT_S, COMMAND_CLIENT_GRACE_S, command_connection
+from tickerwire.services.common.db import CLOSE_TIMEOUT_S
+from tickerwire.services.common.db.command import COMMAND_CLIENT_GRACE_S, command_connection
 from tickerwire.services.common.runtime.errors import TickerwireError
 
 BOUND_S = 1.0

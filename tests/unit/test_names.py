@@ -27,6 +27,8 @@ ALLOWED = {
     "create_app": "the per-service application factory (services/<name>/app.py)",
     "readiness": "the per-service readiness check (services/<name>/app.py)",
     "serve": "the per-service entry point (services/<name>/app.py)",
+    # Every command module of the CLI adds its own parsers, which services/cli/main.py assembles.
+    "register": "a command module's parsers and handler (services/cli/*.py, services/cli/up/parser.py)",
 }
 
 

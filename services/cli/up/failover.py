@@ -7,6 +7,7 @@ themselves, without a restart (docs/operations.md#postgresql-crash-and-failover)
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -17,6 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from ...common.runtime.config import STATE_DIR_DEFAULT, setting
+from ..running import fail
 from .embedded import Embedded
 from .output import say
 
@@ -98,3 +101,23 @@ def _state(state_file: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None
+
+
+def cmd_failover(args: argparse.Namespace) -> int:
+    state_dir = Path(args.state_dir or setting("STATE_DIR", STATE_DIR_DEFAULT) or STATE_DIR_DEFAULT)
+    try:
+        print(request_failover(state_dir))
+    except RuntimeError as exc:
+        return fail("failover", str(exc), 1)
+    return 0
+
+
+def register(sub) -> None:
+    fo = sub.add_parser(
+        "failover",
+        help="PostgreSQL failover of a running `tickerwire up --replicas N`: kill the primary, promote replica 1",
+    )
+    fo.add_argument(
+        "--state-dir", help=f"the `up`'s state directory (default TICKERWIRE_STATE_DIR or {STATE_DIR_DEFAULT})"
+    )
+    fo.set_defaults(func=cmd_failover)

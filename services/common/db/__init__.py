@@ -7,12 +7,12 @@ read model's tables mean (migrations, positions, ...) lives in :mod:`tickerwire.
 from __future__ import annotations
 
 import contextlib
-from typing import AsyncIterator, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Protocol, TypeVar
 
 import asyncpg
 
 from ..runtime.config import Config
-from ..runtime.errors import ConfigError, StorageUnavailable, TickerwireError
+from ..runtime.errors import ConfigError, StorageUnavailable
 from ..runtime.retry import Failing, retry_transient
 
 #: Errors that mean "the database is not there right now", as opposed to a bug in a statement.
@@ -166,6 +166,32 @@ async def _check_search_path(pool: asyncpg.Pool, schema: str, timeout_s: float) 
 #: What a service retries while it has no pool yet (``retry_transient``'s ``what``); readiness
 #: names the last failure of it (the service's :class:`~..runtime.retry.Failing`).
 CONNECT_POSTGRES = "connect to PostgreSQL"
+#: The longest pause between two attempts to connect (full jitter below it, :mod:`..runtime.retry`).
+CONNECT_BACKOFF_CAP_S = 2.0
+
+T = TypeVar("T")
+
+
+async def retry_connect(
+    connect_op: Callable[[], Awaitable[T]],
+    *,
+    what: str = CONNECT_POSTGRES,
+    failing: Failing | None = None,
+    within_s: float | None = None,
+) -> T:
+    """The one rule for connecting to PostgreSQL, a service's pool and a command's session alike:
+    ``connect_op`` retried while it fails with :class:`StorageUnavailable` (PostgreSQL down or
+    restarting, no host of a multi-host URL writable yet during a failover), with capped,
+    jittered backoff. A service retries for as long as it takes (``within_s=None``); a command
+    within ``within_s``, quietly, then the last failure is raised for its one line."""
+    return await retry_transient(
+        connect_op,
+        what=what,
+        cap=CONNECT_BACKOFF_CAP_S,
+        failing=failing,
+        within_s=within_s,
+        quiet=within_s is not None,
+    )
 
 
 async def reader_pool(
@@ -177,7 +203,7 @@ async def reader_pool(
     ``db_connect_timeout_s``, so a frozen database turns into a prompt 503, not a stall.
     ``synchronous_commit``: as :func:`create_pool`'s (a service whose few writes must survive a
     crash of PostgreSQL, such as the webhook dispatcher's cursors, sets ``on``)."""
-    return await retry_transient(
+    return await retry_connect(
         lambda: create_pool(
             config.database_url,
             config.read_model_schema,
@@ -189,8 +215,6 @@ async def reader_pool(
             synchronous_commit=synchronous_commit,
             pooled=config.pooled,
         ),
-        what=CONNECT_POSTGRES,
-        cap=2.0,
         failing=failing,
     )
 
@@ -271,28 +295,27 @@ async def open_connection(
     ``schema`` puts that schema first on the search_path (quoted); ``read_only`` makes every
     transaction read-only; ``settings`` are further server settings (application_name, ...);
     ``command_timeout`` bounds each statement on the client (``TimeoutError``), which holds
-    where a server-side bound cannot: a server that does not answer at all."""
+    where a server-side bound cannot: a server that does not answer at all.
+
+    ``read_only`` is set once the session is open, not in the start-up packet: the server
+    reports a start-up ``default_transaction_read_only=on`` back, and a multi-host URL's
+    ``target_session_attrs=read-write`` (docs/operations.md#postgresql-crash-and-failover) would
+    then find no host writable, the primary included."""
     server_settings = dict(settings or {})
     if schema is not None:
         server_settings["search_path"] = quote_ident(schema) + ",public"
+    conn = await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings, command_timeout=command_timeout)
     if read_only:
-        server_settings["default_transaction_read_only"] = "on"
-    return await asyncpg.connect(dsn, timeout=timeout, server_settings=server_settings, command_timeout=command_timeout)
+        try:
+            await conn.execute("SET default_transaction_read_only = on")
+        except BaseException:
+            conn.terminate()
+            raise
+    return conn
 
 
-#: An operator command's session (``tickerwire migrate``, ``projector accept-log``, the admin
-#: commands): how long one statement may run, and how long it may wait for a lock. A migration
-#: queued behind a long transaction would otherwise wait without end, and every reader of the
-#: table would queue behind the migration; it gives up instead, having changed nothing.
-COMMAND_STATEMENT_TIMEOUT_S = 60.0
-COMMAND_LOCK_TIMEOUT_S = 10.0
-#: How much longer than the server's statement bound the command itself waits for an answer:
-#: a server that is frozen, or cut off by the network, never applies its own bound.
-COMMAND_CLIENT_GRACE_S = 5.0
 #: How long closing a session may take (a frozen server never acknowledges it).
 CLOSE_TIMEOUT_S = 5.0
-#: A migration's statements may build indexes over a large read model.
-MIGRATION_STATEMENT_TIMEOUT_S = 3600.0
 
 
 @contextlib.asynccontextmanager
@@ -305,14 +328,31 @@ async def connect(
     settings: dict[str, str] | None = None,
     what: str = "connect",
     command_timeout: float | None = None,
+    retry_within_s: float | None = None,
 ) -> AsyncIterator[asyncpg.Connection]:
     """:func:`open_connection` for the length of a block, its failure to connect translated
-    into :class:`StorageUnavailable` (``what`` names the attempt). Closing it waits at most
-    :data:`CLOSE_TIMEOUT_S`, then drops the connection."""
-    with storage_errors(what):
-        conn = await open_connection(
-            dsn, schema=schema, read_only=read_only, timeout=timeout, settings=settings, command_timeout=command_timeout
-        )
+    into :class:`StorageUnavailable` (``what`` names the attempt). ``retry_within_s``: a failure
+    to connect is retried by :func:`retry_connect` for that long (None: not retried). Closing it
+    waits at most :data:`CLOSE_TIMEOUT_S`, then drops the connection."""
+
+    async def attempt() -> asyncpg.Connection:
+        with storage_errors(what):
+            return await open_connection(
+                dsn,
+                schema=schema,
+                read_only=read_only,
+                timeout=timeout,
+                settings=settings,
+                command_timeout=command_timeout,
+            )
+
+    if retry_within_s is None:
+        conn = await attempt()
+    else:
+        try:
+            conn = await retry_connect(attempt, what=what, within_s=retry_within_s)
+        except StorageUnavailable as exc:
+            raise StorageUnavailable(f"{exc}; gave up after retrying for {retry_within_s:g} s") from exc
     try:
         yield conn
     finally:
@@ -320,41 +360,3 @@ async def connect(
             await conn.close(timeout=CLOSE_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - a server that does not answer: drop the connection
             conn.terminate()
-
-
-@contextlib.asynccontextmanager
-async def command_connection(
-    dsn: str,
-    *,
-    schema: str | None = None,
-    read_only: bool = False,
-    statement_timeout_s: float = COMMAND_STATEMENT_TIMEOUT_S,
-    what: str = "connect",
-) -> AsyncIterator[asyncpg.Connection]:
-    """:func:`connect` for an operator command: its statements bounded by ``statement_timeout_s``
-    and its lock waits by :data:`COMMAND_LOCK_TIMEOUT_S` on the server; a bound that gives up
-    is a :class:`TickerwireError` whose message is the command's one line."""
-    settings = {
-        "statement_timeout": str(int(statement_timeout_s * 1000)),
-        "lock_timeout": str(int(COMMAND_LOCK_TIMEOUT_S * 1000)),
-    }
-    waited = statement_timeout_s + COMMAND_CLIENT_GRACE_S
-    try:
-        async with connect(
-            dsn, schema=schema, read_only=read_only, settings=settings, what=what, command_timeout=waited
-        ) as conn:
-            yield conn
-    except asyncpg.exceptions.LockNotAvailableError:
-        raise TickerwireError(
-            f"gave up after waiting {COMMAND_LOCK_TIMEOUT_S:g} s for a lock another PostgreSQL session "
-            "holds (a long transaction, a projector batch or a rebuild switching); nothing was changed: "
-            "run it again"
-        ) from None
-    except asyncpg.exceptions.QueryCanceledError as exc:
-        raise TickerwireError(f"a statement ran past its bound ({exc}); nothing was changed") from None
-    except TimeoutError:
-        raise TickerwireError(
-            f"PostgreSQL did not answer within {waited:g} s (frozen, overloaded or cut off?); "
-            "a change in flight may or may not have been committed: run the command again "
-            "once PostgreSQL answers (each command is safe to repeat)"
-        ) from None

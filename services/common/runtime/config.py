@@ -415,8 +415,7 @@ read (`_FILE` included, by `setting` in the configuration module): `TICKERWIRE_S
 `{STATE_DIR_DEFAULT}`: where `tickerwire up` keeps logs, embedded data and `up.json`), `up`'s
 defaults for `--database-url` and `--kafka` (`TICKERWIRE_DATABASE_URL`,
 `TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS`) and the admin commands' `TICKERWIRE_LOG_LEVEL` (default
-`WARNING`). The embedded servers of `up` honour `TICKERWIRE_PG_BINDIR`; its Apache Kafka's jars honour
-`TICKERWIRE_KAFKA_CACHE`, `TICKERWIRE_KAFKA_LIBS` and `TICKERWIRE_MAVEN_REPOSITORY`
-(docs/operations.md#apache-kafka-without-a-network).
+`WARNING`). `up`'s embedded servers honour `TICKERWIRE_PG_BINDIR`, `TICKERWIRE_KAFKA_CACHE`,
+`TICKERWIRE_KAFKA_LIBS` and `TICKERWIRE_MAVEN_REPOSITORY` (docs/operations.md#apache-kafka-without-a-network).
 """
     return _MARKDOWN_HEAD + "\n".join(rows) + "\n" + tail

@@ -41,7 +41,7 @@ class Failure(NamedTuple):
 
 def failure_line(exc: BaseException) -> Failure:
     """The one rule for every command that is not an admin command (those add their own
-    refusals, ``cli.main``) and for a service that cannot run."""
+    refusals, ``cli.running``) and for a service that cannot run."""
     from aiokafka.errors import KafkaError
 
     if isinstance(exc, ConfigError):

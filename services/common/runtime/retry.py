@@ -83,11 +83,16 @@ async def retry_transient(
     attempts: int | None = None,
     on_retry: Callable[[BaseException], None] | None = None,
     failing: Failing | None = None,
+    within_s: float | None = None,
+    quiet: bool = False,
 ) -> T:
     """Run ``op`` until it succeeds, retrying only :class:`TransientError` with backoff.
 
     ``attempts=None`` retries forever: the projector prefers waiting to skipping an event.
-    ``failing`` holds the last failure while ``op`` is retried (a service's readiness reads it).
+    ``within_s`` bounds the retrying in time instead: no attempt starts past it, and the last
+    failure is raised. ``failing`` holds the last failure while ``op`` is retried (a service's
+    readiness reads it). ``quiet`` logs the retries at DEBUG: a command says its one line at
+    the end instead.
     """
     delays = backoff_delays(base, cap)
     tried = 0
@@ -99,13 +104,19 @@ async def retry_transient(
                 return await op()
             except TransientError as exc:
                 tried += 1
+                now = time.monotonic()
                 if attempts is not None and tried >= attempts:
                     raise
+                delay = next(delays)
+                if within_s is not None:
+                    if now - started >= within_s:
+                        raise
+                    delay = min(delay, started + within_s - now)
                 if failing is not None:
                     failing.failed(what, exc)
-                delay = next(delays)
-                now = time.monotonic()
-                if now - started >= ERROR_AFTER_S and (said_at is None or now - said_at >= ERROR_EVERY_S):
+                if quiet:
+                    log.debug("%s failed (%s); retry %d in %.2fs", what, exc, tried, delay)
+                elif now - started >= ERROR_AFTER_S and (said_at is None or now - said_at >= ERROR_EVERY_S):
                     said_at = now
                     log.error("%s still failing after %.0f s (%s); retrying", what, now - started, exc)
                 else:
