@@ -19,7 +19,7 @@ from typing import AsyncIterator, Iterator
 import pytest
 
 from tests.support import containers, pgbouncer, timeouts
-from tests.support.brokers import SessionBroker
+from tests.support.brokers import TEST_KAFKA_SETTINGS, SessionBroker
 from tests.support.exclusive import held
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
@@ -101,11 +101,6 @@ def _server_dsn() -> Iterator[str]:
                 yield server.dsn
         finally:
             shutil.rmtree(root, ignore_errors=True)
-
-
-#: The test stacks run their consumers with 2 s sessions (tests/support/stack.py), so that a
-#: killed member's partitions move on quickly; Kafka refuses sessions under 6 s by default.
-TEST_KAFKA_SETTINGS = {"group.min.session.timeout.ms": "1000"}
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,7 @@ from typing import AsyncIterator, Callable
 import aiohttp
 import asyncpg
 
+from tests.support.brokers import TEST_KAFKA_SETTINGS
 from tests.support.stack import ServiceStack, wait_http
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
@@ -306,7 +307,7 @@ def infrastructure(durable: bool = False):
         if not bootstrap:
             kafka_root = Path(tempfile.mkdtemp(prefix="tickerwire-bench-kafka-"))
             stack.callback(shutil.rmtree, kafka_root, True)
-            bootstrap = stack.enter_context(ApacheKafka(kafka_root)).bootstrap_servers
+            bootstrap = stack.enter_context(ApacheKafka(kafka_root, settings=TEST_KAFKA_SETTINGS)).bootstrap_servers
         yield dsn, bootstrap
 
 

@@ -52,7 +52,7 @@ from typing import AsyncIterator, Mapping, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from tests.chaos.history import History
-from tests.conftest import TEST_KAFKA_SETTINGS
+from tests.support.brokers import TEST_KAFKA_SETTINGS
 from tests.support.events import locale_ev, token_ev
 from tests.support.links import Link
 from tests.support.replicas import database_on, signal_server, wait_gone

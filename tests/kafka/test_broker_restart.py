@@ -17,8 +17,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.conftest import TEST_KAFKA_SETTINGS
-from tests.support.brokers import own_kafka
+from tests.support.brokers import TEST_KAFKA_SETTINGS, own_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
 from tests.support.ws import counting_pushes

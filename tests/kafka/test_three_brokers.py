@@ -21,8 +21,7 @@ from typing import Awaitable, Callable
 import aiohttp
 import pytest
 
-from tests.conftest import TEST_KAFKA_SETTINGS
-from tests.support.brokers import own_kafka
+from tests.support.brokers import TEST_KAFKA_SETTINGS, own_kafka
 from tests.support.events import locale_ev, post_ev
 from tests.support.stack import BASE, ServiceStack, started_stack
 from tests.support.topics import posts_leader

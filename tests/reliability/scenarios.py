@@ -34,6 +34,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
+from tests.support.brokers import TEST_KAFKA_SETTINGS
 from tests.support.faults import (
     Prober,
     StreamWatcher,
@@ -500,7 +501,7 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
     root = Path(tempfile.mkdtemp(prefix="tickerwire-logreset-"))
     port = free_port()
     pg = EmbeddedPostgres(root / "pg")
-    broker = ApacheKafka(root / "kafka", port=port)
+    broker = ApacheKafka(root / "kafka", port=port, settings=TEST_KAFKA_SETTINGS)
     background = contextlib.AsyncExitStack()
     try:
         dsn = pg.start()
@@ -521,7 +522,8 @@ async def log_reset(outage_s: float = 0.0) -> Outcome:
         # The broker is replaced by an empty one, as after losing its storage.
         broker.stop()
         await asyncio.sleep(outage_s)
-        broker = ApacheKafka(root / "kafka-new", port=port)  # a new, empty log at the same address
+        # A new, empty log at the same address.
+        broker = ApacheKafka(root / "kafka-new", port=port, settings=TEST_KAFKA_SETTINGS)
         broker.start()
         started = time.monotonic()
         await ensure_topics(stack.config)

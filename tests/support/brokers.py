@@ -24,6 +24,11 @@ from tickerwire.devstack.embedded.kafka_probe import answers_kafka
 
 PROBE_S = 5.0
 
+#: What an Apache Kafka of the tests' own allows beyond a default one: the test stacks run their
+#: consumers with 2 s sessions (tests/support/stack.py), so that a killed member's partitions
+#: move on quickly, and Kafka refuses sessions under 6 s by default.
+TEST_KAFKA_SETTINGS = {"group.min.session.timeout.ms": "1000"}
+
 Server = TypeVar("Server", ApacheKafka, ApacheKafkaCluster)
 
 

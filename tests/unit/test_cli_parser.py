@@ -44,3 +44,31 @@ def test_a_bad_argument_is_one_line_and_status_2(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--help" in err
+
+
+def test_the_command_table_names_what_each_module_registers():
+    import argparse
+    import importlib
+
+    from tickerwire.services.cli.main import COMMANDS
+
+    for name, commands in COMMANDS.items():
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name, "tickerwire.services.cli").register(sub)
+        assert tuple(sub.choices) == commands, name
+
+
+def test_a_named_command_imports_its_own_module_only():
+    """`tickerwire up` (say, a second one, refused) does not wait for every command's libraries."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from tickerwire.services.cli.main import build_parser; "
+        "build_parser(['up', '--no-trickle']); "
+        "print(sorted(m for m in sys.modules if m.startswith('tickerwire.services.cli.')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60).stdout
+    assert "tickerwire.services.cli.up.parser" in loaded
+    for other in ("deadletters", "webhooks", "admin", "publish", "maintenance"):
+        assert f"tickerwire.services.cli.{other}'" not in loaded, loaded
