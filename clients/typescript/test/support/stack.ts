@@ -60,6 +60,7 @@ export class Helper {
   private readonly proc: ChildProcessWithoutNullStreams;
   private readonly answers: ((line: string) => void)[] = [];
   private chain: Promise<unknown> = Promise.resolve();
+  private exited: string | undefined;
   readonly ready: Promise<void>;
 
   constructor() {
@@ -69,11 +70,20 @@ export class Helper {
     this.proc.stderr.on("data", (chunk: Buffer) => process.stderr.write(`# helper: ${chunk.toString()}`));
     createInterface({ input: this.proc.stdout }).on("line", (line) => this.answers.shift()?.(line));
     this.ready = new Promise((r) => this.answers.push(() => r()));
+    // A helper that dies (an import error, a crash) fails every waiting and later request at once,
+    // naming why, instead of leaving the tests to time out.
+    this.proc.stdin.on("error", () => undefined);
+    this.proc.on("exit", (code, signal) => {
+      this.exited = `the Python helper exited (${signal ?? `code ${code}`}); its stderr is above`;
+      const failed = JSON.stringify({ ok: false, error: this.exited });
+      for (const answer of this.answers.splice(0)) answer(failed);
+    });
   }
 
   request(body: object): Promise<Answer> {
     const next = this.chain.then(async () => {
       await this.ready;
+      if (this.exited) throw new Error(this.exited);
       const line = new Promise<string>((r) => this.answers.push(r));
       this.proc.stdin.write(`${JSON.stringify(body)}\n`);
       const answer = JSON.parse(await line) as Answer;

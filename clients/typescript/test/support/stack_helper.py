@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))  # tests.support
 
 from tests.support import events  # noqa: E402
 from tickerwire.schemas.models import PostEvent  # noqa: E402
-from tickerwire.services.cli.main import _config  # noqa: E402
 from tickerwire.services.cli.publish import send_events  # noqa: E402
+from tickerwire.services.cli.running import cli_config  # noqa: E402
 from tickerwire.services.common.kafka import started_producer  # noqa: E402
 from tickerwire_client import AsyncClient, ResumePoint  # noqa: E402
 
@@ -69,7 +69,7 @@ async def python_resume(request: dict) -> dict:
 
 
 async def main() -> None:
-    config = _config()
+    config = cli_config()
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
