@@ -120,6 +120,11 @@ class ApacheKafka(DataDirServer):
         return self._node_id
 
     @property
+    def nodes(self) -> list[ApacheKafka]:
+        """Its nodes, as a cluster's (:mod:`.apache_cluster`): a single node is a cluster of one."""
+        return [self]
+
+    @property
     def bootstrap_servers(self) -> str:
         if self._port is None:
             raise EmbeddedError("Apache Kafka has no port yet; call start() first")

@@ -39,8 +39,15 @@ async def exercise(info: dict, ports: dict[str, int]) -> None:
     async with aiohttp.ClientSession() as http:
         for name in ("api", "stream", "projector"):  # up.json records each process's admin listener
             assert info["admin"][name] == f"http://127.0.0.1:{ports[name + '_admin_port']}"
-            async with http.get(info["admin"][name] + "/readyz") as resp:
-                assert resp.status == 200
+            # Ready within 30 s: a process may still be catching up after a fault a test made.
+            deadline = time.monotonic() + 30
+            while True:
+                async with http.get(info["admin"][name] + "/readyz") as resp:
+                    status, body = resp.status, await resp.text()
+                if status == 200 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
+            assert status == 200, f"{name} /readyz: {body}"
             async with http.get(info["metrics"][name]) as resp:
                 assert resp.status == 200
         async with http.get(info["base_url"].split("/api/")[0] + "/metrics") as resp:
@@ -105,16 +112,27 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
                 killed = info["pids"]["children"]["api"]
                 assert asyncio.run(served_again_after_killing_the_api(info, state_dir)) < 10
                 assert run.proc.poll() is None
-                info = run.info  # the state file names the restarted child
+                info = run.info  # the state file names the restarted child, and its part's state
                 assert info["pids"]["children"]["api"] != killed and alive(info["pids"]["children"]["api"])
+                api = info["parts"]["api"]
+                assert (api["state"], api["restarts"], api["pid"]) == (
+                    "running",
+                    1,
+                    info["pids"]["children"]["api"],
+                ), api
+                assert api["reason"] == "status -9"
+                others = {name: part["state"] for name, part in info["parts"].items() if name != "api"}
+                assert others == dict.fromkeys(("projector", "stream", "dispatcher", "postgres", "kafka"), "running")
             pids = pids_of(info, state_dir)
         finally:
             assert stop_up(run) == 0
         run.lines += run.proc.stdout.read().splitlines() if run.proc.stdout else []
+        assert any(line.startswith("  parts:      projector running, api running") for line in run.lines)
         if attempt == 0:
-            assert any("api exited" in line for line in run.lines) and any(
-                "api restarted" in line for line in run.lines
-            )
+            said = [line.split("] ", 1)[-1] for line in run.lines]
+            assert any(line.startswith("api exited (status -9): running → backoff; next start in") for line in said)
+            assert "api starting: backoff → starting" in said
+            assert "api restarted" in "\n".join(said) and any(line.endswith("starting → running") for line in said)
         deadline = time.monotonic() + 10
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -178,6 +196,8 @@ def test_up_starts_a_replica_the_api_reads_from_and_restarts_it_when_it_dies():
                 restarted = int((state_dir / "pgreplica1" / "postmaster.pid").read_text().split()[0])
         assert restarted != replica_pid, "up did not restart the replica"
         assert asyncio.run(replicas_check(info["admin"]["api"], "1 of 1 in rotation")) == "1 of 1 in rotation"
+        replica = part_once(run, "postgres-replica-1", restarts=1)
+        assert (replica["state"], replica["pid"]) == ("running", restarted), replica
     finally:
         assert stop_up(run) == 0
     run.lines += run.proc.stdout.read().splitlines() if run.proc.stdout else []
@@ -438,6 +458,17 @@ def left_nothing_behind(info: dict, broker_pid: int) -> None:
     assert port_is_free(int(info["kafka_bootstrap_servers"].rsplit(":", 1)[1]))
 
 
+def part_once(run, name: str, restarts: int, timeout: float = 30) -> dict:
+    """The part ``name`` of up.json once it counts ``restarts`` and runs (up writes the file
+    just after it says so)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        part = run.info["parts"][name]
+        if (part["restarts"], part["state"]) == (restarts, "running") or time.monotonic() > deadline:
+            return part
+        time.sleep(0.1)
+
+
 def kill_and_wait_for(run, pid: int | None, said: str, timeout: float = 120) -> None:
     """SIGKILL ``pid`` (a broker ``up`` started) and wait until ``up`` says ``said``."""
     assert pid is not None
@@ -529,6 +560,8 @@ def test_up_serves_the_same_posts_key_and_cursors_after_ctrl_c_and_a_second_star
         killed = run.broker_pid()
         kill_and_wait_for(run, killed, "came back with its log")
         broker_pid = run.broker_pid()
+        kafka = part_once(run, "kafka", restarts=1)
+        assert (kafka["state"], kafka["pid"]) == ("running", broker_pid), kafka
         assert (
             broker_pid not in (None, killed)
             and run.info["kafka_bootstrap_servers"] == second["kafka_bootstrap_servers"]
@@ -573,6 +606,8 @@ def test_up_on_three_kafka_nodes_declares_replicated_topics_and_restarts_a_dead_
         assert None not in others
         kill_and_wait_for(run, killed, "Apache Kafka node 2 restarted")
         assert pid_listening_on(nodes[1]) not in (None, killed)
+        assert part_once(run, "kafka-node-2", restarts=1)["state"] == "running"
+        assert [run.info["parts"][f"kafka-node-{n}"]["restarts"] for n in (1, 3)] == [0, 0]
         assert [pid_listening_on(port) for port in (nodes[0], nodes[2])] == others
         asyncio.run(exercise(info, ports))
     finally:

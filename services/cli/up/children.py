@@ -13,9 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-from ...common.runtime.retry import backoff_delays
 from .output import UpError
 
 
@@ -27,7 +25,7 @@ def _die_with_parent() -> None:
 
 @dataclass
 class Child:
-    """One service process of the stack, restarted with capped, jittered backoff when it dies."""
+    """One service process of the stack (its restarts are :mod:`.supervisor`'s)."""
 
     name: str
     env: dict[str, str]
@@ -35,10 +33,6 @@ class Child:
     #: The `tickerwire` command it runs (default: its name; `api-2` runs `api`).
     command: str = ""
     proc: subprocess.Popen | None = None
-    restarts: int = 0
-    started_at: float = 0.0
-    restart_at: float | None = None
-    delays: Iterator[float] = field(default_factory=lambda: backoff_delays(RESTART_BASE_S, RESTART_CAP_S))
 
     def spawn(self) -> subprocess.Popen:
         out = open(self.log_path, "ab")
@@ -52,18 +46,10 @@ class Child:
             start_new_session=True,
         )
         out.close()
-        self.started_at = time.monotonic()
         return proc
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
-
-
-#: Child restarts: full-jitter backoff from 0.5 s, capped at 10 s; a child that ran this long
-#: since its last start counts as healthy again (the backoff starts over).
-RESTART_BASE_S = 0.5
-RESTART_CAP_S = 10.0
-HEALTHY_AFTER_S = 60.0
 
 
 @dataclass

@@ -27,8 +27,8 @@ from .demo import DEMO_WORKSPACE, Trickle, newest_post_id, prepare, publish_demo
 from .embedded import port_free_or_other, start_embedded
 from .failover import writable_url
 from .output import UpError, ready_lines, say
-from .state import lock_holder, lock_state_dir, write_state
-from .supervision import Supervision
+from .state import lock_holder, lock_state_dir
+from .supervisor import StackSupervisor, stack_parts
 from .timings import Timings
 
 log = logging.getLogger("tickerwire.up")
@@ -97,8 +97,7 @@ def kafka_rss_mb(parts) -> dict[str, int]:
     """The resident memory of each Kafka JVM of up's own, in MB, by node id."""
     from tickerwire.devstack.embedded.ports import resident_bytes
 
-    nodes = getattr(parts.broker, "nodes", None) or ([parts.broker] if parts.broker is not None else [])
-    sizes = {str(node.node_id): resident_bytes(node.pid) for node in nodes}
+    sizes = {str(node.node_id): resident_bytes(node.pid) for node in parts.kafka_nodes if node.pid is not None}
     return {node_id: size // (1 << 20) for node_id, size in sizes.items() if size is not None}
 
 
@@ -200,11 +199,12 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "metrics": {name: url + "/metrics" for name, url in admin.items()},
     }
     state_file = stack.state_dir / "up.json"
-    write_state(state_file, info, stack)
+    trickle = Trickle(config, last_id + 1, args.trickle_interval) if demo and not args.no_trickle else None
+    supervisor = StackSupervisor(stack_parts(stack, parts), state_file, info, stack, parts, trickle)
+    supervisor.write()
     say(timings.line())
     print("\n".join(ready_lines(info, parts.own, state_file)), flush=True)
-    trickle = Trickle(config, last_id + 1, args.trickle_interval) if demo and not args.no_trickle else None
-    await Supervision(stack, config, parts, trickle, state_file, info).run()
+    await supervisor.run()
 
 
 def up_main(args) -> int:

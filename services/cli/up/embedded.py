@@ -36,6 +36,11 @@ class Embedded:
     #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
     replicas: list[EmbeddedReplica] = field(default_factory=list)
 
+    @property
+    def kafka_nodes(self) -> list[ApacheKafka]:
+        """The nodes of up's own Apache Kafka (one, or three with ``--brokers 3``), none for a configured one."""
+        return list(self.broker.nodes) if self.broker is not None else []
+
 
 def start_embedded(stack: Stack, args, timings: Timings) -> tuple[str, str, Embedded]:
     from tickerwire.devstack.embedded.postgres import (

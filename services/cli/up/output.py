@@ -42,6 +42,8 @@ def ready_lines(info: dict[str, Any], own: OwnBroker | None, state_file: Path) -
             "  API key:    none (no demo data on a configured broker; pass --demo, or issue one: tickerwire key issue)"
         )
     lines.append(f"  admin:      {', '.join(f'{n} {u}' for n, u in info['admin'].items())} (/healthz /readyz /metrics)")
+    parts = ", ".join(f"{name} {part['state']}" for name, part in info.get("parts", {}).items())
+    lines.append(f"  parts:      {parts} (each change is said here and kept in up.json)")
     lines.append(f"  state:      {state_file}")
     if info["api_key"]:
         lines.append(f"Try: curl -H 'Authorization: Bearer {info['api_key']}' {info['base_url']}/posts")
