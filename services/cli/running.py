@@ -37,8 +37,8 @@ def cli_config() -> FullConfig:
             v in env for v in ("TICKERWIRE_WEBHOOKS_SIGNING_KEY", "TICKERWIRE_WEBHOOKS_SIGNING_KEY_FILE")
         ):
             env["TICKERWIRE_WEBHOOKS_SIGNING_KEY_FILE"] = info["webhooks_signing_key_file"]
-        if info.get("webhooks_allow_private_targets"):
-            env.setdefault("TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
+        if info.get("webhooks_open_targets"):
+            env.setdefault("TICKERWIRE_WEBHOOKS_OPEN_TARGETS", info["webhooks_open_targets"])
     return FullConfig.from_env(env)
 
 

@@ -23,7 +23,7 @@ from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
 from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common.http.signing import derive_secret, secret_text
-from ..common.http.targets import TargetRefused, check_url
+from ..common.http.targets import OpenTargets, TargetRefused, check_url
 from ..common.runtime.config import Config
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel.deliveries import webhook_disabled
@@ -59,12 +59,12 @@ def shown_secret(signing_key: bytes, endpoint_id: str, generation: int) -> str:
     return secret_text(derive_secret(signing_key, endpoint_id, generation))
 
 
-async def refuse_target(url: str, *, allow_private: bool) -> None:
+async def refuse_target(url: str, *, opened: OpenTargets) -> None:
     """:class:`BadArgument` naming why, for a URL a webhook may not reach (docs/webhooks.md#endpoints)."""
     try:
-        await check_url(url, allow_private=allow_private)
+        await check_url(url, opened=opened)
     except TargetRefused as exc:
-        hint = "" if allow_private else " (TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS allows non-public addresses)"
+        hint = f" (opened to webhooks: {opened}; TICKERWIRE_WEBHOOKS_OPEN_TARGETS opens loopback or CIDR ranges)"
         raise BadArgument(f"refused {url[:200]}: {exc}{hint}") from None
 
 
@@ -243,7 +243,7 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
 async def _register(config: FullConfig, args: argparse.Namespace) -> int:
     filters = {name: endpoint_filter(getattr(args, name), name) for name in ("locales", "tickers", "categories")}
     signing_key = config.signing_key()  # before anything is published: the secret must be shown
-    await refuse_target(args.url, allow_private=config.webhooks_allow_private_targets)
+    await refuse_target(args.url, opened=config.open_targets())
     async with read_conn(config) as conn:
         event = await register_event(
             conn, workspace_id=args.workspace, url=args.url, topic=posts_topic(config), endpoint_id=args.id, **filters

@@ -56,7 +56,7 @@ async def _dispatcher_ctx(app: web.Application) -> AsyncIterator[None]:
     sender = Sender(
         timeout_s=config.webhooks_attempt_timeout_s,
         max_connections=config.webhooks_max_endpoints,
-        allow_private=config.webhooks_allow_private_targets,
+        opened=config.open_targets(),
     )
     context = WorkerContext(
         config,

@@ -10,7 +10,7 @@ import time
 
 import aiohttp
 
-from ..common.http.targets import GuardedResolver, TargetRefused, check_literal
+from ..common.http.targets import GuardedResolver, OpenTargets, TargetRefused, check_literal
 from .schedule import AttemptResult, outcome_of, parse_retry_after
 
 #: The most of a response body read (and kept, shortened, in the attempt log).
@@ -24,13 +24,11 @@ class Sender:
     """An HTTP client shared by every endpoint of a process: one connection per endpoint at most
     (each has one request in flight), ``max_connections`` in all."""
 
-    def __init__(self, *, timeout_s: float, max_connections: int, allow_private: bool) -> None:
+    def __init__(self, *, timeout_s: float, max_connections: int, opened: OpenTargets) -> None:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._allow_private = allow_private
+        self._opened = opened
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=max_connections, resolver=GuardedResolver(allow_private), ttl_dns_cache=10
-            ),
+            connector=aiohttp.TCPConnector(limit=max_connections, resolver=GuardedResolver(opened), ttl_dns_cache=10),
             auto_decompress=False,
             headers={"User-Agent": USER_AGENT},
         )
@@ -41,7 +39,7 @@ class Sender:
     async def attempt(self, url: str, headers: dict[str, str], body: bytes) -> AttemptResult:
         started = time.monotonic()
         try:
-            check_literal(url, allow_private=self._allow_private)
+            check_literal(url, opened=self._opened)
             async with self._session.post(
                 url,
                 data=body,

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from ..common.http.signing import parse_signing_key
+from ..common.http.targets import OpenTargets
 from ..common.runtime.config import Config, option
 from ..common.runtime.errors import ConfigError
 
@@ -25,10 +26,11 @@ class WebhooksConfig(Config):
         "and `rotate-secret`)",
         secret=True,
     )
-    webhooks_allow_private_targets: bool = option(
-        False,
-        "allow endpoint URLs that are or resolve to loopback, private, link-local or other non-public "
-        "addresses (tests and `tickerwire up` only)",
+    webhooks_open_targets: str = option(
+        "",
+        "non-public addresses opened to endpoint URLs, comma-separated: `loopback` (127.0.0.0/8 and ::1) "
+        "or CIDR ranges, none wider than a /8 (IPv4) or /32 (IPv6), none holding a cloud metadata "
+        "address; empty: public addresses only (`tickerwire up` opens loopback)",
     )
     webhooks_retry_scale: float = option(
         1.0,
@@ -63,8 +65,16 @@ class WebhooksConfig(Config):
                 f"and a second ({self.webhooks_lease_ttl_s:g} and {self.webhooks_attempt_timeout_s:g}): an attempt "
                 "starts only while the lease outlasts it"
             )
+        try:
+            self.open_targets()
+        except ValueError as e:
+            raise ConfigError(f"TICKERWIRE_WEBHOOKS_OPEN_TARGETS: {e}") from None
         if not 0 < self.webhooks_retry_scale <= 1:
             raise ConfigError("TICKERWIRE_WEBHOOKS_RETRY_SCALE must be above 0 and at most 1")
+
+    def open_targets(self) -> OpenTargets:
+        """The non-public addresses opened to endpoint URLs (ValueError: not a valid setting)."""
+        return OpenTargets.parse(self.webhooks_open_targets)
 
     def signing_key(self) -> bytes:
         """The signing key; ConfigError naming the setting when it is not set."""

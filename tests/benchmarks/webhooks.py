@@ -61,7 +61,7 @@ WORKSPACE = "ws_bench"
 RATE = 10.0
 ENV = {
     "TICKERWIRE_WEBHOOKS_SIGNING_KEY": base64.b64encode(bytes(range(32))).decode(),
-    "TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS": "true",  # the receiver is on 127.0.0.1
+    "TICKERWIRE_WEBHOOKS_OPEN_TARGETS": "loopback",  # the receiver is on 127.0.0.1
 }
 
 

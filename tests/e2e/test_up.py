@@ -737,6 +737,16 @@ def every_operator_command(run, n: int) -> None:
     done(run, "embed", embed, ws)
     projected(run, "SELECT 1 FROM embeds WHERE id = $1", embed)
     done(run, "heartbeat", embed, ws)
+    # up opens loopback to webhooks, and only that: refused at registration, nothing published.
+    for target, why in (
+        ("http://10.0.0.1/hook", "a private address"),
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
+        ("http://[fc00::1]/hook", "a private address"),
+    ):
+        refused = done(run, "webhooks", "register", "--workspace", ws, "--url", target, status=2).stderr
+        assert (
+            len(refused.splitlines()) == 1 and why in refused and "opened to webhooks: 127.0.0.0/8,::1/128" in refused
+        )
     assert done(run, "webhooks", "register", "--workspace", ws, "--url", "http://127.0.0.1:9/hook", "--id", hook).stdout
     projected(run, "SELECT version FROM webhook_endpoints WHERE id = $1", hook)
     assert hook in done(run, "webhooks", "list", "--workspace", ws).stdout

@@ -85,21 +85,45 @@ async def stack(pg_dsn, kafka_bootstrap):
 
 
 @pytest.mark.parametrize(
-    ("url", "why"),
-    [("http://127.0.0.1:9/hook", "a loopback address"), ("http://169.254.169.254/latest/meta-data/", "link-local")],
+    ("url", "why", "opens"),
+    [
+        ("http://127.0.0.1:9/hook", "a loopback address", "loopback"),
+        ("http://10.20.30.40:9/hook", "a private address", "10.20.0.0/16"),
+    ],
 )
-async def test_a_loopback_or_metadata_url_is_refused_unless_the_operator_allows_it(stack, url, why):
+async def test_a_non_public_url_is_refused_unless_the_operator_opens_it(stack, url, why, opens):
     before = await stack.log_size()
     refused = await asyncio.to_thread(webhooks, stack, *register(url))
     assert refused.returncode == 2 and not refused.stdout, refused
     assert len(refused.stderr.splitlines()) == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("tickerwire webhooks register: refused ") and why in refused.stderr
     assert await stack.log_size() == before  # nothing was published
-    allowed = await asyncio.to_thread(webhooks, stack, *register(url), TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS="true")
+    allowed = await asyncio.to_thread(webhooks, stack, *register(url), TICKERWIRE_WEBHOOKS_OPEN_TARGETS=opens)
     assert allowed.returncode == 0, allowed.stderr
     endpoint_id = allowed.stderr.split("webhook endpoint id: ", 1)[1].split()[0]
     row = await endpoint(stack, endpoint_id)
     assert row is not None and row["url"] == url and row["status"] == "active"
+
+
+@pytest.mark.parametrize(
+    ("opens", "why"), [("169.254.0.0/16", "cloud metadata address"), ("0.0.0.0/0", "never every address")]
+)
+async def test_the_metadata_address_and_every_address_are_never_opened(stack, opens, why):
+    before = await stack.log_size()
+    env = {"TICKERWIRE_WEBHOOKS_OPEN_TARGETS": opens}
+    refused = await asyncio.to_thread(webhooks, stack, *register("http://169.254.169.254/latest/meta-data/"), **env)
+    assert refused.returncode != 0 and not refused.stdout, refused
+    assert len(refused.stderr.splitlines()) == 1 and "TICKERWIRE_WEBHOOKS_OPEN_TARGETS" in refused.stderr
+    assert why in refused.stderr and "Traceback" not in refused.stderr
+    assert await stack.log_size() == before
+
+
+async def test_the_replaced_allow_everything_setting_stops_the_command(stack):
+    refused = await asyncio.to_thread(
+        webhooks, stack, *register("http://127.0.0.1:9/hook"), TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS="true"
+    )
+    assert refused.returncode != 0 and len(refused.stderr.splitlines()) == 1, refused
+    assert "was replaced by TICKERWIRE_WEBHOOKS_OPEN_TARGETS" in refused.stderr
 
 
 async def test_register_shows_the_secret_once_and_every_change_reaches_the_read_model(stack):

@@ -79,7 +79,7 @@ def config(dsn: str, **env: str) -> WebhooksConfig:
             "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "unused:9092",
             "TICKERWIRE_TOPIC_PREFIX": "tw",
             "TICKERWIRE_WEBHOOKS_SIGNING_KEY": base64.b64encode(KEY).decode(),
-            "TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS": "true",
+            "TICKERWIRE_WEBHOOKS_OPEN_TARGETS": "loopback",
             "TICKERWIRE_WEBHOOKS_RETRY_SCALE": "0.002",
             # The attempt timeout and the lease keep their defaults: they must deliver as they are.
             **env,
@@ -90,9 +90,7 @@ def config(dsn: str, **env: str) -> WebhooksConfig:
 @contextlib.asynccontextmanager
 async def dispatcher(cfg: WebhooksConfig, owner: str = "test:1") -> AsyncIterator[Dispatcher]:
     pool = await create_pool(cfg.database_url, "rm", min_size=1, max_size=4, stateless=True, pooled=cfg.pooled)
-    sender = Sender(
-        timeout_s=cfg.webhooks_attempt_timeout_s, max_connections=10, allow_private=cfg.webhooks_allow_private_targets
-    )
+    sender = Sender(timeout_s=cfg.webhooks_attempt_timeout_s, max_connections=10, opened=cfg.open_targets())
     d = Dispatcher(
         WorkerContext(cfg, Store(pool, owner, cfg.webhooks_lease_ttl_s), sender, WebhookMetrics(), POSTS_TOPIC, KEY)
     )
@@ -278,7 +276,7 @@ async def test_a_redirect_is_not_followed_and_a_loopback_name_is_refused_at_conn
         await log.endpoint("whe_local", f"http://localhost:{port}/local")
         await log.endpoint("whe_metad", "http://169.254.169.254/latest/meta-data")
         await log.posts(2, 1)
-        async with dispatcher(config(fresh_db, TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS="false"), "test:2"):
+        async with dispatcher(config(fresh_db, TICKERWIRE_WEBHOOKS_OPEN_TARGETS=""), "test:2"):
             await until(lambda: _attempts(conn, "whe_local", 2, outcome="refused"), "refused at connect time")
             await until(lambda: _attempts(conn, "whe_metad", 1, outcome="refused"), "the metadata address refused")
         assert "/target" not in hit and hit.count("/moved") >= 2

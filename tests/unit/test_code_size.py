@@ -17,7 +17,7 @@ FUNCTION_LINES = 100
 #: never to grow (remove an entry once its module is within the bound).
 OVER_MODULE_BOUND = {
     "common/db/replicas.py": 439,
-    "common/runtime/config.py": 421,
+    "common/runtime/config.py": 414,
     "projector/apply.py": 573,
     "projector/bulk.py": 570,
     "stream/hub.py": 416,

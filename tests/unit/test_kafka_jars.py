@@ -167,8 +167,13 @@ def test_an_empty_cache_offline_names_what_is_missing_and_how_to_provide_it(tmp_
     assert f"set {kafka_jars.LIBS_ENV} to a folder holding the jars" in said
 
 
-def test_a_repository_serving_other_bytes_is_refused(repository, tmp_path):
-    repository.publish(ARTIFACTS[0], b"something else entirely")
+@pytest.mark.parametrize(
+    "served",
+    [b"something else entirely", b"ALPHA" + CONTENT["alpha"][5:]],
+    ids=["another size", "the same size, other bytes"],
+)
+def test_a_repository_serving_other_bytes_is_refused(repository, tmp_path, served):
+    repository.publish(ARTIFACTS[0], served)
     with pytest.raises(EmbeddedError, match="did not match its pinned SHA-256"):
         kafka_jars.ensure(ARTIFACTS, tmp_path / "libs", what="the jars")
     assert not (tmp_path / "libs" / ARTIFACTS[0].file_name).exists()

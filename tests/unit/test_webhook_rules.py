@@ -4,6 +4,7 @@ dispatcher counts as stalled."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
@@ -11,7 +12,14 @@ from email.utils import format_datetime
 import pytest
 
 from tickerwire.services.common.http.signing import derive_secret, headers, secret_text, signature
-from tickerwire.services.common.http.targets import TargetRefused, address_refusal, check_literal, host_and_port
+from tickerwire.services.common.http.targets import (
+    OpenTargets,
+    TargetRefused,
+    address_refusal,
+    check_literal,
+    check_url,
+    host_and_port,
+)
 from tickerwire.services.readmodel.filters import EVERYTHING
 from tickerwire.services.webhooks.endpoint_record import Endpoint
 from tickerwire.services.webhooks.schedule import (
@@ -107,9 +115,64 @@ def test_urls_refused_before_any_lookup():
         with pytest.raises(TargetRefused, match=why):
             host_and_port(url)
     with pytest.raises(TargetRefused, match="169.254.169.254 is a link-local address"):
-        check_literal("http://169.254.169.254/latest/meta-data", allow_private=False)
-    check_literal("http://169.254.169.254/", allow_private=True)
-    check_literal("https://hooks.example.com/", allow_private=False)  # a name: the resolver checks it
+        check_literal("http://169.254.169.254/latest/meta-data")
+    with pytest.raises(TargetRefused, match="169.254.169.254 is a link-local address"):
+        check_literal("http://169.254.169.254/", opened=OpenTargets.parse("loopback"))
+    check_literal("http://10.1.2.3/", opened=OpenTargets.parse("10.1.0.0/16"))
+    check_literal("https://hooks.example.com/")  # a name: the resolver checks it
+
+
+#: What `tickerwire up` opens (services/cli/up/command.py sets it; the dispatcher, the operator's
+#: `webhooks register` and a partner's registration all judge a URL by it). Checked against the
+#: rule itself: nothing is ever sent to these addresses.
+UP_OPENS = "loopback"
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://10.0.0.1/hook", "a private address"),
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
+        ("http://[fc00::1]/hook", "a private address"),
+        ("http://[::ffff:10.0.0.1]/hook", "a private address"),
+        ("http://0.0.0.0:9999/hook", "an unspecified address"),
+        ("http://224.0.0.1/hook", "a multicast address"),
+    ],
+)
+async def test_up_opens_loopback_only(url, why):
+    with pytest.raises(TargetRefused, match=why):
+        await check_url(url, opened=OpenTargets.parse(UP_OPENS))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9999/hook", "http://127.8.9.10/hook", "http://[::1]:9999/hook"])
+async def test_up_accepts_a_receiver_on_loopback(url):
+    await check_url(url, opened=OpenTargets.parse(UP_OPENS))
+    with pytest.raises(TargetRefused, match="a loopback address"):
+        await check_url(url)  # a deployment opens nothing by default
+
+
+@pytest.mark.parametrize(
+    ("setting", "why"),
+    [
+        ("0.0.0.0/0", "wider than a /8"),
+        ("::/0", "wider than a /32"),
+        ("10.0.0.0/7", "wider than a /8"),
+        ("169.254.0.0/16", "the cloud metadata address 169.254.169.254"),
+        ("fd00:ec2::/64", "the cloud metadata address fd00:ec2::254"),
+        ("everything", "neither `loopback` nor a CIDR range"),
+        ("10.0.0.1/8", "neither `loopback` nor a CIDR range"),  # host bits set: a typo, not a range
+    ],
+)
+def test_an_open_setting_never_opens_everything_nor_the_metadata_address(setting, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
+        OpenTargets.parse(setting)
+
+
+def test_an_open_setting_names_what_it_opens():
+    opened = OpenTargets.parse("loopback, 10.20.0.0/16")
+    assert str(opened) == "127.0.0.0/8,::1/128,10.20.0.0/16" and str(OpenTargets.parse("")) == "nothing"
+    assert address_refusal("10.20.3.4", opened) is None and address_refusal("10.21.0.1", opened) == "a private address"
+    assert address_refusal("::ffff:127.0.0.1", opened) is None  # an IPv4-mapped loopback is loopback
 
 
 def _endpoint(generation: int, rotated_at: datetime | None) -> Endpoint:

@@ -131,8 +131,8 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     env.setdefault("TICKERWIRE_KAFKA_FETCH_MAX_WAIT_MS", "20")
     env.setdefault("TICKERWIRE_PROJECTOR_LOG_CHECK_INTERVAL_S", "2")
     env.setdefault("TICKERWIRE_WEBHOOKS_SIGNING_KEY", signing_key(stack.state_dir))
-    # A developer's receiver listens on this machine: `up` allows webhooks to local addresses.
-    env.setdefault("TICKERWIRE_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
+    # A developer's receiver listens on this machine: `up` opens loopback to webhooks, and only that.
+    env.setdefault("TICKERWIRE_WEBHOOKS_OPEN_TARGETS", "loopback")
     config = FullConfig.from_env(env)
     with timings.step("migrations"):
         await prepare(config)
@@ -193,7 +193,7 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "webhooks_signing_key_file": str(stack.state_dir / SIGNING_KEY_FILE)
         if "TICKERWIRE_WEBHOOKS_SIGNING_KEY" not in os.environ
         else None,
-        "webhooks_allow_private_targets": config.webhooks_allow_private_targets,
+        "webhooks_open_targets": config.webhooks_open_targets,
         # Operator endpoints (/healthz, /readyz, /metrics) of each process, on its admin listener.
         "admin": admin,
         "metrics": {name: url + "/metrics" for name, url in admin.items()},

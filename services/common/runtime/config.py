@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .renamed import refuse_renamed, renamed_markdown
 
 PREFIX = "TICKERWIRE_"
 
@@ -60,11 +61,7 @@ class Settings:
     @classmethod
     def from_env(cls: type[S], env: Mapping[str, str] | None = None, **overrides: Any) -> S:
         env = os.environ if env is None else env
-        for old, new in RENAMED.items():
-            if env.get(old):
-                raise ConfigError(
-                    f"{old} was renamed to {new} (an admin listener: /healthz, /readyz, /metrics); set that instead"
-                )
+        refuse_renamed(env)
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name in overrides:
@@ -360,9 +357,6 @@ def setting(name: str, default: str | None = None, env: Mapping[str, str] | None
     return _value_or_file(os.environ if env is None else env, PREFIX + name) or default
 
 
-#: Settings that were renamed: a deployment still setting the old name is stopped, not ignored.
-RENAMED = {"TICKERWIRE_PROJECTOR_PORT": "TICKERWIRE_PROJECTOR_ADMIN_PORT"}
-
 _PARSERS: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": _bool, "str": str}
 
 
@@ -406,9 +400,8 @@ def markdown(config: type[Settings]) -> str:
     for (var, default), f in zip(describe(config), fields(config)):
         shown = default if default == "(required)" else f"`{default}`" if default else "(empty)"
         rows.append(f"| `{var}` | {shown} | {f.metadata.get('meaning', '')} |")
-    renamed = "; ".join(f"`{old}` was renamed `{new}`" for old, new in RENAMED.items())
     tail = f"""
-Renamed settings stop a process that still sets them: {renamed}.
+Replaced settings stop a process that still sets them: {renamed_markdown()}.
 
 The command line reads a few settings of its own, outside `Config`, as every text setting is
 read (`_FILE` included, by `setting` in the configuration module): `TICKERWIRE_STATE_DIR` (default
