@@ -45,7 +45,7 @@ class Scripted:
             self.start,
             lambda: self.pid,
             lambda: "status -9",
-            Path(f"/state/{name}.log"),
+            lambda: Path(f"/state/{name}.log"),
             came_back,
         )
 
@@ -203,6 +203,7 @@ def test_the_parts_of_a_stack_are_its_children_then_each_server_by_its_role(tmp_
     other = EmbeddedPostgres(tmp_path / "other", port=5999)
     other.running = lambda: True  # type: ignore[method-assign]
     assert not parts[0].alive()
+    assert parts[0].log_path == pg.log_path
     three.postgres = other
-    assert parts[0].alive()
+    assert parts[0].alive() and parts[0].log_path == other.log_path != pg.log_path  # its log, the new server's
     assert [p.name for p in stack_parts(Stack(tmp_path), Embedded())] == []

@@ -72,7 +72,8 @@ class Part:
     pid: Callable[[], int | None]
     #: Why it is no longer alive, for the output (``status -9``).
     gone: Callable[[], str] = lambda: "died"
-    log_path: Path | None = None
+    #: Its log now (a server's role may pass to another server, with another log, at a failover).
+    log: Callable[[], Path | None] = lambda: None
     #: Said once it runs again after a restart.
     came_back: str = ""
     state: State = State.RUNNING
@@ -84,6 +85,10 @@ class Part:
     next_start_at: float | None = None
     delays: Iterator[float] = field(default_factory=restart_delays)
     task: asyncio.Task | None = None
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.log()
 
     def as_json(self) -> dict:
         return {
@@ -111,7 +116,7 @@ def child_part(child: Child) -> Part:
         start,
         lambda: child.proc.pid if child.proc is not None else None,
         gone,
-        child.log_path,
+        lambda: child.log_path,
     )
 
 
@@ -131,7 +136,7 @@ def server_part(name: str, label: str, server: Callable, came_back: str = "") ->
         start,
         lambda: server().pid,
         lambda: "its process is gone",
-        getattr(server(), "log_path", None),
+        lambda: getattr(server(), "log_path", None),
         came_back,
     )
 
