@@ -1,9 +1,11 @@
 """One endpoint's deliveries (docs/webhooks.md#order): its announcements walked from its cursor
 (:func:`..readmodel.walk.walk`, the walk ``GET /changes`` and a stream resume share), each
 POSTed until the endpoint acknowledges it (a 2xx) or the endpoint is disabled, one request in
-flight, in cursor order. The cursor after a message is stored with the attempt that delivered
-it, so whatever stops this worker, the next one (here or in another process) starts where the
-endpoint is; a message sent again carries the same ``webhook-id``.
+flight, in the walk's order (each partition's log order: docs/webhooks.md#order), its body the
+one stored at its first attempt (docs/webhooks.md#one-id-one-body); test events go out between.
+The cursor after a message is stored with the attempt that delivered it, so whatever stops this
+worker, the next one (here or in another process) starts where the endpoint is; a message sent
+again carries the same ``webhook-id`` and bytes.
 """
 
 from __future__ import annotations
