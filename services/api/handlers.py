@@ -269,7 +269,7 @@ async def sentiment_pulse(request: web.Request) -> web.Response:
 NO_WEBHOOK_ENDPOINT = "No webhook endpoint of this workspace has this id."
 
 
-def endpoint_id_of(request: web.Request) -> str:
+def _endpoint_id(request: web.Request) -> str:
     segment = text_key(request.match_info["id"])
     if segment is None:
         raise not_found(NO_WEBHOOK_ENDPOINT)
@@ -291,7 +291,7 @@ async def list_webhook_endpoints(request: web.Request) -> web.Response:
 
 
 async def webhook_endpoint(request: web.Request) -> web.Response:
-    found = await _webhook_endpoints(request, endpoint_id_of(request))
+    found = await _webhook_endpoints(request, _endpoint_id(request))
     if not found:
         raise not_found(NO_WEBHOOK_ENDPOINT)
     return json_bytes(orjson.dumps(found[0]))
@@ -299,7 +299,7 @@ async def webhook_endpoint(request: web.Request) -> web.Response:
 
 async def webhook_attempts(request: web.Request) -> web.Response:
     """The endpoint's latest delivery attempts, newest first."""
-    endpoint_id, limit = endpoint_id_of(request), parse_attempts_limit(request.query)
+    endpoint_id, limit = _endpoint_id(request), parse_attempts_limit(request.query)
     with storage_errors("webhook attempts"):
         rows = await db(request).fetch(
             queries.SELECT_WEBHOOK_ATTEMPTS, request[WORKSPACE_KEY], endpoint_id, limit, _log_topic(request)

@@ -12,7 +12,11 @@ from ..common.http.envelope import ApiError
 from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel.webhook_tests import TestRefused, request_test
 from .errors import not_found
-from .handlers import NO_WEBHOOK_ENDPOINT, endpoint_id_of, json_bytes
+from .handlers import (
+    NO_WEBHOOK_ENDPOINT,
+    _endpoint_id as endpoint_id_of,  # the one parse of {id}; kept private for the merge
+    json_bytes,
+)
 from .state import CONFIG, POOL
 
 
