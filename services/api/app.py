@@ -22,7 +22,7 @@ from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import logposition, positions, stamps as stamp
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
-from . import handlers, openapi
+from . import handlers, openapi, webhook_test
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed
@@ -67,6 +67,9 @@ def add_partner_routes(app: web.Application, base: str) -> None:
     ]
     for path, handler, name in routes:
         app.router.add_get(base + path, handler, name=PARTNER + name)
+    app.router.add_post(
+        base + "/webhooks/endpoints/{id}/test", webhook_test.send_webhook_test, name=PARTNER + "webhook_test"
+    )
     # The contract is public: no key, and (outside the partner routes) no rate limit or quota.
     app.router.add_get(base + "/openapi.json", openapi.handler(base), name="openapi")
     add_docs_routes(app, base)

@@ -175,6 +175,7 @@ def webhook_attempt_item(r: ReadRow) -> dict[str, Any]:
     """One delivery attempt (schemas/openapi.json#/components/schemas/WebhookAttempt)."""
     return {
         "webhook_id": r["webhook_id"],
+        "type": r["type"],
         "attempt": r["attempt"],
         "attempted_at": iso_utc(r["attempted_at"]),
         "outcome": r["outcome"],
@@ -182,4 +183,5 @@ def webhook_attempt_item(r: ReadRow) -> dict[str, Any]:
         "latency_ms": r["latency_ms"],
         "error": r["error"],
         "next_attempt_at": _iso(r["next_attempt_at"]),
+        "response_excerpt": r["response_excerpt"],
     }

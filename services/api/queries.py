@@ -288,7 +288,7 @@ ORDER BY x.created_at, x.id
 # carries the mark ($4 the topic).
 SELECT_WEBHOOK_ATTEMPTS = f"""
 SELECT {logposition.stored_sql("$4")} AS log_position, v.visible, a.webhook_id, a.attempt, a.attempted_at, a.outcome, a.status, a.latency_ms, a.error,
-       a.next_attempt_at
+       a.next_attempt_at, a.type, a.response_excerpt
 FROM (SELECT EXISTS (
     SELECT 1 FROM webhook_endpoints e WHERE e.id = $2 AND e.workspace_id = $1 AND e.status <> 'removed'
 ) AS visible) v

@@ -1,6 +1,7 @@
-"""``tickerwire webhooks register | list | pause | resume | rotate-secret | remove | replay``.
+"""``tickerwire webhooks register | list | pause | resume | rotate-secret | remove | replay | test``.
 
-Each command but ``list`` publishes the endpoint's next snapshot (a ``webhook_endpoint`` event,
+``test`` queues a test event (:func:`..readmodel.webhook_tests.request_test`, the rule the API's
+``POST /webhooks/endpoints/{id}/test`` uses too). Each other command but ``list`` publishes the endpoint's next snapshot (a ``webhook_endpoint`` event,
 schemas/models.py) to the access topic, built from the current state the read model shows (read
 only, as :mod:`.admin` does for keys and workspaces), so every process sees it through the
 projector and nothing lives in one process's memory. A secret is derived from the operator's
@@ -28,6 +29,7 @@ from ..common.runtime.config import Config
 from ..common.runtime.errors import InvalidParameter
 from ..readmodel.deliveries import webhook_disabled
 from ..readmodel.filters import ENDPOINT_NAMES, parse_filter
+from ..readmodel.webhook_tests import TestRefused, request_test
 from . import argtypes
 from .admin import AdminError, BadArgument, next_version, now, require_workspace
 from .replaystart import checked_cursor, frontier_cursor, since_cursor
@@ -235,6 +237,8 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             return 0
         if args.action == "register":
             return await _register(config, args)
+        if args.action == "test":
+            return await _test(config, args)
         return await _change(config, args)
 
     return run_admin(f"webhooks {args.action}", go())
@@ -251,6 +255,15 @@ async def _register(config: FullConfig, args: argparse.Namespace) -> int:
     await publish_one(config, event)
     print(f"webhook endpoint id: {event.data.id} (workspace {args.workspace})", file=sys.stderr)
     print(shown_secret(signing_key, event.data.id, 1))  # shown once; derived, never stored
+    return 0
+
+
+async def _test(config: FullConfig, args: argparse.Namespace) -> int:
+    async with read_conn(config, read_only=False) as conn:
+        queued = await request_test(conn, args.id, None)
+    if isinstance(queued, TestRefused):
+        raise AdminError(f"webhook endpoint {args.id}: {queued.message}")
+    print(queued)
     return 0
 
 
@@ -316,6 +329,7 @@ def register(sub) -> None:
         ("resume", "deliver again from the kept position; also enables an endpoint the dispatcher disabled"),
         ("remove", "remove the endpoint for good"),
         ("rotate-secret", "a new signing secret, printed once; the previous one also signs for the rotation window"),
+        ("test", "send a webhook.test message to the endpoint once; prints its webhook-id"),
     ):
         actions.add_parser(name, help=what).add_argument("id", type=argtypes.webhook_id, help="endpoint id (whe_...)")
     rep = actions.add_parser("replay", help="deliver again everything after a cursor or since a time")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import orjson
+
 from .logposition import record_text
 from .mapping import iso_utc
 
@@ -30,4 +32,15 @@ def post_created(lean_json: str, partition: int, offset: int, cursor: str | None
         + b'","data":'
         + lean_json.encode()
         + b"}"
+    )
+
+
+def webhook_test(endpoint_id: str) -> bytes:
+    """The ``webhook.test`` message (docs/webhooks.md#test-events): no post, no cursor."""
+    return (
+        b'{"type":"webhook.test","ts":"'
+        + _now().encode()
+        + b'","data":{"endpoint_id":'
+        + orjson.dumps(endpoint_id)
+        + b"}}"
     )

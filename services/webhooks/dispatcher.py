@@ -3,7 +3,9 @@ endpoint changes, it reads the endpoints, renews the leases it holds, takes the 
 deliverable endpoints nobody holds (a few per round, so several processes share them), and
 runs one :class:`.worker.EndpointWorker` per endpoint it holds. A worker whose lease is lost, or
 whose endpoint is paused, removed or disabled, is stopped; one that crashed is logged at ERROR,
-counted, and started again at the next round. A new post wakes every idle worker.
+counted, and started again at the next round. A new post wakes every idle worker. Every
+:data:`PRUNE_EVERY_S` a round also forgets the message bodies older than the retention
+(docs/webhooks.md#one-id-one-body).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 ROUND_S = 1.0
 #: Endpoints one round takes at most: with several processes, each takes a share.
 CLAIM_PER_ROUND = 8
+#: Seconds between two prunings of the stored message bodies.
+PRUNE_EVERY_S = 60.0
 
 
 class Dispatcher:
@@ -38,6 +42,7 @@ class Dispatcher:
         self._renewed_at = 0.0
         #: A worker waits for its lease to be renewed (it set ``round_now``): renew this round.
         self._lease_wanted = False
+        self._pruned_at = 0.0
 
     def posts_changed(self) -> None:
         for worker, _ in self.workers.values():
@@ -75,6 +80,11 @@ class Dispatcher:
             else:
                 self.workers[endpoint_id][0].update(entry[0])
         await self._renew()
+        if self.workers:
+            pending = await self.context.store.pending_tests(list(self.workers))
+            for endpoint_id, numbers in pending.items():
+                if endpoint_id in self.workers:
+                    self.workers[endpoint_id][0].tests_due(numbers)
         room = self.context.config.webhooks_max_endpoints - len(self.workers)
         mine = self.context.store.owner  # a lease of ours without a worker: its worker ended (a crash); take it again
         free = [
@@ -91,6 +101,11 @@ class Dispatcher:
                 self.workers[endpoint.id] = (worker, task)
                 log.info("webhook endpoint %s: delivering from this process", endpoint.id)
         self._report(listed)
+        if time.monotonic() - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = time.monotonic()
+            forgotten = await self.context.store.prune_messages(self.context.config.webhooks_message_retention_s)
+            if forgotten:
+                log.info("webhook messages: %d bodies past the retention forgotten", forgotten)
 
     async def _renew(self) -> None:
         due = time.monotonic() - self._renewed_at >= self.context.config.webhooks_lease_ttl_s / 3

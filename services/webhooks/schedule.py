@@ -35,6 +35,9 @@ class AttemptResult:
     error: str | None = None
     #: A 429's or 503's ``Retry-After``, in seconds, when it had a valid one.
     retry_after_s: float | None = None
+    #: The start of the response's body (:data:`.sender.EXCERPT_BYTES` at most, UTF-8 decoded with
+    #: replacement); None when no response came.
+    excerpt: str | None = None
 
 
 def outcome_of(status: int) -> Outcome:

@@ -46,6 +46,11 @@ class WebhooksConfig(Config):
     webhooks_max_endpoints: int = option(
         1_000, "endpoints one dispatcher process delivers to at once (each with one request in flight)", least=1
     )
+    webhooks_message_retention_s: float = option(
+        604_800.0,
+        "a message's body is kept this long after its first attempt (7 days; longer while it is being "
+        "retried): every attempt and replay within it sends the same bytes under the same webhook-id",
+    )
     webhooks_lease_ttl_s: float = option(
         30.0,
         "a dispatcher's hold on an endpoint expires this long after its last renewal (at least twice "

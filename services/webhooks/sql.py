@@ -83,9 +83,38 @@ WHERE {_HELD}
 
 INSERT_ATTEMPT = """
 INSERT INTO webhook_attempts (endpoint_id, webhook_id, attempt, attempted_at, outcome, status, latency_ms, error,
-                              next_attempt_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                              next_attempt_at, type, response_excerpt)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
+
+#: A message's body (docs/webhooks.md#one-id-one-body): the one stored at its first attempt, or
+#: ``$3`` stored now when there is none. (The second branch reads the snapshot from before the
+#: statement, so exactly one branch answers.)
+MESSAGE_BODY = """
+WITH stored AS (
+    INSERT INTO webhook_messages (endpoint_id, webhook_id, body) VALUES ($1, $2, $3)
+    ON CONFLICT (endpoint_id, webhook_id) DO NOTHING
+    RETURNING body
+)
+SELECT body FROM stored
+UNION ALL
+SELECT body FROM webhook_messages WHERE endpoint_id = $1 AND webhook_id = $2
+LIMIT 1
+"""
+
+#: Bodies stored longer ago than ``$1`` seconds, except each endpoint's head (a message being
+#: retried keeps its body until it is acknowledged), at most ``$2`` per call.
+PRUNE_MESSAGES = """
+DELETE FROM webhook_messages m
+WHERE (m.endpoint_id, m.webhook_id) IN (
+    SELECT o.endpoint_id, o.webhook_id FROM webhook_messages o
+    WHERE o.created_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                      WHERE d.endpoint_id = o.endpoint_id AND d.head_id = o.webhook_id)
+    LIMIT $2)
+"""
+#: Bodies pruned per statement.
+PRUNE_MESSAGES_BATCH = 1_000
 
 #: Keep the latest :data:`KEPT_ATTEMPTS` attempts of an endpoint.
 KEPT_ATTEMPTS = 100
@@ -93,4 +122,22 @@ PRUNE_ATTEMPTS = f"""
 DELETE FROM webhook_attempts
 WHERE endpoint_id = $1 AND id < (
     SELECT id FROM webhook_attempts WHERE endpoint_id = $1 ORDER BY id DESC OFFSET {KEPT_ATTEMPTS - 1} LIMIT 1)
+"""
+
+#: The test events waiting to be sent to these endpoints (services/readmodel/webhook_tests.py).
+PENDING_TESTS = """
+SELECT endpoint_id, n FROM webhook_tests WHERE sent_at IS NULL AND endpoint_id = ANY($1::text[]) ORDER BY endpoint_id, n
+"""
+
+#: A test event was sent (whatever the answer: it is not retried), with its attempt row.
+TEST_SENT = f"""
+UPDATE webhook_tests SET sent_at = now()
+WHERE endpoint_id = $1 AND n = $3 AND EXISTS (SELECT 1 FROM webhook_deliveries WHERE {_HELD})
+"""
+
+#: Sent test events older than ``$1`` seconds, except each endpoint's last (it numbers the next).
+PRUNE_TESTS = """
+DELETE FROM webhook_tests t
+WHERE t.sent_at < now() - make_interval(secs => $1)
+  AND t.n < (SELECT max(l.n) FROM webhook_tests l WHERE l.endpoint_id = t.endpoint_id)
 """

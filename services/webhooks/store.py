@@ -42,6 +42,8 @@ class Attempt:
     at: datetime
     result: AttemptResult
     next_attempt_at: datetime | None = None
+    #: The message's ``type``: post.created or webhook.test.
+    type: str = "post.created"
 
 
 class Store:
@@ -110,6 +112,8 @@ class Store:
                         round(r.latency_s * 1000, 3),
                         r.error,
                         attempt.next_attempt_at,
+                        attempt.type,
+                        r.excerpt,
                     )
                 return result[0] if result else None
 
@@ -142,6 +146,38 @@ class Store:
 
     async def replay(self, endpoint_id: str, cursor: str, replay_seq: int) -> None:
         await self._guarded("start a replay", sql.REPLAY, endpoint_id, self.owner, cursor, replay_seq)
+
+    async def message_body(self, endpoint_id: str, webhook_id: str, body: bytes) -> bytes:
+        """The body every attempt of ``webhook_id`` sends to the endpoint (docs/webhooks.md#one-id-one-body):
+        the one stored at its first attempt, or ``body``, stored now (committed durably before it
+        is sent, so a dispatcher that stops after sending it is followed by the same bytes)."""
+        with storage_errors("store a message's body"):
+            async with self._pool.acquire(timeout=BACKGROUND_ACQUIRE_TIMEOUT_S) as conn, conn.transaction():
+                await begin_local(conn)
+                stored = await conn.fetchval(sql.MESSAGE_BODY, endpoint_id, webhook_id, body)
+        assert isinstance(stored, bytes)
+        return stored
+
+    async def prune_messages(self, retention_s: float) -> int:
+        """Forget bodies older than the retention (a batch), and test events sent before it; how
+        many bodies were forgotten."""
+        with storage_errors("prune webhook messages"):
+            status = await self.pool.execute(sql.PRUNE_MESSAGES, retention_s, sql.PRUNE_MESSAGES_BATCH)
+            await self.pool.execute(sql.PRUNE_TESTS, retention_s)
+        return int(status.split()[-1])
+
+    async def pending_tests(self, ids: list[str]) -> dict[str, list[int]]:
+        """The numbers of the test events waiting for these endpoints, oldest first."""
+        with storage_errors("read pending test events"):
+            rows = await self.pool.fetch(sql.PENDING_TESTS, ids)
+        pending: dict[str, list[int]] = {}
+        for r in rows:
+            pending.setdefault(r["endpoint_id"], []).append(r["n"])
+        return pending
+
+    async def test_sent(self, endpoint_id: str, n: int, attempt: Attempt) -> None:
+        """A test event's one attempt, and the test marked sent, in one transaction."""
+        await self._guarded("store a test event's attempt", sql.TEST_SENT, endpoint_id, self.owner, n, attempt=attempt)
 
     async def prune(self, endpoint_id: str) -> None:
         with storage_errors("prune webhook attempts"):

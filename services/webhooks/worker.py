@@ -1,9 +1,11 @@
 """One endpoint's deliveries (docs/webhooks.md#order): its announcements walked from its cursor
 (:func:`..readmodel.walk.walk`, the walk ``GET /changes`` and a stream resume share), each
 POSTed until the endpoint acknowledges it (a 2xx) or the endpoint is disabled, one request in
-flight, in cursor order. The cursor after a message is stored with the attempt that delivered
-it, so whatever stops this worker, the next one (here or in another process) starts where the
-endpoint is; a message sent again carries the same ``webhook-id``.
+flight, in the walk's order (each partition's log order: docs/webhooks.md#order), its body the
+one stored at its first attempt (docs/webhooks.md#one-id-one-body); test events go out between.
+The cursor after a message is stored with the attempt that delivered it, so whatever stops this
+worker, the next one (here or in another process) starts where the endpoint is; a message sent
+again carries the same ``webhook-id`` and bytes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import NoReturn
 
 from ..common.db import storage_errors
@@ -21,12 +23,13 @@ from ..common.http import signing
 from ..common.runtime.errors import TransientError
 from ..readmodel import cursors
 from ..readmodel.announcements import Announcement
-from ..readmodel.messages import post_created
+from ..readmodel.messages import post_created, webhook_test
 from ..readmodel.taxonomy import served_locales
 from ..readmodel.walk import Refusal, walk
+from ..readmodel.webhook_tests import test_webhook_id
 from .endpoint_record import Endpoint
 from .metrics import WebhookMetrics
-from .schedule import due_to_disable, next_delay
+from .schedule import AttemptResult, due_to_disable, next_delay
 from .sender import Sender
 from .settings import WebhooksConfig
 from .sql import KEPT_ATTEMPTS
@@ -94,6 +97,9 @@ class EndpointWorker:
         )
         self.behind_since: float | None = None
         self.unpruned = 0
+        #: Test events to send (their numbers, oldest first), and the last one sent by this worker.
+        self.tests: list[int] = []
+        self.last_test = 0
         #: Monotonic time until which this process's lease is certainly held.
         self.lease_deadline = time.monotonic() + context.config.webhooks_lease_ttl_s
         #: Set (for the dispatcher) when an attempt waits for the lease to be renewed.
@@ -104,6 +110,14 @@ class EndpointWorker:
     def update(self, endpoint: Endpoint) -> None:
         if endpoint != self.endpoint:
             self.endpoint = endpoint
+            self.changed.set()
+
+    def tests_due(self, numbers: list[int]) -> None:
+        """The test events waiting for the endpoint (the dispatcher's round reads them)."""
+        new = [n for n in numbers if n > self.last_test and n not in self.tests]
+        if new:
+            self.tests = sorted([*self.tests, *new])
+            self.wake.set()
             self.changed.set()
 
     def backlog_age(self) -> float:
@@ -134,6 +148,7 @@ class EndpointWorker:
             log.info("webhook endpoint %s enabled again by an operator", self.endpoint.id)
         while True:
             await self._start_replay_if_asked()
+            await self._send_tests()
             with storage_errors("walk the endpoint's announcements"):
                 served = await served_locales(self.context.store.pool)
                 if self.at is None:  # registered without a start: deliveries start at the frontier
@@ -201,6 +216,9 @@ class EndpointWorker:
     async def _wait_until_due(self) -> None:
         """Until the next attempt is due; earlier when the endpoint changes (a replay is then started)."""
         while (left := self.retry_at - time.monotonic()) > 0:
+            await self._send_tests()  # a test event is sent while a message waits for its retry too
+            if (left := self.retry_at - time.monotonic()) <= 0:
+                break
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):
@@ -218,26 +236,46 @@ class EndpointWorker:
             self.lease_short.set()
             await asyncio.sleep(0.02)
 
+    async def _post(self, msg_id: str, body: bytes, at: datetime) -> AttemptResult:
+        """One attempt: ``body`` signed for ``at``, POSTed while the lease outlasts the attempt."""
+        config = self.context.config
+        await self._lease_outlasting(config.webhooks_attempt_timeout_s + 1)
+        ep = self.endpoint
+        secrets = ep.secrets(self.context.signing_key, config.webhooks_rotation_window_s, at)
+        headers = signing.headers(msg_id, int(at.timestamp()), body, secrets)
+        result = await self.context.sender.attempt(ep.url, headers, body)
+        self.context.metrics.attempts.labels(result.outcome).inc()
+        self.context.metrics.latency.observe(result.latency_s)
+        return result
+
+    async def _send_tests(self) -> None:
+        """Send the waiting test events (docs/webhooks.md#test-events), each once, out of band:
+        recorded in the attempt log, the cursor untouched, whatever the answer."""
+        while self.tests:
+            n, endpoint_id = self.tests[0], self.endpoint.id
+            msg_id = test_webhook_id(endpoint_id, n)
+            body = await self.context.store.message_body(endpoint_id, msg_id, webhook_test(endpoint_id))
+            at = utcnow()
+            result = await self._post(msg_id, body, at)
+            await self.context.store.test_sent(endpoint_id, n, Attempt(msg_id, 1, at, result, type="webhook.test"))
+            self.tests.pop(0)
+            self.last_test = n
+            log.info("webhook endpoint %s: test event %d sent (%s)", endpoint_id, n, result.outcome)
+
     async def _deliver(self, epoch: str, item: Announcement, after: str) -> None:
         """POST one message until the endpoint acknowledges it; its cursor stored with that attempt."""
         msg_id = webhook_id(epoch, item)
-        body = post_created(item.lean, item.partition, item.offset, after)
+        # One id, one body (docs/webhooks.md#one-id-one-body): the bytes its first attempt sent.
+        body = await self.context.store.message_body(
+            self.endpoint.id, msg_id, post_created(item.lean, item.partition, item.offset, after)
+        )
         config = self.context.config
         while True:
             await self._wait_until_due()
             if self.endpoint.replay_seq > self.replay_seq:
                 raise ReplayAsked
-            await self._lease_outlasting(config.webhooks_attempt_timeout_s + 1)
             ep, at = self.endpoint, utcnow()
-            headers = signing.headers(
-                msg_id,
-                int(at.timestamp()),
-                body,
-                ep.secrets(self.context.signing_key, config.webhooks_rotation_window_s, at),
-            )
-            result = await self.context.sender.attempt(ep.url, headers, body)
-            self.context.metrics.attempts.labels(result.outcome).inc()
-            self.context.metrics.latency.observe(result.latency_s)
+            result = await self._post(msg_id, body, at)
             number = self.failed_attempts + 1
             self.unpruned += 1
             if self.unpruned >= KEPT_ATTEMPTS:

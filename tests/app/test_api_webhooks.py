@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 import jsonschema
 import orjson
 import pytest
@@ -41,6 +42,7 @@ ENDPOINT_KEYS = [
 ]
 ATTEMPT_KEYS = [
     "webhook_id",
+    "type",
     "attempt",
     "attempted_at",
     "outcome",
@@ -48,6 +50,7 @@ ATTEMPT_KEYS = [
     "latency_ms",
     "error",
     "next_attempt_at",
+    "response_excerpt",
 ]
 ATTEMPTS = 30
 
@@ -63,8 +66,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
 ATTEMPT = """
 INSERT INTO webhook_attempts (endpoint_id, webhook_id, attempt, attempted_at, outcome, status, latency_ms, error,
-                              next_attempt_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                              next_attempt_at, type, response_excerpt)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
 
 
@@ -74,6 +77,7 @@ class Hooks:
     key_a: str
     key_b: str
     http: aiohttp.ClientSession
+    dsn: str
 
     async def get(self, path: str, key: str | None = None, params=None, status: int = 200):
         async with self.http.get(self.url + BASE + path, params=params, headers=auth(key or self.key_a)) as resp:
@@ -137,19 +141,21 @@ async def hooks(pg_dsn):
                         float(i) if i % 3 else None,
                         None if i % 3 else "timed out after 15 s",
                         None if i % 3 else at + timedelta(seconds=i + 5),
+                        "webhook.test" if i == ATTEMPTS - 1 else "post.created",
+                        f"ok {i} \ufffd" if i % 3 else None,
                     )
                     for i in range(ATTEMPTS)
                 ]
-                + [("whe_otherws01", "msg_other", 1, at, "delivered", 204, 3.5, None, None)],
+                + [("whe_otherws01", "msg_other", 1, at, "delivered", 204, 3.5, None, None, "post.created", "")],
             )
         finally:
             await conn.close()
         async with api_served(dsn) as api, aiohttp.ClientSession() as http:
-            yield Hooks(api.url, key_a, key_b, http)
+            yield Hooks(api.url, key_a, key_b, http, dsn)
 
 
-def validate(template: str, status: int, body: dict) -> None:
-    response = DOC["paths"][template]["get"]["responses"][str(status)]
+def validate(template: str, status: int, body: dict, method: str = "get") -> None:
+    response = DOC["paths"][template][method]["responses"][str(status)]
     if "$ref" in response:
         response = DOC["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
     schema = {**response["content"]["application/json"]["schema"], "components": DOC["components"]}
@@ -221,6 +227,10 @@ async def test_attempts_are_newest_first_bounded_by_limit(hooks):
         f"msg_{i:04d}" for i in range(ATTEMPTS - 1, ATTEMPTS - 21, -1)
     ]
     assert all(list(a) == ATTEMPT_KEYS for a in body["attempts"])
+    newest, second = body["attempts"][0], body["attempts"][1]
+    assert (newest["type"], newest["response_excerpt"]) == ("webhook.test", f"ok {ATTEMPTS - 1} \ufffd")
+    assert (second["type"], second["response_excerpt"]) == ("post.created", f"ok {ATTEMPTS - 2} \ufffd")
+    assert next(a for a in body["attempts"] if a["outcome"] == "failed")["response_excerpt"] is None
     failed = next(a for a in body["attempts"] if a["outcome"] == "failed")
     assert failed["status"] is None and failed["error"] == "timed out after 15 s" and failed["next_attempt_at"]
     delivered = next(a for a in body["attempts"] if a["outcome"] == "delivered")
@@ -250,4 +260,57 @@ async def test_each_request_counts_against_the_quota_and_needs_a_key(hooks):
         assert resp.headers["X-Log-Position"] and resp.headers["X-Quota-Limit"] == "1000"
     assert seen == [seen[0] - i for i in range(4)]
     async with hooks.http.get(hooks.url + BASE + "/webhooks/endpoints") as resp:
+        assert resp.status == 401 and (await resp.json())["error"]["code"] == "NOT_AUTHENTICATED"
+
+
+async def post_test(hooks: Hooks, endpoint_id: str, key: str | None = None, status: int = 202, **kwargs):
+    path = f"/webhooks/endpoints/{endpoint_id}/test"
+    async with hooks.http.post(hooks.url + BASE + path, headers=auth(key or hooks.key_a), **kwargs) as resp:
+        body = orjson.loads(await resp.read())
+        assert resp.status == status, (path, resp.status, body)
+        validate("/webhooks/endpoints/{id}/test", status, body, "post")
+        return resp, body
+
+
+async def test_a_test_event_is_queued_numbered_per_endpoint_and_only_for_the_keys_deliverable_endpoints(hooks):
+    _, first = await post_test(hooks, "whe_resumed01")
+    _, second = await post_test(hooks, "whe_resumed01")
+    assert [first, second] == [{"webhook_id": f"msg_test_whe_resumed01_{n}"} for n in (1, 2)]
+    # Another workspace's, unknown or removed: the 404 every webhook read answers.
+    answers = [
+        (await post_test(hooks, endpoint_id, status=404))[1]
+        for endpoint_id in ("whe_otherws01", "whe_nobody01", "whe_removed01")
+    ]
+    _, read_404 = await hooks.get("/webhooks/endpoints/whe_nobody01", status=404)
+    assert all(a == read_404 for a in answers)
+    for endpoint_id in ("whe_paused001", "whe_disabled1"):  # nothing is sent to them: refused
+        _, refused = await post_test(hooks, endpoint_id, status=409)
+        assert refused["error"]["code"] == "INVALID_STATE" and "resume it" in refused["error"]["message"]
+    _, body = await post_test(hooks, "whe_resumed01", status=400, data=b'{"x":1}')
+    assert body["error"]["code"] == "VALIDATION_FAILED"
+    conn = await asyncpg.connect(hooks.dsn)
+    try:
+        rows = await conn.fetch("SELECT endpoint_id, n, sent_at FROM webhook_tests ORDER BY endpoint_id, n")
+        assert [(r["endpoint_id"], r["n"], r["sent_at"]) for r in rows] == [
+            ("whe_resumed01", 1, None),
+            ("whe_resumed01", 2, None),
+        ]
+        for n in range(8):  # 10 waiting at most
+            await post_test(hooks, "whe_resumed01")
+        _, full = await post_test(hooks, "whe_resumed01", status=409)
+        assert "10 test events are waiting" in full["error"]["message"]
+        await conn.execute("UPDATE webhook_tests SET sent_at = now()")  # as the dispatcher marks them
+        _, next_one = await post_test(hooks, "whe_resumed01")
+        assert next_one == {"webhook_id": "msg_test_whe_resumed01_11"}
+    finally:
+        await conn.close()
+
+
+async def test_a_test_event_request_counts_against_the_quota_and_needs_a_key(hooks):
+    before, _ = await hooks.get("/webhooks/endpoints/whe_otherws01", hooks.key_b)
+    resp, body = await post_test(hooks, "whe_otherws01", hooks.key_b)
+    assert body == {"webhook_id": "msg_test_whe_otherws01_1"}
+    assert int(resp.headers["X-Quota-Remaining"]) == int(before.headers["X-Quota-Remaining"]) - 1
+    assert resp.headers["X-Log-Position"] and resp.headers["Cache-Control"] == "no-store"
+    async with hooks.http.post(hooks.url + BASE + "/webhooks/endpoints/whe_otherws01/test") as resp:
         assert resp.status == 401 and (await resp.json())["error"]["code"] == "NOT_AUTHENTICATED"

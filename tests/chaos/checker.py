@@ -14,8 +14,8 @@ violations: :func:`webhook_tallied`) acknowledged (a 200) every announcement its
 admits among those the stream clients must get (:func:`expected`; **lost** otherwise); its
 requests' positions per partition never went back in arrival order (**out of order**); an
 announcement came more than once only as a redelivery of one ``webhook-id`` (**doubled**:
-under another id) naming the same announcement, its data never older than an earlier
-attempt's (**changed**: another announcement under one id, or data gone back); every
+under another id), byte for byte the body of its first attempt (**changed**: other bytes under
+one id); every
 request's signature verified (**bad signatures**); nothing outside its filter or of an
 aborted transaction came (**unexpected**). The rules are the receivers' own
 (tests/support/receivers.py).

@@ -190,14 +190,13 @@ def test_a_cursor_that_goes_back_is_out_of_order_though_every_message_keeps_its_
     ]
 
 
-def test_a_message_sent_again_under_another_id_is_doubled_and_with_older_data_changed():
+def test_a_message_sent_again_under_another_id_is_doubled_and_with_other_bytes_changed():
     again = request((1, "en-US"), (0, 5))  # the same announcement at another position: another id
-    newer = request((2, "en-US"), (1, 7), title="other")  # a redelivery of the post as it is now
-    older = request((2, "en-US"), (1, 7))  # ... then one with the data that one had replaced
+    newer = request((2, "en-US"), (1, 7), title="other")  # one id, other bytes (the post as it is now)
+    h = hooked([*HOOKED, again])
+    assert webhook_tally(h)["whe_a"] == {"requests": 6, "acknowledged": 3, **NONE, "doubled": 1}
     h = hooked([*HOOKED, again, newer])
-    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 1}
-    h = hooked([*HOOKED, again, newer, older])
-    assert webhook_tally(h)["whe_a"] == {"requests": 8, "acknowledged": 3, **NONE, "doubled": 1, "changed": 1}
+    assert webhook_tally(h)["whe_a"] == {"requests": 7, "acknowledged": 3, **NONE, "doubled": 1, "changed": 1}
     moved = request((2, "en-US"), (1, 8), wid="msg_e_1_7_en-US")  # one id naming another position
     assert webhook_tally(hooked([*HOOKED, moved]))["whe_a"]["changed"] == 1
     assert [v.split(",")[0] for v in webhook_tallied(webhook_tally(h), h)] == [

@@ -8,122 +8,29 @@ one endpoint at once, and the database failing under a worker's walk is a retry,
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
-import time
 from datetime import datetime, timedelta, timezone
-from typing import AsyncIterator
 
 import asyncpg
 import pytest
 from aiohttp import web
 
-from tests.support.events import locale_ev, post_ev, records
-from tests.support.pgbouncer import routed_env
+from tests.support.dispatching import (
+    Log,
+    acked,
+    config,
+    delivery,
+    dispatcher,
+    frontier,
+    secret,
+    started_log,
+    until,
+)
 from tests.support.receivers import Receiver, expected_signature
-from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
-from tickerwire.services.common.db import create_pool
-from tickerwire.services.common.http.signing import derive_secret
-from tickerwire.services.projector.apply import apply_batch
-from tickerwire.services.readmodel.taxonomy import served_locales
-from tickerwire.services.readmodel.walk import Page, walk
-from tickerwire.services.webhooks.dispatcher import Dispatcher
-from tickerwire.services.webhooks.metrics import WebhookMetrics
-from tickerwire.services.webhooks.sender import Sender
-from tickerwire.services.webhooks.settings import WebhooksConfig
-from tickerwire.services.webhooks.store import Store
-from tickerwire.services.webhooks.worker import WorkerContext
-
-POSTS_TOPIC = "tw.posts.v1"
-ACCESS_TOPIC = "tw.access.v1"
-KEY = bytes(range(32))
-NOW = datetime.now(timezone.utc)
-WAIT_S = 20.0
-
-
-class Log:
-    """What the test has written to the log so far: the next offset per topic."""
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-        self.next: dict[str, int] = {}
-
-    async def apply(self, topic: str, events: list) -> None:
-        start = self.next.get(topic, 0)
-        await apply_batch(self.conn, topic, 0, records(events, start))
-        self.next[topic] = start + len(events)
-
-    async def endpoint(self, endpoint_id: str, url: str, version: int = 1, **fields) -> None:
-        data = {"workspace_id": "ws_a", "status": "active", "created_at": NOW, **fields}
-        if "start_cursor" not in data:
-            data["start_cursor"] = await frontier(self.conn)
-        event = WebhookEndpointEvent(
-            version=version, emitted_at=NOW, data=WebhookEndpoint(id=endpoint_id, url=url, **data)
-        )
-        await self.apply(ACCESS_TOPIC, [event])
-
-    async def posts(self, first: int, n: int) -> None:
-        await self.apply(POSTS_TOPIC, [post_ev(i) for i in range(first, first + n)])
-
-
-async def frontier(conn: asyncpg.Connection) -> str:
-    page = await walk(conn, POSTS_TOPIC, None, await served_locales(conn), limit=0)
-    assert isinstance(page, Page)
-    return page.cursor()
-
-
-def config(dsn: str, **env: str) -> WebhooksConfig:
-    return WebhooksConfig.from_env(
-        {
-            **routed_env(dsn),  # through the session's PgBouncer, if any
-            "TICKERWIRE_KAFKA_BOOTSTRAP_SERVERS": "unused:9092",
-            "TICKERWIRE_TOPIC_PREFIX": "tw",
-            "TICKERWIRE_WEBHOOKS_SIGNING_KEY": base64.b64encode(KEY).decode(),
-            "TICKERWIRE_WEBHOOKS_OPEN_TARGETS": "loopback",
-            "TICKERWIRE_WEBHOOKS_RETRY_SCALE": "0.002",
-            # The attempt timeout and the lease keep their defaults: they must deliver as they are.
-            **env,
-        }
-    )
-
-
-@contextlib.asynccontextmanager
-async def dispatcher(cfg: WebhooksConfig, owner: str = "test:1") -> AsyncIterator[Dispatcher]:
-    pool = await create_pool(cfg.database_url, "rm", min_size=1, max_size=4, stateless=True, pooled=cfg.pooled)
-    sender = Sender(timeout_s=cfg.webhooks_attempt_timeout_s, max_connections=10, opened=cfg.open_targets())
-    d = Dispatcher(
-        WorkerContext(cfg, Store(pool, owner, cfg.webhooks_lease_ttl_s), sender, WebhookMetrics(), POSTS_TOPIC, KEY)
-    )
-    task = asyncio.create_task(d.run())
-    try:
-        yield d
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await sender.close()
-        await pool.close()
 
 
 @pytest.fixture
 async def log(conn: asyncpg.Connection) -> Log:
-    log = Log(conn)
-    await log.apply("tw.catalog.v1", [locale_ev("en-US", default=True)])
-    return log
-
-
-def secret(endpoint_id: str, generation: int = 1) -> bytes:
-    return derive_secret(KEY, endpoint_id, generation)
-
-
-async def until(predicate, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        await asyncio.sleep(0.05)
-
-
-async def delivery(conn: asyncpg.Connection, endpoint_id: str) -> asyncpg.Record:
-    return await conn.fetchrow("SELECT * FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id)
+    return await started_log(conn)
 
 
 def ids(rx: Receiver) -> list[int]:
@@ -145,7 +52,7 @@ async def test_a_410_disables_the_endpoint_and_a_resume_goes_on_from_its_cursor(
             await asyncio.sleep(1.0)
             assert ids(rx) == [1, 2]
             await log.endpoint("whe_gone1", rx.url, version=2, start_cursor=row["cursor"])  # an operator's resume
-            await until(lambda: _acked(rx, 7), "every post after the resume")
+            await until(lambda: acked(rx, 7), "every post after the resume")
         assert ids(rx) == [1, 2, 3, 4, 5, 6, 7]  # post 3 (answered 410) again first: nothing lost
         assert (await delivery(conn, "whe_gone1"))["state"] == "active"
     finally:
@@ -157,10 +64,6 @@ async def _disabled(conn: asyncpg.Connection, endpoint_id: str) -> bool:
     return row is not None and row["state"] == "disabled"
 
 
-async def _acked(rx: Receiver, n: int) -> bool:
-    return len({r.key for r in rx.acked()}) >= n
-
-
 async def test_a_rotation_signs_with_both_secrets_for_its_window_then_with_the_new_one(conn, fresh_db, log):
     old = await Receiver(secret("whe_rot01", 1)).start()
     new = Receiver(secret("whe_rot01", 2), port=old.port)
@@ -168,18 +71,18 @@ async def test_a_rotation_signs_with_both_secrets_for_its_window_then_with_the_n
         await log.endpoint("whe_rot01", old.url)
         async with dispatcher(config(fresh_db, TICKERWIRE_WEBHOOKS_ROTATION_WINDOW_S="3")):
             await log.posts(1, 1)
-            await until(lambda: _acked(old, 1), "the first post")
+            await until(lambda: acked(old, 1), "the first post")
             await log.endpoint(
                 "whe_rot01", old.url, version=2, secret_generation=2, rotated_at=datetime.now(timezone.utc)
             )
             await asyncio.sleep(1.2)  # the next round reads the rotation
             await log.posts(2, 1)
-            await until(lambda: _acked(old, 2), "a post signed with the old secret too")
+            await until(lambda: acked(old, 2), "a post signed with the old secret too")
             await old.stop()
             await new.start()
             await asyncio.sleep(3.0)  # the window passes
             await log.posts(3, 1)
-            await until(lambda: _acked(new, 1), "a post signed with the new secret")
+            await until(lambda: acked(new, 1), "a post signed with the new secret")
         both, only_new = old.requests[1], new.requests[-1]
         assert len(both.signatures) == 2 and len(only_new.signatures) == 1
         assert only_new.signatures[0] == expected_signature(
@@ -198,7 +101,7 @@ async def test_retry_after_is_honoured_and_the_retries_are_stored(conn, fresh_db
         await log.endpoint("whe_ra001", rx.url)
         async with dispatcher(config(fresh_db)):
             await log.posts(1, 1)
-            await until(lambda: _acked(rx, 1), "the post after its 429")
+            await until(lambda: acked(rx, 1), "the post after its 429")
             # The receiver has answered; the dispatcher stores the attempt just after.
             await until(lambda: _attempts(conn, "whe_ra001", 1, "delivered"), "the delivery stored")
         first, second = rx.requests
@@ -237,7 +140,7 @@ async def test_a_replay_sends_again_from_its_cursor_with_the_same_ids(conn, fres
         await log.endpoint("whe_rep01", rx.url, start_cursor=start)
         async with dispatcher(config(fresh_db)):
             await log.posts(1, 3)
-            await until(lambda: _acked(rx, 3), "three posts")
+            await until(lambda: acked(rx, 3), "three posts")
             first = [r.webhook_id for r in rx.acked()]
             await log.endpoint("whe_rep01", rx.url, version=2, start_cursor=start, replay_from=start, replay_seq=1)
             await until(lambda: _count(rx, 6), "the replay")
@@ -305,7 +208,7 @@ async def test_two_dispatchers_never_hold_one_endpoint_and_share_several(conn, f
         async with dispatcher(config(fresh_db), "test:a") as a, dispatcher(config(fresh_db), "test:b") as b:
             await log.posts(1, 3)
             for rx in receivers:
-                await until(lambda rx=rx: _acked(rx, 3), "every endpoint's posts")
+                await until(lambda rx=rx: acked(rx, 3), "every endpoint's posts")
             held_a, held_b = set(a.workers), set(b.workers)
         assert not held_a & held_b
         assert len(held_a | held_b) == 6
@@ -331,7 +234,7 @@ async def test_a_crashed_worker_is_logged_counted_and_started_again(conn, fresh_
 
             d.context.sender.attempt = broken_once  # type: ignore[method-assign]
             await log.posts(1, 2)
-            await until(lambda: _acked(rx, 2), "both posts, after the worker started again")
+            await until(lambda: acked(rx, 2), "both posts, after the worker started again")
             assert d.context.metrics.worker_crashes._value.get() == 1
         crashed = [r for r in caplog.records if "its worker crashed" in r.getMessage()]
         assert crashed and crashed[0].levelname == "ERROR" and "a defect in an attempt" in str(crashed[0].exc_info)
@@ -367,7 +270,7 @@ async def test_the_database_failing_under_a_walk_is_a_warning_and_a_retry_not_a_
         async with dispatcher(config(fresh_db)) as d:
             d.context.store.pool = Unreachable(d.context.store.pool)  # type: ignore[assignment]
             await log.posts(1, 2)
-            await until(lambda: _acked(rx, 2), "both posts, after the retry")
+            await until(lambda: acked(rx, 2), "both posts, after the retry")
             assert d.context.store.pool.failed and d.context.metrics.worker_crashes._value.get() == 0
         warned = [r for r in caplog.records if "whe_outage" in r.getMessage() and "retrying" in r.getMessage()]
         assert warned and warned[0].levelname == "WARNING" and "gave up waiting" in warned[0].getMessage()

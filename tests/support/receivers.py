@@ -177,26 +177,16 @@ def backward(requests: Iterable[Request]) -> list[str]:
 
 
 def conflicting(requests: Iterable[Request]) -> list[str]:
-    """Each request whose ``webhook-id`` came before naming another announcement (another
-    ``log_position``, post or locale), or whose ``data`` went back to what a later attempt of
-    that id had already replaced: a redelivery is the same message, its ``data`` the post as
-    served when the attempt is made (docs/webhooks.md#order), so it may be newer, never older.
-    (Its ``cursor`` may differ: any cursor just after the message resumes the same way.) Each
-    as "<webhook-id>: what changed"."""
-    first: dict[str, tuple[object, ...]] = {}
-    bodies: dict[str, list[dict]] = {}
+    """Each request whose ``webhook-id`` came before with other bytes: one id names one body,
+    byte for byte, on every attempt, redelivery and replay (docs/webhooks.md#one-id-one-body).
+    Each as "<webhook-id>: what changed"."""
+    first: dict[str, Request] = {}
     found = []
     for r in requests:
-        message, data = r.message, r.message["data"]
-        names = (message.get("log_position"), data.get("id"), data.get("lang"))
-        sent = bodies.setdefault(r.webhook_id, [])
-        if first.setdefault(r.webhook_id, names) != names:
-            found.append(f"{r.webhook_id}: {first[r.webhook_id]} then {names}")
-        elif data in sent and data != sent[-1]:
-            went_back = {k: (sent[-1].get(k), v) for k, v in data.items() if sent[-1].get(k) != v}
-            found.append(f"{r.webhook_id}: data went back {went_back}")
-        if not sent or sent[-1] != data:
-            sent.append(data)
+        earlier = first.setdefault(r.webhook_id, r)
+        if earlier.body != r.body:
+            changed = {k: (v, r.message.get(k)) for k, v in earlier.message.items() if r.message.get(k) != v}
+            found.append(f"{r.webhook_id}: {sorted(changed)} changed")
     return found
 
 

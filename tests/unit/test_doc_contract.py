@@ -58,9 +58,16 @@ def paragraphs(path: Path) -> list[str]:
 
 
 def test_api_md_lists_every_operation_of_the_documents():
-    rows = re.findall(r"^\| (GET|WebSocket) \| `([^`]+)` \| (.+?) \|$", section(API_MD, "Endpoints"), re.M)
-    listed = {path: operation.strip("`") for method, path, operation in rows if method == "GET"}
-    operations = {path: ops["get"]["operationId"] for path, ops in OPENAPI["paths"].items()}
+    rows = re.findall(
+        r"^\| (GET|POST|PUT|PATCH|DELETE|WebSocket) \| `([^`]+)` \| (.+?) \|$", section(API_MD, "Endpoints"), re.M
+    )
+    listed = {(method, path): operation.strip("`") for method, path, operation in rows if method != "WebSocket"}
+    operations = {
+        (method.upper(), path): op["operationId"]
+        for path, ops in OPENAPI["paths"].items()
+        for method, op in ops.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    }
     assert listed == operations
     stream = [path for method, path, _ in rows if method == "WebSocket"]
     assert stream == [channel["address"] for channel in ASYNCAPI["channels"].values()]

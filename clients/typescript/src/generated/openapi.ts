@@ -264,6 +264,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks/endpoints/{id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test event to the endpoint
+         * @description Queues a `webhook.test` message for one endpoint of the key's workspace (docs/webhooks.md#test-events): no post and no cursor, signed like every message, with the `webhook-id` answered here (`msg_test_<endpoint>_<n>`). The dispatcher sends it once, within about a second, out of band: even while a post is waiting for its retry, never moving the endpoint's cursor, and never retried; its attempt is in the attempt log with `type` `webhook.test`. No request body. An id that is unknown, removed or another workspace's: 404 NOT_FOUND. A paused or disabled endpoint, or one with 10 test events waiting: 409 INVALID_STATE.
+         */
+        post: operations["sendWebhookTestEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     "post.created": {
@@ -277,9 +297,29 @@ export interface webhooks {
         put?: never;
         /**
          * A new post, delivered to a webhook endpoint
-         * @description Sent by Tickerwire to each of a workspace's webhook endpoints whose filters admit the post, one request in flight per endpoint, in cursor order, retried until acknowledged (docs/webhooks.md). Signed the Standard Webhooks way.
+         * @description Sent by Tickerwire to each of a workspace's webhook endpoints whose filters admit the post, one request in flight per endpoint, in log order on each partition of the posts topic (no order between partitions: docs/webhooks.md#order), retried until acknowledged. One `webhook-id`, one body: every attempt and replay of a message sends the bytes of its first attempt (docs/webhooks.md#one-id-one-body). Signed the Standard Webhooks way.
          */
         post: operations["receivePostCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "webhook.test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A test event, sent to a webhook endpoint on request
+         * @description Sent once when a partner (sendWebhookTestEvent) or an operator (`tickerwire webhooks test`) asks for it (docs/webhooks.md#test-events): signed like every message, no post and no cursor, never retried, never moving the endpoint's cursor. Its answer is recorded in the attempt log (type webhook.test) and nothing else: a 410 does not disable the endpoint.
+         */
+        post: operations["receiveWebhookTest"];
         delete?: never;
         options?: never;
         head?: never;
@@ -571,6 +611,11 @@ export interface components {
         WebhookAttempt: {
             /** @description The message's `webhook-id` header: the same on every attempt of one message. */
             webhook_id: string;
+            /**
+             * @description The message's type: post.created for a post, webhook.test for a test event (docs/webhooks.md#test-events).
+             * @enum {string}
+             */
+            type: "post.created" | "webhook.test";
             /** @description 1 for the first attempt of the message, then 2, 3, ... */
             attempt: number;
             /** Format: date-time */
@@ -591,10 +636,17 @@ export interface components {
              * @description When the message is tried again after this attempt; null when it is not.
              */
             next_attempt_at: string | null;
+            /** @description At most the first 1024 bytes of the receiver's response body, decoded as UTF-8 with replacement (an invalid or cut sequence becomes U+FFFD); the rest is never read. Null when no response came. */
+            response_excerpt: string | null;
         };
         /** @description The endpoint's latest attempts, newest first. */
         WebhookAttemptList: {
             attempts: components["schemas"]["WebhookAttempt"][];
+        };
+        /** @description A test event queued for the endpoint (docs/webhooks.md#test-events). */
+        WebhookTestQueued: {
+            /** @description The test event's `webhook-id` header: `msg_test_<endpoint id>_<n>`, n counting the endpoint's test events from 1. */
+            webhook_id: string;
         };
         /** @description The body of a webhook request: byte for byte the stream's post.created message with its resume cursor (docs/webhooks.md#requests). Verify the signature over these exact bytes before parsing them. */
         WebhookPostCreated: {
@@ -613,6 +665,20 @@ export interface components {
             /** @description The resume cursor just after this message: what the endpoint has acknowledged once it answers 2xx; GET /changes and the stream take it too. */
             cursor: string;
             data: components["schemas"]["PostLean"];
+        };
+        /** @description The body of a test event (docs/webhooks.md#test-events): no post and no cursor. Verify its signature like any message's; answer any 2xx. */
+        WebhookTest: {
+            /** @constant */
+            type: "webhook.test";
+            /**
+             * Format: date-time
+             * @description When the test event was first attempted (RFC 3339, UTC, milliseconds); the same on every send of this `webhook-id`.
+             */
+            ts: string;
+            data: {
+                /** @description The endpoint tested (whe_...). */
+                endpoint_id: string;
+            };
         };
     };
     responses: {
@@ -1576,12 +1642,68 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    sendWebhookTestEvent: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Queued: the test event's `webhook-id`. */
+            202: {
+                headers: {
+                    "Cache-Control": components["headers"]["Cache-Control"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookTestQueued"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description INVALID_STATE: the endpoint is paused or disabled (resume it first), or 10 of its test events are waiting to be sent. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     receivePostCreated: {
         parameters: {
             query?: never;
             header: {
                 /**
-                 * @description The message id: the same for every attempt of this message, and in a replay. Deduplicate by it.
+                 * @description The message id: the same for every attempt of this message, and in a replay, always with the same body bytes (within the retention). Deduplicate by it.
                  * @example msg_0f2b1871c63a_2_1611_en-US
                  */
                 "webhook-id": string;
@@ -1634,6 +1756,51 @@ export interface operations {
                 content?: never;
             };
             /** @description Any other answer, or none within 10 s: tried again after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, then every 10 h; disabled after 5 days of failures. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    receiveWebhookTest: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description `msg_test_<endpoint id>_<n>`: the id sendWebhookTestEvent answered.
+                 * @example msg_test_whe_4c1d0e9a7b2f6a8e3d5c1b09_3
+                 */
+                "webhook-id": string;
+                /**
+                 * @description Unix seconds of this attempt; refuse one too far from your clock.
+                 * @example 1795868270
+                 */
+                "webhook-timestamp": string;
+                /**
+                 * @description `v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}">` with the endpoint's `whsec_` secret; two, space-separated, for a day after a secret rotation.
+                 * @example v1,Hbn8vHmyOOxDBxFLPJC5/NwNkHUhSml7VJeXKsPFH9A=
+                 */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookTest"];
+            };
+        };
+        responses: {
+            /** @description The test succeeded (recorded as delivered). */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within 10 s: recorded as failed (with the status and the start of the body); not retried. */
             default: {
                 headers: {
                     [name: string]: unknown;
