@@ -123,7 +123,13 @@ async def _register(config: FullConfig, args: argparse.Namespace) -> int:
     await refuse_target(args.url, opened=config.open_targets())
     async with read_conn(config, read_only=False) as conn:  # the reservation (endpoint_cap.py) is written
         event = await register_event(
-            conn, workspace_id=args.workspace, url=args.url, topic=posts_topic(config), endpoint_id=args.id, **filters
+            conn,
+            workspace_id=args.workspace,
+            url=args.url,
+            topic=posts_topic(config),
+            endpoint_id=args.id,
+            description=args.description,
+            **filters,
         )
         await endpoint_cap.create(conn, event, lambda e: publish_one(config, e))
     print(f"webhook endpoint id: {event.data.id} (workspace {args.workspace})", file=sys.stderr)
@@ -180,6 +186,12 @@ def register(sub) -> None:
     )
     reg.add_argument("--url", required=True, help="http(s) URL reaching a public address")
     reg.add_argument("--id", type=argtypes.webhook_id, help="endpoint id (default: whe_ and 24 random hex digits)")
+    reg.add_argument(
+        "--description",
+        type=argtypes.bounded_text(200),
+        default="",
+        help="a note on the endpoint, at most 200 characters",
+    )
     for name, example in (("locales", "en-US,de-DE"), ("tickers", "BTC,ETH"), ("categories", "bitcoin-etfs,defi")):
         reg.add_argument(f"--{name}", help=f"only posts of these {name}, the stream's filter (e.g. {example})")
     ls = actions.add_parser(

@@ -44,6 +44,11 @@ LOCK_SPACE = 0x7477_6865  # "twhe"
 
 _LOCK = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
 
+_SET_TIMEOUT = "SELECT set_config('statement_timeout', $1, true)"
+
+#: Bound of waiting for the workspace's lock (its creates run one at a time, each a few statements).
+LOCK_WAIT_S = 10.0
+
 _COUNT = """
 SELECT (SELECT count(*) FROM webhook_endpoints WHERE workspace_id = $1 AND status <> 'removed')
      + (SELECT count(*) FROM webhook_reservations r
@@ -118,7 +123,11 @@ async def reserve(
     ENDPOINT_LIMIT at the cap, IDEMPOTENCY_KEY_REUSED for a key used with another request."""
     workspace_id = event.data.workspace_id
     async with conn.transaction():
-        await conn.execute(_LOCK, LOCK_SPACE, workspace_id)
+        # The wait for the lock has its own bound, not the session's statement timeout (the API's 1.5 s).
+        bound = await conn.fetchval("SELECT current_setting('statement_timeout')")
+        await conn.execute(_SET_TIMEOUT, f"{int(LOCK_WAIT_S * 1000)}ms")
+        await conn.execute(_LOCK, LOCK_SPACE, workspace_id, timeout=LOCK_WAIT_S + 1)
+        await conn.execute(_SET_TIMEOUT, bound)
         await conn.execute(_TIDY, workspace_id, float(RESERVATION_TTL_S), float(IDEMPOTENCY_TTL_S))
         if key is not None and (earlier := await _earlier(conn, workspace_id, key, digest)) is not None:
             return earlier

@@ -52,13 +52,14 @@ def shown_secret(signing_key: bytes, endpoint_id: str, generation: int) -> str:
     return secret_text(derive_secret(signing_key, endpoint_id, generation))
 
 
-async def refuse_target(url: str, *, opened: OpenTargets) -> None:
-    """:class:`BadArgument` naming why, for a URL a webhook may not reach (docs/webhooks.md#endpoints)."""
+async def refuse_target(url: str, *, opened: OpenTargets, operator: bool = True) -> None:
+    """:class:`BadArgument` naming why, for a URL a webhook may not reach (docs/webhooks.md#endpoints);
+    for an ``operator``, with the setting that opens addresses."""
     try:
         await check_url(url, opened=opened)
     except TargetRefused as exc:
         hint = f" (opened to webhooks: {opened}; TICKERWIRE_WEBHOOKS_OPEN_TARGETS opens loopback or CIDR ranges)"
-        raise BadArgument(f"refused {url[:200]}: {exc}{hint}", field="url") from None
+        raise BadArgument(f"refused {url[:200]}: {exc}{hint if operator else ''}", field="url") from None
 
 
 # --------------------------------------------------------------------------- snapshots
@@ -88,6 +89,7 @@ async def register_event(
     tickers: list[str] | None = None,
     categories: list[str] | None = None,
     endpoint_id: str | None = None,
+    description: str = "",
 ) -> WebhookEndpointEvent:
     """A new endpoint of an existing workspace, delivering from the read model's frontier. The
     caller counts it against the cap (:func:`.endpoint_cap.create`) before publishing it."""
@@ -106,6 +108,7 @@ async def register_event(
         secret_generation=1,
         start_cursor=await frontier_cursor(conn, topic),
         created_at=now(),
+        description=description,
     )
     return _event(data, None)
 

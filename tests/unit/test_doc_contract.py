@@ -33,6 +33,9 @@ NUMBERS = {
     "thirteen": 13,
     "fourteen": 14,
     "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
 }
 
 
@@ -58,9 +61,15 @@ def paragraphs(path: Path) -> list[str]:
 
 
 def test_api_md_lists_every_operation_of_the_documents():
-    rows = re.findall(r"^\| (GET|WebSocket) \| `([^`]+)` \| (.+?) \|$", section(API_MD, "Endpoints"), re.M)
-    listed = {path: operation.strip("`") for method, path, operation in rows if method == "GET"}
-    operations = {path: ops["get"]["operationId"] for path, ops in OPENAPI["paths"].items()}
+    rows = re.findall(
+        r"^\| (GET|POST|PATCH|DELETE|WebSocket) \| `([^`]+)` \| (.+?) \|$", section(API_MD, "Endpoints"), re.M
+    )
+    listed = {(method, path): operation.strip("`") for method, path, operation in rows if method != "WebSocket"}
+    operations = {
+        (method.upper(), path): op["operationId"]
+        for path, ops in OPENAPI["paths"].items()
+        for method, op in ops.items()
+    }
     assert listed == operations
     stream = [path for method, path, _ in rows if method == "WebSocket"]
     assert stream == [channel["address"] for channel in ASYNCAPI["channels"].values()]
