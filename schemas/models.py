@@ -341,7 +341,9 @@ class WebhookEndpoint(Contract):
     the rotation window after it has passed. ``start_cursor`` is where delivery begins (the
     read model's frontier when it was registered). A replay asks the dispatcher to deliver
     again from ``replay_from`` (a resume cursor): each request raises ``replay_seq``. An
-    operator's ``resume`` of a disabled endpoint is any later version with status ``active``."""
+    operator's ``resume`` of a disabled endpoint is any later version with status ``active``.
+    ``description`` is the partner's note on the endpoint (optional, added after version 1 was
+    published: backward compatible, docs/webhooks.md#schema-of-the-endpoint-event)."""
 
     id: Annotated[str, Field(pattern=r"^whe_[A-Za-z0-9]{4,64}$")]
     workspace_id: Id
@@ -356,6 +358,8 @@ class WebhookEndpoint(Contract):
     replay_from: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     replay_seq: Annotated[int, Field(ge=0, le=1_000_000)] = 0
     created_at: UtcDatetime
+    #: Added in this release, optional: an event written before it (none) decodes as "".
+    description: Annotated[str, Field(max_length=200)] = ""
 
 
 # --------------------------------------------------------------------------- envelopes

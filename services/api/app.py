@@ -22,7 +22,7 @@ from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import logposition, positions, stamps as stamp
 from ..readmodel.access import Principals
 from ..readmodel.stamps import StampWatcher
-from . import handlers, openapi, webhook_test
+from . import endpoint_writes as writes, handlers, openapi, webhook_test
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed
@@ -33,6 +33,7 @@ from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
 from .pipeline import request_middleware
+from .publisher import Publisher
 from .settings import ApiConfig
 from .state import (
     ADMISSIONS,
@@ -44,6 +45,7 @@ from .state import (
     PAGES,
     POOL,
     PRINCIPALS,
+    PUBLISHER,
     REPLICAS,
     WATCHER,
 )
@@ -70,6 +72,15 @@ def add_partner_routes(app: web.Application, base: str) -> None:
     app.router.add_post(
         base + "/webhooks/endpoints/{id}/test", webhook_test.send_webhook_test, name=PARTNER + "webhook_test"
     )
+    # The partner's changes of its webhook endpoints (docs/api.md#managing-endpoints).
+    one = base + "/webhooks/endpoints/{id}"
+    app.router.add_post(base + "/webhooks/endpoints", writes.create_endpoint, name=PARTNER + "create_webhook_endpoint")
+    app.router.add_patch(one, writes.update_endpoint, name=PARTNER + "update_webhook_endpoint")
+    app.router.add_delete(one, writes.status_change("remove"), name=PARTNER + "delete_webhook_endpoint")
+    for action in ("pause", "resume"):
+        app.router.add_post(f"{one}/{action}", writes.status_change(action), name=f"{PARTNER}{action}_webhook_endpoint")
+    app.router.add_post(one + "/rotate-secret", writes.rotate_secret, name=PARTNER + "rotate_webhook_endpoint_secret")
+    app.router.add_post(one + "/replay", writes.replay_endpoint, name=PARTNER + "replay_webhook_endpoint")
     # The contract is public: no key, and (outside the partner routes) no rate limit or quota.
     app.router.add_get(base + "/openapi.json", openapi.handler(base), name="openapi")
     add_docs_routes(app, base)
@@ -80,6 +91,12 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
     app[POOL] = await reader_pool(config, failing_of(app))
     yield
     await app[POOL].close()
+
+
+async def _publisher_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The producer of the endpoint changes: started on the first one, stopped here."""
+    yield
+    await app[PUBLISHER].close()
 
 
 async def _refresh(app: web.Application) -> None:
@@ -135,7 +152,9 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
         rejoin_below_s=config.replica_max_lag_s / 4,
         registry=metrics.registry,
     )
+    app[PUBLISHER] = Publisher(config)
     app.cleanup_ctx.append(_pool_ctx)
+    app.cleanup_ctx.append(_publisher_ctx)
     supervisor = supervisor_of(app)
     if app[REPLICAS]:
         app.cleanup_ctx.append(supervisor.task("replicas", lambda a: a[REPLICAS].run(a[POOL])))

@@ -156,6 +156,7 @@ def webhook_endpoint_item(r: ReadRow) -> dict[str, Any]:
     return {
         "id": r["id"],
         "url": r["url"],
+        "description": r["description"],
         "filters": {name: None if r[name] is None else list(r[name]) for name in ("locales", "tickers", "categories")},
         "status": status,
         "disabled_reason": r["disabled_reason"] if disabled else None,

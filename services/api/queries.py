@@ -274,7 +274,8 @@ def _search_query(
 SELECT_WEBHOOK_ENDPOINTS = f"""
 SELECT {logposition.stored_sql("$3")} AS log_position, x.*
 FROM (SELECT 1) one LEFT JOIN (
-    SELECT e.id, e.version, e.url, e.locales, e.tickers, e.categories, e.status, e.secret_generation, e.created_at,
+    SELECT e.id, e.version, e.url, e.description, e.locales, e.tickers, e.categories, e.status, e.secret_generation,
+           e.created_at,
            d.state, d.disabled_version, d.disabled_reason, d.disabled_at, d.failing_since, d.next_attempt_at,
            d.attempt, d.delivered, d.last_delivered_at, d.cursor
     FROM webhook_endpoints e LEFT JOIN webhook_deliveries d ON d.endpoint_id = e.id

@@ -16,6 +16,7 @@ from .compression import Compressed
 from .metrics import ApiMetrics
 from .pages import PageCache
 from .params import Listings
+from .publisher import Publisher
 from .settings import ApiConfig
 
 CONFIG = web.AppKey("config", ApiConfig)
@@ -29,6 +30,7 @@ REPLICAS = web.AppKey("replicas", Replicas)
 COMPRESSED = web.AppKey("compressed", Compressed)
 PAGES = web.AppKey("pages", PageCache)
 LISTINGS = web.AppKey("listings", Listings)
+PUBLISHER = web.AppKey("publisher", Publisher)
 
 
 #: The client's X-Min-Log-Position, parsed: the request is answered from data at least this fresh.

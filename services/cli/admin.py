@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 
 import asyncpg
 
@@ -27,24 +27,11 @@ from tickerwire.schemas.models import (
 )
 
 from ..common.http.keys import display_prefix, generate_key, hash_key
+from ..readmodel.snapshots import AdminError, BadArgument, next_version, now, require_workspace
 from . import argtypes
 from .running import cli_config, publish_one, read_conn, run_admin
 
-
-class AdminError(Exception):
-    """A command that cannot be carried out as asked (unknown id, wrong state)."""
-
-
-class BadArgument(AdminError):
-    """An argument no state of the read model could make valid (e.g. a future timestamp)."""
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def next_version(stored: int | None) -> int:
-    return max((stored or 0) + 1, int(now().timestamp() * 1_000_000))
+__all__ = ["AdminError", "BadArgument", "next_version", "now", "require_workspace"]
 
 
 async def _row(conn: asyncpg.Connection, table: str, id_: str) -> asyncpg.Record | None:
@@ -110,15 +97,6 @@ async def revoke_key_event(conn: asyncpg.Connection, key_id: str) -> ApiKeyEvent
         revoked_at=row["revoked_at"] or now(),
     )
     return ApiKeyEvent(version=next_version(row["version"]), emitted_at=now(), data=data)
-
-
-async def require_workspace(conn: asyncpg.Connection, workspace_id: str) -> None:
-    """Refuse a workspace the read model does not show (read only: nothing is written)."""
-    if await _row(conn, "workspaces", workspace_id) is None:
-        raise AdminError(
-            f"no workspace {workspace_id} in the read model; create it with "
-            f"`tickerwire workspace create {workspace_id}` and wait until it is projected"
-        )
 
 
 async def require_embed(conn: asyncpg.Connection, embed_id: str, workspace_id: str) -> None:

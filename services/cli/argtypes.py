@@ -21,6 +21,15 @@ def bounded_int(low: int, high: int):
     return parse
 
 
+def bounded_text(longest: int):
+    def parse(raw: str) -> str:
+        if len(raw) > longest:
+            raise argparse.ArgumentTypeError(f"{len(raw)} characters; at most {longest}")
+        return raw
+
+    return parse
+
+
 def positive_seconds(raw: str) -> float:
     try:
         value = float(raw)

@@ -80,7 +80,8 @@ def run_admin(command: str, coro) -> int:
 @contextlib.asynccontextmanager
 async def read_conn(config: FullConfig, *, read_only: bool = True):
     """A connection to the read model: read-only for admin commands, which never write it
-    (only the sweep, the projector's own sweeper run once, writes badge statuses). Connecting
+    (only the sweep, the projector's own sweeper run once, writes badge statuses, and
+    ``webhooks register`` its reservation, platform state: ``services/readmodel/endpoint_cap.py``). Connecting
     is retried as the services retry it, within a bound (``command_connection``)."""
     from ..common.db import storage_errors
     from ..common.db.command import command_connection

@@ -1,168 +1,47 @@
 """``tickerwire webhooks register | list | pause | resume | rotate-secret | remove | replay | test``.
 
 ``test`` queues a test event (:func:`..readmodel.webhook_tests.request_test`, the rule the API's
-``POST /webhooks/endpoints/{id}/test`` uses too). Each other command but ``list`` publishes the endpoint's next snapshot (a ``webhook_endpoint`` event,
-schemas/models.py) to the access topic, built from the current state the read model shows (read
-only, as :mod:`.admin` does for keys and workspaces), so every process sees it through the
-projector and nothing lives in one process's memory. A secret is derived from the operator's
-signing key (``services/common/http/signing.py``), shown once when it is made (``register``,
-``rotate-secret``) and never stored, logged or listed.
+``POST /webhooks/endpoints/{id}/test`` uses too). Each other command but ``list`` publishes the
+endpoint's next snapshot (a ``webhook_endpoint`` event,
+schemas/models.py) to the access topic, built by :mod:`..readmodel.endpoint_changes` (the partner
+API's changes are the same code) from the current state the read model shows, so every process
+sees it through the projector and nothing lives in one process's memory. A secret is derived from
+the operator's signing key (``services/common/http/signing.py``), shown once when it is made
+(``register``, ``rotate-secret``) and never stored, logged or listed.
 """
 
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any, Mapping
 
 import asyncpg
 
-from tickerwire.schemas.models import WebhookEndpoint, WebhookEndpointEvent
+from tickerwire.schemas.models import WebhookEndpointEvent
 from tickerwire.schemas.topics import POSTS, topic_name
 
-from ..common.http.signing import derive_secret, secret_text
-from ..common.http.targets import OpenTargets, TargetRefused, check_url
 from ..common.runtime.config import Config
-from ..common.runtime.errors import InvalidParameter
+from ..readmodel import endpoint_cap
 from ..readmodel.deliveries import webhook_disabled
-from ..readmodel.filters import ENDPOINT_NAMES, parse_filter
+from ..readmodel.endpoint_changes import (
+    Rotation,
+    endpoint_filter,
+    refuse_target,
+    register_event,
+    replay_event,
+    rotation_event,
+    shown_secret,
+    status_event,
+)
+from ..readmodel.replaystart import checked_cursor, since_cursor
+from ..readmodel.snapshots import AdminError
 from ..readmodel.webhook_tests import TestRefused, request_test
 from . import argtypes
-from .admin import AdminError, BadArgument, next_version, now, require_workspace
-from .replaystart import checked_cursor, frontier_cursor, since_cursor
 from .running import cli_config, publish_one, read_conn, run_admin
 from .settings import FullConfig
 
-#: Endpoints a workspace may have that are not removed (``GET /webhooks/endpoints`` lists them all).
-MAX_ENDPOINTS_PER_WORKSPACE = 100
-
-
-def endpoint_filter(raw: str | None, name: str) -> list[str] | None:
-    """One filter of an endpoint from its CSV (``--locales``, ``--tickers``, ``--categories``):
-    the stream's grammar (docs/api.md#stream: at most 20 items, empty ones skipped, repeats once;
-    locales in BCP 47 case, tickers upper-case), each value of the event contract's form. None:
-    not given (no restriction). :class:`BadArgument` naming the option otherwise."""
-    try:
-        values = getattr(parse_filter({name: raw}, ENDPOINT_NAMES, contract=True), name)
-    except InvalidParameter as exc:
-        raise BadArgument(f"--{name}: {exc.message}") from None
-    return list(values) if values is not None else None
-
-
-def new_endpoint_id() -> str:
-    return "whe_" + secrets.token_hex(12)
-
-
-def shown_secret(signing_key: bytes, endpoint_id: str, generation: int) -> str:
-    """The ``whsec_`` secret of one generation, as the command prints it (once)."""
-    return secret_text(derive_secret(signing_key, endpoint_id, generation))
-
-
-async def refuse_target(url: str, *, opened: OpenTargets) -> None:
-    """:class:`BadArgument` naming why, for a URL a webhook may not reach (docs/webhooks.md#endpoints)."""
-    try:
-        await check_url(url, opened=opened)
-    except TargetRefused as exc:
-        hint = f" (opened to webhooks: {opened}; TICKERWIRE_WEBHOOKS_OPEN_TARGETS opens loopback or CIDR ranges)"
-        raise BadArgument(f"refused {url[:200]}: {exc}{hint}") from None
-
-
-# --------------------------------------------------------------------------- snapshots
-
-
-async def endpoint_row(conn: asyncpg.Connection, endpoint_id: str) -> asyncpg.Record:
-    row = await conn.fetchrow("SELECT * FROM webhook_endpoints WHERE id = $1", endpoint_id)
-    if row is None:
-        raise AdminError(f"no webhook endpoint {endpoint_id} in the read model (`tickerwire webhooks list` shows them)")
-    return row
-
-
-def _event(data: dict[str, Any], stored: int | None) -> WebhookEndpointEvent:
-    return WebhookEndpointEvent(version=next_version(stored), emitted_at=now(), data=WebhookEndpoint(**data))
-
-
-async def register_event(
-    conn: asyncpg.Connection,
-    *,
-    workspace_id: str,
-    url: str,
-    topic: str,
-    locales: list[str] | None = None,
-    tickers: list[str] | None = None,
-    categories: list[str] | None = None,
-    endpoint_id: str | None = None,
-) -> WebhookEndpointEvent:
-    """A new endpoint of an existing workspace, delivering from the read model's frontier."""
-    await require_workspace(conn, workspace_id)
-    endpoint_id = endpoint_id or new_endpoint_id()
-    if await conn.fetchval("SELECT 1 FROM webhook_endpoints WHERE id = $1", endpoint_id):
-        raise AdminError(f"webhook endpoint {endpoint_id} already exists")
-    count = await conn.fetchval(
-        "SELECT count(*) FROM webhook_endpoints WHERE workspace_id = $1 AND status <> 'removed'", workspace_id
-    )
-    if count >= MAX_ENDPOINTS_PER_WORKSPACE:
-        raise AdminError(f"workspace {workspace_id} has {count} endpoints, the most it may have; remove one first")
-    data = dict(
-        id=endpoint_id,
-        workspace_id=workspace_id,
-        url=url,
-        locales=locales,
-        tickers=tickers,
-        categories=categories,
-        status="active",
-        secret_generation=1,
-        start_cursor=await frontier_cursor(conn, topic),
-        created_at=now(),
-    )
-    return _event(data, None)
-
-
-def _current(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The snapshot fields of a stored endpoint row."""
-    return {
-        name: (list(row[name]) if name in ("locales", "tickers", "categories") and row[name] is not None else row[name])
-        for name in WebhookEndpoint.model_fields
-    }
-
-
-#: What each status change may follow: a removed endpoint stays removed.
-_ACTIONS = {"pause": "paused", "resume": "active", "remove": "removed"}
-
-
-async def status_event(conn: asyncpg.Connection, endpoint_id: str, action: str) -> WebhookEndpointEvent:
-    """``pause``, ``resume`` (which also enables an endpoint the dispatcher disabled) or ``remove``."""
-    row = await endpoint_row(conn, endpoint_id)
-    if row["status"] == "removed":
-        raise AdminError(f"webhook endpoint {endpoint_id} was removed; register a new one")
-    return _event({**_current(row), "status": _ACTIONS[action]}, row["version"])
-
-
-@dataclass(frozen=True, slots=True)
-class Rotation:
-    event: WebhookEndpointEvent
-    #: Until when the previous generation's secret also signs.
-    old_signs_until: datetime
-
-
-async def rotation_event(conn: asyncpg.Connection, endpoint_id: str, window_s: float) -> Rotation:
-    row = await endpoint_row(conn, endpoint_id)
-    if row["status"] == "removed":
-        raise AdminError(f"webhook endpoint {endpoint_id} was removed; register a new one")
-    at = now()
-    event = _event(
-        {**_current(row), "secret_generation": row["secret_generation"] + 1, "rotated_at": at}, row["version"]
-    )
-    return Rotation(event, at + timedelta(seconds=window_s))
-
-
-async def replay_event(conn: asyncpg.Connection, endpoint_id: str, cursor: str) -> WebhookEndpointEvent:
-    row = await endpoint_row(conn, endpoint_id)
-    if row["status"] == "removed":
-        raise AdminError(f"webhook endpoint {endpoint_id} was removed; register a new one")
-    return _event({**_current(row), "replay_from": cursor, "replay_seq": row["replay_seq"] + 1}, row["version"])
+__all__ = ["delivery_state", "endpoint_filter", "endpoint_lines"]
 
 
 # --------------------------------------------------------------------------- list
@@ -248,11 +127,17 @@ async def _register(config: FullConfig, args: argparse.Namespace) -> int:
     filters = {name: endpoint_filter(getattr(args, name), name) for name in ("locales", "tickers", "categories")}
     signing_key = config.signing_key()  # before anything is published: the secret must be shown
     await refuse_target(args.url, opened=config.open_targets())
-    async with read_conn(config) as conn:
+    async with read_conn(config, read_only=False) as conn:  # the reservation (endpoint_cap.py) is written
         event = await register_event(
-            conn, workspace_id=args.workspace, url=args.url, topic=posts_topic(config), endpoint_id=args.id, **filters
+            conn,
+            workspace_id=args.workspace,
+            url=args.url,
+            topic=posts_topic(config),
+            endpoint_id=args.id,
+            description=args.description,
+            **filters,
         )
-    await publish_one(config, event)
+        await endpoint_cap.create(conn, event, lambda e: publish_one(config, e))
     print(f"webhook endpoint id: {event.data.id} (workspace {args.workspace})", file=sys.stderr)
     print(shown_secret(signing_key, event.data.id, 1))  # shown once; derived, never stored
     return 0
@@ -316,6 +201,12 @@ def register(sub) -> None:
     )
     reg.add_argument("--url", required=True, help="http(s) URL reaching a public address")
     reg.add_argument("--id", type=argtypes.webhook_id, help="endpoint id (default: whe_ and 24 random hex digits)")
+    reg.add_argument(
+        "--description",
+        type=argtypes.bounded_text(200),
+        default="",
+        help="a note on the endpoint, at most 200 characters",
+    )
     for name, example in (("locales", "en-US,de-DE"), ("tickers", "BTC,ETH"), ("categories", "bitcoin-etfs,defi")):
         reg.add_argument(f"--{name}", help=f"only posts of these {name}, the stream's filter (e.g. {example})")
     ls = actions.add_parser(

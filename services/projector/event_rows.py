@@ -133,4 +133,5 @@ def webhook_endpoint_row(e: WebhookEndpointEvent) -> WebhookEndpointRow:
         replay_from=w.replay_from,
         replay_seq=w.replay_seq,
         created_at=w.created_at,
+        description=w.description,
     )

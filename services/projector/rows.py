@@ -278,6 +278,7 @@ class WebhookEndpointRow(Row):
     replay_from: str | None
     replay_seq: int
     created_at: datetime
+    description: str
 
 
 #: How the upsert of :class:`WebhookEndpointRow` turns each JSON filter into a text[] column.

@@ -23,6 +23,7 @@ ROOT = Path(__file__).parents[2]
 ONE_SHOT_WAIT_FOR = {
     "services/projector/accept.py": 2,  # the accept-log command reads the log offsets once
     "services/common/operator/admin_listener.py": 1,  # one /readyz answer
+    "services/api/publisher.py": 2,  # the producer's start, and one change's acknowledgement
 }
 
 

@@ -220,12 +220,19 @@ def test_each_service_reads_its_own_section_and_the_shared_one_only():
     from dataclasses import fields
 
     from tickerwire.services.api.settings import ApiConfig
-    from tickerwire.services.common.runtime.config import Config
     from tickerwire.services.projector.settings import ProjectorConfig
+    from tickerwire.services.readmodel.endpoint_settings import EndpointSettings
     from tickerwire.services.stream.settings import StreamConfig
     from tickerwire.services.webhooks.settings import WebhooksConfig
 
-    shared = {f.name for f in fields(Config)}
+    # The settings of endpoint changes (services/readmodel) are shared by the two services that make them.
+    assert [
+        c for c in (ApiConfig, StreamConfig, ProjectorConfig, WebhooksConfig) if issubclass(c, EndpointSettings)
+    ] == [
+        ApiConfig,
+        WebhooksConfig,
+    ]
+    shared = {f.name for f in fields(EndpointSettings)}
     sections = (ApiConfig, StreamConfig, ProjectorConfig, WebhooksConfig)
     own = {c: {f.name for f in fields(c)} - shared for c in sections}
     assert all(own.values())

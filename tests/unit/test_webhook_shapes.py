@@ -42,6 +42,7 @@ def row(**delivery) -> dict:
         "id": "whe_abcd1234",
         "version": 5,
         "url": "https://hooks.example/x",
+        "description": "",
         "locales": None,
         "tickers": ["BTC"],
         "categories": None,

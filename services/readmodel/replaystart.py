@@ -1,4 +1,5 @@
-"""Where a webhook endpoint's deliveries start (``tickerwire webhooks register`` and ``replay``):
+"""Where a webhook endpoint's deliveries start (a registration and a replay, by the operator's
+``tickerwire webhooks`` or the partner API):
 the read model's frontier, a ``--from`` cursor this read model issued, or the first records the
 posts topic received at or after a ``--since`` time."""
 
@@ -12,9 +13,9 @@ from aiokafka.errors import KafkaError
 
 from ..common import kafka
 from ..common.runtime.config import Config
-from ..readmodel import cursors
-from ..readmodel.walk import Refusal, walk
-from .admin import AdminError, BadArgument
+from . import cursors
+from .snapshots import AdminError, BadArgument
+from .walk import Refusal, walk
 
 #: How long a ``--from`` cursor ahead of the committed frontier is waited for before it is refused.
 FROM_CURSOR_WAIT_S = 1.0
@@ -28,21 +29,21 @@ async def frontier_cursor(conn: asyncpg.Connection, topic: str) -> str:
     return page.cursor()
 
 
-async def checked_cursor(conn: asyncpg.Connection, topic: str, token: str) -> str:
+async def checked_cursor(conn: asyncpg.Connection, topic: str, token: str, option: str = "--from") -> str:
     """``token`` when this read model issued it (the walk's rules: its epoch, its partitions,
     nothing past the committed frontier); :class:`BadArgument` for a token that is not a cursor,
     :class:`AdminError` for one of another epoch or that this read model cannot have issued."""
     try:
         cursor = cursors.decode(token)
     except cursors.InvalidCursor:
-        raise BadArgument(f"--from: {token[:60]!r} is not a resume cursor (c1~...)") from None
+        raise BadArgument(f"{option}: {token[:60]!r} is not a resume cursor (c1~...)", field=option) from None
     page = await walk(conn, topic, cursor, frozenset(), limit=0, wait_s=FROM_CURSOR_WAIT_S)
     if isinstance(page, Refusal):
         if page.code == cursors.EPOCH_CHANGED:
             why = "it belongs to an earlier log (the posts log was reset or the read model rebuilt)"
         else:
             why = cursors.not_issued(cursor, page.frontier) or "this read model cannot have issued it"
-        raise AdminError(f"--from: refused, {why}")
+        raise AdminError(f"{option}: refused, {why}", field=option, code="VALIDATION_FAILED")
     return cursor.encode()
 
 
