@@ -12,6 +12,7 @@ import {
   BadgeMissingError,
   ConflictError,
   ConnectionError,
+  CursorEpochChangedError,
   NotFoundError,
   QuotaExhaustedError,
   RateLimitError,
@@ -133,7 +134,7 @@ describe("every error class from a real answer", () => {
     const head = await api.changes();
     const foreign = head.cursor.replace(/^c1~[0-9a-z]+/, "c1~0000deadbeef");
     const conflict = await api.changes({ cursor: foreign }).catch((e: unknown) => e);
-    assert.ok(conflict instanceof ConflictError, String(conflict));
+    assert.ok(conflict instanceof ConflictError && conflict instanceof CursorEpochChangedError, String(conflict));
     assert.equal(conflict.code, "CURSOR_EPOCH_CHANGED");
     assert.equal(conflict.field, "cursor");
   });
