@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support.events import fresh_post_ev
+from tests.support.events import fresh_post_ev, webhook_endpoint_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire.devstack.demo import dataset
 from tickerwire.schemas.models import PostEvent
@@ -39,6 +39,7 @@ from tickerwire_client import (
     Sentiment,
     TransportError,
     ValidationFailed,
+    WebhookStatus,
     WorkspaceSuspended,
 )
 
@@ -233,6 +234,39 @@ async def test_changes_walks_every_announcement_after_a_cursor_with_its_resume_c
             return [(p.id, p.lang) for page in sync.iter_changes(head.cursor, lang=list(CONSUMED)) for p in page.posts]
 
     assert await asyncio.to_thread(blocking) == walked
+
+
+async def test_the_webhook_endpoint_reads_return_the_workspaces_own_endpoints(stack: ServiceStack, key: str):
+    other = await stack.provision("ws_client_hooks_other")
+    await stack.publish(
+        [
+            webhook_endpoint_ev("whe_pyreads01", "ws_client", 1, url="http://127.0.0.1:9/a", locales=["en-US"]),
+            webhook_endpoint_ev("whe_pyreads02", "ws_client_hooks_other", 1, url="http://127.0.0.1:9/b"),
+        ]
+    )
+    await stack.wait_projected()
+    async with AsyncClient(api_url(stack), key) as client:
+        listed = await client.webhook_endpoints()
+        assert [e.id for e in listed.endpoints] == ["whe_pyreads01"] and listed.meta.status == 200
+        one = await client.webhook_endpoint("whe_pyreads01")
+        wire = await raw(stack, key, "/webhooks/endpoints/whe_pyreads01")
+        assert (one.id, one.url, one.status, one.filters.locales, one.filters.tickers) == (
+            wire["id"],
+            wire["url"],
+            WebhookStatus.ACTIVE,
+            ["en-US"],
+            None,
+        )
+        assert one.created_at.isoformat().startswith(wire["created_at"][:19]) and one.attempt == 0
+        attempts = await client.webhook_attempts("whe_pyreads01", limit=5)
+        assert attempts.attempts == [] and attempts.meta.status == 200  # no dispatcher in this stack
+        with pytest.raises(NotFound):  # another workspace's id answers as an unknown one
+            await client.webhook_endpoint("whe_pyreads02")
+        with pytest.raises(ValidationFailed) as exc:
+            await client.webhook_attempts("whe_pyreads01", limit=101)
+        assert exc.value.field == "limit"
+    async with AsyncClient(api_url(stack), other) as client:
+        assert [e.id for e in (await client.webhook_endpoints()).endpoints] == ["whe_pyreads02"]
 
 
 @pytest.mark.slow
