@@ -184,6 +184,22 @@ export class Client {
     return this.get<ChangesPage>("/changes", params, options);
   }
 
+  /**
+   * Every page of `GET /changes` from `params.cursor` (none: the current head), each page's cursor
+   * passed to the next, until `has_more` is false; that last page (perhaps empty) is yielded too,
+   * so its `cursor` is where to poll from later. Save `page.cursor` after handling a page's posts:
+   * resuming from it misses nothing and repeats nothing.
+   */
+  async *iterChanges(params: ChangesParams = {}, options: CallOptions = {}): AsyncGenerator<ChangesPage, void, undefined> {
+    let cursor = params.cursor;
+    for (;;) {
+      const page = await this.changes({ limit: 50, ...params, cursor }, options);
+      yield page;
+      if (!page.has_more) return;
+      cursor = page.cursor;
+    }
+  }
+
   /** `GET /webhooks/endpoints`: the workspace's endpoints that are not removed, oldest first. */
   webhookEndpoints(options: CallOptions = {}): Promise<WithMeta<WebhookEndpointList>> {
     return this.get(WEBHOOK_ENDPOINTS, {}, options);

@@ -326,6 +326,19 @@ describe("retries of writes", () => {
   });
 });
 
+test("iterChanges passes each page's cursor on and ends after the page with has_more false", async () => {
+  fake.script(
+    { status: 200, body: { posts: [], cursor: "c1~e~0.2", has_more: true } },
+    { status: 200, body: { posts: [], cursor: "c1~e~0.4", has_more: true } },
+    { status: 200, body: { posts: [], cursor: "c1~e~0.5", has_more: false } },
+  );
+  const cursors: string[] = [];
+  for await (const page of api().iterChanges({ cursor: "c1~e~0.0", categories: ["defi"] })) cursors.push(page.cursor);
+  assert.deepEqual(cursors, ["c1~e~0.2", "c1~e~0.4", "c1~e~0.5"]);
+  assert.deepEqual(fake.seen.map((s) => new URL(s.url, "http://x").searchParams.get("cursor")), ["c1~e~0.0", "c1~e~0.2", "c1~e~0.4"]);
+  assert.ok(fake.seen.every((s) => s.url.startsWith("/api/v1/developer/changes?") && s.url.includes("categories=defi") && s.url.includes("limit=50")));
+});
+
 test("every operation the client maps is a method of Client", () => {
   const client = api();
   for (const [operation, method] of Object.entries(OPERATIONS)) {

@@ -1,4 +1,4 @@
-"""``AsyncClient``: every endpoint of the developer read API, typed, with bounded retries."""
+"""``AsyncClient``: every operation of the developer API (``OPERATIONS``), typed, with bounded retries."""
 
 from __future__ import annotations
 
