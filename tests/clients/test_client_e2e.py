@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support.events import fresh_post_ev
+from tests.support.events import fresh_post_ev, webhook_endpoint_ev
 from tests.support.stack import BASE, ServiceStack, auth, started_stack
 from tickerwire.devstack.demo import dataset
 from tickerwire.schemas.models import PostEvent
@@ -26,6 +27,8 @@ from tickerwire_client import (
     AsyncClient,
     Category,
     Client,
+    CursorEpochChanged,
+    InvalidState,
     NotAuthenticated,
     NotFound,
     PostFilter,
@@ -36,6 +39,7 @@ from tickerwire_client import (
     Sentiment,
     TransportError,
     ValidationFailed,
+    WebhookStatus,
     WorkspaceSuspended,
 )
 
@@ -186,6 +190,83 @@ async def test_iteration_walks_every_page_in_both_directions(stack: ServiceStack
         assert [p.id async for p in client.iter_search(word, direction="newer", after=ranked[-1], limit=3)] == list(
             reversed(ranked[:-1])
         )
+
+
+async def test_changes_walks_every_announcement_after_a_cursor_with_its_resume_cursor(stack: ServiceStack, key: str):
+    async with AsyncClient(api_url(stack), key) as client:
+        head = await client.changes(lang=list(CONSUMED))
+        assert head.posts == [] and head.has_more is False and head.cursor.startswith("c1~")
+        assert head.meta is not None and head.meta.status == 200
+        ids = list(range(90_001, 90_008))  # ids no other test of this module publishes
+        await stack.publish([flow_post(i) for i in ids])
+        await stack.wait_projected()
+
+        pages = [page async for page in client.iter_changes(head.cursor, lang=list(CONSUMED), limit=3)]
+        walked = [(p.id, p.lang) for page in pages for p in page.posts]
+        assert sorted(walked) == sorted((i, lang) for i in ids for lang in CONSUMED)  # fr-FR filtered out
+        assert len(pages) >= 5 and all(page.has_more for page in pages[:-1]) and not pages[-1].has_more
+        wire, cursor = [], head.cursor  # the same walk on the wire, page by page
+        while True:
+            body = await raw(stack, key, "/changes", cursor=cursor, lang="en-US,de-DE", limit="3")
+            wire += [(p["id"], p["lang"]) for p in body["posts"]]
+            cursor = body["cursor"]
+            if not body["has_more"]:
+                break
+        assert walked == wire and pages[-1].cursor == cursor
+        # Resuming from any page's cursor gives exactly what followed it.
+        middle = pages[1]
+        rest = [
+            (p.id, p.lang) async for page in client.iter_changes(middle.cursor, lang=list(CONSUMED)) for p in page.posts
+        ]
+        assert rest == walked[sum(len(page.posts) for page in pages[:2]) :]
+        assert (await client.changes(pages[-1].cursor, lang=list(CONSUMED))).posts == []  # nothing new since
+
+        foreign = re.sub(r"^c1~[0-9a-z]+", "c1~0000deadbeef", head.cursor)
+        with pytest.raises(CursorEpochChanged) as epoch:
+            await client.changes(foreign)
+        assert epoch.value.status == 409 and epoch.value.field == "cursor" and isinstance(epoch.value, InvalidState)
+        with pytest.raises(ValidationFailed) as malformed:
+            await client.changes("not-a-cursor")
+        assert malformed.value.field == "cursor"
+
+    def blocking() -> list[tuple[int, str]]:
+        with Client(api_url(stack), key) as sync:
+            return [(p.id, p.lang) for page in sync.iter_changes(head.cursor, lang=list(CONSUMED)) for p in page.posts]
+
+    assert await asyncio.to_thread(blocking) == walked
+
+
+async def test_the_webhook_endpoint_reads_return_the_workspaces_own_endpoints(stack: ServiceStack, key: str):
+    other = await stack.provision("ws_client_hooks_other")
+    await stack.publish(
+        [
+            webhook_endpoint_ev("whe_pyreads01", "ws_client", 1, url="http://127.0.0.1:9/a", locales=["en-US"]),
+            webhook_endpoint_ev("whe_pyreads02", "ws_client_hooks_other", 1, url="http://127.0.0.1:9/b"),
+        ]
+    )
+    await stack.wait_projected()
+    async with AsyncClient(api_url(stack), key) as client:
+        listed = await client.webhook_endpoints()
+        assert [e.id for e in listed.endpoints] == ["whe_pyreads01"] and listed.meta.status == 200
+        one = await client.webhook_endpoint("whe_pyreads01")
+        wire = await raw(stack, key, "/webhooks/endpoints/whe_pyreads01")
+        assert (one.id, one.url, one.status, one.filters.locales, one.filters.tickers) == (
+            wire["id"],
+            wire["url"],
+            WebhookStatus.ACTIVE,
+            ["en-US"],
+            None,
+        )
+        assert one.created_at.isoformat().startswith(wire["created_at"][:19]) and one.attempt == 0
+        attempts = await client.webhook_attempts("whe_pyreads01", limit=5)
+        assert attempts.attempts == [] and attempts.meta.status == 200  # no dispatcher in this stack
+        with pytest.raises(NotFound):  # another workspace's id answers as an unknown one
+            await client.webhook_endpoint("whe_pyreads02")
+        with pytest.raises(ValidationFailed) as exc:
+            await client.webhook_attempts("whe_pyreads01", limit=101)
+        assert exc.value.field == "limit"
+    async with AsyncClient(api_url(stack), other) as client:
+        assert [e.id for e in (await client.webhook_endpoints()).endpoints] == ["whe_pyreads02"]
 
 
 @pytest.mark.slow

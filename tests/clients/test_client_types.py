@@ -36,10 +36,31 @@ REVEALED = [
     ('client.stream(langs=["en-US"], start_after=5)', "tickerwire_client.sync.SyncPostStream"),
     ("next(client.stream())", "tickerwire_client.ordering.StreamPost"),
     ("client.posts().meta", "tickerwire_client.meta.ResponseMeta | None"),  # each call's own
+    ('client.changes("c1~x", lang=["en-US"], limit=5)', "tickerwire_client.models.ChangesPage"),
+    ("client.iter_changes()", "typing.Iterator[tickerwire_client.models.ChangesPage]"),
+    ("client.webhook_endpoints()", "tickerwire_client.webhook_models.WebhookEndpointList"),
+    ('client.webhook_endpoint("whe_x")', "tickerwire_client.webhook_models.WebhookEndpoint"),
+    ('client.webhook_attempts("whe_x", limit=5)', "tickerwire_client.webhook_models.WebhookAttemptList"),
+    (
+        'client.create_webhook_endpoint("https://h.example", locales=["en-US"], idempotency_key="k")',
+        "tickerwire_client.webhook_models.WebhookEndpointSecret",
+    ),
+    ('client.update_webhook_endpoint("whe_x", locales=None)', "tickerwire_client.webhook_models.WebhookEndpoint"),
+    ('client.delete_webhook_endpoint("whe_x")', "tickerwire_client.meta.ResponseMeta"),
+    ('client.pause_webhook_endpoint("whe_x")', "tickerwire_client.webhook_models.WebhookEndpoint"),
+    ('client.resume_webhook_endpoint("whe_x")', "tickerwire_client.webhook_models.WebhookEndpoint"),
+    ('client.rotate_webhook_secret("whe_x")', "tickerwire_client.webhook_models.WebhookEndpointSecret"),
+    ('client.replay_webhook_endpoint("whe_x", cursor="c1~x")', "tickerwire_client.webhook_models.WebhookEndpoint"),
+    ('client.send_webhook_test("whe_x")', "tickerwire_client.webhook_models.WebhookTestQueued"),
     ('await aclient.posts(where, lang="en-US")', "tickerwire_client.models.Page"),
     ('await aclient.token("BTC")', "tickerwire_client.models.TokenDetail"),
     ('aclient.iter_posts(category="defi")', "typing.AsyncIterator[tickerwire_client.models.PostLean]"),
     ('aclient.stream(tickers=["BTC"])', "tickerwire_client.stream.PostStream"),
+    (
+        'await aclient.replay_webhook_endpoint("whe_x", since="2026-12-05T09:30:00Z")',
+        "tickerwire_client.webhook_models.WebhookEndpoint",
+    ),
+    ("aclient.iter_changes(limit=50)", "typing.AsyncIterator[tickerwire_client.models.ChangesPage]"),
 ]
 
 #: Calls a typed signature refuses (each would pass unnoticed through ``Callable[..., Any]``).
@@ -51,6 +72,13 @@ REFUSED = [
     'client.stream(lang=["en-US"])',  # the option is langs
     "client.posts().postz",  # a page has no postz
     'client.token("BTC").ticker + 1',  # a ticker is a string
+    'client.changes(limit="5")',  # a string where an int goes
+    'client.replay_webhook_endpoint("whe_x")',  # neither since nor cursor
+    'client.replay_webhook_endpoint("whe_x", since="2026-12-05T09:30:00Z", cursor="c1~x")',  # both
+    'aclient.replay_webhook_endpoint("whe_x")',  # the same on the async client
+    'client.update_webhook_endpoint("whe_x", urll="https://h.example")',  # a misspelt field
+    'client.create_webhook_endpoint("https://h.example", idempotency_key=5)',  # a key is a string
+    'client.rotate_webhook_secret("whe_x").secret + 1',  # a secret is a string
 ]
 
 PRELUDE = """\

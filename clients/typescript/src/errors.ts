@@ -85,6 +85,18 @@ export class NotFoundError extends ClientError {
 export class ConflictError extends ClientError {
   override name = "ConflictError";
 }
+/** 409 CURSOR_EPOCH_CHANGED: the cursor belongs to an earlier log; gap-fill with `posts({ after })` once, then start without a cursor. */
+export class CursorEpochChangedError extends ConflictError {
+  override name = "CursorEpochChangedError";
+}
+/** 409 IDEMPOTENCY_KEY_REUSED: a create's `Idempotency-Key` was used in the last 24 hours with another body. */
+export class IdempotencyKeyReusedError extends ConflictError {
+  override name = "IdempotencyKeyReusedError";
+}
+/** 409 ENDPOINT_LIMIT: the workspace already has its maximum of endpoints (100) not deleted. */
+export class EndpointLimitError extends ConflictError {
+  override name = "EndpointLimitError";
+}
 /** 422 (or 400): `field` names the offending input when there is one. */
 export class ValidationError extends ClientError {
   override name = "ValidationError";
@@ -155,7 +167,9 @@ const BY_CODE: Readonly<Record<string, ApiErrorClass>> = {
   BADGE_MISSING: BadgeMissingError,
   NOT_FOUND: NotFoundError,
   INVALID_STATE: ConflictError,
-  CURSOR_EPOCH_CHANGED: ConflictError,
+  CURSOR_EPOCH_CHANGED: CursorEpochChangedError,
+  IDEMPOTENCY_KEY_REUSED: IdempotencyKeyReusedError,
+  ENDPOINT_LIMIT: EndpointLimitError,
   VALIDATION_FAILED: ValidationError,
   RATE_LIMITED: RateLimitError,
   QUOTA_EXHAUSTED: QuotaExhaustedError,

@@ -1,5 +1,5 @@
 /**
- * The HTTP client: one method per endpoint on the web-standard `fetch`, an `AbortSignal` on
+ * The HTTP client: one method per operation (`OPERATIONS` in operations.ts) on the web-standard `fetch`, an `AbortSignal` on
  * every call, bounded `Retry-After`-aware retries, typed errors, and every page in either direction.
  */
 
@@ -30,8 +30,17 @@ import type {
   SentimentPulse,
   TokenDetail,
   TokenList,
+  WebhookAttemptList,
+  WebhookEndpoint,
+  WebhookEndpointCreate,
+  WebhookEndpointList,
+  WebhookEndpointSecret,
+  WebhookEndpointUpdate,
+  WebhookReplay,
+  WebhookTestQueued,
   WithMeta,
 } from "./types.js";
+import { WEBHOOK_ENDPOINTS, checkIdempotencyKey, createBody, endpointPath, newIdempotencyKey, replayBody, updateBody } from "./webhook-calls.js";
 
 export interface ClientOptions {
   /** `{base_url}`, e.g. `http://127.0.0.1:8080/api/v1/developer`. */
@@ -45,6 +54,14 @@ export interface ClientOptions {
   readonly timeoutMs?: number;
   /** A `fetch` of your own (default: the global one). */
   readonly fetch?: typeof fetch;
+}
+
+/** What a request sends besides its query: a JSON body, headers, and whether sending it twice acts twice. */
+export interface SendOptions {
+  readonly body?: unknown;
+  readonly headers?: Readonly<Record<string, string>>;
+  /** false: retried only after a 429 (default true). */
+  readonly idempotent?: boolean;
 }
 
 /** Per call: an `AbortSignal` and overrides of the client's retry policy. */
@@ -168,6 +185,94 @@ export class Client {
   }
 
   /**
+   * Every page of `GET /changes` from `params.cursor` (none: the current head), each page's cursor
+   * passed to the next, until `has_more` is false; that last page (perhaps empty) is yielded too,
+   * so its `cursor` is where to poll from later. Save `page.cursor` after handling a page's posts:
+   * resuming from it misses nothing and repeats nothing.
+   */
+  async *iterChanges(params: ChangesParams = {}, options: CallOptions = {}): AsyncGenerator<ChangesPage, void, undefined> {
+    let cursor = params.cursor;
+    for (;;) {
+      const page = await this.changes({ limit: 50, ...params, cursor }, options);
+      yield page;
+      if (!page.has_more) return;
+      cursor = page.cursor;
+    }
+  }
+
+  /** `GET /webhooks/endpoints`: the workspace's endpoints that are not removed, oldest first. */
+  webhookEndpoints(options: CallOptions = {}): Promise<WithMeta<WebhookEndpointList>> {
+    return this.get(WEBHOOK_ENDPOINTS, {}, options);
+  }
+
+  /** `GET /webhooks/endpoints/{id}`: a `NotFoundError` for an unknown, removed or foreign id. */
+  webhookEndpoint(id: string, options: CallOptions = {}): Promise<WithMeta<WebhookEndpoint>> {
+    return this.get(endpointPath(id), {}, options);
+  }
+
+  /** `GET /webhooks/endpoints/{id}/attempts`: the latest attempts, newest first (`limit` 1 to 100). */
+  webhookAttempts(id: string, params: { limit?: number } = {}, options: CallOptions = {}): Promise<WithMeta<WebhookAttemptList>> {
+    return this.get(endpointPath(id, "attempts"), params, options);
+  }
+
+  /**
+   * `POST /webhooks/endpoints`: a new endpoint and its secret, shown this once. Every create
+   * carries an `Idempotency-Key`: `idempotencyKey`, or one made for this call, so a create whose
+   * answer was lost is retried safely (the server answers the same 201, secret included). Pass
+   * your own, saved before the call, to be safe across a restart of your process too.
+   * `IdempotencyKeyReusedError`: the key came with another body within 24 hours;
+   * `EndpointLimitError`: the workspace has 100 endpoints.
+   */
+  async createWebhookEndpoint(
+    body: WebhookEndpointCreate,
+    options: CallOptions & { readonly idempotencyKey?: string } = {},
+  ): Promise<WithMeta<WebhookEndpointSecret>> {
+    const key = options.idempotencyKey === undefined ? newIdempotencyKey() : checkIdempotencyKey(options.idempotencyKey);
+    return this.send("POST", WEBHOOK_ENDPOINTS, {}, options, { body: createBody(body), headers: { "Idempotency-Key": key } });
+  }
+
+  /** `PATCH /webhooks/endpoints/{id}`: only the fields given change (a filter set to `null`: no restriction). */
+  async updateWebhookEndpoint(id: string, changes: WebhookEndpointUpdate, options: CallOptions = {}): Promise<WithMeta<WebhookEndpoint>> {
+    return this.send("PATCH", endpointPath(id), {}, options, { body: updateBody(changes) });
+  }
+
+  /**
+   * `DELETE /webhooks/endpoints/{id}`: the meta of the 204. Retried after a lost answer like a
+   * read, so a `NotFoundError` after a retry can mean the first attempt removed it.
+   */
+  async deleteWebhookEndpoint(id: string, options: CallOptions = {}): Promise<ResponseMeta> {
+    return (await this.send<WithMeta<object>>("DELETE", endpointPath(id), {}, options)).meta;
+  }
+
+  /** `POST /webhooks/endpoints/{id}/pause`: deliveries stop; the position is kept. */
+  pauseWebhookEndpoint(id: string, options: CallOptions = {}): Promise<WithMeta<WebhookEndpoint>> {
+    return this.send("POST", endpointPath(id, "pause"), {}, options);
+  }
+
+  /** `POST /webhooks/endpoints/{id}/resume`: a paused or disabled endpoint delivers again from its cursor. */
+  resumeWebhookEndpoint(id: string, options: CallOptions = {}): Promise<WithMeta<WebhookEndpoint>> {
+    return this.send("POST", endpointPath(id, "resume"), {}, options);
+  }
+
+  /**
+   * `POST /webhooks/endpoints/{id}/rotate-secret`: the new secret, shown this once (both sign for
+   * 24 hours). Not retried after a lost answer: a second rotation would replace it.
+   */
+  rotateWebhookSecret(id: string, options: CallOptions = {}): Promise<WithMeta<WebhookEndpointSecret>> {
+    return this.send("POST", endpointPath(id, "rotate-secret"), {}, options, { idempotent: false });
+  }
+
+  /** `POST /webhooks/endpoints/{id}/replay` (202): deliver again everything after `since` (a time) or `cursor`, exactly one. */
+  async replayWebhookEndpoint(id: string, from: WebhookReplay, options: CallOptions = {}): Promise<WithMeta<WebhookEndpoint>> {
+    return this.send("POST", endpointPath(id, "replay"), {}, options, { body: replayBody(from), idempotent: false });
+  }
+
+  /** `POST /webhooks/endpoints/{id}/test` (202): a signed `webhook.test` message is queued; its `webhook_id` names it among the attempts. */
+  sendWebhookTest(id: string, options: CallOptions = {}): Promise<WithMeta<WebhookTestQueued>> {
+    return this.send("POST", endpointPath(id, "test"), {}, options, { idempotent: false });
+  }
+
+  /**
    * Every post of `GET /posts`, page by page: `direction: "older"` (default) starts at the newest
    * post (or `before`) and goes back to the oldest; `"newer"` starts right after `after` and
    * yields oldest first up to the newest. `for await` the posts, `.pages()` for the pages (each
@@ -193,9 +298,21 @@ export class Client {
   }
 
   /** One GET with the retry policy; the body with its meta, or the typed error. */
-  async get<T extends object>(path: string, params: object, options: CallOptions = {}): Promise<T> {
+  get<T extends object>(path: string, params: object, options: CallOptions = {}): Promise<T> {
+    return this.send<T>("GET", path, params, options);
+  }
+
+  /**
+   * One request with the retry policy; the body with its meta (a 204's meta alone: `{}` with
+   * `meta`), or the typed error. `body` goes as compact JSON. A request that is not `idempotent`
+   * (it would act twice if sent twice) is retried only after a 429, which the server answers
+   * before acting: never after a network error, a timeout or another status, since the first
+   * attempt may have been carried out.
+   */
+  async send<T extends object>(method: string, path: string, params: object, options: CallOptions = {}, request: SendOptions = {}): Promise<T> {
     const policy: RetryPolicy = options.retry ? { ...this.retry, ...options.retry } : this.retry;
     const url = `${this.baseUrl}${path}${queryString(params as Record<string, QueryValue>)}`;
+    const idempotent = request.idempotent ?? true;
     const started = Date.now();
     const callDeadline = started + policy.maxCallTimeMs;
     let waited = 0;
@@ -204,16 +321,16 @@ export class Client {
       let retryAfter: number | null = null;
       let retryable: boolean;
       try {
-        const { meta, body } = await this.attempt(url, Math.min(this.timeoutMs, callDeadline - Date.now()), options.signal);
-        if (meta.status < 400) return withMeta(body as T, meta);
+        const { meta, body } = await this.attempt(method, url, request, Math.min(this.timeoutMs, callDeadline - Date.now()), options.signal);
+        if (meta.status < 400) return withMeta((body ?? {}) as T, meta);
         const error = errorFromResponse(meta, body);
         failure = error;
         retryAfter = error.retryAfterMs;
-        retryable = policy.retryStatuses.includes(meta.status);
+        retryable = policy.retryStatuses.includes(meta.status) && (idempotent || meta.status === 429);
       } catch (error) {
         if (error instanceof AbortedError || !(error instanceof TickerwireError)) throw error;
         failure = error;
-        retryable = policy.retryConnectionErrors;
+        retryable = policy.retryConnectionErrors && idempotent;
       }
       const delay = retryable ? retryDelayMs(policy, attempt, retryAfter, waited) : null;
       if (delay === null || Date.now() + delay >= callDeadline) throw failure;
@@ -227,27 +344,38 @@ export class Client {
     }
   }
 
-  private async attempt(url: string, timeoutMs: number, signal: AbortSignal | undefined): Promise<{ meta: ResponseMeta; body: unknown }> {
+  private async attempt(
+    method: string,
+    url: string,
+    request: SendOptions,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<{ meta: ResponseMeta; body: unknown }> {
     if (signal?.aborted) throw new AbortedError("the call was aborted", { cause: signal.reason });
     const timeout = AbortSignal.timeout(Math.max(timeoutMs, 1));
     const combined = signal ? AbortSignal.any([signal, timeout]) : timeout;
     try {
-      const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}`, Accept: "application/json" };
+      const headers: Record<string, string> = { ...request.headers, Authorization: `Bearer ${this.apiKey}`, Accept: "application/json" };
       const mark = this.minPosition.header();
       if (mark !== null) headers["X-Min-Log-Position"] = mark;
-      const response = await this.fetchImpl(url, { headers, signal: combined });
+      let body: string | undefined;
+      if (request.body !== undefined) {
+        body = JSON.stringify(request.body);
+        headers["Content-Type"] = "application/json";
+      }
+      const response = await this.fetchImpl(url, { method, headers, body, signal: combined });
       const text = await response.text();
       const meta = metaFromResponse(response.status, response.headers);
       this.minPosition.sawLogPosition(meta.logPosition);
-      let body: unknown = null;
+      let decoded: unknown = null;
       if (text) {
         try {
-          body = JSON.parse(text);
+          decoded = JSON.parse(text);
         } catch {
           if (response.status < 400) throw new ConnectionError(`${response.status} with a body that is not JSON`);
         }
       }
-      return { meta, body };
+      return { meta, body: decoded };
     } catch (error) {
       if (error instanceof TickerwireError) throw error;
       if (signal?.aborted) throw new AbortedError("the call was aborted", { cause: signal.reason });

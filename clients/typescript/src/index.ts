@@ -1,4 +1,6 @@
-export { Client, PostWalk, defaultStreamUrl, type CallOptions, type ClientOptions } from "./http.js";
+export { Client, PostWalk, defaultStreamUrl, type CallOptions, type ClientOptions, type SendOptions } from "./http.js";
+export { OPERATIONS, type OperationId } from "./operations.js";
+export { MAX_IDEMPOTENCY_KEY, checkIdempotencyKey } from "./webhook-calls.js";
 export { ResumingStream, MAX_FILL_PAGES, bcp47Case, streamUrlWithKey, type CursorRefusal, type ItemSource, type StreamItem, type StreamOptions, type StreamStats } from "./stream.js";
 export { MinLogPosition } from "./freshness.js";
 export { ResumePoint, FileCursorStore, MemoryCursorStore, type CursorStore } from "./position.js";

@@ -56,3 +56,69 @@ export type ChangesParams = Csv<Query<"listChanges">>;
 
 /** Which way a walk over every page goes: `older` from the newest (or `before`), `newer` from `after`, oldest first. */
 export type Direction = "older" | "newer";
+
+// ------------------------------------------------------------------ webhook endpoints
+//
+// The read shapes come from the generated contract, with the fields issue 55's contract adds
+// (`description`; an attempt's `type` and `response_excerpt`); the shapes of the operations it
+// adds (bodies, the secret, a queued test) are written here from that contract until
+// schemas/openapi.json carries them. test/types.check.ts compares each with the generated schema
+// of the same name as soon as `npm run generate` writes one.
+
+/** The stream's filters of an endpoint: OR within one, AND between them; `null`: no restriction. */
+export type WebhookFilters = Schemas["WebhookEndpoint"]["filters"];
+
+/** One of the workspace's endpoints and the dispatcher's progress on it; never its secret. */
+export type WebhookEndpoint = Omit<Schemas["WebhookEndpoint"], "description"> & {
+  /** What the endpoint is for; `""` when none. */
+  description: string;
+};
+
+/** The workspace's endpoints that are not removed, oldest first. */
+export type WebhookEndpointList = { endpoints: WebhookEndpoint[] };
+
+/** What an attempt delivered: a post, or a test event. */
+export type WebhookAttemptType = "post.created" | "webhook.test";
+
+/** One delivery attempt of one message. */
+export type WebhookAttempt = Omit<Schemas["WebhookAttempt"], "type" | "response_excerpt"> & {
+  type: WebhookAttemptType;
+  /** At most the first 1024 bytes of the receiver's answer (UTF-8, with replacement); null when none came. */
+  response_excerpt: string | null;
+};
+
+/** An endpoint's latest attempts, newest first. */
+export type WebhookAttemptList = { attempts: WebhookAttempt[] };
+
+/** A filter of a create or an update: at most 20 values (the stream's grammar); `null`: no restriction. */
+export type WebhookFilterValue = readonly string[] | null;
+
+/** The body of `createWebhookEndpoint`. */
+export interface WebhookEndpointCreate {
+  /** `http:` or `https:`, at most 2048 characters. */
+  url: string;
+  /** At most 200 characters (default `""`). */
+  description?: string;
+  locales?: WebhookFilterValue;
+  tickers?: WebhookFilterValue;
+  categories?: WebhookFilterValue;
+}
+
+/** The body of `updateWebhookEndpoint`: only the fields given change. */
+export type WebhookEndpointUpdate = Partial<WebhookEndpointCreate>;
+
+/** What `replayWebhookEndpoint` delivers again: everything after a time, or after a resume cursor. */
+export type WebhookReplay =
+  | { since: string | Date; cursor?: never }
+  | { cursor: string; since?: never };
+
+/** The answer of a create and of a rotation: the endpoint and its secret (`whsec_...`), shown this once. */
+export interface WebhookEndpointSecret {
+  endpoint: WebhookEndpoint;
+  secret: string;
+}
+
+/** The answer of a test event: the `webhook-id` (`msg_test_...`) of the queued `webhook.test` message. */
+export interface WebhookTestQueued {
+  webhook_id: string;
+}

@@ -12,6 +12,7 @@ import {
   BadgeMissingError,
   ConflictError,
   ConnectionError,
+  CursorEpochChangedError,
   NotFoundError,
   QuotaExhaustedError,
   RateLimitError,
@@ -20,7 +21,7 @@ import {
   WorkspaceSuspendedError,
   type PostLean,
 } from "../src/index.js";
-import { Helper, LANGS, client, sleep, upState, workspace } from "./support/stack.js";
+import { Helper, LANGS, client, freshIds, sleep, until, upState, workspace } from "./support/stack.js";
 
 const helper = new Helper();
 after(() => helper.close());
@@ -96,6 +97,51 @@ describe("every endpoint", () => {
     assert.equal(pages, Math.ceil(older.length / 25));
   });
 
+  test("webhook endpoints, one endpoint, its attempts: the workspace's own only", async () => {
+    const key = await workspace(helper, "ts_hooks");
+    const other = await workspace(helper, "ts_hooks_other");
+    await helper.cli("webhooks", "register", "--workspace", "ts_hooks", "--url", "http://127.0.0.1:9/a", "--locales", "en-US", "--id", "whe_tsreads01");
+    await helper.cli("webhooks", "register", "--workspace", "ts_hooks_other", "--url", "http://127.0.0.1:9/b", "--id", "whe_tsreads02");
+    const own = client({ apiKey: key });
+    await until("the endpoint is listed", async () => (await own.webhookEndpoints()).endpoints.length === 1);
+    const listed = await own.webhookEndpoints();
+    assert.deepEqual(listed.endpoints.map((e) => e.id), ["whe_tsreads01"]);
+    assert.equal(listed.meta.status, 200);
+    const one = await own.webhookEndpoint("whe_tsreads01");
+    assert.equal(one.url, "http://127.0.0.1:9/a");
+    assert.deepEqual(one.filters, { locales: ["en-US"], tickers: null, categories: null });
+    assert.ok(["active", "disabled"].includes(one.status));
+    const attempts = await own.webhookAttempts("whe_tsreads01", { limit: 5 });
+    assert.ok(Array.isArray(attempts.attempts) && attempts.attempts.length <= 5);
+    assert.equal(attempts.meta.status, 200);
+    const foreign = await own.webhookEndpoint("whe_tsreads02").catch((e: unknown) => e);
+    assert.ok(foreign instanceof NotFoundError, String(foreign));
+    const limit = await own.webhookAttempts("whe_tsreads01", { limit: 101 }).catch((e: unknown) => e);
+    assert.ok(limit instanceof ValidationError && limit.field === "limit", String(limit));
+    await until("the other endpoint is listed", async () => (await client({ apiKey: other }).webhookEndpoints()).endpoints.length === 1);
+    assert.deepEqual((await client({ apiKey: other }).webhookEndpoints()).endpoints.map((e) => e.id), ["whe_tsreads02"]);
+  });
+
+  test("iterChanges walks every announcement after a cursor, page by page", async () => {
+    const head = await api.changes({ lang: ["en-US", "de-DE"] });
+    const ids = freshIds(4);
+    await helper.publish(ids.map((id) => ({ id, langs: ["en-US", "de-DE", "fr-FR"] })));
+    const expected = ids.flatMap((id) => ["en-US", "de-DE"].map((lang) => `${id} ${lang}`)).sort();
+    let walked: string[] = [];
+    let pages = 0;
+    await until("the posts are walked", async () => {
+      walked = [];
+      pages = 0;
+      for await (const page of api.iterChanges({ cursor: head.cursor, lang: ["en-US", "de-DE"], limit: 3 })) {
+        pages += 1;
+        walked.push(...page.posts.map((p) => `${p.id} ${p.lang}`));
+      }
+      return walked.length >= expected.length;
+    });
+    assert.deepEqual([...walked].sort(), expected, "each once, fr-FR filtered out");
+    assert.ok(pages >= 3);
+  });
+
   test("an AbortSignal aborts a call", async () => {
     const controller = new AbortController();
     controller.abort(new Error("not needed"));
@@ -133,7 +179,7 @@ describe("every error class from a real answer", () => {
     const head = await api.changes();
     const foreign = head.cursor.replace(/^c1~[0-9a-z]+/, "c1~0000deadbeef");
     const conflict = await api.changes({ cursor: foreign }).catch((e: unknown) => e);
-    assert.ok(conflict instanceof ConflictError, String(conflict));
+    assert.ok(conflict instanceof ConflictError && conflict instanceof CursorEpochChangedError, String(conflict));
     assert.equal(conflict.code, "CURSOR_EPOCH_CHANGED");
     assert.equal(conflict.field, "cursor");
   });

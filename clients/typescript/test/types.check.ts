@@ -5,8 +5,18 @@
 
 import {
   Client,
+  OPERATIONS,
   RateLimitError,
   ResumePoint,
+  type ChangesPage,
+  type ResponseMeta,
+  type WebhookAttempt,
+  type WebhookEndpoint,
+  type WebhookEndpointCreate,
+  type WebhookEndpointSecret,
+  type WebhookEndpointUpdate,
+  type WebhookTestQueued,
+  type components,
   type PostLean,
   type PostPage,
   type StreamItem,
@@ -15,6 +25,53 @@ import {
 } from "../src/index.js";
 
 declare const client: Client;
+
+type Schemas = components["schemas"];
+/** The generated schema `K` once `npm run generate` wrote one from schemas/openapi.json, else `Mine`. */
+type Generated<K extends string, Mine> = K extends keyof Schemas ? Schemas[K] : Mine;
+/** `Mine` names exactly the fields of the contract's schema, and takes every value it allows. */
+type Matches<Mine, Theirs> = [Exclude<keyof Mine, keyof Theirs> | Exclude<keyof Theirs, keyof Mine>] extends [never]
+  ? [Theirs] extends [Mine]
+    ? true
+    : false
+  : false;
+/** The shapes written from issue 55's contract agree with the generated ones as soon as those exist. */
+export const contract: [true, true, true, true, true, true] = [
+  true as Matches<WebhookEndpointCreate, Generated<"WebhookEndpointCreate", WebhookEndpointCreate>>,
+  true as Matches<WebhookEndpointUpdate, Generated<"WebhookEndpointUpdate", WebhookEndpointUpdate>>,
+  true as Matches<WebhookEndpointSecret, Generated<"WebhookEndpointSecret", WebhookEndpointSecret>>,
+  true as Matches<WebhookTestQueued, Generated<"WebhookTestQueued", WebhookTestQueued>>,
+  true as ("description" extends keyof Schemas["WebhookEndpoint"] ? Matches<WebhookEndpoint, Schemas["WebhookEndpoint"]> : true),
+  true as ("type" extends keyof Schemas["WebhookAttempt"] ? Matches<WebhookAttempt, Schemas["WebhookAttempt"]> : true),
+];
+
+export async function webhookChecks(): Promise<void> {
+  const created = await client.createWebhookEndpoint({ url: "https://h.example", locales: ["en-US"], tickers: null }, { idempotencyKey: "k" });
+  const secret: string = created.secret;
+  const id: string = created.endpoint.id;
+  const status: 201 | number = created.meta.status;
+  // @ts-expect-error a field the contract does not have
+  await client.createWebhookEndpoint({ url: "https://h.example", colour: "red" });
+  // @ts-expect-error url is required
+  await client.createWebhookEndpoint({ description: "x" });
+  // @ts-expect-error a filter is a list of strings
+  await client.updateWebhookEndpoint(id, { tickers: "BTC" });
+  // @ts-expect-error replay needs since or cursor
+  await client.replayWebhookEndpoint(id, {});
+  // @ts-expect-error not both
+  await client.replayWebhookEndpoint(id, { since: "2026-12-05T09:30:00Z", cursor: "c1~x" });
+  const replayed: WebhookEndpoint = await client.replayWebhookEndpoint(id, { since: new Date() });
+  const deleted: ResponseMeta = await client.deleteWebhookEndpoint(id);
+  const attempt = (await client.webhookAttempts(id, { limit: 5 })).attempts[0];
+  const kind: "post.created" | "webhook.test" | undefined = attempt?.type;
+  const excerpt: string | null | undefined = attempt?.response_excerpt;
+  // @ts-expect-error an endpoint status the contract does not have
+  const sleeping: WebhookEndpoint["status"] = "sleeping";
+  const queued: string = (await client.sendWebhookTest(id)).webhook_id;
+  const page: ChangesPage = await client.changes({ cursor: "c1~x", lang: ["en-US"], limit: 5 });
+  const method: "sendWebhookTest" = OPERATIONS.sendWebhookTestEvent;
+  void [secret, status, replayed, deleted, kind, excerpt, sleeping, queued, page, method];
+}
 
 export async function checks(): Promise<void> {
   const page: PostPage = await client.posts({ lang: "en-US", ticker: ["BTC", "ETH"], sentiment: "BULLISH", importance_min: 60 });

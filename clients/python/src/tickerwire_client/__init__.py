@@ -1,6 +1,7 @@
 """Python client for the Tickerwire developer read API and its realtime stream.
 
-``AsyncClient`` (asyncio) and ``Client`` (blocking) expose every endpoint with typed models;
+``AsyncClient`` (asyncio) and ``Client`` (blocking) expose every operation with typed models
+(``OPERATIONS`` names the method of each), the webhook endpoints' management among them;
 ``client.stream(...)`` delivers every new post exactly once and in order per locale across
 reconnects. ``Webhook(secret).verify(body, headers)`` verifies a webhook request. See README.md.
 """
@@ -10,7 +11,10 @@ from .errors import (
     ApiError,
     BadgeMissing,
     ClientError,
+    CursorEpochChanged,
+    EndpointLimitReached,
     Forbidden,
+    IdempotencyKeyReused,
     InternalError,
     InvalidState,
     NotAuthenticated,
@@ -32,6 +36,7 @@ from .models import (
     Category,
     CategoryGroup,
     CategoryTree,
+    ChangesPage,
     Direction,
     Ecosystem,
     EcosystemRef,
@@ -49,11 +54,25 @@ from .models import (
     TokenDetail,
     TokenList,
 )
+from .operations import OPERATIONS
 from .ordering import StreamPost
 from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, ResumingStream
 from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions, StreamSource, StreamStats
 from .sync import Client, SyncPostStream, SyncResumingStream
+from .webhook_calls import WebhookEndpointChanges
+from .webhook_models import (
+    AttemptOutcome,
+    AttemptType,
+    WebhookAttempt,
+    WebhookAttemptList,
+    WebhookEndpoint,
+    WebhookEndpointList,
+    WebhookEndpointSecret,
+    WebhookFilters,
+    WebhookStatus,
+    WebhookTestQueued,
+)
 from .webhooks import (
     Webhook,
     WebhookBodyNotBytes,
@@ -69,17 +88,23 @@ from .webhooks import (
 __all__ = [
     "ApiError",
     "AsyncClient",
+    "AttemptOutcome",
+    "AttemptType",
     "BadgeMissing",
     "Category",
     "CategoryGroup",
     "CategoryTree",
+    "ChangesPage",
     "Client",
     "ClientError",
+    "CursorEpochChanged",
     "Direction",
     "Ecosystem",
     "EcosystemRef",
+    "EndpointLimitReached",
     "Exchange",
     "Forbidden",
+    "IdempotencyKeyReused",
     "InternalError",
     "InvalidState",
     "Language",
@@ -90,6 +115,7 @@ __all__ = [
     "NamedRef",
     "NotAuthenticated",
     "NotFound",
+    "OPERATIONS",
     "Page",
     "PostDetail",
     "PostFilter",
@@ -125,12 +151,21 @@ __all__ = [
     "TransportError",
     "ValidationFailed",
     "Webhook",
+    "WebhookAttempt",
+    "WebhookAttemptList",
     "WebhookBodyNotBytes",
+    "WebhookEndpoint",
+    "WebhookEndpointChanges",
+    "WebhookEndpointList",
+    "WebhookEndpointSecret",
+    "WebhookFilters",
     "WebhookHeaderError",
     "WebhookMessage",
     "WebhookPayloadError",
     "WebhookSecretError",
     "WebhookSignatureError",
+    "WebhookStatus",
+    "WebhookTestQueued",
     "WebhookTimestampError",
     "WebhookVerificationError",
     "WorkspaceSuspended",

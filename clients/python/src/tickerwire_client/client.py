@@ -1,4 +1,4 @@
-"""``AsyncClient``: every endpoint of the developer read API, typed, with bounded retries."""
+"""``AsyncClient``: every operation of the developer API (``OPERATIONS``), typed, with bounded retries."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from urllib.parse import quote
 import aiohttp
 
 from .errors import ApiError, TransportError, error_from_response
-from .filters import PostFilter, PostFilterArgs, page_params
+from .filters import CSV, PostFilter, PostFilterArgs, csv_value, page_params
 from .meta import LogPosition, ResponseMeta
 from .models import (
     Category,
     CategoryTree,
+    ChangesPage,
     LanguageList,
     Page,
     PostDetail,
@@ -27,6 +28,7 @@ from .models import (
 from .resume import ResumeOptions, ResumingStream
 from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions
+from .webhook_calls import WebhookCalls
 
 T = TypeVar("T")
 PagingDirection = Literal["older", "newer"]
@@ -45,8 +47,9 @@ def http_to_ws(url: str) -> str:
     return url
 
 
-class AsyncClient:
-    """The read API over aiohttp.
+class AsyncClient(WebhookCalls):
+    """The developer API over aiohttp: every operation of schemas/openapi.json (``OPERATIONS``
+    names the method of each), the webhook endpoint operations among them (:class:`WebhookCalls`).
 
     ``base_url`` ends in ``/api/v1/developer``. ``stream_url`` is the stream's ``{ws_url}``
     (the same path over ``ws``/``wss``, with or without the trailing ``/stream``; any
@@ -112,12 +115,31 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ the HTTP seam
 
-    async def request(self, path: str, params: Mapping[str, str] | None = None) -> tuple[Any, ResponseMeta]:
-        """GET ``path`` with bounded retries; the decoded body and its meta, or an ``ApiError``."""
+    async def request(
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        method: str = "GET",
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool = True,
+    ) -> tuple[Any, ResponseMeta]:
+        """``method path`` with bounded retries; the decoded body and its meta, or an ``ApiError``.
+
+        ``body`` is sent as compact JSON. A request that is not ``idempotent`` (one that would
+        act twice if sent twice) is retried only after a 429, which the server answers before
+        acting; never after a connection error, a timeout or another status, since the first
+        attempt may have been carried out.
+        """
         url = self.base_url + path
-        headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json"}
+        sent = {"Authorization": f"Bearer {self.key}", "Accept": "application/json", **(headers or {})}
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            sent["Content-Type"] = "application/json"
         if (mark := self.min_log_position()) is not None:
-            headers["X-Min-Log-Position"] = mark
+            sent["X-Min-Log-Position"] = mark
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry.max_call_time
         attempt, waited = 0, 0.0
@@ -125,26 +147,32 @@ class AsyncClient:
             attempt += 1
             timeout = aiohttp.ClientTimeout(total=max(min(self.timeout, deadline - loop.time()), 0.001))
             try:
-                async with self.session.get(url, params=params or None, headers=headers, timeout=timeout) as resp:
+                async with self.session.request(
+                    method,
+                    url,
+                    params=params or None,
+                    data=data,
+                    headers=sent,
+                    timeout=timeout,
+                    skip_auto_headers=() if data is not None else ("Content-Type",),
+                ) as resp:
                     raw = await resp.read()
                     meta = ResponseMeta.from_headers(resp.status, resp.headers)
                     if meta.log_position is not None:
                         self.saw(meta.log_position.offsets)
-                    body = _decode(raw)
+                    decoded = _decode(raw)
                     if resp.status < 400:
-                        return body, meta
-                    error = error_from_response(resp.status, body, resp.headers, meta)
+                        return decoded, meta
+                    error = error_from_response(resp.status, decoded, resp.headers, meta)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                failure: Exception = TransportError(f"GET {path}: {type(exc).__name__}: {exc}")
+                failure: Exception = TransportError(f"{method} {path}: {type(exc).__name__}: {exc}")
                 failure.__cause__ = exc
-                delay = self.retry.delay(attempt, None, waited) if self.retry.retry_connection_errors else None
+                retried = self.retry.retry_connection_errors and idempotent
+                delay = self.retry.delay(attempt, None, waited) if retried else None
             else:
                 failure = error
-                delay = (
-                    self.retry.delay(attempt, error.retry_after, waited)
-                    if error.status in self.retry.retry_statuses
-                    else None
-                )
+                retried = error.status in self.retry.retry_statuses and (idempotent or error.status == 429)
+                delay = self.retry.delay(attempt, error.retry_after, waited) if retried else None
             if delay is None or loop.time() + delay >= deadline:  # no retry, or no time left for one
                 raise failure
             self.retries += 1
@@ -164,16 +192,31 @@ class AsyncClient:
     async def _get(
         self, path: str, parse: Callable[[Any, ResponseMeta], T], params: Mapping[str, str] | None = None
     ) -> T:
-        body, meta = await self.request(path, params)
+        return await self._call("GET", path, parse, params)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        parse: Callable[[Any, ResponseMeta], T],
+        params: Mapping[str, str] | None = None,
+        *,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool = True,
+    ) -> T:
+        decoded, meta = await self.request(
+            path, params, method=method, body=body, headers=headers, idempotent=idempotent
+        )
         try:
-            return parse(body, meta)
+            return parse(decoded, meta)
         except (KeyError, TypeError, ValueError) as exc:
             raise ApiError(
                 meta.status,
                 "UNEXPECTED_BODY",
-                f"GET {path}: the body does not match the contract: {exc!r}",
+                f"{method} {path}: the body does not match the contract: {exc!r}",
                 meta=meta,
-                body=body,
+                body=decoded,
             ) from exc
 
     # ------------------------------------------------------------------ endpoints
@@ -237,7 +280,50 @@ class AsyncClient:
         params = {"q": q} | page_params(lang, limit, after, before) | PostFilter.of(where, filters).params()
         return await self._get("/search", Page.from_dict, params)
 
+    async def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        lang: CSV = None,
+        tickers: CSV = None,
+        categories: CSV = None,
+        limit: int | None = None,
+    ) -> ChangesPage:
+        """GET /changes: the announcements after the resume ``cursor`` (docs/resume.md), in the
+        order posts became visible, and the cursor after them. No cursor: the current head (an
+        empty page and its cursor). The filters are the stream's (``lang`` a list of locales).
+        ``CursorEpochChanged`` (409): the cursor is of an earlier log; ``ValidationFailed``
+        with ``field == "cursor"``: not a cursor this server could have issued."""
+        params = {
+            "cursor": cursor,
+            "lang": csv_value(lang),
+            "tickers": csv_value(tickers),
+            "categories": csv_value(categories),
+            "limit": None if limit is None else str(limit),
+        }
+        return await self._get("/changes", ChangesPage.from_dict, {k: v for k, v in params.items() if v is not None})
+
     # ------------------------------------------------------------------ every page
+
+    async def iter_changes(
+        self,
+        cursor: str | None = None,
+        *,
+        lang: CSV = None,
+        tickers: CSV = None,
+        categories: CSV = None,
+        limit: int | None = 50,
+    ) -> AsyncIterator[ChangesPage]:
+        """Every page of ``GET /changes`` from ``cursor``, each page's cursor passed to the next,
+        until ``has_more`` is false: that last page (perhaps empty) is yielded too, so the last
+        ``page.cursor`` is where to poll from later. Persist ``page.cursor`` after handling a
+        page's posts: resuming from it repeats nothing and misses nothing."""
+        while True:
+            page = await self.changes(cursor, lang=lang, tickers=tickers, categories=categories, limit=limit)
+            yield page
+            if not page.has_more:
+                return
+            cursor = page.cursor
 
     def iter_posts(
         self,

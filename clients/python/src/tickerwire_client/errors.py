@@ -75,7 +75,20 @@ class NotFound(ClientError):
 
 
 class InvalidState(ClientError):
-    pass
+    """409: a well-formed request for a state that moved on."""
+
+
+class CursorEpochChanged(InvalidState):
+    """409 on ``changes``: the cursor belongs to an earlier log (docs/resume.md); fill the gap
+    with ``posts(after=<last id>)`` once, then start again without a cursor."""
+
+
+class IdempotencyKeyReused(InvalidState):
+    """409 on a create: the ``Idempotency-Key`` was used in the last 24 hours with another body."""
+
+
+class EndpointLimitReached(InvalidState):
+    """409 on a create: the workspace already has its maximum of endpoints (100) not deleted."""
 
 
 class ValidationFailed(ClientError):
@@ -112,6 +125,9 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "BADGE_MISSING": BadgeMissing,
     "NOT_FOUND": NotFound,
     "INVALID_STATE": InvalidState,
+    "CURSOR_EPOCH_CHANGED": CursorEpochChanged,
+    "IDEMPOTENCY_KEY_REUSED": IdempotencyKeyReused,
+    "ENDPOINT_LIMIT": EndpointLimitReached,
     "VALIDATION_FAILED": ValidationFailed,
     "RATE_LIMITED": RateLimited,
     "QUOTA_EXHAUSTED": QuotaExhausted,

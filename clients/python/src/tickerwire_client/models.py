@@ -448,3 +448,26 @@ class SentimentPulse:
             extra=_extra(d, frozenset({"window", "as_of", "total_posts", "breakdown"})),
             meta=meta,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesPage:
+    """A page of ``GET /changes`` (schemas/openapi.json#/components/schemas/ChangesPage): lean posts
+    in announcement order after the request's cursor, the ``cursor`` after them, and ``has_more``
+    (false: everything committed so far was returned; poll again later from ``cursor``)."""
+
+    posts: list[PostLean]
+    cursor: str
+    has_more: bool
+    extra: dict[str, Any] = _extra_field()
+    meta: ResponseMeta | None = _meta_field()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], meta: ResponseMeta | None = None) -> ChangesPage:
+        return cls(
+            posts=[PostLean.from_dict(p) for p in d.get("posts") or ()],
+            cursor=d["cursor"],
+            has_more=bool(d["has_more"]),
+            extra=_extra(d, frozenset({"posts", "cursor", "has_more"})),
+            meta=meta,
+        )

@@ -13,13 +13,16 @@ import concurrent.futures
 import signal
 import threading
 import time
-from typing import Any, AsyncGenerator, AsyncIterator, Coroutine, Iterator, TypeVar, Unpack
+from datetime import datetime
+from typing import Any, AsyncGenerator, AsyncIterator, Coroutine, Iterator, Sequence, TypeVar, Unpack, overload
 
 from .client import AsyncClient, Cursor, PagingDirection
-from .filters import PostFilter, PostFilterArgs
+from .filters import CSV, PostFilter, PostFilterArgs
+from .meta import ResponseMeta
 from .models import (
     Category,
     CategoryTree,
+    ChangesPage,
     LanguageList,
     Page,
     PostDetail,
@@ -32,6 +35,14 @@ from .ordering import StreamPost
 from .resume import ResumedPost, ResumeOptions, ResumePoint, ResumeStats, ResumingStream
 from .retry import RetryPolicy
 from .stream import PostStream, StreamOptions, StreamStats
+from .webhook_calls import WebhookEndpointChanges, replay_body
+from .webhook_models import (
+    WebhookAttemptList,
+    WebhookEndpoint,
+    WebhookEndpointList,
+    WebhookEndpointSecret,
+    WebhookTestQueued,
+)
 
 T = TypeVar("T")
 
@@ -173,6 +184,109 @@ class Client:
         return self._thread.run(
             self._async.search(q, where, lang=lang, after=after, before=before, limit=limit, **filters)
         )
+
+    def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        lang: CSV = None,
+        tickers: CSV = None,
+        categories: CSV = None,
+        limit: int | None = None,
+    ) -> ChangesPage:
+        """GET /changes (see :meth:`AsyncClient.changes`)."""
+        return self._thread.run(
+            self._async.changes(cursor, lang=lang, tickers=tickers, categories=categories, limit=limit)
+        )
+
+    def iter_changes(
+        self,
+        cursor: str | None = None,
+        *,
+        lang: CSV = None,
+        tickers: CSV = None,
+        categories: CSV = None,
+        limit: int | None = 50,
+    ) -> Iterator[ChangesPage]:
+        """Every page of GET /changes from ``cursor`` (see :meth:`AsyncClient.iter_changes`)."""
+        return self._thread.iterate(
+            self._async.iter_changes(cursor, lang=lang, tickers=tickers, categories=categories, limit=limit)
+        )
+
+    def webhook_endpoints(self) -> WebhookEndpointList:
+        """GET /webhooks/endpoints."""
+        return self._thread.run(self._async.webhook_endpoints())
+
+    def webhook_endpoint(self, endpoint_id: str) -> WebhookEndpoint:
+        """GET /webhooks/endpoints/{id}."""
+        return self._thread.run(self._async.webhook_endpoint(endpoint_id))
+
+    def webhook_attempts(self, endpoint_id: str, *, limit: int | None = None) -> WebhookAttemptList:
+        """GET /webhooks/endpoints/{id}/attempts."""
+        return self._thread.run(self._async.webhook_attempts(endpoint_id, limit=limit))
+
+    def create_webhook_endpoint(
+        self,
+        url: str,
+        *,
+        description: str | None = None,
+        locales: Sequence[str] | None = None,
+        tickers: Sequence[str] | None = None,
+        categories: Sequence[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> WebhookEndpointSecret:
+        """POST /webhooks/endpoints (see :meth:`AsyncClient.create_webhook_endpoint`)."""
+        return self._thread.run(
+            self._async.create_webhook_endpoint(
+                url,
+                description=description,
+                locales=locales,
+                tickers=tickers,
+                categories=categories,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def update_webhook_endpoint(self, endpoint_id: str, **changes: Unpack[WebhookEndpointChanges]) -> WebhookEndpoint:
+        """PATCH /webhooks/endpoints/{id}: only the fields given change."""
+        return self._thread.run(self._async.update_webhook_endpoint(endpoint_id, **changes))
+
+    def delete_webhook_endpoint(self, endpoint_id: str) -> ResponseMeta:
+        """DELETE /webhooks/endpoints/{id}."""
+        return self._thread.run(self._async.delete_webhook_endpoint(endpoint_id))
+
+    def pause_webhook_endpoint(self, endpoint_id: str) -> WebhookEndpoint:
+        """POST /webhooks/endpoints/{id}/pause."""
+        return self._thread.run(self._async.pause_webhook_endpoint(endpoint_id))
+
+    def resume_webhook_endpoint(self, endpoint_id: str) -> WebhookEndpoint:
+        """POST /webhooks/endpoints/{id}/resume."""
+        return self._thread.run(self._async.resume_webhook_endpoint(endpoint_id))
+
+    def rotate_webhook_secret(self, endpoint_id: str) -> WebhookEndpointSecret:
+        """POST /webhooks/endpoints/{id}/rotate-secret: the new secret, shown this once."""
+        return self._thread.run(self._async.rotate_webhook_secret(endpoint_id))
+
+    @overload
+    def replay_webhook_endpoint(self, endpoint_id: str, *, since: datetime | str) -> WebhookEndpoint: ...
+
+    @overload
+    def replay_webhook_endpoint(self, endpoint_id: str, *, cursor: str) -> WebhookEndpoint: ...
+
+    def replay_webhook_endpoint(
+        self, endpoint_id: str, *, since: datetime | str | None = None, cursor: str | None = None
+    ) -> WebhookEndpoint:
+        """POST /webhooks/endpoints/{id}/replay: exactly one of ``since`` or ``cursor``."""
+        replay_body(since, cursor)  # ValueError unless exactly one is given
+        if since is not None:
+            return self._thread.run(self._async.replay_webhook_endpoint(endpoint_id, since=since))
+        if cursor is not None:
+            return self._thread.run(self._async.replay_webhook_endpoint(endpoint_id, cursor=cursor))
+        raise ValueError("replay needs exactly one of since= or cursor=")
+
+    def send_webhook_test(self, endpoint_id: str) -> WebhookTestQueued:
+        """POST /webhooks/endpoints/{id}/test: a ``webhook.test`` message is queued."""
+        return self._thread.run(self._async.send_webhook_test(endpoint_id))
 
     def iter_posts(
         self,
