@@ -1,0 +1,15 @@
+-- Partner console sessions (docs/console.md): a partner signs in with a key and gets a short-lived
+-- session instead, held by the browser in an HttpOnly cookie. Only hashes are stored: the
+-- SHA-256 of the session token (the cookie), of its CSRF token, and of the key it stands for
+-- (the key's identity in the access tables), so a copy of this table authenticates nobody.
+-- A session ends at `expires_at` (absolute, never renewed) or when signed out (row deleted);
+-- expired rows are deleted whenever a session is created.
+CREATE TABLE console_sessions (
+    token_hash    text        PRIMARY KEY,
+    csrf_hash     text        NOT NULL,
+    key_hash      text        NOT NULL,
+    workspace_id  text        NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at    timestamptz NOT NULL
+);
+CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
