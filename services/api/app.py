@@ -71,7 +71,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
     # The contract is public: no key, and (outside the partner routes) no rate limit or quota.
     app.router.add_get(base + "/openapi.json", openapi.handler(base), name="openapi")
     add_docs_routes(app, base)
-    add_console_routes(app, base)
+    add_console_routes(app, base, app[CONFIG].console_stream_url)
 
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -54,8 +54,14 @@ async def authenticate(request: web.Request) -> Principal:
     app = request.app
     if not by_session(request):
         return await app[PRINCIPALS].authorize(app[POOL], bearer_key(authorization(request.headers)))
+    return (await session_principal(request))[1]
+
+
+async def session_principal(request: web.Request) -> tuple[Session, Principal]:
+    """The request's session (cookie and CSRF header) and its key's principal past the gates."""
+    app = request.app
     session = await session_of(request)
     principal = await app[PRINCIPALS].authorize_hash(app[POOL], session.key_hash)
     if principal.workspace_id != session.workspace_id:  # a key never moves; refuse if it ever did
         raise AccessDenied(NOT_AUTHENTICATED)
-    return principal
+    return session, principal

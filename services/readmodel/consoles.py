@@ -2,8 +2,9 @@
 
 A session stands for one API key of one workspace for a fixed lifetime (absolute, never
 renewed). The browser holds its token in a cookie and its CSRF token in memory; this table
-holds only their SHA-256 hashes, and the hash of the key (never the key). Here for every
-process that authenticates a console session (the API today).
+holds only their SHA-256 hashes, and the hash of the key (never the key). A session opens a
+stream connection with a single-use ticket (:func:`issue_ticket`, by the API), which the
+stream redeems (:func:`redeem_ticket`): here because both processes use it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..common.http.keys import hash_key, hashes_match
 
 TOKEN_PREFIX = "twcs_"
 CSRF_PREFIX = "twcsrf_"
+TICKET_PREFIX = "twst_"
 
 #: Whatever expired is dropped on the way (so the table holds live sessions and little else).
 OPEN = """
@@ -30,6 +32,16 @@ FIND = """
 SELECT csrf_hash, key_hash, workspace_id, expires_at FROM console_sessions
 WHERE token_hash = $1 AND expires_at > now()"""
 CLOSE = "DELETE FROM console_sessions WHERE token_hash = $1"
+ISSUE = """
+WITH gone AS (DELETE FROM console_stream_tickets WHERE expires_at < now())
+INSERT INTO console_stream_tickets (ticket_hash, token_hash, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3))
+RETURNING expires_at"""
+#: Deleted on use: a ticket opens one connection, and only while it and its session last.
+REDEEM = """
+WITH used AS (DELETE FROM console_stream_tickets WHERE ticket_hash = $1 RETURNING token_hash, expires_at)
+SELECT s.key_hash, s.workspace_id FROM used JOIN console_sessions s USING (token_hash)
+WHERE used.expires_at > now() AND s.expires_at > now()"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +99,22 @@ async def close_session(pool: asyncpg.Pool, token_hash: str, timeout_s: float) -
     with storage_errors("close a console session"):
         async with pool.acquire(timeout=timeout_s) as conn:
             await conn.execute(CLOSE, token_hash, timeout=timeout_s)
+
+
+async def issue_ticket(pool: asyncpg.Pool, session: Session, lifetime_s: float, timeout_s: float) -> Opened:
+    """A single-use stream ticket of ``session`` (its ``token``; no CSRF token)."""
+    ticket = TICKET_PREFIX + secrets.token_urlsafe(32)
+    with storage_errors("issue a console stream ticket"):
+        async with pool.acquire(timeout=timeout_s) as conn:
+            expires_at = await conn.fetchval(ISSUE, hash_key(ticket), session.token_hash, lifetime_s, timeout=timeout_s)
+    return Opened(ticket, "", expires_at)
+
+
+async def redeem_ticket(pool: asyncpg.Pool, ticket: str, timeout_s: float) -> tuple[str, str] | None:
+    """The key hash and workspace of a live ticket's live session, the ticket used up; else None."""
+    if not looks_like_token(ticket, TICKET_PREFIX):
+        return None
+    with storage_errors("redeem a console stream ticket"):
+        async with pool.acquire(timeout=timeout_s) as conn:
+            row = await conn.fetchrow(REDEEM, hash_key(ticket), timeout=timeout_s)
+    return None if row is None else (row["key_hash"], row["workspace_id"])

@@ -16,8 +16,10 @@ import pytest
 from tests.support.apps import api_served
 from tests.support.console import ENDPOINT_B, ENDPOINTS_A, ConsoleClient, seed
 from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.api.settings import ApiConfig
 from tickerwire.services.cli import admin
 from tickerwire.services.common.http.keys import hash_key
+from tickerwire.services.common.runtime.errors import ConfigError
 
 POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
@@ -223,3 +225,19 @@ async def _eventually(console, session, status: int, within_s: float = 10.0):
             if resp.status == status:
                 return resp, body
             await asyncio.sleep(0.1)
+
+
+async def test_without_a_stream_the_console_hands_out_no_ticket(console):
+    session = await console.sign_in(console.seeded.key_a)
+    resp, body = await console.call("POST", "/console/stream-tickets", session)
+    assert (resp.status, body["error"]["code"]) == (404, "NOT_FOUND")
+    assert "TICKERWIRE_CONSOLE_STREAM_URL" in body["error"]["message"]
+
+
+def test_the_stream_url_must_be_a_websocket_url():
+    with pytest.raises(ConfigError, match="TICKERWIRE_CONSOLE_STREAM_URL"):
+        ApiConfig.from_env(
+            {"TICKERWIRE_CONSOLE_STREAM_URL": "http://127.0.0.1:8081/stream"},
+            database_url="postgresql:///x",
+            kafka_bootstrap_servers="-",
+        )

@@ -3,10 +3,13 @@
 // endpoint description or a receiver's response holding markup shows as text.
 
 const API = document.querySelector('meta[name="tw-api-base"]').content;
+const STREAM = document.querySelector('meta[name="tw-stream-url"]').content;
+const LIVE_KEPT = 50; // messages shown at most, newest first
 const CSRF_KEY = "tw_console_csrf";
 const $ = (id) => document.getElementById(id);
 let current = null; // the endpoint shown in the detail section
 let attempts = [];
+let socket = null; // the live view's WebSocket, while open
 
 function say(message) {
   $("status").textContent = message;
@@ -38,6 +41,7 @@ function showUsage(response) {
 }
 
 function signedOut(message) {
+  if (socket) stopLive("Stopped.");
   sessionStorage.removeItem(CSRF_KEY);
   $("console").hidden = true;
   $("sign-out").hidden = true;
@@ -243,6 +247,60 @@ $("replay").addEventListener("submit", async (event) => {
   const data = await act("/replay", "POST", { since }).catch(() => null);
   if (data) say(`Endpoint ${current.id}: replaying since ${since}.`);
 });
+
+// The live view: a single-use ticket from the API (the session's key never reaches the page),
+// then a WebSocket to the stream with the chosen filters.
+function liveMessage(message) {
+  const item = el("li");
+  if (message.type === "post.created" && message.data) {
+    item.append(el("strong", message.data.title || message.data.id));
+    const categories = (message.data.categories || []).map((c) => c.name || c.slug || c).join(", ");
+    item.append(el("p", `${message.ts} · ${message.data.lang || ""} · ${categories}`, "meta"));
+  } else {
+    item.append(el("p", `${message.type}${message.ts ? " · " + message.ts : ""}`, "meta"));
+  }
+  $("live-messages").prepend(item);
+  while ($("live-messages").children.length > LIVE_KEPT) $("live-messages").lastChild.remove();
+}
+
+function stopLive(state) {
+  if (socket) socket.close(1000);
+  socket = null;
+  $("live-start").disabled = false;
+  $("live-stop").disabled = true;
+  if (state) $("live-state").textContent = state;
+}
+
+$("live").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  stopLive();
+  const granted = await call("POST", "/console/stream-tickets").catch(() => null);
+  if (!granted) return;
+  const query = new URLSearchParams({ ticket: granted.ticket });
+  const f = new FormData(event.target);
+  for (const name of ["locales", "tickers", "categories"]) {
+    const value = list(f.get(name) || "");
+    if (value) query.set(name, value.join(","));
+  }
+  socket = new WebSocket(`${granted.url}?${query}`);
+  $("live-start").disabled = true;
+  $("live-stop").disabled = false;
+  $("live-state").textContent = "Connecting…";
+  socket.addEventListener("open", () => ($("live-state").textContent = "Watching."));
+  socket.addEventListener("message", (m) => {
+    try {
+      liveMessage(JSON.parse(m.data));
+    } catch {
+      // not JSON: nothing to show
+    }
+  });
+  socket.addEventListener("close", (e) => {
+    if (socket) stopLive(`Closed (${e.code}${e.reason ? ": " + e.reason : ""}).`);
+  });
+});
+$("live-stop").addEventListener("click", () => stopLive("Stopped."));
+$("live").hidden = !STREAM;
+$("live-off").hidden = Boolean(STREAM);
 
 $("detail-title").tabIndex = -1;
 if (sessionStorage.getItem(CSRF_KEY)) {

@@ -13,3 +13,14 @@ CREATE TABLE console_sessions (
     expires_at    timestamptz NOT NULL
 );
 CREATE INDEX console_sessions_expiry ON console_sessions (expires_at);
+
+-- Single-use tickets by which a console session opens a stream connection (a browser cannot
+-- set an Authorization header on a WebSocket, and the page never holds the key): the SHA-256 of
+-- the ticket, its session, and a short end. Redeeming deletes the row; ending the session
+-- deletes its tickets.
+CREATE TABLE console_stream_tickets (
+    ticket_hash  text        PRIMARY KEY,
+    token_hash   text        NOT NULL REFERENCES console_sessions (token_hash) ON DELETE CASCADE,
+    expires_at   timestamptz NOT NULL
+);
+CREATE INDEX console_stream_tickets_session ON console_stream_tickets (token_hash);
