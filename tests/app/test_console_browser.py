@@ -7,14 +7,16 @@ request is aborted (and would fail the test)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
 
-from tests.support.apps import api_served
+from tests.support.apps import api_served, stream_served
 from tests.support.console import ENDPOINT_B, ENDPOINTS_A, PAYLOAD, seed
+from tests.support.stack import BASE
 from tickerwire.devstack.embedded.postgres import scratch_database
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
@@ -75,13 +77,19 @@ async def served(pg_dsn) -> AsyncIterator[tuple[str, Any]]:
 @pytest.fixture
 async def browser(served) -> AsyncIterator[Browser]:
     url, _, chromium = served
+    async for out in _browser(chromium, url):
+        yield out
+
+
+async def _browser(chromium: Any, url: str, also: str = "") -> AsyncIterator[Browser]:
+    """A page of ``chromium`` that may reach ``url`` (and ``also``) only."""
     context = await chromium.new_context(viewport={"width": 375, "height": 800})
     context.set_default_timeout(TIMEOUT_MS)
     page = await context.new_page()
     out = Browser(url, page)
 
     async def only_the_server(route: Any) -> None:
-        if route.request.url.startswith(url):
+        if route.request.url.startswith(url) or (also and route.request.url.startswith(also)):
             await route.continue_()
         else:
             out.problems.append(f"request off the server: {route.request.url}")
@@ -150,6 +158,27 @@ async def test_a_wrong_key_is_refused_with_the_servers_message_as_text(served, b
     await page.get_by_role("button", name="Sign in").click()
     await page.locator("#status").get_by_text("Missing or invalid API key").wait_for()
     assert await page.locator("#console").is_hidden()
+
+
+async def test_the_live_view_connects_to_the_stream_with_a_ticket(served, pg_dsn, kafka_bootstrap):
+    """The page asks the API for a ticket and opens the stream (another origin, admitted by the
+    policy's connect-src) with it and the chosen filters: the stream's ``ready`` is shown."""
+    _, seeded, chromium = served
+    prefix = f"consolebrowser{os.getpid()}"
+    async with stream_served(seeded.model.dsn, kafka_bootstrap, prefix) as stream:
+        stream_url = stream.url.replace("http://", "ws://") + BASE + "/stream"
+        async with api_served(seeded.model.dsn, console_stream_url=stream_url) as api:
+            async for browser in _browser(chromium, api.url, stream.url):
+                page = browser.page
+                await browser.sign_in(seeded.key_a)
+                await page.locator("#live-locales").fill("en-US")
+                await page.get_by_role("button", name="Watch").click()
+                await page.locator("#live-state").get_by_text("Watching.").wait_for()
+                await page.locator("#live-messages li", has_text="ready").wait_for()
+                await page.get_by_role("button", name="Stop").click()
+                await page.locator("#live-state").get_by_text("Stopped.").wait_for()
+                # The key never reached the page's URLs: only the ticket did.
+                assert seeded.key_a not in page.url
 
 
 @pytest.mark.skip(
