@@ -22,9 +22,14 @@ TOKEN_PREFIX = "twcs_"
 CSRF_PREFIX = "twcsrf_"
 TICKET_PREFIX = "twst_"
 
-#: Whatever expired is dropped on the way (so the table holds live sessions and little else).
+#: Up to 100 expired rows are dropped on the way (each insert at most 100, none another insert
+#: holds: concurrent sign-ins never wait on each other), so the table holds live sessions and
+#: little else.
 OPEN = """
-WITH gone AS (DELETE FROM console_sessions WHERE expires_at < now())
+WITH gone AS (
+    DELETE FROM console_sessions WHERE token_hash IN (
+        SELECT token_hash FROM console_sessions WHERE expires_at < now()
+        ORDER BY expires_at LIMIT 100 FOR UPDATE SKIP LOCKED))
 INSERT INTO console_sessions (token_hash, csrf_hash, key_hash, workspace_id, expires_at)
 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
 RETURNING expires_at"""
@@ -33,7 +38,10 @@ SELECT csrf_hash, key_hash, workspace_id, expires_at FROM console_sessions
 WHERE token_hash = $1 AND expires_at > now()"""
 CLOSE = "DELETE FROM console_sessions WHERE token_hash = $1"
 ISSUE = """
-WITH gone AS (DELETE FROM console_stream_tickets WHERE expires_at < now())
+WITH gone AS (
+    DELETE FROM console_stream_tickets WHERE ticket_hash IN (
+        SELECT ticket_hash FROM console_stream_tickets WHERE expires_at < now()
+        ORDER BY expires_at LIMIT 100 FOR UPDATE SKIP LOCKED))
 INSERT INTO console_stream_tickets (ticket_hash, token_hash, expires_at)
 VALUES ($1, $2, now() + make_interval(secs => $3))
 RETURNING expires_at"""

@@ -175,6 +175,13 @@ async def test_an_expired_session_is_refused(console):
         await conn.close()
     resp, body = await console.call("GET", "/webhooks/endpoints", session)
     assert (resp.status, body["error"]["code"]) == (401, "NOT_AUTHENTICATED")
+    # The next sign-in drops the ended row.
+    await console.sign_in(console.seeded.key_a)
+    conn = await console.seeded.model.conn()
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM console_sessions WHERE expires_at < now()") == 0
+    finally:
+        await conn.close()
 
 
 async def test_a_bad_key_opens_no_session(console):
@@ -188,7 +195,7 @@ async def test_a_bad_key_opens_no_session(console):
 
 async def test_a_session_is_refused_once_its_key_is_revoked_or_its_workspace_suspended(console):
     model = console.seeded.model
-    key = await model.provision("ws_console_c", rate_limit_per_minute=1000, daily_quota=1000)
+    key = console.seeded.key_c
     session = await console.sign_in(key)
     resp, _ = await console.call("GET", "/webhooks/endpoints", session)
     assert resp.status == 200

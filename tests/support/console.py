@@ -33,6 +33,8 @@ class Seeded:
     model: ReadModel
     key_a: str
     key_b: str
+    #: a workspace of its own, for a test to suspend or revoke
+    key_c: str
 
 
 def _endpoint(endpoint_id: str, workspace: str, version: int, **data: Any):
@@ -43,11 +45,13 @@ def _endpoint(endpoint_id: str, workspace: str, version: int, **data: Any):
 
 async def seed(dsn: str) -> Seeded:
     """Workspace A with two endpoints (one paused) and attempts (one failure carrying
-    :data:`PAYLOAD`); workspace B with one endpoint and an attempt of its own."""
+    :data:`PAYLOAD`); workspace B with one endpoint and an attempt of its own; workspace C with
+    nothing (all three provisioned before the API starts, so its first answer knows them)."""
     model = ReadModel(dsn)
     await model.project([*dataset.catalog_events(3, now=NOW, tokens=5)])
     key_a = await model.provision("ws_console_a", rate_limit_per_minute=100_000, daily_quota=1_000_000)
     key_b = await model.provision("ws_console_b", rate_limit_per_minute=100_000, daily_quota=1_000_000)
+    key_c = await model.provision("ws_console_c", rate_limit_per_minute=1000, daily_quota=1000)
     await model.project(
         [
             _endpoint(ENDPOINTS_A[0], "ws_console_a", 2, locales=["en-US"], tickers=["BTC"]),
@@ -68,7 +72,7 @@ async def seed(dsn: str) -> Seeded:
         )
     finally:
         await conn.close()
-    return Seeded(model, key_a, key_b)
+    return Seeded(model, key_a, key_b, key_c)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 -- SHA-256 of the session token (the cookie), of its CSRF token, and of the key it stands for
 -- (the key's identity in the access tables), so a copy of this table authenticates nobody.
 -- A session ends at `expires_at` (absolute, never renewed) or when signed out (row deleted);
--- expired rows are deleted whenever a session is created.
+-- expired rows are deleted (up to 100 at a time) whenever a session is created.
 CREATE TABLE console_sessions (
     token_hash    text        PRIMARY KEY,
     csrf_hash     text        NOT NULL,
@@ -24,3 +24,4 @@ CREATE TABLE console_stream_tickets (
     expires_at   timestamptz NOT NULL
 );
 CREATE INDEX console_stream_tickets_session ON console_stream_tickets (token_hash);
+CREATE INDEX console_stream_tickets_expiry ON console_stream_tickets (expires_at);
