@@ -26,6 +26,7 @@ from . import endpoint_writes as writes, handlers, openapi, webhook_test
 from .admission import Admissions
 from .catalog import Catalog
 from .compression import Compressed
+from .console_routes import add_console_routes
 from .docs import add_docs_routes
 from .errors import routes
 from .gates import PARTNER
@@ -84,6 +85,7 @@ def add_partner_routes(app: web.Application, base: str) -> None:
     # The contract is public: no key, and (outside the partner routes) no rate limit or quota.
     app.router.add_get(base + "/openapi.json", openapi.handler(base), name="openapi")
     add_docs_routes(app, base)
+    add_console_routes(app, base, app[CONFIG].console_stream_url)
 
 
 async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -1,6 +1,7 @@
 """The access gates of the read API's partner routes: gates, limits and their headers.
 
-Order of gates: authentication (401 NOT_AUTHENTICATED), workspace suspended (403
+Order of gates: authentication (401 NOT_AUTHENTICATED; an API key, or a console session:
+:mod:`.sessions`), workspace suspended (403
 WORKSPACE_SUSPENDED), badge missing or unknown (403 BADGE_MISSING), the per-minute rate limit
 (429 RATE_LIMITED), the daily quota (429 QUOTA_EXHAUSTED), then the request itself. All five
 are decided without a database round trip of their own: the three gates from the process's
@@ -28,12 +29,12 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from ..common.http.envelope import WWW_AUTHENTICATE, ApiError, Handler, Routes, from_failure
-from ..common.http.keys import authorization, bearer_key
 from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel.access import AccessDenied
 from .freshness import honour as honour_min_position
 from .limits import Usage, refusal
-from .state import ADMISSIONS, METRICS, POOL, PRINCIPALS, log_position
+from .sessions import authenticate
+from .state import ADMISSIONS, METRICS, log_position
 
 PARTNER = "partner:"
 
@@ -63,7 +64,7 @@ async def gated(request: web.Request, handler: Handler, routes: Routes, represen
     handler's (errors as the envelope), with the pacing headers and the mark once counted."""
     app = request.app
     try:
-        principal = await app[PRINCIPALS].authorize(app[POOL], bearer_key(authorization(request.headers)))
+        principal = await authenticate(request)
         usage = await app[ADMISSIONS].admit(principal)
     except AccessDenied as exc:
         app[METRICS].rejected.labels(exc.denial.code).inc()

@@ -167,7 +167,11 @@ class Principals:
         """The principal of a presented key that passes the three gates; raises :class:`AccessDenied`."""
         if key is None or not looks_like_key(key):
             raise AccessDenied(NOT_AUTHENTICATED)
-        digest = hash_key(key)
+        return await self.authorize_hash(pool, hash_key(key))
+
+    async def authorize_hash(self, pool: asyncpg.Pool, digest: str) -> Principal:
+        """The principal of the key with this hash (a console session's key) that passes the
+        three gates now; raises :class:`AccessDenied`."""
         watcher = self._watcher
         if self.loaded and (watcher is None or (watcher.fresh() and not watcher.behind(stamp.ACCESS))):
             principal = self.by_hash.get(digest)  # the common case: memory, no await

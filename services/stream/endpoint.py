@@ -21,7 +21,8 @@ from aiohttp import WSMsgType, web
 from ..common.http.envelope import envelope
 from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel import cursors
-from ..readmodel.access import AccessDenied, Principal
+from ..readmodel.access import NOT_AUTHENTICATED, AccessDenied, Principal
+from ..readmodel.consoles import redeem_ticket
 from ..readmodel.filters import AnnouncementFilter
 from . import protocol
 from .handshake import handshake_error, presented_key, requested_filter, requested_resume
@@ -103,6 +104,23 @@ async def stream(request: web.Request) -> web.StreamResponse:
     return await _connected(request, ws, admitted, session_id)
 
 
+async def _principal(request: web.Request) -> Principal:
+    """The key of the handshake through the gates: the presented key, or the key of the console
+    session whose single-use ``ticket`` it presents (docs/console.md; used up here, whatever follows)."""
+    app = request.app
+    ticket = request.query.get("ticket")
+    if ticket is None:
+        return await app[PRINCIPALS].authorize(app[POOL], presented_key(request))
+    held = await redeem_ticket(app[POOL], ticket, app[CONFIG].db_statement_timeout_s)
+    if held is None:
+        raise AccessDenied(NOT_AUTHENTICATED)
+    key_hash, workspace_id = held
+    principal = await app[PRINCIPALS].authorize_hash(app[POOL], key_hash)
+    if principal.workspace_id != workspace_id:
+        raise AccessDenied(NOT_AUTHENTICATED)
+    return principal
+
+
 async def _admit(request: web.Request) -> Admitted | web.Response:
     """The handshake read and its key through the gates, or the response refusing it (counted by
     its code): 400 malformed, the gates' 401/403, 422 for a filter or cursor breaking its grammar."""
@@ -113,7 +131,7 @@ async def _admit(request: web.Request) -> Admitted | web.Response:
         refused.labels("VALIDATION_FAILED").inc()
         return malformed
     try:
-        principal = await app[PRINCIPALS].authorize(app[POOL], presented_key(request))
+        principal = await _principal(request)
     except AccessDenied as exc:
         refused.labels(exc.denial.code).inc()
         return envelope(exc.denial.status, exc.denial.code, exc.denial.message)

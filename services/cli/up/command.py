@@ -151,6 +151,8 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
 
             ports = dict(zip(PORTS, free_ports(len(PORTS))))
         env.update({"TICKERWIRE_" + name.upper(): str(port) for name, port in ports.items()})
+        if not os.environ.get("TICKERWIRE_CONSOLE_STREAM_URL"):  # the console's live view: this stream
+            env["TICKERWIRE_CONSOLE_STREAM_URL"] = f"ws://{base.host}:{ports['stream_port']}{base.base_path}/stream"
         config = FullConfig.from_env(env)
         children, admin, probes = _spawn_children(stack, env, config, args)
         try:
