@@ -213,11 +213,15 @@ export interface paths {
         };
         /**
          * The workspace's webhook endpoints
-         * @description Every webhook endpoint of the key's workspace that is not removed, oldest first, each with its delivery state. Endpoints are registered by an operator (docs/webhooks.md); this API only reads them. Counted like any request (rate limit and quota).
+         * @description Every webhook endpoint of the key's workspace that is not removed, oldest first, each with its delivery state. Endpoints are created and changed through this API (createWebhookEndpoint and the operations after it) or by an operator (docs/webhooks.md). Counted like any request (rate limit and quota).
          */
         get: operations["listWebhookEndpoints"];
         put?: never;
-        post?: never;
+        /**
+         * Create a webhook endpoint
+         * @description A new endpoint of the key's workspace, delivering every post announced from now on that its filters admit; its signing secret is in the answer, this once. At most 100 endpoints that are not deleted per workspace (409 ENDPOINT_LIMIT). With an Idempotency-Key, the same key and body within 24 hours answers the same 201 (the secret included); another body, 409 IDEMPOTENCY_KEY_REUSED (docs/webhooks.md#the-cap-and-idempotency). Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        post: operations["createWebhookEndpoint"];
         delete?: never;
         options?: never;
         head?: never;
@@ -238,10 +242,18 @@ export interface paths {
         get: operations["getWebhookEndpoint"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a webhook endpoint
+         * @description Removes the endpoint for good: nothing more is delivered, and it no longer counts against the cap. Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        delete: operations["deleteWebhookEndpoint"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Change a webhook endpoint
+         * @description Changes the URL, the description or the filters (a filter set to null: no restriction). Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        patch: operations["updateWebhookEndpoint"];
         trace?: never;
     };
     "/webhooks/endpoints/{id}/attempts": {
@@ -278,6 +290,86 @@ export interface paths {
          * @description Queues a `webhook.test` message for one endpoint of the key's workspace (docs/webhooks.md#test-events): no post and no cursor, signed like every message, with the `webhook-id` answered here (`msg_test_<endpoint>_<n>`). The dispatcher sends it once, within about a second, out of band: even while a post is waiting for its retry, never moving the endpoint's cursor, and never retried; its attempt is in the attempt log with `type` `webhook.test`. No request body. An id that is unknown, removed or another workspace's: 404 NOT_FOUND. A paused or disabled endpoint, or one with 10 test events waiting: 409 INVALID_STATE.
          */
         post: operations["sendWebhookTestEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a webhook endpoint
+         * @description Stops delivering; the position is kept. Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        post: operations["pauseWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a webhook endpoint
+         * @description Delivers again from the kept position; also enables an endpoint the dispatcher disabled. Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        post: operations["resumeWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a webhook endpoint's secret
+         * @description A new signing secret, in the answer this once; the previous one also signs for 24 hours (docs/webhooks.md#secret-rotation). Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        post: operations["rotateWebhookEndpointSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/endpoints/{id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay to a webhook endpoint
+         * @description Delivers again everything after a resume cursor, or what the posts log received since a time (docs/webhooks.md#replay); the replayed messages carry their original webhook-id. Published to the log and answered once the read model shows it (docs/webhooks.md#read-your-writes: 503 when it does not within 10 s); 503 SERVICE_UNAVAILABLE when the server has no signing key. Another workspace's id: 404, as an unknown one.
+         */
+        post: operations["replayWebhookEndpoint"];
         delete?: never;
         options?: never;
         head?: never;
@@ -527,7 +619,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "NOT_AUTHENTICATED" | "BADGE_MISSING" | "WORKSPACE_SUSPENDED" | "NOT_FOUND" | "INVALID_STATE" | "VALIDATION_FAILED" | "RATE_LIMITED" | "QUOTA_EXHAUSTED" | "METHOD_NOT_ALLOWED" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "HEADERS_TOO_LARGE" | "HTTP_VERSION_NOT_SUPPORTED" | "INTERNAL" | "SERVICE_UNAVAILABLE" | "CURSOR_EPOCH_CHANGED";
+                code: "NOT_AUTHENTICATED" | "BADGE_MISSING" | "WORKSPACE_SUSPENDED" | "NOT_FOUND" | "INVALID_STATE" | "VALIDATION_FAILED" | "RATE_LIMITED" | "QUOTA_EXHAUSTED" | "METHOD_NOT_ALLOWED" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "HEADERS_TOO_LARGE" | "HTTP_VERSION_NOT_SUPPORTED" | "INTERNAL" | "SERVICE_UNAVAILABLE" | "ENDPOINT_LIMIT" | "IDEMPOTENCY_KEY_REUSED" | "CURSOR_EPOCH_CHANGED";
                 message: string;
                 /** @description The input the error concerns, when there is one */
                 field?: string;
@@ -544,7 +636,7 @@ export interface components {
             /** @description true: more items follow now. false: everything committed so far was returned, and `cursor` is the projector's committed frontier; poll again later from it. */
             has_more: boolean;
         };
-        /** @description One of the workspace's webhook endpoints (docs/webhooks.md) and the dispatcher's progress on it. Never its secret: the secret is shown once to the operator who registers or rotates it, and derived, never stored. */
+        /** @description One of the workspace's webhook endpoints (docs/webhooks.md) and the dispatcher's progress on it. Never its secret: the secret is shown once, when the endpoint is created or its secret rotated (WebhookEndpointSecret), and derived, never stored. */
         WebhookEndpoint: {
             /** @description The endpoint id (whe_...). */
             id: string;
@@ -553,6 +645,8 @@ export interface components {
              * @description Where the dispatcher POSTs.
              */
             url: string;
+            /** @description The partner's note on the endpoint; "" when none. */
+            description: string;
             /** @description The stream's filters (OR within one, AND between them); null: no restriction. */
             filters: {
                 /** @description Locale codes, e.g. en-US. */
@@ -563,7 +657,7 @@ export interface components {
                 categories: string[] | null;
             };
             /**
-             * @description active: delivering; paused: an operator paused it (its position is kept); disabled: the dispatcher stopped delivering (a 410 from the endpoint, or failing for too long: `disabled_reason` says which) until an operator resumes it, from the acknowledged `cursor`.
+             * @description active: delivering; paused: the partner or an operator paused it (its position is kept); disabled: the dispatcher stopped delivering (a 410 from the endpoint, or failing for too long: `disabled_reason` says which) until it is resumed, from the acknowledged `cursor`.
              * @enum {string}
              */
             status: "active" | "paused" | "disabled";
@@ -679,6 +773,88 @@ export interface components {
                 /** @description The endpoint tested (whe_...). */
                 endpoint_id: string;
             };
+        };
+        /** @description A new webhook endpoint of the key's workspace (docs/webhooks.md#endpoints). */
+        WebhookEndpointCreate: {
+            /**
+             * @description http:// or https:// URL reaching an address webhooks may reach (docs/webhooks.md#endpoints).
+             * @example https://hooks.partner.example/tickerwire
+             */
+            url: string;
+            /** @description A note on the endpoint (default ""). */
+            description?: string;
+            /**
+             * @description Locale codes (e.g. en-US), the stream's filter grammar (docs/api.md#stream); absent or null: no restriction.
+             * @example [
+             *       "en-US",
+             *       "de-DE"
+             *     ]
+             */
+            locales?: string[] | null;
+            /**
+             * @description Ticker symbols, the stream's filter grammar (docs/api.md#stream); absent or null: no restriction.
+             * @example [
+             *       "BTC",
+             *       "ETH"
+             *     ]
+             */
+            tickers?: string[] | null;
+            /**
+             * @description Category slugs, the stream's filter grammar (docs/api.md#stream); absent or null: no restriction.
+             * @example [
+             *       "defi"
+             *     ]
+             */
+            categories?: string[] | null;
+        };
+        /** @description What to change: any of the fields; a filter set to null: no restriction. */
+        WebhookEndpointUpdate: {
+            /**
+             * @description http:// or https:// URL reaching an address webhooks may reach (docs/webhooks.md#endpoints).
+             * @example https://hooks.partner.example/tickerwire
+             */
+            url?: string;
+            /** @description A note on the endpoint (default ""). */
+            description?: string;
+            /**
+             * @description Locale codes (e.g. en-US), the stream's filter grammar (docs/api.md#stream); absent or null: no restriction.
+             * @example [
+             *       "en-US",
+             *       "de-DE"
+             *     ]
+             */
+            locales?: string[] | null;
+            /**
+             * @description Ticker symbols, the stream's filter grammar (docs/api.md#stream); absent or null: no restriction.
+             * @example [
+             *       "BTC",
+             *       "ETH"
+             *     ]
+             */
+            tickers?: string[] | null;
+            /**
+             * @description Category slugs, the stream's filter grammar (docs/api.md#stream); absent or null: no restriction.
+             * @example [
+             *       "defi"
+             *     ]
+             */
+            categories?: string[] | null;
+        };
+        /** @description The endpoint and its signing secret, shown this once (derived, never stored). */
+        WebhookEndpointSecret: {
+            endpoint: components["schemas"]["WebhookEndpoint"];
+            /** @description The signing secret (docs/webhooks.md#verifying). */
+            secret: string;
+        };
+        /** @description Where the replay starts: exactly one of `since` or `cursor`. */
+        WebhookReplayRequest: {
+            /**
+             * Format: date-time
+             * @description Deliver again what the posts log received at or after this time (RFC 3339 with an offset).
+             */
+            since?: string;
+            /** @description Deliver again everything after this resume cursor (one this API issued). */
+            cursor?: string;
         };
     };
     responses: {
@@ -812,6 +988,51 @@ export interface components {
                 "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                 RateLimit: components["headers"]["RateLimit"];
                 "X-Log-Position": components["headers"]["X-Log-Position"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description VALIDATION_FAILED: the request body is not a JSON object of the operation's schema (an unknown field, a value out of bounds, a URL webhooks may not reach, a cursor this API did not issue), or the Content-Type is not application/json, or a header is not valid UTF-8; `field` names the input. */
+        BodyRefused: {
+            headers: {
+                "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                "X-Log-Position": components["headers"]["X-Log-Position"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description ENDPOINT_LIMIT: the workspace has 100 endpoints that are not deleted; IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used with another body in the last 24 hours; INVALID_STATE: the endpoint cannot make this change now. */
+        Conflict: {
+            headers: {
+                "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                "X-Log-Position": components["headers"]["X-Log-Position"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description PAYLOAD_TOO_LARGE: the request body has more than 8 KiB (8192 bytes). */
+        PayloadTooLarge: {
+            headers: {
                 [name: string]: unknown;
             };
             content: {
@@ -1541,6 +1762,64 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description 1 to 255 printable ASCII characters: a retry with the same key and body answers the same 201 for 24 hours.
+                 * @example create-7f3a
+                 */
+                "Idempotency-Key"?: string;
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointCreate"];
+            };
+        };
+        responses: {
+            /** @description The endpoint and its secret. */
+            201: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    /**
+                     * @description The endpoint's path.
+                     * @example /api/v1/developer/webhooks/endpoints/whe_3f9c2a7be41d08c6a5f1e2d3
+                     */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointSecret"];
+                };
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     getWebhookEndpoint: {
         parameters: {
             query?: never;
@@ -1584,6 +1863,103 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEndpointUpdate"];
+            };
+        };
+        responses: {
+            /** @description The endpoint as it now is. */
+            200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
@@ -1692,6 +2068,202 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pauseWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint as it now is. */
+            200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resumeWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint as it now is. */
+            200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    rotateWebhookEndpointSecret: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint and its new secret. */
+            200: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpointSecret"];
+                };
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    replayWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Monotonic reads (docs/api.md#min-log-position): answer from data at least this fresh. The value is an `X-Log-Position` value (`partition:offset` pairs, comma-separated, each offset the next one to apply on its partition), usually the freshest this client has seen. A pushed post's `log_position` is not one as it stands: what to send for a read that reflects a pushed post is docs/api.md#log-positions. The answer's `X-Log-Position` is then at or past it on every partition listed (others are not constrained). Absent or empty: no constraint. Not `partition:offset` pairs (a partition of at most 9 digits, an offset of at most 18): 422 VALIDATION_FAILED with field `X-Min-Log-Position`. No data that fresh within about a second (a position the projector has not stored: ahead of this deployment, or on a partition the topic does not have): 503 SERVICE_UNAVAILABLE with Retry-After.
+                 * @example 0:1523,1:1490,2:1612,3:1587
+                 */
+                "X-Min-Log-Position"?: components["parameters"]["min_log_position"];
+            };
+            path: {
+                /** @description A webhook endpoint id (whe_...). An id that is unknown, removed or another workspace's: 404 NOT_FOUND, the same answer for each. */
+                id: components["parameters"]["webhook_id"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookReplayRequest"];
+            };
+        };
+        responses: {
+            /** @description The replay is asked for; the endpoint as it now is. */
+            202: {
+                headers: {
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "X-Quota-Limit": components["headers"]["X-Quota-Limit"];
+                    "X-Quota-Remaining": components["headers"]["X-Quota-Remaining"];
+                    "X-Quota-Reset": components["headers"]["X-Quota-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Log-Position": components["headers"]["X-Log-Position"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            400: components["responses"]["BodyRefused"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["Internal"];
