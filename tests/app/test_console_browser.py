@@ -181,10 +181,6 @@ async def test_the_live_view_connects_to_the_stream_with_a_ticket(served, pg_dsn
                 assert seeded.key_a not in page.url
 
 
-@pytest.mark.skip(
-    reason="the webhook write operations (docs contract of issue 55: create, test, pause, replay, rotate, "
-    "delete) are built on other branches; unskip once they are merged"
-)
 async def test_create_test_pause_replay_rotate_delete(served, browser):
     _, seeded, _ = served
     page = browser.page
