@@ -19,6 +19,7 @@ REPO = Path(__file__).parents[2]
 PYTHON = REPO / "clients" / "python" / "src" / "tickerwire_client"
 TYPESCRIPT = REPO / "clients" / "typescript" / "src"
 
+
 def contract_operations(openapi: Path = REPO / "schemas" / "openapi.json") -> set[str]:
     """Every operationId under ``paths`` (the calls a partner makes; ``webhooks`` are received)."""
     document = json.loads(openapi.read_text())
