@@ -27,7 +27,7 @@ NO_CORS = (
 def routes(base_path: str) -> Routes:
     return Routes(
         not_found=f"No such endpoint. See {base_path}/openapi.json for the endpoints of this API.",
-        method_not_allowed="This API is read-only: only GET (and HEAD) are allowed on this path.",
+        method_not_allowed="This method is not allowed on this path: the Allow header lists those that are.",
         allow="GET, HEAD",
         preflight=NO_CORS,
     )

@@ -110,17 +110,18 @@ class Routes:
     #: The 405 message for a CORS preflight (``OPTIONS``), when it has one of its own.
     preflight: str | None = None
 
-    def method_error(self, method: str) -> ApiError:
-        """The 405 of a method no route takes, with ``Allow``."""
+    def method_error(self, method: str, allowed: str | None = None) -> ApiError:
+        """The 405 of a method no route takes, with ``Allow`` (``allowed``: the path's own methods)."""
         message = self.preflight if method == "OPTIONS" and self.preflight else self.method_not_allowed
-        return ApiError(405, "METHOD_NOT_ALLOWED", message, headers={"Allow": self.allow})
+        return ApiError(405, "METHOD_NOT_ALLOWED", message, headers={"Allow": allowed or self.allow})
 
     def from_http_exception(self, exc: web.HTTPException, method: str = "GET") -> ApiError:
         """The envelope of an aiohttp HTTP error (an unknown route, a wrong method, ...)."""
         if exc.status == 404:
             return ApiError(404, "NOT_FOUND", self.not_found)
         if exc.status == 405:
-            return self.method_error(method)
+            methods = getattr(exc, "allowed_methods", None)
+            return self.method_error(method, ", ".join(sorted(methods)) if methods else None)
         code, message = REFUSED_REQUESTS.get(
             exc.status, ("INTERNAL" if exc.status >= 500 else "VALIDATION_FAILED", exc.reason)
         )
