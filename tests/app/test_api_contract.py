@@ -63,6 +63,7 @@ def test_document_is_valid_openapi_31():
         "/webhooks/endpoints",
         "/webhooks/endpoints/{id}",
         "/webhooks/endpoints/{id}/attempts",
+        "/webhooks/endpoints/{id}/test",
     }
 
 
