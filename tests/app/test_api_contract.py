@@ -64,6 +64,10 @@ def test_document_is_valid_openapi_31():
         "/webhooks/endpoints/{id}",
         "/webhooks/endpoints/{id}/attempts",
         "/webhooks/endpoints/{id}/test",
+        "/webhooks/endpoints/{id}/pause",
+        "/webhooks/endpoints/{id}/resume",
+        "/webhooks/endpoints/{id}/rotate-secret",
+        "/webhooks/endpoints/{id}/replay",
     }
 
 

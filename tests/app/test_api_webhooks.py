@@ -27,6 +27,7 @@ CURSOR = "c1~abc123~0.4~1.2.en-US"
 ENDPOINT_KEYS = [
     "id",
     "url",
+    "description",
     "filters",
     "status",
     "disabled_reason",
