@@ -16,8 +16,13 @@ import pytest
 
 from tests.support.apps import api_served, stream_served
 from tests.support.console import ENDPOINT_B, ENDPOINTS_A, PAYLOAD, seed
+from tests.support.projector import projector_on
 from tests.support.stack import BASE
+from tests.support.wait import background
 from tickerwire.devstack.embedded.postgres import scratch_database
+from tickerwire.services.cli.settings import FullConfig
+from tickerwire.services.common import kafka
+from tickerwire.services.webhooks.settings import new_signing_key
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -181,8 +186,40 @@ async def test_the_live_view_connects_to_the_stream_with_a_ticket(served, pg_dsn
                 assert seeded.key_a not in page.url
 
 
-async def test_create_test_pause_replay_rotate_delete(served, browser):
-    _, seeded, _ = served
+@pytest.fixture
+async def writable(pg_dsn, kafka_bootstrap, topic_prefix) -> AsyncIterator[tuple[Any, Browser]]:
+    """The console against an API that changes endpoints for real: a broker, a projector applying
+    the access topic, and a signing key (no dispatcher: nothing is sent)."""
+    from playwright.async_api import async_playwright
+
+    settings: dict[str, Any] = dict(
+        topic_prefix=topic_prefix, topic_replication_factor=1, projector_group=f"{topic_prefix}-projector"
+    )
+    async with scratch_database(pg_dsn) as dsn:
+        seeded = await seed(dsn)
+        await kafka.ensure_topics(FullConfig(database_url=dsn, kafka_bootstrap_servers=kafka_bootstrap, **settings))
+        async with (
+            projector_on(dsn, kafka_bootstrap_servers=kafka_bootstrap, **settings) as (projector, _, _),
+            background(projector.run()),
+            api_served(
+                dsn,
+                kafka_bootstrap_servers=kafka_bootstrap,
+                topic_prefix=topic_prefix,
+                webhooks_open_targets="loopback",
+                webhooks_signing_key=new_signing_key(),
+            ) as api,
+            async_playwright() as pw,
+        ):
+            chromium = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], timeout=30_000)
+            try:
+                async for page in _browser(chromium, api.url):
+                    yield seeded, page
+            finally:
+                await chromium.close()
+
+
+async def test_create_test_pause_replay_rotate_delete(writable):
+    seeded, browser = writable
     page = browser.page
     await browser.sign_in(seeded.key_a)
     await page.get_by_label("URL", exact=True).first.fill("http://127.0.0.1:9/console-walk")
