@@ -221,3 +221,12 @@ def test_a_dispatcher_whose_rounds_stopped_says_so():
     assert d.stalled(10).startswith("no scheduling round for 30 s: read webhook endpoints: ConnectionRefusedError")
     d.last_round = time.time()
     assert d.stalled(10) is None
+
+
+@pytest.mark.parametrize(
+    "url", ["http://\x8e.example/hook", "http://a\x9ab.example/", "http://" + "a" * 64 + ".example/"]
+)
+async def test_a_host_no_resolver_could_answer_is_refused_not_an_error(url):
+    # IDNA refuses these labels (a control character, a label over 63 octets): a refusal, never a 500.
+    with pytest.raises(TargetRefused, match="not a valid host name"):
+        await check_url(url)

@@ -145,6 +145,8 @@ async def check_url(url: str, *, opened: OpenTargets = PUBLIC_ONLY, timeout_s: f
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, asyncio.TimeoutError) as e:
         raise TargetRefused(f"{host} does not resolve: {e or 'timed out'}") from e
+    except UnicodeError as e:  # a label IDNA cannot encode ("\x8e"): no name a resolver could answer
+        raise TargetRefused(f"{host!r} is not a valid host name ({e})") from e
     for info in infos:
         if (why := address_refusal(str(info[4][0]), opened)) is not None:
             raise TargetRefused(f"{host} resolves to {info[4][0]}, {why}")
