@@ -32,7 +32,8 @@ async def frontier_cursor(conn: asyncpg.Connection, topic: str) -> str:
 async def checked_cursor(conn: asyncpg.Connection, topic: str, token: str, option: str = "--from") -> str:
     """``token`` when this read model issued it (the walk's rules: its epoch, its partitions,
     nothing past the committed frontier); :class:`BadArgument` for a token that is not a cursor,
-    :class:`AdminError` for one of another epoch or that this read model cannot have issued."""
+    :class:`AdminError` for one of another epoch (code ``CURSOR_EPOCH_CHANGED``) or that this read
+    model cannot have issued (``VALIDATION_FAILED``)."""
     try:
         cursor = cursors.decode(token)
     except cursors.InvalidCursor:
@@ -41,8 +42,8 @@ async def checked_cursor(conn: asyncpg.Connection, topic: str, token: str, optio
     if isinstance(page, Refusal):
         if page.code == cursors.EPOCH_CHANGED:
             why = "it belongs to an earlier log (the posts log was reset or the read model rebuilt)"
-        else:
-            why = cursors.not_issued(cursor, page.frontier) or "this read model cannot have issued it"
+            raise AdminError(f"{option}: refused, {why}", field=option, code=cursors.EPOCH_CHANGED)
+        why = cursors.not_issued(cursor, page.frontier) or "this read model cannot have issued it"
         raise AdminError(f"{option}: refused, {why}", field=option, code="VALIDATION_FAILED")
     return cursor.encode()
 

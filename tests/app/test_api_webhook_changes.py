@@ -204,6 +204,9 @@ async def test_refused_changes_of_an_endpoint(live: Live):
             kw,
             body,
         )
+    # A cursor of another log: the 409 /changes gives it, so a partner's code handles both alike.
+    status, body, _ = await live.call("POST", one(endpoint_id, "replay"), key, json={"cursor": "c1~0ther~0.1"})
+    assert (status, body["error"]["code"], body["error"].get("field")) == (409, "CURSOR_EPOCH_CHANGED", "cursor"), body
 
 
 async def test_another_workspace_gets_404_on_every_operation_and_sees_nothing(live: Live):

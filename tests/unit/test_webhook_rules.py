@@ -111,6 +111,8 @@ def test_urls_refused_before_any_lookup():
         ("http://user:pw@example.com/", "user name or password"),
         ("http:///nohost", "no host"),
         ("http://example.com:99999/", "port"),
+        ("hTTP://ho]st/", "not valid"),
+        ("http://[::1/", "not valid"),
     ]:
         with pytest.raises(TargetRefused, match=why):
             host_and_port(url)

@@ -101,7 +101,10 @@ def host_and_port(url: str) -> tuple[str, int]:
     """The host and port of an endpoint URL; :class:`TargetRefused` for one that is not http(s)."""
     if len(url) > MAX_URL_LENGTH:
         raise TargetRefused(f"the URL is longer than {MAX_URL_LENGTH} characters")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # "Invalid IPv6 URL" for an unmatched bracket, a bad character after one
+        raise TargetRefused(f"the URL is not valid: {e}") from e
     if parts.scheme not in ("http", "https"):
         raise TargetRefused("the URL must be http:// or https://")
     if parts.username is not None or parts.password is not None:
