@@ -38,7 +38,13 @@ SHOWN_WITHIN_S = 10.0
 WRITE_ACQUIRE_S = 5.0
 
 NO_WEBHOOK_ENDPOINT = "No webhook endpoint of this workspace has this id."
-_STATUS = {"CURSOR_EPOCH_CHANGED": 409, "ENDPOINT_LIMIT": 409, "IDEMPOTENCY_KEY_REUSED": 409, "INVALID_STATE": 409, "VALIDATION_FAILED": 400}
+_STATUS = {
+    "CURSOR_EPOCH_CHANGED": 409,
+    "ENDPOINT_LIMIT": 409,
+    "IDEMPOTENCY_KEY_REUSED": 409,
+    "INVALID_STATE": 409,
+    "VALIDATION_FAILED": 400,
+}
 _PARTNER_WORDS = {
     "ENDPOINT_LIMIT": f"This workspace has {endpoint_cap.MAX_ENDPOINTS_PER_WORKSPACE} webhook endpoints, the most "
     "it may have; delete one first.",
