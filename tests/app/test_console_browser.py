@@ -7,14 +7,22 @@ request is aborted (and would fail the test)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import re
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
+import standardwebhooks
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-from tests.support.apps import api_served, stream_served
+from tests.support.apps import api_served, dispatcher_served, stream_served
 from tests.support.console import ENDPOINT_B, ENDPOINTS_A, PAYLOAD, seed
 from tests.support.projector import projector_on
 from tests.support.stack import BASE
@@ -186,54 +194,141 @@ async def test_the_live_view_connects_to_the_stream_with_a_ticket(served, pg_dsn
                 assert seeded.key_a not in page.url
 
 
+class Receiver:
+    """A partner's receiver on loopback: records every request and answers 200 with markup of
+    its own (which the attempt log must show as text)."""
+
+    ANSWER = f"ok <script>alert(2)</script>{PAYLOAD}"
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.app = web.Application()
+        self.app.router.add_post("/console-walk", self._hook)
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        self.requests.append((dict(request.headers), await request.read()))
+        return web.Response(text=self.ANSWER, content_type="text/html")
+
+    async def next_request(self, seen: int) -> tuple[dict[str, str], bytes]:
+        """The request after the first ``seen``."""
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        while len(self.requests) <= seen:
+            assert time.monotonic() < deadline, f"no request after {seen} within {TIMEOUT_MS} ms"
+            await asyncio.sleep(0.05)
+        return self.requests[seen]
+
+
+@dataclass
+class Writable:
+    seeded: Any
+    browser: Browser
+    chromium: Any
+    receiver: Receiver
+    receiver_url: str
+
+
 @pytest.fixture
-async def writable(pg_dsn, kafka_bootstrap, topic_prefix) -> AsyncIterator[tuple[Any, Browser]]:
-    """The console against an API that changes endpoints for real: a broker, a projector applying
-    the access topic, and a signing key (no dispatcher: nothing is sent)."""
+async def writable(pg_dsn, kafka_bootstrap, topic_prefix) -> AsyncIterator[Writable]:
+    """The console against an API that changes endpoints for real (a broker, a projector applying
+    the access topic, a signing key) and a dispatcher delivering to a receiver on loopback."""
     from playwright.async_api import async_playwright
 
     settings: dict[str, Any] = dict(
-        topic_prefix=topic_prefix, topic_replication_factor=1, projector_group=f"{topic_prefix}-projector"
+        kafka_bootstrap_servers=kafka_bootstrap,
+        topic_prefix=topic_prefix,
+        topic_replication_factor=1,
+        projector_group=f"{topic_prefix}-projector",
+        webhooks_open_targets="loopback",
+        webhooks_signing_key=new_signing_key(),
+        webhooks_retry_scale=0.01,
     )
+    receiver = Receiver()
     async with scratch_database(pg_dsn) as dsn:
         seeded = await seed(dsn)
-        await kafka.ensure_topics(FullConfig(database_url=dsn, kafka_bootstrap_servers=kafka_bootstrap, **settings))
+        await kafka.ensure_topics(FullConfig(database_url=dsn, **settings))
         async with (
-            projector_on(dsn, kafka_bootstrap_servers=kafka_bootstrap, **settings) as (projector, _, _),
+            projector_on(dsn, **settings) as (projector, _, _),
             background(projector.run()),
-            api_served(
-                dsn,
-                kafka_bootstrap_servers=kafka_bootstrap,
-                topic_prefix=topic_prefix,
-                webhooks_open_targets="loopback",
-                webhooks_signing_key=new_signing_key(),
-            ) as api,
+            api_served(dsn, **settings) as api,
+            dispatcher_served(dsn, **settings),
+            served_on_loopback(receiver.app) as receiver_origin,
             async_playwright() as pw,
         ):
             chromium = await pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], timeout=30_000)
             try:
                 async for page in _browser(chromium, api.url):
-                    yield seeded, page
+                    yield Writable(seeded, page, chromium, receiver, receiver_origin + "/console-walk")
             finally:
                 await chromium.close()
 
 
+@contextlib.asynccontextmanager
+async def served_on_loopback(app: web.Application) -> AsyncIterator[str]:
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
+
+
+async def _attempt_shown(page: Any, webhook_id: str) -> str:
+    """The attempt log's entry for ``webhook_id``, reloading the log until it is there."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    entry = page.locator("#attempts li", has_text=webhook_id)
+    while not await entry.count():
+        assert time.monotonic() < deadline, f"{webhook_id} not in the attempt log within {TIMEOUT_MS} ms"
+        await page.get_by_role("button", name="Reload attempts").click()
+        await asyncio.sleep(0.2)
+    return await entry.first.text_content() or ""
+
+
+async def _queued_id(page: Any) -> str:
+    status = page.locator("#status", has_text="test event queued")
+    await status.wait_for()
+    return re.search(r"\((msg_[^)]+)\)", await status.text_content() or "")[1]  # type: ignore[index]
+
+
 async def test_create_test_pause_replay_rotate_delete(writable):
-    seeded, browser = writable
-    page = browser.page
-    await browser.sign_in(seeded.key_a)
-    await page.get_by_label("URL", exact=True).first.fill("http://127.0.0.1:9/console-walk")
+    """The walk a partner takes, against a dispatcher and a receiver: every step in the page."""
+    w = writable
+    page = w.browser.page
+    await w.browser.sign_in(w.seeded.key_a)
+    await page.get_by_label("URL", exact=True).first.fill(w.receiver_url)
     await page.locator("#create-description").fill(PAYLOAD)
     await page.locator("#create-tickers").fill("BTC, ETH")
     await page.get_by_role("button", name="Add endpoint").click()
     secret = page.locator("#secret")
     await secret.get_by_text("whsec_").wait_for()
-    first_secret = await secret.text_content()
+    first_secret = await secret.text_content() or ""
     new = page.locator("#endpoints li", has_text="console-walk")
     assert PAYLOAD in (await new.text_content() or "") and await page.locator("img").count() == 0
+    endpoint_id = await new.get_attribute("data-id") or ""
     await new.get_by_role("button", name="Details and attempts").click()
+
+    # A test event: delivered, signed, and in the attempt log with status 200 and the receiver's
+    # answer shown as text.
     await page.get_by_role("button", name="Send a test event").click()
-    await page.locator("#status").get_by_text("test event queued").wait_for()
+    test_id = await _queued_id(page)
+    headers, body = await w.receiver.next_request(0)
+    assert headers["webhook-id"] == test_id
+    assert standardwebhooks.Webhook(first_secret).verify(body, headers)["type"] == "webhook.test"
+    entry = await _attempt_shown(page, test_id)
+    assert entry.startswith("delivered 200") and Receiver.ANSWER in entry, entry
+    assert await page.locator("img").count() == 0 and await page.locator("#attempts script").count() == 0
+
+    # Another workspace's session, at the same time, sees none of it.
+    async for other in _browser(w.chromium, w.browser.url):
+        await other.sign_in(w.seeded.key_b)
+        assert await other.endpoint_ids() == [ENDPOINT_B]
+        text = await other.page.locator("body").text_content() or ""
+        assert endpoint_id not in text and "console-walk" not in text and test_id not in text
+        status = await other.page.evaluate(
+            f"""fetch('/api/v1/developer/webhooks/endpoints/{endpoint_id}/attempts',
+                      {{headers: {{'X-CSRF-Token': sessionStorage.getItem('tw_console_csrf')}}}}).then(r => r.status)"""
+        )
+        assert status == 404
+
     await page.get_by_role("button", name="Pause").click()
     await page.locator("#status").get_by_text("paused").wait_for()
     assert "paused" in (await new.text_content() or "")
@@ -242,7 +337,19 @@ async def test_create_test_pause_replay_rotate_delete(writable):
     await page.locator("#status").get_by_text("replaying since 2026-01-01T00:00:00.000Z").wait_for()
     await page.get_by_role("button", name="Rotate secret").click()
     await page.locator("#status").get_by_text("secret rotated").wait_for()
-    assert (await secret.text_content()) not in (first_secret, "")
+    second_secret = await secret.text_content() or ""
+    assert second_secret.startswith("whsec_") and second_secret != first_secret
+
+    # Resumed, the next delivery verifies with the new secret (the reference implementation).
+    await page.get_by_role("button", name="Resume").click()
+    await page.locator("#status").get_by_text("resumed").wait_for()
+    seen = len(w.receiver.requests)
+    await page.get_by_role("button", name="Send a test event").click()
+    after_rotation = await _queued_id(page)
+    headers, body = await w.receiver.next_request(seen)
+    assert headers["webhook-id"] == after_rotation
+    assert standardwebhooks.Webhook(second_secret).verify(body, headers)["data"]["endpoint_id"] == endpoint_id
+
     await page.get_by_role("button", name="Delete").click()
     await page.locator("#status").get_by_text("deleted").wait_for()
     assert await page.locator("#endpoints li", has_text="console-walk").count() == 0

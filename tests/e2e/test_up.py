@@ -69,6 +69,25 @@ async def exercise(info: dict, ports: dict[str, int]) -> None:
             assert "post.created" in kinds
 
 
+async def partner_targets(info: dict) -> None:
+    """up opens loopback to webhooks, and only that, to a partner's registration too: the refused
+    addresses get the 400 naming the url (nothing is published, so nothing is ever sent there)."""
+    headers = {"Authorization": f"Bearer {info['api_key']}"}
+    endpoints = info["base_url"] + "/webhooks/endpoints"
+    async with aiohttp.ClientSession() as http:
+        for url in ("http://10.0.0.1/hook", "http://169.254.169.254/latest/meta-data/", "http://[fc00::1]/hook"):
+            async with http.post(endpoints, json={"url": url}, headers=headers) as resp:
+                error = (await resp.json())["error"]
+                assert (resp.status, error["code"], error["field"]) == (400, "VALIDATION_FAILED", "url"), error
+        async with http.post(endpoints, json={"url": "http://127.0.0.1:9/hook"}, headers=headers) as resp:
+            assert resp.status == 201, await resp.text()
+            created = (await resp.json())["endpoint"]["id"]
+        async with http.get(endpoints, headers=headers) as resp:
+            assert [e["id"] for e in (await resp.json())["endpoints"]] == [created]
+        async with http.delete(f"{endpoints}/{created}", headers=headers) as resp:
+            assert resp.status == 204
+
+
 async def served_again_after_killing_the_api(info: dict, state_dir: Path) -> float:
     """SIGKILL the api child; seconds until the partner gets 200 again."""
     headers = {"Authorization": f"Bearer {info['api_key']}"}
@@ -104,6 +123,7 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
             info = run.info
             asyncio.run(exercise(info, ports))
             if attempt == 0:
+                asyncio.run(partner_targets(info))
                 rc, err, seconds = second_up_is_refused(state_dir, ports)
                 assert rc != 0 and seconds < 5, (rc, seconds)
                 assert "another tickerwire up" in err and str(state_dir) in err

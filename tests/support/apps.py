@@ -31,6 +31,7 @@ from tickerwire.services.common.db import connect
 from tickerwire.services.common.operator.admin_listener import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
 from tickerwire.services.stream.app import create_app as create_stream_app
+from tickerwire.services.webhooks.app import create_app as create_webhooks_app
 
 PREFIX = "tickerwire"
 #: Events handed to the projector per batch (its default fetch size).
@@ -120,4 +121,11 @@ async def stream_served(dsn: str, kafka_bootstrap: str, topic_prefix: str, **ove
     config = config_for(dsn, kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix, **overrides)
     await kafka.ensure_topics(config)
     async with served(create_stream_app(config)) as out:
+        yield out
+
+
+@contextlib.asynccontextmanager
+async def dispatcher_served(dsn: str, **overrides: Any) -> AsyncIterator[Served]:
+    """The webhook dispatcher in process, once ready (its app has no partner routes)."""
+    async with served(create_webhooks_app(config_for(dsn, **overrides))) as out:
         yield out

@@ -197,6 +197,13 @@ $("sign-out").addEventListener("click", async () => {
 
 $("refresh").addEventListener("click", () => loadEndpoints().catch(() => null));
 $("outcome").addEventListener("change", showAttempts);
+$("reload-attempts").addEventListener("click", async () => {
+  if (!current) return;
+  const data = await call("GET", `/webhooks/endpoints/${encodeURIComponent(current.id)}/attempts`).catch(() => null);
+  if (!data) return;
+  attempts = data.attempts;
+  showAttempts();
+});
 
 $("create").addEventListener("submit", async (event) => {
   event.preventDefault();
