@@ -21,6 +21,7 @@ from tests.support.events import provisioning, webhook_endpoint_ev
 from tests.support.projector import projector_on
 from tests.support.stack import BASE, auth
 from tests.support.wait import background
+from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.schemas.topics import ACCESS, topic_name
 from tickerwire.services.cli.publish import publish
 from tickerwire.services.cli.settings import FullConfig
@@ -263,6 +264,47 @@ async def test_twenty_concurrent_creates_at_95_endpoints_make_exactly_5(live: Li
     deleted = next(b["endpoint"]["id"] for s, b, _ in answers if s == 201)
     assert (await live.call("DELETE", one(deleted), key))[0] == 204
     assert (await live.call("POST", ENDPOINTS, key, json={"url": HOOK}))[0] == 201  # a deleted one frees its place
+
+
+async def test_a_create_the_broker_does_not_take_gives_back_its_place_unless_a_key_holds_it(live: Live):
+    """A second API whose broker address answers nothing (a closed loopback port): its creates
+    reserve a place, fail to publish, and answer 503. Without a key the place is given back; with
+    one it is held, counted against the cap, and the retry through a working API publishes the
+    reserved endpoint (the same id), never a second one."""
+    key = await live.workspace("ws_nobroker", endpoints=99)
+    closed = f"127.0.0.1:{free_ports(1)[0]}"
+    request = {"url": HOOK, "description": "while the broker is away"}
+    held = {"Idempotency-Key": "create-away"}
+
+    async def reserved() -> list[str]:
+        async with connect(live.dsn, schema="rm") as conn:
+            rows = await conn.fetch(
+                "SELECT endpoint_id FROM webhook_reservations WHERE workspace_id = $1", "ws_nobroker"
+            )
+        return [r["endpoint_id"] for r in rows]
+
+    async with api_served(
+        live.dsn,
+        kafka_bootstrap_servers=closed,
+        topic_prefix=live.config.topic_prefix,
+        webhooks_open_targets="loopback",
+        webhooks_signing_key=new_signing_key(),
+    ) as cut:
+        cut_live = Live(live.config, cut, live.http, live.dsn)
+        before = await live.access_log_end()
+        status, body, _ = await cut_live.call("POST", ENDPOINTS, key, json=request)
+        assert (status, body["error"]["code"]) == (503, "SERVICE_UNAVAILABLE"), body
+        assert await reserved() == []
+        status, body, _ = await cut_live.call("POST", ENDPOINTS, key, json=request, headers=held)
+        assert (status, body["error"]["code"]) == (503, "SERVICE_UNAVAILABLE"), body
+        [kept] = await reserved()
+        assert await live.access_log_end() == before  # nothing reached the log
+    # The held place counts: at 99 endpoints and one reservation, another create is refused.
+    other = await live.call("POST", ENDPOINTS, key, json={"url": HOOK})
+    assert (other[0], other[1]["error"]["code"]) == (409, "ENDPOINT_LIMIT"), other[1]
+    status, body, _ = await live.call("POST", ENDPOINTS, key, json=request, headers=held)
+    assert status == 201 and body["endpoint"]["id"] == kept, body
+    assert len((await live.call("GET", ENDPOINTS, key))[1]["endpoints"]) == 100
 
 
 async def test_on_a_stack_opened_to_loopback_only_other_private_addresses_are_refused(live: Live):
