@@ -123,7 +123,6 @@ def test_up_serves_survives_and_ctrl_c_leaves_nothing_behind():
             info = run.info
             asyncio.run(exercise(info, ports))
             if attempt == 0:
-                asyncio.run(partner_targets(info))
                 rc, err, seconds = second_up_is_refused(state_dir, ports)
                 assert rc != 0 and seconds < 5, (rc, seconds)
                 assert "another tickerwire up" in err and str(state_dir) in err
@@ -199,7 +198,9 @@ async def served(info: dict) -> int:
 
 def test_up_starts_a_replica_the_api_reads_from_and_restarts_it_when_it_dies():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    run = start_up(state_dir, up_ports(), "--replicas", "1", "--no-trickle")
+    # No dispatcher: the refused addresses an operator and a partner try to register here could
+    # never be sent a request, even by a build that accepted them (every_operator_command).
+    run = start_up(state_dir, up_ports(), "--replicas", "1", "--no-trickle", "--no-dispatcher")
     try:
         wait_up(run)
         info = run.info
@@ -680,7 +681,9 @@ def test_up_refuses_three_nodes_with_a_configured_kafka_and_a_state_dir_it_canno
 @pytest.fixture(scope="module")
 def replicated_up():
     state_dir = Path(tempfile.mkdtemp(prefix="tickerwire-up-"))
-    run = start_up(state_dir, up_ports(), "--replicas", "1", "--no-trickle")
+    # No dispatcher: the refused addresses an operator and a partner try to register here could
+    # never be sent a request, even by a build that accepted them (every_operator_command).
+    run = start_up(state_dir, up_ports(), "--replicas", "1", "--no-trickle", "--no-dispatcher")
     try:
         wait_up(run)
         yield run
@@ -757,7 +760,8 @@ def every_operator_command(run, n: int) -> None:
     done(run, "embed", embed, ws)
     projected(run, "SELECT 1 FROM embeds WHERE id = $1", embed)
     done(run, "heartbeat", embed, ws)
-    # up opens loopback to webhooks, and only that: refused at registration, nothing published.
+    # up opens loopback to webhooks, and only that: refused at registration, nothing published,
+    # to an operator and to a partner.
     for target, why in (
         ("http://10.0.0.1/hook", "a private address"),
         ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
@@ -767,6 +771,8 @@ def every_operator_command(run, n: int) -> None:
         assert (
             len(refused.splitlines()) == 1 and why in refused and "opened to webhooks: 127.0.0.0/8,::1/128" in refused
         )
+    if n == 1:
+        asyncio.run(partner_targets(run.info))
     assert done(run, "webhooks", "register", "--workspace", ws, "--url", "http://127.0.0.1:9/hook", "--id", hook).stdout
     projected(run, "SELECT version FROM webhook_endpoints WHERE id = $1", hook)
     assert hook in done(run, "webhooks", "list", "--workspace", ws).stdout
@@ -787,6 +793,7 @@ def every_operator_command(run, n: int) -> None:
 def test_every_operator_command_works_on_the_replicated_url_and_across_a_failover(replicated_up):
     run = replicated_up
     assert "target_session_attrs=read-write" in run.info["database_url"]
+    assert "dispatcher" not in run.info["admin"]  # --no-dispatcher: nothing here sends a webhook
     asyncio.run(_publish_poison(run.info))  # a dead letter for `dead-letters show | retry`
     projected(run, "SELECT id FROM dead_letters WHERE topic = $1", f"{run.info['topic_prefix']}.catalog.v1")
     every_operator_command(run, 1)

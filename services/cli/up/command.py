@@ -64,7 +64,8 @@ SHARED = {"api": "api_admin_port", "stream": "stream_admin_port"}
 def _spawn_children(
     stack: Stack, env: dict[str, str], config: FullConfig, args
 ) -> tuple[dict[str, Child], dict[str, str], list[Probe]]:
-    """Every child, its admin origin by name, and the probes `up` waits for. With
+    """Every child, its admin origin by name, and the probes `up` waits for (no dispatcher with
+    ``--no-dispatcher``). With
     ``--api-processes N`` (``--stream-processes N``), N processes share the partner port
     (``TICKERWIRE_PORT_SHARING``), each on its own admin port: ``api``, ``api-2``, ..."""
     from tickerwire.devstack.embedded.ports import free_ports
@@ -87,9 +88,10 @@ def _spawn_children(
             port, path, status = partner[command]
             probes.append(Probe(child, admin[name] + "/readyz", admin_port))
             probes.append(Probe(child, f"http://{config.host}:{port}{config.base_path}{path}", port, status))
-    children["dispatcher"] = stack.spawn("dispatcher", env)
-    admin["dispatcher"] = f"http://{config.admin_host}:{config.webhooks_admin_port}"
-    probes.append(Probe(children["dispatcher"], admin["dispatcher"] + "/readyz", config.webhooks_admin_port))
+    if not getattr(args, "no_dispatcher", False):
+        children["dispatcher"] = stack.spawn("dispatcher", env)
+        admin["dispatcher"] = f"http://{config.admin_host}:{config.webhooks_admin_port}"
+        probes.append(Probe(children["dispatcher"], admin["dispatcher"] + "/readyz", config.webhooks_admin_port))
     return children, admin, probes
 
 

@@ -92,6 +92,12 @@ def register(sub) -> None:
         )
     up.add_argument("--no-trickle", action="store_true", help="do not publish a new demo post every few seconds")
     up.add_argument(
+        "--no-dispatcher",
+        action="store_true",
+        help="do not start the webhook dispatcher: endpoints are registered and managed as usual, and nothing "
+        "is delivered (a stack whose dispatcher runs elsewhere, or one that must send no request)",
+    )
+    up.add_argument(
         "--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)"
     )
     up.set_defaults(func=cmd_up)
