@@ -19,17 +19,12 @@ import pytest
 import yaml
 from openapi_spec_validator import validate as validate_spec
 
-from tests.support.apps import ReadModel, api_served
+from tests.support.apps import ReadModel, writable_stack
 from tests.support.events import visible_feed
-from tests.support.projector import projector_on
 from tests.support.stack import BASE, auth
-from tests.support.wait import background
 from tickerwire.devstack.demo import dataset
 from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.common import kafka
 from tickerwire.services.readmodel import cursors
-from tickerwire.services.webhooks.settings import new_signing_key
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 FRESHNESS_REFUSAL = "No data as fresh as the X-Min-Log-Position sent is available yet; retry shortly."
@@ -42,25 +37,13 @@ async def live(pg_dsn, kafka_bootstrap):
     # and a signing key, so schemathesis's creates, changes and deletes (stateful phase included)
     # reach the read model and are read back.
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    settings = dict(topic_prefix=prefix, topic_replication_factor=1, projector_group=f"{prefix}-projector")
     catalog = dataset.catalog_events(11, now=NOW, tokens=3000)
     posts = dataset.post_events(11, now=NOW, posts=250)
     async with scratch_database(pg_dsn) as dsn:
         model = ReadModel(dsn)
         await model.project([*catalog, *posts])
         key = await model.provision("ws_apicontract", rate_limit_per_minute=1_000_000, daily_quota=1_000_000_000)
-        await kafka.ensure_topics(FullConfig(database_url=dsn, kafka_bootstrap_servers=kafka_bootstrap, **settings))
-        async with (
-            projector_on(dsn, kafka_bootstrap_servers=kafka_bootstrap, **settings) as (projector, _, _),
-            background(projector.run()),
-            api_served(
-                dsn,
-                kafka_bootstrap_servers=kafka_bootstrap,
-                topic_prefix=prefix,
-                webhooks_open_targets="loopback",
-                webhooks_signing_key=new_signing_key(),
-            ) as api,
-        ):
+        async with writable_stack(dsn, kafka_bootstrap, prefix) as (_, api):
             async with aiohttp.ClientSession() as http:
                 async with http.get(api.url + BASE + "/tokens", headers=auth(key)) as resp:
                     assert len((await resp.json())["tokens"]) == 3000  # the catalog is loaded before the app says ready

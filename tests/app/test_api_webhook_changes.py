@@ -16,11 +16,9 @@ import asyncpg
 import pytest
 from aiokafka import TopicPartition
 
-from tests.support.apps import ReadModel, Served, api_served
+from tests.support.apps import ReadModel, Served, api_served, writable_stack
 from tests.support.events import provisioning, webhook_endpoint_ev
-from tests.support.projector import projector_on
 from tests.support.stack import BASE, auth
-from tests.support.wait import background
 from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.schemas.topics import ACCESS, topic_name
 from tickerwire.services.cli.publish import publish
@@ -93,23 +91,7 @@ class Live:
 
 @contextlib.asynccontextmanager
 async def live_stack(dsn: str, bootstrap: str, prefix: str, **api_settings: Any) -> AsyncIterator[Live]:
-    settings: dict[str, Any] = dict(
-        topic_prefix=prefix, topic_replication_factor=1, projector_group=f"{prefix}-projector"
-    )
-    config = FullConfig(database_url=dsn, kafka_bootstrap_servers=bootstrap, **settings)
-    await kafka.ensure_topics(config)
-    async with (
-        projector_on(dsn, kafka_bootstrap_servers=bootstrap, **settings) as (projector, _, _),
-        background(projector.run()),
-        api_served(
-            dsn,
-            kafka_bootstrap_servers=bootstrap,
-            topic_prefix=prefix,
-            webhooks_open_targets="loopback",
-            **{"webhooks_signing_key": new_signing_key(), **api_settings},
-        ) as api,
-        aiohttp.ClientSession() as http,
-    ):
+    async with writable_stack(dsn, bootstrap, prefix, **api_settings) as (config, api), aiohttp.ClientSession() as http:
         yield Live(config, api, http, dsn)
 
 

@@ -22,15 +22,10 @@ import standardwebhooks
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.support.apps import api_served, dispatcher_served, stream_served
+from tests.support.apps import api_served, dispatcher_served, stream_served, writable_stack
 from tests.support.console import ENDPOINT_B, ENDPOINTS_A, PAYLOAD, seed
-from tests.support.projector import projector_on
 from tests.support.stack import BASE
-from tests.support.wait import background
 from tickerwire.devstack.embedded.postgres import scratch_database
-from tickerwire.services.cli.settings import FullConfig
-from tickerwire.services.common import kafka
-from tickerwire.services.webhooks.settings import new_signing_key
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -233,24 +228,19 @@ async def writable(pg_dsn, kafka_bootstrap, topic_prefix) -> AsyncIterator[Writa
     the access topic, a signing key) and a dispatcher delivering to a receiver on loopback."""
     from playwright.async_api import async_playwright
 
-    settings: dict[str, Any] = dict(
-        kafka_bootstrap_servers=kafka_bootstrap,
-        topic_prefix=topic_prefix,
-        topic_replication_factor=1,
-        projector_group=f"{topic_prefix}-projector",
-        webhooks_open_targets="loopback",
-        webhooks_signing_key=new_signing_key(),
-        webhooks_retry_scale=0.01,
-    )
     receiver = Receiver()
     async with scratch_database(pg_dsn) as dsn:
         seeded = await seed(dsn)
-        await kafka.ensure_topics(FullConfig(database_url=dsn, **settings))
         async with (
-            projector_on(dsn, **settings) as (projector, _, _),
-            background(projector.run()),
-            api_served(dsn, **settings) as api,
-            dispatcher_served(dsn, **settings),
+            writable_stack(dsn, kafka_bootstrap, topic_prefix, webhooks_retry_scale=0.01) as (config, api),
+            dispatcher_served(
+                dsn,
+                kafka_bootstrap_servers=kafka_bootstrap,
+                topic_prefix=topic_prefix,
+                webhooks_open_targets="loopback",
+                webhooks_signing_key=config.webhooks_signing_key,
+                webhooks_retry_scale=0.01,
+            ),
             served_on_loopback(receiver.app) as receiver_origin,
             async_playwright() as pw,
         ):

@@ -23,6 +23,7 @@ from tests.support.events import provisioning, records
 from tests.support.pgbouncer import routed
 from tests.support.projector import projector_on
 from tests.support.stack import wait_http
+from tests.support.wait import background
 from tickerwire.schemas.topics import topic_name
 from tickerwire.services.api.app import create_app
 from tickerwire.services.cli.settings import FullConfig
@@ -32,6 +33,7 @@ from tickerwire.services.common.operator.admin_listener import ADMIN_APP
 from tickerwire.services.projector.sweeper import sweep_once
 from tickerwire.services.stream.app import create_app as create_stream_app
 from tickerwire.services.webhooks.app import create_app as create_webhooks_app
+from tickerwire.services.webhooks.settings import new_signing_key
 
 PREFIX = "tickerwire"
 #: Events handed to the projector per batch (its default fetch size).
@@ -129,3 +131,29 @@ async def dispatcher_served(dsn: str, **overrides: Any) -> AsyncIterator[Served]
     """The webhook dispatcher in process, once ready (its app has no partner routes)."""
     async with served(create_webhooks_app(config_for(dsn, **overrides))) as out:
         yield out
+
+
+@contextlib.asynccontextmanager
+async def writable_stack(
+    dsn: str, bootstrap: str, prefix: str, **overrides: Any
+) -> AsyncIterator[tuple[FullConfig, Served]]:
+    """The API changing webhook endpoints for real: its topics under ``prefix`` on the broker, a
+    projector applying them into ``dsn``, and the API with a signing key and loopback opened
+    (``overrides`` win). No dispatcher: nothing is sent. The configuration and the API."""
+    settings: dict[str, Any] = {
+        "kafka_bootstrap_servers": bootstrap,
+        "topic_prefix": prefix,
+        "topic_replication_factor": 1,
+        "projector_group": f"{prefix}-projector",
+        "webhooks_open_targets": "loopback",
+        "webhooks_signing_key": new_signing_key(),
+        **overrides,
+    }
+    config = FullConfig(database_url=dsn, **settings)
+    await kafka.ensure_topics(config)
+    async with (
+        projector_on(dsn, **settings) as (projector, _, _),
+        background(projector.run()),
+        api_served(dsn, **settings) as api,
+    ):
+        yield config, api
