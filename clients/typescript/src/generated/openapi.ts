@@ -1012,7 +1012,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description ENDPOINT_LIMIT: the workspace has 100 endpoints that are not deleted; IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used with another body in the last 24 hours; INVALID_STATE: the endpoint cannot make this change now. */
+        /** @description ENDPOINT_LIMIT: the workspace has 100 endpoints that are not deleted; IDEMPOTENCY_KEY_REUSED: the Idempotency-Key was used with another body in the last 24 hours; INVALID_STATE: the endpoint cannot make this change now; CURSOR_EPOCH_CHANGED (a replay): the cursor belongs to an earlier log, replay since a time instead. */
         Conflict: {
             headers: {
                 "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
