@@ -1,5 +1,6 @@
 """The webhook endpoint operations and ``changes`` of the Python client against a local fake HTTP
-server on 127.0.0.1 (pure client logic: the server side of issue 55 is tested with the server).
+server on 127.0.0.1 (pure client logic: tests/clients/test_client_webhooks_live.py runs them against
+the real API).
 
 Each operation's request (method, path, query, headers, body) and the decoding of its answer,
 the Idempotency-Key of a create (kept over the call's retries, so a lost 201 is retried safely),

@@ -59,11 +59,9 @@ export type Direction = "older" | "newer";
 
 // ------------------------------------------------------------------ webhook endpoints
 //
-// The read shapes come from the generated contract, with the fields issue 55's contract adds
-// (`description`; an attempt's `type` and `response_excerpt`); the shapes of the operations it
-// adds (bodies, the secret, a queued test) are written here from that contract until
-// schemas/openapi.json carries them. test/types.check.ts compares each with the generated schema
-// of the same name as soon as `npm run generate` writes one.
+// The shapes come from the generated contract or are written out here with their documentation
+// (the bodies, the secret, a queued test); test/types.check.ts holds each written one to the
+// generated schema of the same name.
 
 /** The stream's filters of an endpoint: OR within one, AND between them; `null`: no restriction. */
 export type WebhookFilters = Schemas["WebhookEndpoint"]["filters"];

@@ -1,6 +1,6 @@
 /**
  * The webhook endpoint operations against a local fake HTTP server on 127.0.0.1 (pure client
- * logic: the server side of issue 55 is tested with the server): each operation's request
+ * logic: the server side is tested with the server, and the Python client against it): each operation's request
  * (method, path, query, headers, body) and the decoding of its answer, the create's
  * Idempotency-Key kept over its retries, which writes are retried after what, and the errors of
  * the new 409 codes.

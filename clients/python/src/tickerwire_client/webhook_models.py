@@ -3,11 +3,10 @@ as every model of :mod:`tickerwire_client.models`: unknown fields land in ``extr
 outside a known enum are kept as plain strings.
 
 The shapes are the OpenAPI document's ``WebhookEndpoint``, ``WebhookEndpointList``,
-``WebhookAttempt`` and ``WebhookAttemptList`` with the fields issue 55's contract adds
-(``description``; an attempt's ``type`` and ``response_excerpt``), and the answers of the
-operations it adds: ``WebhookEndpointSecret`` (create, rotate-secret: the secret, shown once)
-and ``WebhookTestQueued`` (a test event). A field the server does not send yet takes the value
-the contract gives for "none" (``description`` ``""``, ``type`` ``post.created``,
+``WebhookAttempt`` and ``WebhookAttemptList``, and the answers of the write operations:
+``WebhookEndpointSecret`` (create, rotate-secret: the secret, shown once) and
+``WebhookTestQueued`` (a test event). A field an older server does not send takes the value the
+contract gives for "none" (``description`` ``""``, ``type`` ``post.created``,
 ``response_excerpt`` None).
 """
 
