@@ -131,10 +131,14 @@ async function showDetail(e) {
   $("edit-categories").value = joined(e.filters && e.filters.categories);
   $("pause").hidden = e.status === "paused";
   $("resume").hidden = e.status !== "paused";
-  const data = await call("GET", `/webhooks/endpoints/${encodeURIComponent(e.id)}/attempts`);
+  await loadAttempts();
+  $("detail-title").focus();
+}
+
+async function loadAttempts() {
+  const data = await call("GET", `/webhooks/endpoints/${encodeURIComponent(current.id)}/attempts`);
   attempts = data.attempts;
   showAttempts();
-  $("detail-title").focus();
 }
 
 function showSecret(secret) {
@@ -197,13 +201,7 @@ $("sign-out").addEventListener("click", async () => {
 
 $("refresh").addEventListener("click", () => loadEndpoints().catch(() => null));
 $("outcome").addEventListener("change", showAttempts);
-$("reload-attempts").addEventListener("click", async () => {
-  if (!current) return;
-  const data = await call("GET", `/webhooks/endpoints/${encodeURIComponent(current.id)}/attempts`).catch(() => null);
-  if (!data) return;
-  attempts = data.attempts;
-  showAttempts();
-});
+$("reload-attempts").addEventListener("click", () => (current ? loadAttempts().catch(() => null) : null));
 
 $("create").addEventListener("submit", async (event) => {
   event.preventDefault();
