@@ -91,7 +91,10 @@ class Failover:
     promoted; the API answering ``GET /posts`` again; every service process ready; the old
     primary rebuilt and streaming as the new standby. And what partners saw of the pairs
     pushed to a stream client in the :data:`RECENT_S` before the kill (``pushed`` of them), as soon
-    as the API answered: how many ``GET /posts/{id}?lang=`` did not serve (``unreadable``)."""
+    as the API answered: how many ``GET /posts/{id}?lang=`` did not serve (``unreadable``). After
+    a ``failover lagging``, also how many of them the standby did not hold when it was promoted
+    (``missing``: what the failover lost, read from the standby itself before any service could
+    write to it again)."""
 
     killed: float
     promoted: float
@@ -100,6 +103,7 @@ class Failover:
     rebuilt: float
     pushed: int = 0
     unreadable: int = 0
+    missing: int = 0
 
 
 @dataclass

@@ -65,6 +65,7 @@ import time
 from typing import Mapping
 
 import aiohttp
+import asyncpg
 
 from tests.chaos.harness import Cluster
 from tests.chaos.history import RECENT_S, Failover, Fault, History, Key
@@ -302,8 +303,10 @@ class Nemesis:
         killed = self.history.now()
         pushed = {d.key for got in self.history.deliveries.values() for d in got if d.at >= killed - RECENT_S}
         old = await asyncio.to_thread(self.cluster.kill_primary)
+        missing: set[Key] = set()
         if lag_s:
             await asyncio.to_thread(self.cluster.lose_standby_tail)
+            missing = await self.not_on_standby(pushed)
         await asyncio.to_thread(self.cluster.promote_standby)
         promoted = self.history.now()
         rebuilding = asyncio.create_task(asyncio.to_thread(self.cluster.rebuild, old))
@@ -316,8 +319,28 @@ class Nemesis:
         rebuilt = self.history.now()
         for role in self.cluster.roles:
             await self.cluster.ready(role, timeout=FAILOVER_WAIT_S)
-        failover = Failover(killed, promoted, answered, self.history.now(), rebuilt, len(pushed), len(unreadable))
+        failover = Failover(
+            killed, promoted, answered, self.history.now(), rebuilt, len(pushed), len(unreadable), len(missing)
+        )
         self.history.failovers.append(failover)
+
+    async def not_on_standby(self, pushed: set[Key]) -> set[Key]:
+        """Those of ``pushed`` the standby (still in recovery: nothing can write to it) holds no
+        visible translation of, read from it directly."""
+        conn = await asyncpg.connect(
+            self.cluster.replica.dsn, server_settings={"search_path": "rm,public"}, timeout=10.0
+        )
+        try:
+            rows = await conn.fetch(
+                "SELECT post_id, lang FROM post_translations WHERE visible"
+                " AND (post_id, lang) IN (SELECT * FROM unnest($1::bigint[], $2::text[]))",
+                [k[0] for k in pushed],
+                [k[1] for k in pushed],
+                timeout=10.0,
+            )
+        finally:
+            await conn.close(timeout=5.0)
+        return pushed - {(r["post_id"], r["lang"]) for r in rows}
 
     async def api_answers(self, http: aiohttp.ClientSession) -> float:
         """When (in the history's time) the API first served ``GET /posts`` (its key checked and

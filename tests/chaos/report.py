@@ -378,6 +378,8 @@ def _failovers(failovers: list[dict] | None) -> list[str]:
     steps["rebuilt"] = "old primary rebuilt as the standby"
     parts = [f"{label} {_fmt(stats([f[key] - f['killed'] for f in failovers]))}" for key, label in steps.items()]
     unreadable = f"{sum(f['unreadable'] for f in failovers)} of {sum(f['pushed'] for f in failovers)}"
+    if any(f.get("missing") for f in failovers):
+        unreadable += f" ({sum(f.get('missing', 0) for f in failovers)} not on the standby when it was promoted)"
     return [
         f"- Failovers: {len(failovers)}; from the SIGKILL of the primary: "
         + "; ".join(parts)

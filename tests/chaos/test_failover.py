@@ -63,9 +63,11 @@ async def test_a_failover_to_a_lagging_asynchronous_standby_loses_nothing_for_go
     (counted: the report's failover line), none is lost for good, and the counts of what was
     doubled or refused are what partners see (docs/reliability.md). Measured: 17 of the 88
     pairs pushed in the 15 s before the SIGKILL unreadable when the API answered again (0.55 s
-    after it), re-projected within about 2 s; 0 lost, 0 doubled, 0 refused. The test asserts
-    that the failover did lose a window (so it exercises what it states) and that nothing is
-    lost for good."""
+    after it), re-projected within about 2 s; 0 lost, 0 doubled, 0 refused. In another run the
+    projector had re-projected them all before the first ``GET`` (0 of 82 unreadable), so the
+    test does not count on that race: it asserts that the failover did lose a window, read from
+    the standby itself before its promotion (pushed pairs it did not hold: so the test exercises
+    what it states), and that nothing is lost for good."""
     report = await run(
         0.5,
         ASYNC_SEED,
@@ -75,6 +77,6 @@ async def test_a_failover_to_a_lagging_asynchronous_standby_loses_nothing_for_go
         server_settings=ASYNCHRONOUS,
     )
     (failover,) = report["failovers"]
-    assert failover["unreadable"] > 0, f"the standby was not behind: no window lost {failover}"
+    assert failover["missing"] > 0, f"the standby was not behind: no window lost {failover}"
     assert report["tally"]["lost"] == 0, f"{report['tally']}, {failover}: {report['violations'][:8]}"
     assert not report["restarts"], f"processes restarted: {report['restarts']}"
