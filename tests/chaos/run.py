@@ -51,6 +51,22 @@ CATCH_UP_S = 120.0
 #: How long after an injected fault ended an ERROR line is still put down to it (a restarted
 #: process's start, a consumer that finds its session expired when it is resumed).
 ERROR_AFTERMATH_S = 15.0
+#: How long the stream clients and the walker get to hold their first cursor.
+PLACED_S = 60.0
+
+
+async def placed(clients: list[Follower | Walker], tasks: list[asyncio.Task]) -> None:
+    """Until each of ``clients`` holds its first cursor (at most ``PLACED_S``); on failure the
+    clients' ``tasks`` are cancelled and the run fails, naming who had none."""
+    deadline = time.monotonic() + PLACED_S
+    while not all(client.cursor for client in clients):
+        if time.monotonic() > deadline or any(task.done() for task in tasks):
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            missing = [getattr(client, "name", "/changes walk") for client in clients if not client.cursor]
+            raise RuntimeError(f"no first cursor within {PLACED_S:.0f} s: {missing}")
+        await asyncio.sleep(0.1)
 
 
 async def run(
@@ -81,13 +97,11 @@ async def run(
         names = [f"follower{n}" for n in range(followers)]
         for name in names:
             history.deliveries[name] = []
-        writers = [
-            asyncio.create_task(PostWriter(c, history, random.Random(rng.random()), rate).run(writing)),
-            asyncio.create_task(TransactionalWriter(c, history, random.Random(rng.random())).run(writing)),
-        ]
+        followers_ = [Follower(n, c, history, random.Random(rng.random()), pushed) for n in names]
+        walker = Walker(c, history)
         clients = [
-            *(Follower(n, c, history, random.Random(rng.random()), pushed).run(reading, http) for n in names),
-            Walker(c, history).run(reading, http),
+            *(f.run(reading, http) for f in followers_),
+            walker.run(reading, http),
             Reader(c, history, None).run(reading, http),
             Reader(c, history, pushed).run(reading, http),
         ]
@@ -100,6 +114,13 @@ async def run(
                 Spender(c, history).run(writing, http),
             ]
         client_tasks = [asyncio.create_task(coro) for coro in clients]
+        # The stream clients and the walker hold their first cursor before anything is
+        # published: what they must get is everything acknowledged from then on.
+        await placed([walker, *followers_], client_tasks)
+        writers = [
+            asyncio.create_task(PostWriter(c, history, random.Random(rng.random()), rate).run(writing)),
+            asyncio.create_task(TransactionalWriter(c, history, random.Random(rng.random())).run(writing)),
+        ]
         supervisor = asyncio.create_task(c.supervise(history))
         nemesis = asyncio.create_task(
             Nemesis(c, history, random.Random(rng.random()), kinds, gap_s, hooks).run(faulting)
