@@ -32,6 +32,9 @@ LOG4J2 = HERE / "log4j2.properties"
 #: The JVM's heap: the broker of one node with a few hundred partitions needs little.
 HEAP = "-Xmx512m"
 START_TIMEOUT_S = 90.0
+#: Starts on a port that was free when checked but taken at the node's own bind, a few seconds
+#: later (another process's probe of free ports holds one for a moment), before giving up.
+BIND_ATTEMPTS = 3
 CLUSTER_ID = "dGlja2Vyd2lyZS1rYWZrYQ"  # 22 characters of URL-safe base64, as Kafka wants
 
 #: What the node is configured with beyond its ports and folder: one node, so every internal
@@ -142,7 +145,20 @@ class ApacheKafka(DataDirServer):
         properties = self.write_properties()
         if not has_log(self._data_dir):
             self._format(binary, cp, properties)
-        self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
+                break
+            except EmbeddedError:
+                if attempt == BIND_ATTEMPTS or not self._bind_failed():
+                    raise
+                log.warning(
+                    "Apache Kafka's port %s was taken at its bind (attempt %d of %d); starting it again",
+                    self.bootstrap_servers,
+                    attempt,
+                    BIND_ATTEMPTS,
+                )
+                time.sleep(1.0)
         log.info(
             "Apache Kafka %s ready on %s (pid %d) in %.1fs",
             version(),
@@ -244,6 +260,10 @@ class ApacheKafka(DataDirServer):
                 cause = next((later for later in lines[n + 1 : n + 4] if "Exception" in later), "")
                 return f"{line.strip()} {cause.strip()}".strip()
         return None
+
+    def _bind_failed(self) -> bool:
+        """Whether this start's node could not bind a port (its own log says so)."""
+        return b"java.net.BindException: Address already in use" in self._this_start()
 
     def _serving(self) -> bool:
         assert self._process is not None and self._port is not None
