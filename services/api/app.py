@@ -17,6 +17,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common.db import reader_pool
 from ..common.db.replicas import Replicas
 from ..common.operator.admin_listener import add_ops_routes, run_app
+from ..common.operator.app_tracing import install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import logposition, positions, stamps as stamp
@@ -128,6 +129,7 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
     app[PAGES] = pages = PageCache()
     app[LISTINGS] = Listings()
     app[METRICS] = metrics
+    install_tracing(app, "tickerwire-api", metrics.registry)
     metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app[PRINCIPALS] = principals = Principals(

@@ -17,6 +17,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, reader_pool, storage_errors
 from ..common.operator.admin_listener import add_ops_routes, run_app
+from ..common.operator.app_tracing import install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import stamps as stamp
@@ -77,6 +78,7 @@ def create_app(config: WebhooksConfig, metrics: WebhookMetrics | None = None) ->
     app = web.Application()
     app[CONFIG] = config
     app[METRICS] = metrics or WebhookMetrics()
+    install_tracing(app, "tickerwire-dispatcher", app[METRICS].registry)
     seen: dict[str, int] = {}
 
     async def refresh() -> None:
