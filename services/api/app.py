@@ -129,7 +129,7 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
     app[PAGES] = pages = PageCache()
     app[LISTINGS] = Listings()
     app[METRICS] = metrics
-    install_tracing(app, "tickerwire-api", metrics.registry)
+    tracing = install_tracing(app, "tickerwire-api", metrics.registry)
     metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app[PRINCIPALS] = principals = Principals(
@@ -156,7 +156,7 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
         rejoin_below_s=config.replica_max_lag_s / 4,
         registry=metrics.registry,
     )
-    app[PUBLISHER] = Publisher(config)
+    app[PUBLISHER] = Publisher(config, tracing)
     app.cleanup_ctx.append(_pool_ctx)
     app.cleanup_ctx.append(_publisher_ctx)
     supervisor = supervisor_of(app)

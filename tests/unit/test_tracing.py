@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tickerwire.services.common import tracing
+from tickerwire.services.common.kafka import send_traced
 from tickerwire.services.common.runtime.errors import ConfigError
 from tickerwire.services.common.runtime.logs import JsonFormatter
 from tickerwire.services.common.tracing.export import ExportQueue, SpanCounters
@@ -177,3 +178,27 @@ def test_a_batch_the_exporter_fails_to_send_is_dropped_and_counted():
         queue.put(span)
     assert queue.close(5)
     assert (counted(registry, "export_failed"), counted(registry)) == (3.0, 0.0)
+
+
+class CapturingProducer:
+    """Records what ``send`` was given (the shape of aiokafka's producer, for send_traced)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+
+    async def send(self, topic, value=None, key=None, headers=None):
+        self.sent.append({"topic": topic, "headers": headers})
+        return None
+
+
+async def test_send_traced_honours_the_callers_traceparent_and_keeps_its_headers(on):
+    producer = CapturingProducer()
+    given = [("source", b"cms"), ("traceparent", PARENT.encode())]
+    await send_traced(producer, "tw.posts", b"{}", b"k", headers=given, tracing=on)
+    await send_traced(producer, "tw.posts", b"{}", b"k", headers=given)  # tracing off: as given
+    traced, plain = producer.sent
+    written = dict(traced["headers"])
+    assert written["source"] == b"cms"
+    assert written["traceparent"].startswith(f"00-{TRACE_ID}-".encode())  # the caller's trace, a new span
+    assert written["traceparent"] != PARENT.encode()
+    assert plain["headers"] == given
