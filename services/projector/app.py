@@ -85,12 +85,12 @@ def create_app(config: ProjectorConfig, metrics: ProjectorMetrics | None = None)
     app = web.Application()
     app[CONFIG] = config
     app[METRICS] = metrics or ProjectorMetrics()
-    install_tracing(app, "tickerwire-projector", app[METRICS].registry)
+    tracing = install_tracing(app, "tickerwire-projector", app[METRICS].registry)
     app.cleanup_ctx.append(_pool_ctx)
     install(app, TopicGate(config, app[METRICS].registry, create=True))
 
     async def projector_ctx(app: web.Application) -> AsyncIterator[None]:
-        app[PROJECTOR] = Projector(config, app[POOL], app[METRICS], failing=failing_of(app))
+        app[PROJECTOR] = Projector(config, app[POOL], app[METRICS], failing=failing_of(app), tracing=tracing)
         yield
         await app[PROJECTOR].close()  # after the consume task (appended later, cleaned up first)
 
