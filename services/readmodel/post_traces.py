@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-import asyncpg
+from ..common.db import Queryable
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +27,12 @@ SELECT id, trace_parent, trace_state FROM posts WHERE id = ANY($1::bigint[]) AND
 """
 
 
-async def post_trace_contexts(
-    conn: asyncpg.Connection | asyncpg.Pool, post_ids: Iterable[int]
-) -> dict[int, PostTraceContext]:
+async def post_trace_contexts(conn: Queryable, post_ids: Iterable[int]) -> dict[int, PostTraceContext]:
     """The stored context of each of ``post_ids`` that has one (posts without are absent)."""
     rows = await conn.fetch(SELECT_POST_TRACES, sorted(set(post_ids)))
     return {r["id"]: PostTraceContext(r["trace_parent"], r["trace_state"] or "") for r in rows}
 
 
-async def post_trace_context(conn: asyncpg.Connection | asyncpg.Pool, post_id: int) -> PostTraceContext | None:
+async def post_trace_context(conn: Queryable, post_id: int) -> PostTraceContext | None:
     """The stored context of one post, or None (no such post, or none stored)."""
     return (await post_trace_contexts(conn, [post_id])).get(post_id)

@@ -18,7 +18,7 @@ from ..common.http.requestlog import add_request_log
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.admin_listener import add_ops_routes, run_app
-from ..common.operator.app_tracing import install_tracing
+from ..common.operator.app_tracing import TRACING, install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.access import Principals
@@ -57,6 +57,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         app[METRICS],
         # read-your-stream through the API's replicas (replicated.py)
         before_announce=(lambda records: replicated(app[REPLICAS], records)) if app[REPLICAS] else None,
+        tracing=app[TRACING],
     )
     yield
     await app[LEASES].close()

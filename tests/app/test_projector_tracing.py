@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import fresh_post_ev
-from tests.support.otlp import OtlpSink
+from tests.support.otlp import PRODUCER_SPAN, TRACE_ID, TRACEPARENT, OtlpSink, traced_env
 from tests.support.stack import started_stack
 from tickerwire.devstack.embedded.ports import free_ports
 from tickerwire.schemas.topics import POSTS, topic_name
@@ -22,15 +22,6 @@ from tickerwire.services.cli.publish import send_events
 from tickerwire.services.common import kafka, tracing
 
 pytestmark = pytest.mark.slow
-
-#: A producer's own context (a platform team's service that traces its publishing).
-TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-PRODUCER_SPAN = "00f067aa0ba902b7"
-TRACEPARENT = f"00-{TRACE_ID}-{PRODUCER_SPAN}-01"
-
-
-def traced_env(endpoint: str, **more: str) -> dict[str, str]:
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100", **more}
 
 
 async def dropped(admin_url: str) -> float:

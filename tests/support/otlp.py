@@ -14,6 +14,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+#: A producer's own context (a platform team's service that traces its publishing).
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PRODUCER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PRODUCER_SPAN}-01"
+
+
+def traced_env(endpoint: str, **more: str) -> dict[str, str]:
+    """The environment of a process exporting to ``endpoint`` every 100 ms."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100", **more}
+
+
 #: The protobuf enum's values (opentelemetry/proto/trace/v1/trace.proto, Span.SpanKind).
 KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 

@@ -54,6 +54,9 @@ class Span:
     def record_error(self, exc: BaseException) -> None:
         pass
 
+    def fail(self, description: str) -> None:
+        """Mark the span failed without an exception (an HTTP server's 5xx answer)."""
+
     def end(self) -> None:
         pass
 
@@ -118,6 +121,11 @@ class Tracing:
 
     def current_ids(self) -> tuple[str, str] | None:
         """(trace_id, span_id) in hex (32 and 16) of the current span, for logs and exemplars."""
+        return None
+
+    def exemplar(self) -> dict[str, str] | None:
+        """``{"trace_id": ...}`` of the current span when it is sampled (a histogram's exemplar:
+        a trace the backend has), else None."""
         return None
 
     def shutdown(self, timeout_s: float = 2.0) -> None:

@@ -67,6 +67,9 @@ class SdkSpan(Span):
         self.otel.record_exception(exc)
         self.otel.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
+    def fail(self, description: str) -> None:
+        self.otel.set_status(Status(StatusCode.ERROR, description))
+
     def end(self) -> None:
         self.otel.end()
 
@@ -160,6 +163,12 @@ class SdkTracing(Tracing):
         if not ctx.is_valid:
             return None
         return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+    def exemplar(self) -> dict[str, str] | None:
+        ctx = trace.get_current_span().get_span_context()
+        if not (ctx.is_valid and ctx.trace_flags.sampled):
+            return None
+        return {"trace_id": format(ctx.trace_id, "032x")}
 
     def shutdown(self, timeout_s: float = 2.0) -> None:
         logs.set_trace_ids(None)
