@@ -36,6 +36,7 @@ from .pages import PageCache
 from .params import Listings
 from .pipeline import request_middleware
 from .publisher import Publisher
+from .server_spans import server_spans
 from .settings import ApiConfig
 from .state import (
     ADMISSIONS,
@@ -130,6 +131,8 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
     app[LISTINGS] = Listings()
     app[METRICS] = metrics
     tracing = install_tracing(app, "tickerwire-api", metrics.registry)
+    if tracing.enabled:  # off: no layer, no cost per request
+        app.middlewares.insert(0, server_spans(tracing))
     metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app[PRINCIPALS] = principals = Principals(
