@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import fresh_post_ev, locale_ev
-from tests.support.otlp import TRACE_ID, TRACEPARENT, OtlpSink, traced_env
+from tests.support.otlp import TRACE_ID, TRACEPARENT, OtlpSink, classic_metrics, exemplar_trace_ids, traced_env
 from tests.support.stack import BASE, started_stack
 from tests.support.ws import WAIT, session
 from tickerwire.services.cli.publish import send_events
@@ -69,5 +69,11 @@ async def test_a_post_is_broadcast_under_one_span_continuing_its_stored_trace(pg
             await asyncio.sleep(1.0)  # every span of the broadcast exported (100 ms schedule)
             broadcasts = [s for s in sink.spans if s.name == "broadcast post.created"]
             assert len(broadcasts) == 1, broadcasts  # one per message, not one per connection
+
+            # The publish-to-push latency was observed inside the span: its trace is an exemplar.
+            assert TRACE_ID in await exemplar_trace_ids(stream.admin_url, "tickerwire_stream_event_to_send_seconds")
+            content_type, classic = await classic_metrics(stream.admin_url)
+            assert content_type == "text/plain" and "tickerwire_stream_event_to_send_seconds_bucket" in classic
+            assert TRACE_ID not in classic  # exemplars only in OpenMetrics
     finally:
         await sink.stop()

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import fresh_post_ev, locale_ev, webhook_endpoint_ev
-from tests.support.otlp import TRACE_ID, TRACEPARENT, OtlpSink, traced_env
+from tests.support.otlp import TRACE_ID, TRACEPARENT, OtlpSink, exemplar_trace_ids, traced_env
 from tests.support.receivers import Receiver, start_cursor
 from tests.support.stack import ServiceStack, started_stack
 from tickerwire.services.cli.publish import send_events
@@ -82,7 +82,7 @@ async def test_each_attempt_is_a_span_of_the_posts_trace_and_its_receiver_sees_i
                 ]
             )
             await stack.wait_projected()
-            await stack.start("dispatcher")
+            dispatcher = await stack.start("dispatcher")
             await publish_traced(stack, env, [fresh_post_ev(POST_ID)])
             await received(receiver, 2)
             failed, delivered = receiver.requests[:2]
@@ -102,6 +102,9 @@ async def test_each_attempt_is_a_span_of_the_posts_trace_and_its_receiver_sees_i
                 assert span.attributes["server.address"] == "127.0.0.1"
             assert [s.attributes["http.response.status_code"] for s in attempts] == [500, 200]
             assert attempts[0].span_id != attempts[1].span_id  # one span per attempt
+
+            # Each attempt's latency was observed inside its span: the trace is an exemplar.
+            assert TRACE_ID in await exemplar_trace_ids(dispatcher.admin_url, "tickerwire_webhooks_delivery_seconds")
 
             # One id, one body: both attempts sent the stored bytes, no trace context in them.
             assert failed.webhook_id == delivered.webhook_id and failed.body == delivered.body

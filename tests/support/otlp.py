@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import aiohttp
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -23,6 +24,27 @@ TRACEPARENT = f"00-{TRACE_ID}-{PRODUCER_SPAN}-01"
 def traced_env(endpoint: str, **more: str) -> dict[str, str]:
     """The environment of a process exporting to ``endpoint`` every 100 ms."""
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100", **more}
+
+
+async def exemplar_trace_ids(admin_url: str, histogram: str) -> set[str]:
+    """The ``trace_id`` of every exemplar of ``histogram``'s buckets in ``admin_url``'s ``/metrics``,
+    scraped as OpenMetrics."""
+    accept = {"Accept": "application/openmetrics-text; version=1.0.0, text/plain;q=0.5"}
+    async with aiohttp.ClientSession() as http, http.get(f"{admin_url}/metrics", headers=accept) as resp:
+        assert resp.content_type == "application/openmetrics-text", resp.content_type
+        text = await resp.text()
+    assert text.endswith("# EOF\n")
+    found = set()
+    for line in text.splitlines():
+        if line.startswith(histogram + "_bucket{") and ' # {trace_id="' in line:
+            found.add(line.split(' # {trace_id="', 1)[1].split('"', 1)[0])
+    return found
+
+
+async def classic_metrics(admin_url: str) -> tuple[str, str]:
+    """``/metrics`` scraped without an Accept: (content type, text)."""
+    async with aiohttp.ClientSession() as http, http.get(f"{admin_url}/metrics") as resp:
+        return resp.content_type, await resp.text()
 
 
 #: The protobuf enum's values (opentelemetry/proto/trace/v1/trace.proto, Span.SpanKind).
