@@ -17,6 +17,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 from ..common.db import reader_pool
 from ..common.db.replicas import Replicas
 from ..common.operator.admin_listener import add_ops_routes, run_app
+from ..common.operator.app_tracing import install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import logposition, positions, stamps as stamp
@@ -35,6 +36,7 @@ from .pages import PageCache
 from .params import Listings
 from .pipeline import request_middleware
 from .publisher import Publisher
+from .server_spans import server_spans
 from .settings import ApiConfig
 from .state import (
     ADMISSIONS,
@@ -128,6 +130,9 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
     app[PAGES] = pages = PageCache()
     app[LISTINGS] = Listings()
     app[METRICS] = metrics
+    tracing = install_tracing(app, "tickerwire-api", metrics.registry)
+    if tracing.enabled:  # off: no layer, no cost per request
+        app.middlewares.insert(0, server_spans(tracing))
     metrics.count_page_cache(pages.counts)
     app[CATALOG] = Catalog(log_topic=topic_name(config.topic_prefix, POSTS))
     app[PRINCIPALS] = principals = Principals(
@@ -154,7 +159,7 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
         rejoin_below_s=config.replica_max_lag_s / 4,
         registry=metrics.registry,
     )
-    app[PUBLISHER] = Publisher(config)
+    app[PUBLISHER] = Publisher(config, tracing)
     app.cleanup_ctx.append(_pool_ctx)
     app.cleanup_ctx.append(_publisher_ctx)
     supervisor = supervisor_of(app)

@@ -1,5 +1,6 @@
 """The API's one Kafka producer, for the partner's webhook endpoint changes
-(docs/api.md#managing-endpoints): idempotent with ``acks=all`` like every producer
+(docs/api.md#managing-endpoints), each sent under its ``send <topic>`` span
+(:func:`..common.kafka.send_traced`): idempotent with ``acks=all`` like every producer
 (:func:`..common.kafka.producer`), started on the first change (so an API that is never asked
 to change anything never needs the broker, and its readiness does not depend on it) and
 stopped with the application. A broker that cannot be reached is a 503, retried by the partner."""
@@ -16,14 +17,16 @@ from tickerwire.schemas.models import WebhookEndpointEvent, encode_event, entity
 from ..common import kafka
 from ..common.runtime.config import Config
 from ..common.runtime.errors import BrokerUnavailable
+from ..common.tracing import OFF, Tracing
 
 #: Bound of starting the producer and of one send's acknowledgement.
 PUBLISH_TIMEOUT_S = 10.0
 
 
 class Publisher:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, tracing: Tracing = OFF) -> None:
         self._config = config
+        self._tracing = tracing
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -45,7 +48,9 @@ class Publisher:
         producer = await self._started()
         topic = topic_for_event_type(self._config.topic_prefix, event.type)
         try:
-            sent = await producer.send(topic, value=encode_event(event), key=entity_key(event).encode())
+            sent = await kafka.send_traced(
+                producer, topic, encode_event(event), entity_key(event).encode(), tracing=self._tracing
+            )
             await asyncio.wait_for(sent, PUBLISH_TIMEOUT_S)
         except (KafkaError, asyncio.TimeoutError) as exc:
             raise BrokerUnavailable(f"cannot publish to {topic}: {type(exc).__name__}: {exc}") from exc

@@ -7,6 +7,8 @@ from aiohttp import web
 
 from ..common.db import BoundedReader
 from ..common.db.replicas import ReplicaReader, Replicas
+from ..common.db.traced import TracedReader
+from ..common.operator.app_tracing import TRACING
 from ..readmodel.access import Principals
 from ..readmodel.logposition import LogPosition
 from ..readmodel.stamps import StampWatcher
@@ -37,19 +39,22 @@ PUBLISHER = web.AppKey("publisher", Publisher)
 MIN_LOG_POSITION = web.RequestKey("min_log_position", LogPosition)
 
 
-def db(request: web.Request, at_least: LogPosition | None = None) -> BoundedReader | ReplicaReader:
+def db(request: web.Request, at_least: LogPosition | None = None) -> BoundedReader | ReplicaReader | TracedReader:
     """Where a handler runs its one statement (the gates and limits need no connection of their
     own), the wait for a connection bounded by ``db_acquire_timeout_s``: an exhausted pool is a
     prompt 503, not a stall. With replicas configured, a replica in rotation (fresh enough for
-    the client's X-Min-Log-Position and for ``at_least``), falling back to the primary."""
+    the client's X-Min-Log-Position and for ``at_least``), falling back to the primary. With
+    tracing on, each statement is a CLIENT span beneath the request's."""
     app = request.app
     primary = BoundedReader(app[POOL], app[CONFIG].db_acquire_timeout_s)
+    tracing = app[TRACING]
     if not app[REPLICAS]:
-        return primary
+        return TracedReader(primary, tracing) if tracing.enabled else primary
     want = (request.get(MIN_LOG_POSITION) or LogPosition()).marks()
     for partition, offset in (at_least or LogPosition()).pairs:
         want[partition] = max(offset, want.get(partition, 0))
-    return ReplicaReader(app[REPLICAS], primary, want or None)
+    reader = ReplicaReader(app[REPLICAS], primary, want or None)
+    return TracedReader(reader, tracing) if tracing.enabled else reader
 
 
 #: The consistency mark of the data a handler served (the X-Log-Position header), when the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from dataclasses import dataclass
 from typing import Iterable, Sequence, TextIO
@@ -12,7 +13,8 @@ from aiokafka import AIOKafkaProducer
 
 from tickerwire.schemas.models import InvalidEvent, decode_event, encode_event, entity_key, topic_for_event_type
 
-from ..common.kafka import ensure_declared_before, started_producer
+from ..common import tracing as traces
+from ..common.kafka import ensure_declared_before, send_traced, started_producer
 from ..common.runtime.config import Config
 from .running import cli_config, fail, run_admin
 
@@ -38,19 +40,33 @@ def parse_lines(lines: Iterable[str]) -> tuple[list, list[LineError]]:
 
 
 TopicMarks = dict[tuple[str, int], int]
+#: Longest ``tickerwire publish`` waits, once done, for its spans to be exported.
+PUBLISH_SPANS_TIMEOUT_S = 2.0
 
 
-async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence) -> TopicMarks:
-    """Send every event keyed by its entity and wait until the broker has them all.
+async def send_events(
+    producer: AIOKafkaProducer,
+    prefix: str,
+    events: Sequence,
+    *,
+    tracing: traces.Tracing = traces.OFF,
+    headers: Sequence[tuple[str, bytes]] = (),
+) -> TopicMarks:
+    """Send every event keyed by its entity and wait until the broker has them all; each record
+    under its ``send <topic>`` span (:func:`..common.kafka.send_traced`), with ``headers`` (a
+    ``traceparent`` among them is the spans' parent).
 
     Returns, per (topic, partition), the offset after the last record written there."""
     futures = []
     for event in events:
         futures.append(
-            await producer.send(
+            await send_traced(
+                producer,
                 topic_for_event_type(prefix, event.type),
-                value=encode_event(event),
-                key=entity_key(event).encode(),
+                encode_event(event),
+                entity_key(event).encode(),
+                headers=headers,
+                tracing=tracing,
             )
         )
     await producer.flush()
@@ -61,16 +77,16 @@ async def send_events(producer: AIOKafkaProducer, prefix: str, events: Sequence)
     return marks
 
 
-async def publish(config: Config, events: Sequence) -> TopicMarks:
+async def publish(config: Config, events: Sequence, tracing: traces.Tracing = traces.OFF) -> TopicMarks:
     async with started_producer(config) as producer:
-        return await send_events(producer, config.topic_prefix, events)
+        return await send_events(producer, config.topic_prefix, events, tracing=tracing)
 
 
-async def publish_declared(config: Config, events: Sequence) -> TopicMarks:
+async def publish_declared(config: Config, events: Sequence, tracing: traces.Tracing = traces.OFF) -> TopicMarks:
     """What a command publishes: the declared topics are created first where missing
     (:func:`..common.kafka.ensure_declared_before`), so the broker never creates ours on demand."""
     await ensure_declared_before(config, "publishing")
-    return await publish(config, events)
+    return await publish(config, events, tracing)
 
 
 def read_source(path: str, stdin: TextIO) -> list[str]:
@@ -92,7 +108,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return fail("publish", f"{len(errors)} invalid event(s); nothing was published", 1)
 
     async def go() -> int:
-        await publish_declared(cli_config(), events)
+        config = cli_config()
+        tracing = traces.from_env(os.environ, "tickerwire-publish")
+        try:
+            await publish_declared(config, events, tracing)
+        finally:  # the spans of what was sent are exported before the command exits (bounded)
+            await asyncio.to_thread(tracing.shutdown, PUBLISH_SPANS_TIMEOUT_S)
         print(f"published {len(events)} event(s)")
         return 0
 

@@ -17,6 +17,7 @@ from ..common.db import connect, create_pool, retry_connect, storage_errors
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.admin_listener import add_ops_routes, run_app
+from ..common.operator.app_tracing import install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.migrate import migrate
@@ -84,11 +85,12 @@ def create_app(config: ProjectorConfig, metrics: ProjectorMetrics | None = None)
     app = web.Application()
     app[CONFIG] = config
     app[METRICS] = metrics or ProjectorMetrics()
+    tracing = install_tracing(app, "tickerwire-projector", app[METRICS].registry)
     app.cleanup_ctx.append(_pool_ctx)
     install(app, TopicGate(config, app[METRICS].registry, create=True))
 
     async def projector_ctx(app: web.Application) -> AsyncIterator[None]:
-        app[PROJECTOR] = Projector(config, app[POOL], app[METRICS], failing=failing_of(app))
+        app[PROJECTOR] = Projector(config, app[POOL], app[METRICS], failing=failing_of(app), tracing=tracing)
         yield
         await app[PROJECTOR].close()  # after the consume task (appended later, cleaned up first)
 

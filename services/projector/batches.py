@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -16,8 +16,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from ..common import kafka
 from ..common.db import WRITER_ACQUIRE_TIMEOUT_S, storage_errors
 from ..common.runtime.retry import Failing, retry_transient
+from ..common.tracing import OFF, Tracing
 from ..readmodel.positions import PositionMovedBack
 from .apply import BatchResult, ConsumedRecord, apply_batch, reject_record
+from .batch_traces import BatchTrace
 from .metrics import ProjectorMetrics
 from .progress import PartitionProgress
 from .registry import SchemaRegistry
@@ -38,6 +40,7 @@ class Batches:
         failing: Failing,
         consumer: Callable[[], AIOKafkaConsumer | None],
         registry: SchemaRegistry | None = None,
+        tracing: Tracing = OFF,
     ) -> None:
         self.pool, self.metrics, self.progress, self.failing = pool, metrics, progress, failing
         self._consumer = consumer
@@ -45,6 +48,9 @@ class Batches:
         self.registry = registry
         #: Partitions with a batch being applied (their stored position may move meanwhile).
         self.applying: set[TopicPartition] = set()
+        self.tracing = tracing
+        #: The spans of each partition's batch being applied (tracing on).
+        self.traces: dict[TopicPartition, BatchTrace] = {}
 
     async def apply_all(self, batches: dict[TopicPartition, list[ConsumedRecord]]) -> None:
         """Apply each partition's batch in its own transaction on its own connection, all at once.
@@ -67,11 +73,17 @@ class Batches:
                 raise outcome
 
     async def apply(self, tp: TopicPartition, records: list[ConsumedRecord]) -> None:
-        """Apply one fetched batch of ``tp``."""
+        """Apply one fetched batch of ``tp`` (under its spans, :mod:`.batch_traces`)."""
         self.applying.add(tp)
+        trace = BatchTrace(self.tracing, tp, records) if self.tracing.enabled and records else None
+        if trace is not None:
+            self.traces[tp] = trace
+        failed: BaseException | None = None
         try:
             if self.registry is not None:
                 records = await self.registry.vet_retrying(records, self.failing)
+            if trace is not None:
+                trace.vetted(records)
             await self._isolating(tp, records)
         except PositionMovedBack as moved:
             # Nothing of the batch was written: read the partition again from the stored position.
@@ -80,8 +92,14 @@ class Batches:
             if consumer is not None and tp in consumer.assignment():
                 self.progress.reading_from(tp, moved.stored)
                 consumer.seek(tp, moved.stored)
+        except BaseException as exc:
+            failed = exc
+            raise
         finally:
             self.applying.discard(tp)
+            if trace is not None:
+                del self.traces[tp]
+                trace.end(failed)
 
     async def set_aside(self, bad: kafka.Undecodable) -> None:
         """Dead-letter a record the consumer could not decode and read on past it: the partition
@@ -140,9 +158,12 @@ class Batches:
             started = time.perf_counter()
             with storage_errors(f"apply {tp.topic}[{tp.partition}]"):
                 async with self.pool.acquire(timeout=WRITER_ACQUIRE_TIMEOUT_S) as conn:
-                    result = await apply_batch(
-                        conn, tp.topic, tp.partition, records, expected=self.progress.stored.get(tp)
-                    )
+
+                    def run() -> Awaitable[BatchResult]:
+                        return apply_batch(conn, tp.topic, tp.partition, records, expected=self.progress.stored.get(tp))
+
+                    trace = self.traces.get(tp)
+                    result = await (run() if trace is None else trace.write(conn, records, run))
             self.metrics.batch_seconds.observe(time.perf_counter() - started)
             return result
 

@@ -26,8 +26,10 @@ from ..common.kafka.logcheck import Discontinuity, LogGuard
 from ..common.runtime import retry
 from ..common.runtime.retry import Backoff, Failing, retry_transient
 from ..common.runtime.supervise import honour_cancellation
+from ..common.tracing import OFF, Tracing
 from ..readmodel import positions
 from .apply import ConsumedRecord
+from .batch_traces import consumed
 from .batches import Batches
 from .logwatch import LogWatch, fetch_position
 from .metrics import ProjectorMetrics
@@ -105,6 +107,7 @@ class Projector:
         *,
         client_id: str = "tickerwire-projector",
         failing: Failing | None = None,
+        tracing: Tracing = OFF,
     ):
         #: The operations being retried now (this service's, shown by its readiness).
         self.failing = failing if failing is not None else Failing()
@@ -125,6 +128,7 @@ class Projector:
             self.failing,
             lambda: self.consumer,
             registry_of(config.projector_schema_registry_url, config.projector_schema_registry_timeout_s),
+            tracing,
         )
         self._guard = LogGuard(config, f"{client_id}-probe")
         self.log_watch = LogWatch(self._guard, metrics, self.progress, self.batches, self._stored_offsets)
@@ -302,9 +306,7 @@ class Projector:
                 self.consumer, self._rewind, timeout_ms=500, max_records=self.config.projector_batch_max
             )
             self.fetched_at = time.monotonic()
-            await self.batches.apply_all(
-                {tp: [ConsumedRecord(m.offset, m.key, m.value) for m in msgs] for tp, msgs in batches.items() if msgs}
-            )
+            await self.batches.apply_all({tp: [consumed(m) for m in msgs] for tp, msgs in batches.items() if msgs})
             if bad is not None:
                 await self.batches.set_aside(bad)
             for tp, msgs in batches.items():

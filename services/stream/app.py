@@ -18,6 +18,7 @@ from ..common.http.requestlog import add_request_log
 from ..common.kafka.topicgate import TOPIC_GATE, TopicGate, install
 from ..common.kafka.watch import watch_broker
 from ..common.operator.admin_listener import add_ops_routes, run_app
+from ..common.operator.app_tracing import TRACING, install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel.access import Principals
@@ -56,6 +57,7 @@ async def _pool_ctx(app: web.Application) -> AsyncIterator[None]:
         app[METRICS],
         # read-your-stream through the API's replicas (replicated.py)
         before_announce=(lambda records: replicated(app[REPLICAS], records)) if app[REPLICAS] else None,
+        tracing=app[TRACING],
     )
     yield
     await app[LEASES].close()
@@ -83,6 +85,7 @@ def create_app(config: StreamConfig, metrics: StreamMetrics | None = None) -> we
     add_request_log(app)
     app[CONFIG] = config
     app[METRICS] = metrics or StreamMetrics()
+    install_tracing(app, "tickerwire-stream", app[METRICS].registry)
     app[HUB] = Hub(app[METRICS], config.stream_queue_size)
     app[PRINCIPALS] = principals = Principals(acquire_timeout_s=config.db_acquire_timeout_s)
     app[WATCHER] = principals.follow(StampWatcher(config.direct_url, lambda: _refresh(app)))

@@ -33,6 +33,7 @@ from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, BoundedReader, storage_err
 from ..common.kafka.logcheck import LogGuard, find_discontinuities
 from ..common.runtime.retry import Backoff, retry_transient
 from ..common.runtime.supervise import honour_cancellation
+from ..common.tracing import OFF, Tracing
 from ..readmodel import positions
 from .broadcast import Broadcaster
 from .hub import Hub
@@ -60,6 +61,7 @@ class Feed:
         poll_s: float = 0.02,
         *,
         before_announce: Callable[[list[tuple[int, int]]], Awaitable[None]] | None = None,
+        tracing: Tracing = OFF,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -93,7 +95,7 @@ class Feed:
         #: Pauses before reconnecting to the broker; short again after a fetch worked.
         self.backoff = Backoff(0.5, 10.0)
         #: Announces what the projector committed, and holds the resume position (docs/resume.md).
-        self.broadcaster = Broadcaster(self.db, hub, metrics, self.yield_every, before_announce)
+        self.broadcaster = Broadcaster(self.db, hub, metrics, self.yield_every, before_announce, tracing)
 
     async def run(self) -> None:
         """Run the consumer and the announcer until cancelled; if either stage crashes, the

@@ -17,6 +17,7 @@ from tickerwire.schemas.topics import POSTS, topic_name
 
 from ..common.db import BACKGROUND_ACQUIRE_TIMEOUT_S, reader_pool, storage_errors
 from ..common.operator.admin_listener import add_ops_routes, run_app
+from ..common.operator.app_tracing import TRACING, install_tracing
 from ..common.operator.readiness import Readiness, failing_of, service_readiness
 from ..common.runtime.supervise import Supervisor, supervisor_of
 from ..readmodel import stamps as stamp
@@ -65,6 +66,7 @@ async def _dispatcher_ctx(app: web.Application) -> AsyncIterator[None]:
         app[METRICS],
         topic_name(config.topic_prefix, POSTS),
         config.signing_key(),
+        app[TRACING],
     )
     app[DISPATCHER] = Dispatcher(context)
     yield
@@ -77,6 +79,7 @@ def create_app(config: WebhooksConfig, metrics: WebhookMetrics | None = None) ->
     app = web.Application()
     app[CONFIG] = config
     app[METRICS] = metrics or WebhookMetrics()
+    install_tracing(app, "tickerwire-dispatcher", app[METRICS].registry)
     seen: dict[str, int] = {}
 
     async def refresh() -> None:

@@ -21,6 +21,7 @@ from typing import NoReturn
 from ..common.db import storage_errors
 from ..common.http import signing
 from ..common.runtime.errors import TransientError
+from ..common.tracing import OFF, ROOT, Parent, Tracing
 from ..readmodel import cursors
 from ..readmodel.announcements import Announcement
 from ..readmodel.messages import post_created, webhook_test
@@ -34,6 +35,7 @@ from .sender import Sender
 from .settings import WebhooksConfig
 from .sql import KEPT_ATTEMPTS
 from .store import Attempt, DeliveryProgress, LeaseLost, Store, utcnow
+from .traced import page_parents, post_id, traced_attempt
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class WorkerContext:
     metrics: WebhookMetrics
     topic: str
     signing_key: bytes
+    tracing: Tracing = OFF
 
 
 def webhook_id(epoch: str, item: Announcement) -> str:
@@ -175,8 +178,10 @@ class EndpointWorker:
                 continue
             if self.behind_since is None:
                 self.behind_since = time.monotonic()
+            tracing = self.context.tracing
+            parents = await page_parents(tracing, self.context.store.pool, page.items) if tracing.enabled else {}
             for item, after in page.each():
-                await self._deliver(page.epoch, item, after)
+                await self._deliver(page.epoch, item, after, parents.get(post_id(item), ROOT) if parents else ROOT)
                 self.at = after
             if not page.has_more:
                 self.at = page.cursor()
@@ -236,13 +241,17 @@ class EndpointWorker:
             self.lease_short.set()
             await asyncio.sleep(0.02)
 
-    async def _post(self, msg_id: str, body: bytes, at: datetime) -> AttemptResult:
-        """One attempt: ``body`` signed for ``at``, POSTed while the lease outlasts the attempt."""
+    async def _post(self, msg_id: str, body: bytes, at: datetime, parent: Parent = ROOT) -> AttemptResult:
+        """One attempt: ``body`` signed for ``at``, POSTed while the lease outlasts the attempt
+        (with tracing on, under a span child of ``parent``: :mod:`.traced`)."""
         config = self.context.config
         await self._lease_outlasting(config.webhooks_attempt_timeout_s + 1)
         ep = self.endpoint
         secrets = ep.secrets(self.context.signing_key, config.webhooks_rotation_window_s, at)
         headers = signing.headers(msg_id, int(at.timestamp()), body, secrets)
+        if self.context.tracing.enabled:
+            c = self.context
+            return await traced_attempt(c.tracing, c.sender, c.metrics, ep.id, ep.url, headers, body, parent)
         result = await self.context.sender.attempt(ep.url, headers, body)
         self.context.metrics.attempts.labels(result.outcome).inc()
         self.context.metrics.latency.observe(result.latency_s)
@@ -262,8 +271,9 @@ class EndpointWorker:
             self.last_test = n
             log.info("webhook endpoint %s: test event %d sent (%s)", endpoint_id, n, result.outcome)
 
-    async def _deliver(self, epoch: str, item: Announcement, after: str) -> None:
-        """POST one message until the endpoint acknowledges it; its cursor stored with that attempt."""
+    async def _deliver(self, epoch: str, item: Announcement, after: str, parent: Parent = ROOT) -> None:
+        """POST one message until the endpoint acknowledges it; its cursor stored with that attempt
+        (each attempt's span, with tracing on, a child of ``parent``: the post's stored context)."""
         msg_id = webhook_id(epoch, item)
         # One id, one body (docs/webhooks.md#one-id-one-body): the bytes its first attempt sent.
         body = await self.context.store.message_body(
@@ -275,7 +285,7 @@ class EndpointWorker:
             if self.endpoint.replay_seq > self.replay_seq:
                 raise ReplayAsked
             ep, at = self.endpoint, utcnow()
-            result = await self._post(msg_id, body, at)
+            result = await self._post(msg_id, body, at, parent)
             number = self.failed_attempts + 1
             self.unpruned += 1
             if self.unpruned >= KEPT_ATTEMPTS:

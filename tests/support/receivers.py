@@ -45,6 +45,8 @@ class Request:
     received_at: float = 0.0
     #: The ``v1,...`` signatures the request carried.
     signatures: tuple[str, ...] = ()
+    #: Its W3C ``traceparent`` header ("" when it had none).
+    traceparent: str = ""
 
     @property
     def message(self) -> dict:
@@ -123,7 +125,8 @@ class Receiver:
             self.seen(Request(wid, int(ts), body, BAD_SIGNATURE))
             return web.Response(status=400, text="bad signature")
         fault = self.plan()
-        self.requests.append(Request(wid, int(ts), body, fault or "ok", time.monotonic(), signatures))
+        traceparent = request.headers.get("traceparent", "")
+        self.requests.append(Request(wid, int(ts), body, fault or "ok", time.monotonic(), signatures, traceparent))
         self.seen(self.requests[-1])
         if fault == "500":
             return web.Response(status=500, text="flaky")

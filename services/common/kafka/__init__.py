@@ -4,6 +4,7 @@
   producers with ``acks=all``, committed records only) and saying why one cannot bootstrap;
 - :mod:`.reading`: a topic's partitions, where its readable log ends, and fetching past a batch
   that cannot be decoded;
+- :mod:`.sending`: sending one record under its producer span, its context in the headers;
 - :mod:`.declaration` and :mod:`.topics`: the declared topics, created and compared with a cluster;
 - :mod:`.probe`: whether a broker answers a Kafka request (readiness), and :mod:`.watch`, which asks it;
 - :mod:`.logcheck`, :mod:`.topicgate`, :mod:`.leave`: the log's continuity, the start-up topic
@@ -33,6 +34,7 @@ from .clients import (
 )
 from .probe import broker_check
 from .reading import CODEC, CORRUPT_BATCH, ISOLATE_S, Undecodable, decode_fault, fetch, log_end, partitions_of
+from .sending import send_traced
 from .topics import CREATED_VISIBLE_S, check_topics, cluster_topics, ensure_declared_before, ensure_topics
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "producer",
     "quiet_client_logs",
     "security_options",
+    "send_traced",
     "started_admin",
     "started_producer",
     "stop_consumer",

@@ -15,6 +15,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from ..http.envelope import Routes, error_middleware
 from ..http.listener import ConnectionLimits, Guard, GuardedRunner, ListenerMetrics, server_header
@@ -52,6 +53,9 @@ def readiness_response(ok: bool, detail: "str | dict[str, dict]") -> web.Respons
     return web.json_response(body, status=200 if ok else 503)
 
 
+#: The media type of a scraper that reads OpenMetrics (Prometheus sends it first in its Accept).
+OPENMETRICS = "application/openmetrics-text"
+
 #: The admin application of a process, attached to its main application.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -80,7 +84,11 @@ def add_ops_routes(app: web.Application, registry: CollectorRegistry, ready: Rea
     async def readyz(_: web.Request) -> web.Response:
         return readiness_response(*await answer_ready(ready))
 
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.Response:
+        # OpenMetrics (which carries the histograms' trace exemplars) when the scraper asks for it.
+        if OPENMETRICS in request.headers.get("Accept", ""):
+            body = openmetrics.generate_latest(registry)
+            return web.Response(body=body, headers={"Content-Type": openmetrics.CONTENT_TYPE_LATEST})
         body = generate_latest(registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import orjson
 
@@ -34,6 +34,17 @@ REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request
 #: INFO lines wait at most this long (or until this many bytes are pending) before being written.
 FLUSH_AFTER_S = 0.05
 FLUSH_BYTES = 64 * 1024
+
+
+#: The ids (trace_id, span_id) of the span current where a line is written, or None; set by the
+#: tracing room while tracing is on (this room never imports it).
+_trace_ids: Callable[[], tuple[str, str] | None] | None = None
+
+
+def set_trace_ids(hook: Callable[[], tuple[str, str] | None] | None) -> None:
+    """Install (None: remove) what gives every log line written inside a span its ids."""
+    global _trace_ids
+    _trace_ids = hook
 
 
 def redact(text: str) -> str:
@@ -85,6 +96,8 @@ class JsonFormatter(logging.Formatter):
         doc = {"ts": iso_ms(created), "level": level, "service": self.service, "logger": logger, "msg": msg}
         if request_id is not None:
             doc["request_id"] = request_id
+        if _trace_ids is not None and (ids := _trace_ids()) is not None:
+            doc["trace_id"], doc["span_id"] = ids
         if isinstance(fields, dict):
             doc.update(fields)
         if exc:
