@@ -32,8 +32,10 @@ LOG4J2 = HERE / "log4j2.properties"
 #: The JVM's heap: the broker of one node with a few hundred partitions needs little.
 HEAP = "-Xmx512m"
 START_TIMEOUT_S = 90.0
-#: Starts on a port that was free when checked but taken at the node's own bind, a few seconds
-#: later (another process's probe of free ports holds one for a moment), before giving up.
+#: Starts of a restart on the node's own port that was free when checked but taken at the node's
+#: bind, a few seconds later (another process's probe of free ports holds one for a moment),
+#: before giving up. A first start tries once: a port someone else holds is theirs (two `up`s
+#: racing for one port: the loser says so at once).
 BIND_ATTEMPTS = 3
 CLUSTER_ID = "dGlja2Vyd2lyZS1rYWZrYQ"  # 22 characters of URL-safe base64, as Kafka wants
 
@@ -114,6 +116,8 @@ class ApacheKafka(DataDirServer):
         self._listeners = dict(listeners or {})
         self._node_id = node_id
         self._fixed_controller_port = controller_port
+        #: Whether the node has started on its port before: a restart tries its bind again.
+        self._bound = False
         self._controller_port: int | None = controller_port
         self._voters = voters
         self._heap = heap
@@ -145,12 +149,13 @@ class ApacheKafka(DataDirServer):
         properties = self.write_properties()
         if not has_log(self._data_dir):
             self._format(binary, cp, properties)
-        for attempt in range(1, BIND_ATTEMPTS + 1):
+        attempts = BIND_ATTEMPTS if self._bound else 1
+        for attempt in range(1, attempts + 1):
             try:
                 self._boot(lambda: self._launch(binary, cp, properties), "Apache Kafka output")
                 break
             except EmbeddedError:
-                if attempt == BIND_ATTEMPTS or not self._bind_failed():
+                if attempt == attempts or not self._bind_failed():
                     raise
                 log.warning(
                     "Apache Kafka's port %s was taken at its bind (attempt %d of %d); starting it again",
@@ -159,6 +164,7 @@ class ApacheKafka(DataDirServer):
                     BIND_ATTEMPTS,
                 )
                 time.sleep(1.0)
+        self._bound = True
         log.info(
             "Apache Kafka %s ready on %s (pid %d) in %.1fs",
             version(),
