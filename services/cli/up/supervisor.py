@@ -161,6 +161,15 @@ def stack_parts(stack: Stack, parts: Embedded) -> list[Part]:
                 f"({node.data_dir}): nothing to re-sync, the projector goes on",
             )
         )
+    if parts.viewer is not None:
+        found.append(
+            server_part(
+                "jaeger",
+                "Jaeger trace viewer",
+                lambda: parts.viewer,
+                "Jaeger came back on its ports; the traces it held are gone (it keeps them in memory only)",
+            )
+        )
     return found
 
 
