@@ -8,6 +8,7 @@ On demand (``--jaeger``): a machine without the binary builds it with Go first, 
 from __future__ import annotations
 
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from tests.support.jaeger_viewer import jaeger_binary, listeners_of, trace
-from tickerwire.devstack.embedded.jaeger import Jaeger, config, config_text
+from tickerwire.devstack.embedded.jaeger import UI_ENV, Jaeger, config, config_text
 
 #: A first run may build the binary (about 7 minutes on two cores).
 pytestmark = [pytest.mark.jaeger, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -83,3 +84,17 @@ def test_a_restart_keeps_the_ports_and_loses_the_traces(binary: Path, tmp_path: 
         assert trace(url, after, timeout=15) is not None  # the senders' endpoint still works
     finally:
         viewer.stop()
+
+
+def test_a_ui_build_named_by_the_variable_is_served_at_the_url(
+    binary: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    build = tmp_path / "ui"
+    (build / "static").mkdir(parents=True)
+    page = '<!doctype html><html><head><base href="/" data-inject-target="BASE_URL"/></head><body>a jaeger-ui build</body></html>'
+    (build / "index.html").write_text(page)
+    monkeypatch.setenv(UI_ENV, str(build))
+    with Jaeger(tmp_path / "viewer", binary=binary) as viewer:
+        assert viewer.has_ui is True
+        with urllib.request.urlopen(f"{viewer.url}/search", timeout=5) as answer:  # the UI's own routes too
+            assert b"a jaeger-ui build" in answer.read()
