@@ -1,9 +1,10 @@
-"""`tickerwire up --traces` as a developer runs it: a trace viewer (Jaeger) comes up before the
-services, on loopback, its URL printed with the others and written to up.json; every service
-process is given its OTLP endpoint and the sampler; Ctrl-C stops it with the rest.
+"""`tickerwire up --traces` as a developer runs it: a trace viewer (Phoenix) comes up before the
+services, on loopback, its UI's URL printed with the others and written to up.json; every service
+process is given its OTLP endpoint and the sampler, and a span sent there is found in Phoenix;
+Ctrl-C stops it with the rest and its database stays in the state directory.
 
-On demand (``--jaeger``), as tests/integration/test_jaeger.py: a machine without the binary
-builds it with Go first, minutes of CPU (docs/testing.md)."""
+On demand (``--phoenix``), as tests/integration/test_phoenix.py: a machine without the install
+gets it first (about 3 minutes and 860 MB, docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.faults import alive, start_up, stop_up, up_ports, wait_up
-from tests.support.jaeger_viewer import jaeger_binary, listeners_of
+from tests.support.phoenix_viewer import listeners_of, phoenix_install, send_span, spans_of
+from tickerwire.devstack.embedded.phoenix_install import HOME_ENV
 from tickerwire.devstack.embedded.ports import port_is_free
 
-pytestmark = [pytest.mark.e2e, pytest.mark.jaeger, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.e2e, pytest.mark.phoenix, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def environ(pid: int) -> dict[str, str]:
@@ -25,17 +27,19 @@ def environ(pid: int) -> dict[str, str]:
 
 
 def test_up_with_traces_runs_the_viewer_and_points_every_process_at_it(tmp_path: Path):
-    jaeger_binary()  # skips without it and without Go; builds it first with Go (minutes)
-    run = start_up(tmp_path / "state", up_ports(), "--traces", "--no-trickle")
+    install = phoenix_install()  # installs it first when this machine has none (minutes)
+    state = tmp_path / "state"
+    run = start_up(state, up_ports(), "--traces", "--no-trickle", more_env={HOME_ENV: str(install)})
     try:
-        wait_up(run)
+        wait_up(run, timeout=600)
         info = run.info
         url, otlp = info["traces_url"], info["traces_otlp_endpoint"]
         (line,) = [line for line in run.lines if line.startswith("  traces:")]
-        assert url in line and "in memory only" in line
-        with urllib.request.urlopen(f"{url}/api/services", timeout=5) as answer:
-            assert answer.status == 200
-        viewer = info["parts"]["jaeger"]
+        assert url in line and "Phoenix UI" in line
+        assert info["traces_ui"] is True and info["traces_data"] == str(state / "phoenix" / "phoenix.db")
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert b"<title>Phoenix</title>" in answer.read()
+        viewer = info["parts"]["phoenix"]
         assert viewer["state"] == "running"
         assert {address for address, _ in listeners_of(viewer["pid"])} == {"127.0.0.1"}
         children = run.children()
@@ -44,8 +48,11 @@ def test_up_with_traces_runs_the_viewer_and_points_every_process_at_it(tmp_path:
             env = environ(pid)
             assert env.get("OTEL_EXPORTER_OTLP_ENDPOINT") == otlp, name
             assert env.get("OTEL_TRACES_SAMPLER") == "parentbased_always_on", name
+        trace_id, _ = send_span(otlp, "send tickerwire.posts")  # as a child would, to the endpoint it was given
+        assert spans_of(url, trace_id, timeout=30)
     finally:
         assert stop_up(run) == 0
     assert not alive(viewer["pid"])
     assert port_is_free(int(url.rsplit(":", 1)[1]))
-    assert not (tmp_path / "state" / "up.json").exists()
+    assert not (state / "up.json").exists()
+    assert (state / "phoenix" / "phoenix.db").is_file()  # the traces stay for the next start

@@ -15,7 +15,7 @@ from .timings import Timings
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
-    from tickerwire.devstack.embedded.jaeger import Jaeger
+    from tickerwire.devstack.embedded.phoenix import Phoenix
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
 
 
@@ -37,7 +37,7 @@ class Embedded:
     #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
     replicas: list[EmbeddedReplica] = field(default_factory=list)
     #: The trace viewer of ``--traces`` (:mod:`.traces`), None without it.
-    viewer: Jaeger | None = None
+    viewer: Phoenix | None = None
 
     @property
     def kafka_nodes(self) -> list[ApacheKafka]:

@@ -42,7 +42,10 @@ def ready_lines(info: dict[str, Any], own: OwnBroker | None, state_file: Path) -
             "  API key:    none (no demo data on a configured broker; pass --demo, or issue one: tickerwire key issue)"
         )
     if info.get("traces_url"):
-        lines.append(f"  traces:     {info['traces_url']} ({traces_what(info)}; in memory only: gone when up stops)")
+        lines.append(
+            f'  traces:     {info["traces_url"]} (Phoenix UI, project "default"; kept in the state directory, '
+            "--fresh clears them)"
+        )
     lines.append(f"  admin:      {', '.join(f'{n} {u}' for n, u in info['admin'].items())} (/healthz /readyz /metrics)")
     parts = ", ".join(f"{name} {part['state']}" for name, part in info.get("parts", {}).items())
     lines.append(f"  parts:      {parts} (each change is said here and kept in up.json)")
@@ -55,13 +58,3 @@ def ready_lines(info: dict[str, Any], own: OwnBroker | None, state_file: Path) -
         )
     lines.append("Ctrl-C stops everything.")
     return lines
-
-
-def traces_what(info: dict[str, Any]) -> str:
-    """What the viewer's URL serves: Jaeger's UI, or only its query API when its binary has no UI."""
-    if info.get("traces_ui"):
-        return "Jaeger UI"
-    return (
-        "Jaeger's query API, /api/traces/<trace id>: this binary has no UI, "
-        "docs/operations.md#a-trace-viewer-on-a-laptop"
-    )

@@ -164,10 +164,10 @@ def stack_parts(stack: Stack, parts: Embedded) -> list[Part]:
     if parts.viewer is not None:
         found.append(
             server_part(
-                "jaeger",
-                "Jaeger trace viewer",
+                "phoenix",
+                "Phoenix trace viewer",
                 lambda: parts.viewer,
-                "Jaeger came back on its ports; the traces it held are gone (it keeps them in memory only)",
+                "Phoenix came back on its ports, with the traces it had (they are kept in its database)",
             )
         )
     return found

@@ -10,7 +10,7 @@ from typing import Iterator
 
 #: The steps, in the order they run, and how the line names them.
 STEPS = {
-    "jaeger": "trace viewer (Jaeger; built with Go on a first start)",
+    "traces": "trace viewer (Phoenix; installed on a first start)",
     "jars": "Kafka jars checked (fetched on a first start)",
     "kafka": "Apache Kafka (JVM start and log recovery)",
     "postgres": "PostgreSQL",
