@@ -159,6 +159,7 @@ def _alone_if_exclusive(request: pytest.FixtureRequest, tmp_path_factory: pytest
 ON_DEMAND = {
     "faults": "also run the full fault-injection suite (marker `faults`, minutes)",
     "capacity": "also run the capacity run's smoke (marker `capacity`: three more Kafka nodes, about a minute)",
+    "phoenix": "also run the trace viewer's tests (marker `phoenix`: Phoenix, installed the first time, minutes)",
 }
 
 
@@ -168,8 +169,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The suites of ``ON_DEMAND`` (``-m faults``, ``-m capacity``) run only when asked for with
-    ``--faults``, ``--capacity``."""
+    """The suites of ``ON_DEMAND`` (``-m faults``, ``-m capacity``, ``-m phoenix``) run only when
+    asked for with ``--faults``, ``--capacity``, ``--phoenix``."""
     skipped = {m for m in ON_DEMAND if not config.getoption(f"--{m}")}
     kept = [item for item in items if not any(item.get_closest_marker(m) for m in skipped)]
     if len(kept) != len(items):

@@ -275,9 +275,11 @@ def up_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TICKERWIRE_")}
 
 
-def start_up(state_dir: Path, ports: dict[str, int], *extra: str) -> UpRun:
+def start_up(state_dir: Path, ports: dict[str, int], *extra: str, more_env: dict[str, str] | None = None) -> UpRun:
+    """``more_env``: settings added to :func:`up_env`'s environment."""
+    env = {**up_env(), **(more_env or {})}
     proc = subprocess.Popen(
-        up_command(state_dir, ports, *extra), env=up_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        up_command(state_dir, ports, *extra), env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     return UpRun(state_dir, proc)
 

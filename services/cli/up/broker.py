@@ -40,7 +40,7 @@ LAYOUT_FILE = "layout"
 #: Names the log the embedded database was projected from (``kafka`` or ``kafka3``).
 FOLLOWS_FILE = "pgdata.follows-kafka"
 #: What ``--fresh`` removes (the logs of earlier runs stay).
-STATE = ("pgdata", "kafka", "kafka3", FOLLOWS_FILE, "webhooks-signing-key", LAYOUT_FILE)
+STATE = ("pgdata", "kafka", "kafka3", FOLLOWS_FILE, "webhooks-signing-key", LAYOUT_FILE, "phoenix")
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class OwnBroker:
 
 def start_over(state_dir: Path) -> list[str]:
     """``--fresh``: remove the data of earlier starts (database, logs of Kafka, demo key,
-    signing key); the names removed."""
+    signing key, the trace viewer's traces); the names removed."""
     removed = []
     for name in (*STATE, *(p.name for p in state_dir.glob("pgreplica*"))):
         path = state_dir / name

@@ -24,12 +24,13 @@ from ...webhooks.settings import new_signing_key
 from ..settings import FullConfig
 from .children import PORT_ATTEMPTS, Child, PortTaken, Probe, Stack, wait_healthy
 from .demo import DEMO_WORKSPACE, Trickle, newest_post_id, prepare, publish_demo, sweep, wait_projected
-from .embedded import port_free_or_other, start_embedded
+from .embedded import Embedded, port_free_or_other, start_embedded
 from .failover import writable_url
 from .output import UpError, ready_lines, say
 from .state import lock_holder, lock_state_dir
 from .supervisor import StackSupervisor, stack_parts
 from .timings import Timings
+from .traces import start_viewer, tracing_env, viewer_info
 
 log = logging.getLogger("tickerwire.up")
 
@@ -109,12 +110,8 @@ def settings_check(env: dict[str, str], database_url: str | None) -> FullConfig:
     return FullConfig.from_env(env, database_url=database_url or "postgresql:///embedded", kafka_bootstrap_servers="-")
 
 
-async def run(args, stack: Stack, base: FullConfig) -> None:
-    """``base``: the environment's settings, as :func:`settings_check` found them."""
-    timings = Timings()
-    dsn, bootstrap, parts = start_embedded(stack, args, timings)
-    # Demo data goes only into a broker of our own, unless asked for.
-    demo = parts.broker is not None or args.demo
+def children_env(stack: Stack, parts: Embedded, dsn: str, bootstrap: str) -> tuple[str, dict[str, str]]:
+    """The database URL the children use, and the environment every child gets."""
     env = dict(os.environ)
     if parts.replicas:
         assert parts.postgres is not None
@@ -135,6 +132,21 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
     env.setdefault("TICKERWIRE_WEBHOOKS_SIGNING_KEY", signing_key(stack.state_dir))
     # A developer's receiver listens on this machine: `up` opens loopback to webhooks, and only that.
     env.setdefault("TICKERWIRE_WEBHOOKS_OPEN_TARGETS", "loopback")
+    if parts.viewer is not None:
+        tracing_env(env, parts.viewer)
+    return dsn, env
+
+
+async def run(args, stack: Stack, base: FullConfig) -> None:
+    """``base``: the environment's settings, as :func:`settings_check` found them."""
+    timings = Timings()
+    # The viewer first: a machine that cannot have it says so before the servers start.
+    viewer = start_viewer(stack, timings) if getattr(args, "traces", False) else None
+    dsn, bootstrap, parts = start_embedded(stack, args, timings)
+    parts.viewer = viewer
+    # Demo data goes only into a broker of our own, unless asked for.
+    demo = parts.broker is not None or args.demo
+    dsn, env = children_env(stack, parts, dsn, bootstrap)
     config = FullConfig.from_env(env)
     with timings.step("migrations"):
         await prepare(config)
@@ -202,6 +214,8 @@ async def run(args, stack: Stack, base: FullConfig) -> None:
         "admin": admin,
         "metrics": {name: url + "/metrics" for name, url in admin.items()},
     }
+    if viewer is not None:
+        info.update(viewer_info(viewer))
     state_file = stack.state_dir / "up.json"
     trickle = Trickle(config, last_id + 1, args.trickle_interval) if demo and not args.no_trickle else None
     supervisor = StackSupervisor(stack_parts(stack, parts), state_file, info, stack, parts, trickle)

@@ -15,6 +15,7 @@ from .timings import Timings
 if TYPE_CHECKING:  # imported lazily, by `up` only
     from tickerwire.devstack.embedded.apache_cluster import ApacheKafkaCluster
     from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
+    from tickerwire.devstack.embedded.phoenix import Phoenix
     from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, EmbeddedReplica
 
 
@@ -35,6 +36,8 @@ class Embedded:
     own: OwnBroker | None = None
     #: Streaming replicas of the embedded PostgreSQL (``--replicas N``), the API reading from them.
     replicas: list[EmbeddedReplica] = field(default_factory=list)
+    #: The trace viewer of ``--traces`` (:mod:`.traces`), None without it.
+    viewer: Phoenix | None = None
 
     @property
     def kafka_nodes(self) -> list[ApacheKafka]:
@@ -84,7 +87,7 @@ def start_embedded(stack: Stack, args, timings: Timings) -> tuple[str, str, Embe
             except EmbeddedError as exc:
                 raise UpError(one_line(exc)) from None
         with timings.step("kafka"):
-            broker, bootstrap = _start_server(own.make, PREFERRED_PORT)
+            broker, bootstrap = start_server(own.make, PREFERRED_PORT)
         stack.embedded.append(broker)
         parts.broker = broker
     if not dsn:
@@ -96,7 +99,7 @@ def start_embedded(stack: Stack, args, timings: Timings) -> tuple[str, str, Embe
         # Durable: its data is kept from one start to the next, as the Kafka log is.
         settings = {**DURABLE_SETTINGS, **(PRIMARY_REPLICATION_SETTINGS if replicas else {})}
         with timings.step("postgres"):
-            pg, dsn = _start_server(
+            pg, dsn = start_server(
                 lambda port: EmbeddedPostgres(
                     data, port=port, log_path=stack.state_dir / "postgres.log", settings=settings
                 ),
@@ -120,7 +123,7 @@ def start_embedded(stack: Stack, args, timings: Timings) -> tuple[str, str, Embe
     return dsn, bootstrap, parts
 
 
-def _start_server(make, preferred: int):
+def start_server(make, preferred: int):
     """An embedded server started on ``preferred`` if free; if that fails (another process,
     another ``up`` perhaps, took the port between the check and the server's bind), once more
     on a port the kernel picks. The server binds its port itself and is checked to hold it."""

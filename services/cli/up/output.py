@@ -41,6 +41,11 @@ def ready_lines(info: dict[str, Any], own: OwnBroker | None, state_file: Path) -
         lines.append(
             "  API key:    none (no demo data on a configured broker; pass --demo, or issue one: tickerwire key issue)"
         )
+    if info.get("traces_url"):
+        lines.append(
+            f'  traces:     {info["traces_url"]} (Phoenix UI, project "default"; kept in the state directory, '
+            "--fresh clears them)"
+        )
     lines.append(f"  admin:      {', '.join(f'{n} {u}' for n, u in info['admin'].items())} (/healthz /readyz /metrics)")
     parts = ", ".join(f"{name} {part['state']}" for name, part in info.get("parts", {}).items())
     lines.append(f"  parts:      {parts} (each change is said here and kept in up.json)")

@@ -98,6 +98,13 @@ def register(sub) -> None:
         "is delivered (a stack whose dispatcher runs elsewhere, or one that must send no request)",
     )
     up.add_argument(
+        "--traces",
+        action="store_true",
+        help="also run a trace viewer with a web UI (Arize Phoenix, installed into its own environment the first "
+        "time: minutes) and send it every process's spans (OTEL_EXPORTER_OTLP_ENDPOINT); its traces are kept in "
+        "the state directory",
+    )
+    up.add_argument(
         "--trickle-interval", type=_positive_seconds, default=5.0, help="seconds between live demo posts (default 5)"
     )
     up.set_defaults(func=cmd_up)

@@ -161,6 +161,15 @@ def stack_parts(stack: Stack, parts: Embedded) -> list[Part]:
                 f"({node.data_dir}): nothing to re-sync, the projector goes on",
             )
         )
+    if parts.viewer is not None:
+        found.append(
+            server_part(
+                "phoenix",
+                "Phoenix trace viewer",
+                lambda: parts.viewer,
+                "Phoenix came back on its ports, with the traces it had (they are kept in its database)",
+            )
+        )
     return found
 
 

@@ -10,6 +10,7 @@ from typing import Iterator
 
 #: The steps, in the order they run, and how the line names them.
 STEPS = {
+    "traces": "trace viewer (Phoenix; installed on a first start)",
     "jars": "Kafka jars checked (fetched on a first start)",
     "kafka": "Apache Kafka (JVM start and log recovery)",
     "postgres": "PostgreSQL",
