@@ -173,9 +173,29 @@ def broadcast_app() -> web.Application:
     return app
 
 
+def otlp_sink_app() -> web.Application:
+    """An OTLP/HTTP trace receiver that reads each export and discards it (the tracing benchmark's
+    backend: what sending spans costs the product, not what storing them costs a backend)."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    received = {"exports": 0, "bytes": 0}
+
+    async def traces(request: web.Request) -> web.Response:
+        body = await request.read()
+        received["exports"] += 1
+        received["bytes"] += len(body)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def ready(request: web.Request) -> web.Response:
+        return web.json_response(received)
+
+    app.router.add_post("/v1/traces", traces)
+    app.router.add_get("/readyz", ready)
+    return app
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["http", "floor", "broadcast"])
+    parser.add_argument("kind", choices=["http", "floor", "broadcast", "otlp"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--body")
     parser.add_argument("--headers")
@@ -189,6 +209,8 @@ def main() -> None:
     elif args.kind == "floor":
         with open(args.body, "rb") as fh, open(args.headers) as hh:
             app = floor_app(fh.read(), [tuple(pair) for pair in json.load(hh)], args.key, not args.no_access_log)
+    elif args.kind == "otlp":
+        app = otlp_sink_app()
     else:
         app = broadcast_app()
     try:  # the same event loop the product's processes use, so the comparison stays fair

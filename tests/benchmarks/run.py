@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import changes, freshness, memory, projector, read_api, rebuild, rejected, search, stream, webhooks
+from . import changes, freshness, memory, projector, read_api, rebuild, rejected, search, stream, tracing, webhooks
 from .common import REPO, Context, Result, Settings, Summary, infrastructure, pg_settings, raise_nofile
 from .doc import NOTES, carried_section
 
@@ -27,7 +27,8 @@ from .doc import NOTES, carried_section
 ANALYSIS = Path(__file__).with_name("analysis.md")
 
 BENCHMARKS = {
-    m.NAME: m for m in (read_api, rejected, projector, stream, search, freshness, memory, rebuild, changes, webhooks)
+    m.NAME: m
+    for m in (read_api, rejected, projector, stream, search, freshness, memory, rebuild, changes, webhooks, tracing)
 }
 
 log = logging.getLogger("bench")

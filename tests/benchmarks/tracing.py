@@ -1,0 +1,189 @@
+"""Tracing's cost: ``/posts`` requests/s and stream deliveries/s with tracing not installed,
+installed but off, on at 1 % sampling and on at 100 %, all in one run.
+
+Four stacks run side by side on the same broker and PostgreSQL server, each with its own
+database, topics, projector, api and stream, and the same posts:
+
+- **not installed**: the processes cannot import ``opentelemetry`` at all (a ``sitecustomize`` on
+  their ``PYTHONPATH`` refuses it, as a machine without the ``tracing`` extra would); the baseline
+  column of every row;
+- **installed, off**: the default, no ``OTEL_EXPORTER_OTLP_ENDPOINT``;
+- **on, 1 %** and **on, 100 %**: ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` with 0.01 and
+  1.0, exporting to a receiver in its own process that reads and discards each export
+  (``baselines otlp``): what sending spans costs the product, not what storing them costs.
+
+Each run measures every variant in turn (the order rotates from run to run): the ``/posts`` peak
+from ``wrk`` (closed loop; the Python loop in a smoke run), then a burst of one-locale posts to
+stream clients held by client processes (``tests.benchmarks.stream``), deliveries/s from the
+first publish to the last receipt. Ratios are each variant over "not installed" in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.support.stack import BASE
+from tickerwire.schemas.models import encode_event, entity_key
+from tickerwire.schemas.topics import POSTS, topic_name
+from tickerwire.services.common import kafka
+
+from .common import Context, Result, baseline_process, catalog, posts, provision_wide_open, raise_nofile
+from .read_api import peak
+from .stream import CONNECTION_MARGIN, Clients, figures
+
+NAME = "tracing"
+
+NOT_INSTALLED = "not installed"
+#: The variants measured against "not installed", with the environment each stack's processes get.
+VARIANTS = ("installed, off", "on, 1 % sampled", "on, 100 % sampled")
+#: The most "installed, off" may cost against "not installed".
+OFF_FLOOR = 0.98
+
+#: Put first on the processes' PYTHONPATH: ``opentelemetry`` cannot be imported, as on a machine
+#: without the ``tracing`` extra.
+BLOCKER = '''
+import sys
+
+
+class _NotInstalled:
+    """Refuses every opentelemetry module, as if the package were not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NotInstalled())
+'''
+
+
+def blocker(folder: Path) -> str:
+    """A ``sitecustomize`` refusing opentelemetry in ``folder``; checked to work before use."""
+    (folder / "sitecustomize.py").write_text(BLOCKER)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import opentelemetry.trace"],
+        env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=60,
+    )
+    if probe.returncode == 0:
+        raise RuntimeError("the not-installed variant could still import opentelemetry")
+    return str(folder)
+
+
+def environment(variant: str, sink: str, blocked: str) -> dict[str, str]:
+    if variant == NOT_INSTALLED:
+        return {"PYTHONPATH": blocked}
+    if variant == "installed, off":
+        return {}
+    ratio = "0.01" if variant.startswith("on, 1 %") else "1.0"
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": sink,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": ratio,
+    }
+
+
+class Stack:
+    """One variant's stack, started: its urls and the topic its posts go to."""
+
+    def __init__(self, variant: str, stack, key: str, api, stream) -> None:
+        self.variant, self.stack, self.key = variant, stack, key
+        self.posts_url = api.url + BASE + "/posts"
+        self.stream_url = stream.url.replace("http", "ws") + BASE + f"/stream?key={key}"
+        self.topic = topic_name(stack.topic_prefix, POSTS)
+
+
+async def started(
+    ctx: Context, held: contextlib.AsyncExitStack, variant: str, env: dict[str, str], clients: int, count: int
+) -> Stack:
+    stack = await held.enter_async_context(ctx.stack(**env))
+    await stack.start("projector")
+    await stack.publish([*catalog(), *posts(1, count)])
+    key = await provision_wide_open(stack)
+    api = await stack.start("api")
+    stream = await stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(clients + CONNECTION_MARGIN))
+    return Stack(variant, stack, key, api, stream)
+
+
+async def deliveries(ctx: Context, stack: Stack, producer, size: int, burst: int, first_id: int) -> float:
+    """Deliveries/s of a burst of ``burst`` posts to ``size`` clients of ``stack``."""
+    s = ctx.settings
+    clients = Clients(stack.stream_url, size, burst, s.pick(2, 4), s.pick(30.0, 90.0))
+    await clients.ready()
+    await asyncio.sleep(0.5)
+    sent = {}
+    for event in posts(first_id, burst, locales=("en-US",)):
+        sent[event.data.id] = time.monotonic()
+        await producer.send(stack.topic, value=encode_event(event), key=entity_key(event).encode())
+    await producer.flush()
+    receipts = await clients.receipts()
+    await clients.finish()
+    return figures(receipts, sent)[0]
+
+
+async def run(ctx: Context) -> Result:
+    s = ctx.settings
+    result = Result(NAME)
+    raise_nofile()
+    size, burst = s.pick(50, 1000), s.pick(3, 10)
+    use_wrk = not s.smoke
+    result.notes.append(
+        f"four stacks side by side, each a projector, an api and a stream on its own database and topics, "
+        f"{s.pick(200, 2000)} posts each; /posts peak: "
+        f"{'wrk -t1 -c32 (closed loop)' if use_wrk else 'smoke: python aiohttp closed loop (not comparable)'}; "
+        f"stream: a burst of {burst} one-locale posts to {size} clients; the order of the variants rotates "
+        "from run to run; on: parentbased_traceidratio, exporting to a receiver that discards (baselines otlp)"
+    )
+    reads = {
+        v: result.metric(
+            f"/posts requests/s, tracing {v}",
+            "req/s",
+            target=f">= {OFF_FLOOR}x not installed" if v == "installed, off" else "",
+            check=(lambda p, r: r is not None and r >= OFF_FLOOR) if v == "installed, off" else None,
+        )
+        for v in VARIANTS
+    }
+    pushes = {
+        v: result.metric(
+            f"stream deliveries/s, tracing {v}",
+            "msg/s",
+            target=f">= {OFF_FLOOR}x not installed" if v == "installed, off" else "",
+            check=(lambda p, r: r is not None and r >= OFF_FLOOR) if v == "installed, off" else None,
+        )
+        for v in VARIANTS
+    }
+    with tempfile.TemporaryDirectory(prefix="tickerwire-bench-blocked-") as folder:
+        blocked = blocker(Path(folder))
+        async with baseline_process("otlp") as (_, sink), contextlib.AsyncExitStack() as held:
+            stacks = [
+                await started(ctx, held, v, environment(v, sink, blocked), size, s.pick(200, 2000))
+                for v in (NOT_INSTALLED, *VARIANTS)
+            ]
+            next_id = 10**6
+            producers = [
+                await held.enter_async_context(kafka.started_producer(st.stack.config, linger_ms=0)) for st in stacks
+            ]
+            for n in range(s.runs):
+                order = list(range(len(stacks)))
+                order = order[n % len(order) :] + order[: n % len(order)]
+                read_of, push_of = {}, {}
+                for i in order:
+                    st = stacks[i]
+                    load = await peak(ctx, st.posts_url, st.key, use_wrk)
+                    read_of[st.variant] = (load.requests - load.errors) / load.seconds
+                    push_of[st.variant] = await deliveries(ctx, st, producers[i], size, burst, next_id)
+                    next_id += burst
+                for v in VARIANTS:
+                    reads[v].product.append(read_of[v])
+                    reads[v].baseline.append(read_of[NOT_INSTALLED])
+                    pushes[v].product.append(push_of[v])
+                    pushes[v].baseline.append(push_of[NOT_INSTALLED])
+    return result
