@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 )
 
 // version is the collector release every module of go.mod is at.
@@ -29,7 +30,13 @@ func components() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	return otelcol.Factories{Receivers: receivers, Exporters: exporters}, nil
+	return otelcol.Factories{
+		Receivers: receivers,
+		Exporters: exporters,
+		// The collector's own logs (its ready line), metrics and traces: config.yaml's
+		// service.telemetry, which otel_collector.py writes quiet.
+		Telemetry: otelconftelemetry.NewFactory(),
+	}, nil
 }
 
 func main() {
