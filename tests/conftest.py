@@ -18,8 +18,9 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 
-from tests.support import containers, pgbouncer, timeouts
+from tests.support import collector, containers, pgbouncer, timeouts
 from tests.support.brokers import TEST_KAFKA_SETTINGS, SessionBroker
+from tests.support.collector import otel_collector_fixture  # noqa: F401 (the `otel_collector` fixture)
 from tests.support.exclusive import held
 from tickerwire.devstack.embedded.apache_kafka import ApacheKafka
 from tickerwire.devstack.embedded.postgres import EmbeddedPostgres, scratch_database
@@ -170,9 +171,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The suites of ``ON_DEMAND`` (``-m faults``, ``-m capacity``, ``-m phoenix``) run only when
-    asked for with ``--faults``, ``--capacity``, ``--phoenix``."""
+    asked for with ``--faults``, ``--capacity``, ``--phoenix``. The OpenTelemetry Collector is
+    built here when a test kept asks for it (tests/support/collector.py)."""
     skipped = {m for m in ON_DEMAND if not config.getoption(f"--{m}")}
     kept = [item for item in items if not any(item.get_closest_marker(m) for m in skipped)]
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
+    collector.prebuild(items)
