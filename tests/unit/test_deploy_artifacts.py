@@ -292,6 +292,7 @@ def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
         "TickerwireWebhookBacklogGrowing",
         "TickerwireWebhookDispatcherStalled",
         "TickerwireWebhookEndpointsDisabled",
+        "TickerwireTraceSpansDropped",
     ):
         assert name in rules
     operations = (ROOT / "docs" / "operations.md").read_text()
