@@ -265,6 +265,7 @@ def test_dashboard_parses_and_uses_only_metrics_the_code_exports():
         "webhook backlog",
         "disabled webhook endpoints",
         "webhook attempt latency",
+        "trace spans",
     ):
         assert topic in titles, topic
     used = set()
