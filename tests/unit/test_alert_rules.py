@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tests.support.fieldtools import binary
 from tickerwire.services.cli.settings import FullConfig
 from tickerwire.services.common.kafka.topicgate import TopicGate
+from tickerwire.services.common.tracing.export import EXPORT_FAILED, QUEUE_FULL, SpanCounters
 from tickerwire.services.projector.metrics import APPLIED_TYPES, DEAD_LETTER_KINDS, ProjectorMetrics
 
 ROOT = Path(__file__).parents[2]
@@ -95,3 +96,11 @@ def test_topic_differences_exist_at_zero_before_the_first_check():
         FullConfig(database_url="postgresql://unused", kafka_bootstrap_servers="unused:9092"), registry, create=False
     )
     assert samples(registry, "tickerwire_topic_differences") == {'kind="loses_history"': 0.0, 'kind="other"': 0.0}
+
+
+def test_trace_span_counters_exist_at_zero_for_both_reasons_once_tracing_is_on():
+    registry = CollectorRegistry()
+    SpanCounters(registry)
+    dropped = samples(registry, "tickerwire_trace_spans_dropped_total")
+    assert dropped == {f'reason="{r}"': 0.0 for r in (EXPORT_FAILED, QUEUE_FULL)}
+    assert "tickerwire_trace_spans_exported_total 0.0" in generate_latest(registry).decode()

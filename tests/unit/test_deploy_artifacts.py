@@ -265,6 +265,7 @@ def test_dashboard_parses_and_uses_only_metrics_the_code_exports():
         "webhook backlog",
         "disabled webhook endpoints",
         "webhook attempt latency",
+        "trace spans",
     ):
         assert topic in titles, topic
     used = set()
@@ -292,6 +293,7 @@ def test_alert_rules_parse_cover_the_operational_risks_and_each_has_a_runbook():
         "TickerwireWebhookBacklogGrowing",
         "TickerwireWebhookDispatcherStalled",
         "TickerwireWebhookEndpointsDisabled",
+        "TickerwireTraceSpansDropped",
     ):
         assert name in rules
     operations = (ROOT / "docs" / "operations.md").read_text()
