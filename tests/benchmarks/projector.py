@@ -43,6 +43,8 @@ BEGIN
 END $$;
 CREATE TRIGGER copy_tsv BEFORE INSERT ON copy_translations FOR EACH ROW EXECUTE FUNCTION copy_tsv();
 """
+#: The columns the projector writes with tracing off (the trace context columns stay NULL).
+POST_COLUMNS = ["id", "version", "status", "published_at", "sentiment", "importance", "tickers", "snapshot"]
 TR_COLUMNS = [
     "post_id",
     "lang",
@@ -187,7 +189,7 @@ async def raw_copy(conn: asyncpg.Connection, post_rows, tr_rows) -> float:
     await conn.execute("TRUNCATE copy_posts, copy_translations")
     started = time.perf_counter()
     async with conn.transaction():
-        await conn.copy_records_to_table("copy_posts", records=post_rows, schema_name="rm")
+        await conn.copy_records_to_table("copy_posts", records=post_rows, columns=POST_COLUMNS, schema_name="rm")
         await conn.copy_records_to_table("copy_translations", records=tr_rows, columns=TR_COLUMNS, schema_name="rm")
     return len(post_rows) / (time.perf_counter() - started)
 
