@@ -120,3 +120,25 @@ def test_fresh_removes_the_traces_and_keeps_the_viewers_log(tmp_path: Path):
     (tmp_path / "phoenix.log").write_text("kept\n")
     assert start_over(tmp_path) == ["phoenix"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["phoenix.log"]
+
+
+def test_traces_without_the_tracing_extra_stops_up_at_once_naming_it(tmp_path: Path, monkeypatch):
+    """No viewer is installed or started for processes that could not send it a span."""
+    import importlib.util
+
+    from tickerwire.services.cli.up import traces
+    from tickerwire.services.cli.up.output import UpError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "opentelemetry.sdk" else real(name, *a)
+    )
+    started: list[str] = []
+    monkeypatch.setattr("tickerwire.devstack.embedded.phoenix_install.ensure_installed", lambda: started.append("x"))
+    try:
+        traces.start_viewer(None, None)  # type: ignore[arg-type]
+    except UpError as exc:
+        assert str(exc) == traces.NEEDS_EXTRA and "pip install 'tickerwire[tracing]'" in str(exc)
+    else:
+        raise AssertionError("up --traces went on without the tracing extra")
+    assert not started

@@ -21,8 +21,16 @@ SAMPLER = "parentbased_always_on"
 FOLDER = "phoenix"
 
 
+#: What ``--traces`` says when the processes could not send spans (the ``tracing`` extra missing).
+NEEDS_EXTRA = "--traces needs the tracing extra in this environment: pip install 'tickerwire[tracing]'"
+
+
 def start_viewer(stack: Stack, timings: Timings) -> Phoenix:
     """Phoenix, started (installed first when this machine has none: minutes, once) and stopped with the stack."""
+    import importlib.util
+
+    if importlib.util.find_spec("opentelemetry") is None or importlib.util.find_spec("opentelemetry.sdk") is None:
+        raise UpError(NEEDS_EXTRA)  # before minutes of installing a viewer nothing would send to
     from tickerwire.devstack.embedded.errors import EmbeddedError
     from tickerwire.devstack.embedded.phoenix import DEFAULT_PORT, Phoenix
     from tickerwire.devstack.embedded.phoenix_install import VERSION, ensure_installed, home, installed
