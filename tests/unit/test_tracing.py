@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -202,3 +204,19 @@ async def test_send_traced_honours_the_callers_traceparent_and_keeps_its_headers
     assert written["traceparent"].startswith(f"00-{TRACE_ID}-".encode())  # the caller's trace, a new span
     assert written["traceparent"] != PARENT.encode()
     assert plain["headers"] == given
+
+
+def test_a_process_with_tracing_off_never_imports_the_sdk():
+    """Installed but off runs what "not installed" runs: the four processes' modules and a handle
+    built from an environment without an endpoint leave every opentelemetry module unimported."""
+    probe = (
+        "import sys\n"
+        "import tickerwire.services.api.app, tickerwire.services.stream.app\n"
+        "import tickerwire.services.projector.app, tickerwire.services.webhooks.app\n"
+        "from tickerwire.services.common import tracing\n"
+        "assert tracing.from_env({}, 'tickerwire-api') is tracing.OFF\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'opentelemetry'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
