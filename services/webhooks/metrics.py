@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from .schedule import AttemptResult
 
 OUTCOMES = ("delivered", "failed", "gone", "refused")
 STATES = ("active", "failing", "paused", "disabled")
@@ -52,3 +57,8 @@ class WebhookMetrics:
             "Endpoint workers that ended with an unexpected error (restarted at the next round)",
             registry=r,
         )
+
+    def attempted(self, result: AttemptResult, exemplar: dict[str, str] | None = None) -> None:
+        """One attempt counted by its outcome and its latency observed (``exemplar``: its trace)."""
+        self.attempts.labels(result.outcome).inc()
+        self.latency.observe(result.latency_s, exemplar)

@@ -58,7 +58,7 @@ async def traced_attempt(
     parent: Parent = ROOT,
 ) -> AttemptResult:
     """One attempt under its CLIENT span (``traceparent`` added to ``headers``), counted and
-    observed as :meth:`.worker.EndpointWorker._post` does, the latency with the trace as exemplar."""
+    observed (:meth:`.metrics.WebhookMetrics.attempted`) with the trace as the latency's exemplar."""
     target = urlsplit(url)
     attributes = {
         "http.request.method": "POST",
@@ -75,6 +75,5 @@ async def traced_attempt(
         if result.outcome != "delivered":
             span.set_attribute("error.type", str(result.status) if result.status is not None else result.outcome)
             span.fail(result.error or result.outcome)
-        metrics.attempts.labels(result.outcome).inc()
-        metrics.latency.observe(result.latency_s, tracing.exemplar())
+        metrics.attempted(result, tracing.exemplar())
     return result

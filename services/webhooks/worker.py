@@ -253,8 +253,7 @@ class EndpointWorker:
             c = self.context
             return await traced_attempt(c.tracing, c.sender, c.metrics, ep.id, ep.url, headers, body, parent)
         result = await self.context.sender.attempt(ep.url, headers, body)
-        self.context.metrics.attempts.labels(result.outcome).inc()
-        self.context.metrics.latency.observe(result.latency_s)
+        self.context.metrics.attempted(result)
         return result
 
     async def _send_tests(self) -> None:
