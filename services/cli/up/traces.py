@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...common import tracing
 from .children import Stack
 from .embedded import start_server
 from .output import UpError, one_line, say
@@ -22,14 +23,12 @@ FOLDER = "phoenix"
 
 
 #: What ``--traces`` says when the processes could not send spans (the ``tracing`` extra missing).
-NEEDS_EXTRA = "--traces needs the tracing extra in this environment: pip install 'tickerwire[tracing]'"
+NEEDS_EXTRA = f"--traces needs the tracing extra in this environment: {tracing.EXTRA}"
 
 
 def start_viewer(stack: Stack, timings: Timings) -> Phoenix:
     """Phoenix, started (installed first when this machine has none: minutes, once) and stopped with the stack."""
-    import importlib.util
-
-    if importlib.util.find_spec("opentelemetry") is None or importlib.util.find_spec("opentelemetry.sdk") is None:
+    if not tracing.sdk_available():
         raise UpError(NEEDS_EXTRA)  # before minutes of installing a viewer nothing would send to
     from tickerwire.devstack.embedded.errors import EmbeddedError
     from tickerwire.devstack.embedded.phoenix import DEFAULT_PORT, Phoenix

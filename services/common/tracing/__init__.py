@@ -16,7 +16,7 @@ from typing import Mapping
 from prometheus_client import CollectorRegistry
 
 from .config import TracingConfig
-from .handle import NO_SPAN, OFF, ROOT, Carrier, Headers, Kind, Parent, Span, Tracing, build
+from .handle import EXTRA, NO_SPAN, OFF, ROOT, Carrier, Headers, Kind, Parent, Span, Tracing, build, sdk_available
 
 
 def from_env(env: Mapping[str, str], process: str, registry: CollectorRegistry | None = None) -> Tracing:
@@ -26,6 +26,7 @@ def from_env(env: Mapping[str, str], process: str, registry: CollectorRegistry |
 
 
 __all__ = [
+    "EXTRA",
     "NO_SPAN",
     "OFF",
     "ROOT",
@@ -38,4 +39,5 @@ __all__ = [
     "TracingConfig",
     "build",
     "from_env",
+    "sdk_available",
 ]

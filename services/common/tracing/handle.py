@@ -136,6 +136,20 @@ class Tracing:
 OFF = Tracing()
 
 
+#: How the OpenTelemetry SDK is installed, for the messages that say it is missing.
+EXTRA = "pip install 'tickerwire[tracing]'"
+
+
+def sdk_available() -> bool:
+    """Whether the ``tracing`` extra's SDK can be imported here (nothing of it is imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ModuleNotFoundError:  # not even the opentelemetry package
+        return False
+
+
 def build(config: TracingConfig, registry: CollectorRegistry | None = None) -> Tracing:
     """The process's handle: :data:`OFF` when ``config`` says off, else the SDK's, exporting on
     its own thread and counting on ``registry``. Configured on without the ``tracing`` extra:
@@ -147,7 +161,7 @@ def build(config: TracingConfig, registry: CollectorRegistry | None = None) -> T
     except ImportError as exc:
         raise ConfigError(
             f"tracing is configured (OTEL_EXPORTER_OTLP_ENDPOINT) but the OpenTelemetry SDK is missing ({exc.name}): "
-            "install the extra, pip install 'tickerwire[tracing]'"
+            f"install the extra, {EXTRA}"
         ) from None
     return SdkTracing(config, registry or CollectorRegistry())
 
