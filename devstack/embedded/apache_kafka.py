@@ -13,7 +13,6 @@ offset, committed group offset and transaction. The node is formatted
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -224,12 +223,10 @@ class ApacheKafka(DataDirServer):
             raise EmbeddedError(f"cannot format the Kafka log in {self._data_dir}: " + " / ".join(said))
 
     def _launch(self, binary: str, cp: str, properties: Path) -> None:
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self._log_path, "a+b")
-        self._log_start = self._log_file.seek(0, os.SEEK_END)
+        log_file = self._open_log()
         log.info("starting Apache Kafka on %s, log %s", self.bootstrap_servers, self._data_dir / "log")
         try:
-            self._process = spawn(self._jvm(binary, cp) + ["kafka.Kafka", str(properties)], log_file=self._log_file)
+            self._process = spawn(self._jvm(binary, cp) + ["kafka.Kafka", str(properties)], log_file=log_file)
         except OSError as exc:
             self.stop()
             raise EmbeddedError(f"cannot run {binary}: {exc}") from exc
@@ -248,12 +245,6 @@ class ApacheKafka(DataDirServer):
             if time.monotonic() >= deadline:
                 raise EmbeddedError(f"Apache Kafka did not start on port {self._port} within {START_TIMEOUT_S:.0f}s")
             time.sleep(0.1)
-
-    def _this_start(self) -> bytes:
-        """What the node logged since this start (the file keeps earlier starts' lines)."""
-        with open(self._log_path, "rb") as file:
-            file.seek(self._log_start)
-            return file.read()
 
     def _said_started(self) -> bool:
         return b"Kafka Server started" in self._this_start()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import subprocess
 from pathlib import Path
 from types import TracebackType
@@ -86,6 +87,8 @@ class DataDirServer(ChildServer):
         super().__init__(port)
         self._data_dir = Path(data_dir).absolute()
         self._log_path = Path(log_path).absolute() if log_path else self._data_dir / self.log_name
+        #: Where this start's part of the log begins (the file keeps earlier starts' lines).
+        self._log_start = 0
 
     @property
     def data_dir(self) -> Path:
@@ -94,3 +97,16 @@ class DataDirServer(ChildServer):
     @property
     def log_path(self) -> Path:
         return self._log_path
+
+    def _open_log(self) -> IO[bytes]:
+        """Open the log for a start, appending; this start's part begins at its end."""
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self._log_path, "a+b")
+        self._log_start = self._log_file.seek(0, os.SEEK_END)
+        return self._log_file
+
+    def _this_start(self) -> bytes:
+        """What the server logged since this start."""
+        with open(self._log_path, "rb") as file:
+            file.seek(self._log_start)
+            return file.read()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -57,7 +56,6 @@ class OtelCollector(DataDirServer):
 
     def __init__(self, data_dir: Path, port: int | None = None, log_path: Path | None = None) -> None:
         super().__init__(data_dir, port, log_path)
-        self._log_start = 0
 
     @property
     def endpoint(self) -> str:
@@ -127,12 +125,10 @@ class OtelCollector(DataDirServer):
         return path
 
     def _launch(self, program: Path, config: Path) -> None:
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self._log_path, "a+b")
-        self._log_start = self._log_file.seek(0, os.SEEK_END)
+        log_file = self._open_log()
         log.info("starting the OpenTelemetry Collector on %s, spans to %s", self.endpoint, self.spans_path)
         try:
-            self._process = spawn([str(program), "--config", f"file:{config}"], log_file=self._log_file)
+            self._process = spawn([str(program), "--config", f"file:{config}"], log_file=log_file)
         except OSError as exc:
             self.stop()
             raise EmbeddedError(f"cannot run {program}: {exc}") from exc
@@ -153,11 +149,6 @@ class OtelCollector(DataDirServer):
     def _serving(self) -> bool:
         assert self._process is not None and self._port is not None
         return listens_on(self._process.pid, self._port) is not False and accepts_connections(LOCALHOST, self._port)
-
-    def _this_start(self) -> bytes:
-        with open(self._log_path, "rb") as file:
-            file.seek(self._log_start)
-            return file.read()
 
     def _bind_failed(self) -> bool:
         return b"address already in use" in self._this_start()

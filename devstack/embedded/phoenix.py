@@ -150,13 +150,12 @@ class Phoenix(DataDirServer):
 
     def _launch(self, install: Path) -> None:
         assert self._port is not None and self._grpc_port is not None
-        self._log_file = open(self.log_path, "a+b")
-        self._log_start = self._log_file.seek(0, os.SEEK_END)
+        log_file = self._open_log()
         env = server_env(os.environ, folder=self._data_dir, port=self._port, grpc_port=self._grpc_port)
         log.info("starting Phoenix on %s (gRPC %d), log %s", self.url, self._grpc_port, self.log_path)
         try:
             self._process = spawn(
-                [str(python(install)), "-c", LAUNCHER, "serve"], log_file=self._log_file, env=env, cwd=self._data_dir
+                [str(python(install)), "-c", LAUNCHER, "serve"], log_file=log_file, env=env, cwd=self._data_dir
             )
         except OSError as exc:
             self.stop()
@@ -185,6 +184,4 @@ class Phoenix(DataDirServer):
             return False
 
     def _bind_failed(self) -> bool:
-        with open(self.log_path, "rb") as file:
-            file.seek(self._log_start)
-            return b"address already in use" in file.read().lower()
+        return b"address already in use" in self._this_start().lower()
