@@ -108,9 +108,11 @@ def _current(request: web.Request, mark: LogPosition) -> bool:
 async def _page(
     request: web.Request, what: str, lang: str, filters: Filters, page: PageWindow, search: queries.Search | None
 ) -> web.Response:
-    if search is None and page.after is None:  # the stream's gap-fill (after=) always reads the database
+    if page.after is None:  # the stream's gap-fill (after=) always reads the database
         return await _cached(
-            request, ("posts", lang, filters, page), lambda: _page_body(request, what, lang, filters, page, None)
+            request,
+            ("posts", lang, filters, page, search),
+            lambda: _page_body(request, what, lang, filters, page, search),
         )
     return json_bytes(await _page_body(request, what, lang, filters, page, search))
 

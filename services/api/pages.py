@@ -1,7 +1,7 @@
 """Hot pages from memory: serialized bodies of /posts pages and post details.
 
 Entries are keyed by everything the body depends on (endpoint, resolved locale, parsed filters
-and cursors, or the detail's id/slug segment) and hold the exact bytes the handler built, their
+and cursors, the search's text configuration and normalized terms, or the detail's id/slug segment) and hold the exact bytes the handler built, their
 entity tag and the consistency mark read in the same statement as their data, so a hit answers
 byte for byte what a fresh query of that snapshot gives, and its X-Log-Position never claims more
 than the body reflects.
@@ -12,8 +12,8 @@ re-render posts). When the process's change-stamp refresh sees any of them move,
 dropped. A body is stored only under the generation current when its query started, so a page
 read before a change is never kept past it. While the stamps are not confirmed current (the
 database unreachable) the cache is bypassed; a ``posts`` change already pushed to the process
-makes lookups wait (bounded) for the refresh that applies it. Search and ``after=`` pages (the
-stream's gap-fill, which must see a post as soon as it is announced) always read the database.
+makes lookups wait (bounded) for the refresh that applies it. ``after=`` pages (the stream's
+gap-fill, which must see a post as soon as it is announced) always read the database.
 Bounded by entries and bytes, least recently used dropped first.
 """
 

@@ -15,6 +15,7 @@ that writes or reads the text form.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, TypeVar
 
@@ -75,7 +76,7 @@ class LogPosition:
 
     def text(self) -> str:
         """The header form: ``"0:12,1:40"``."""
-        return ",".join(_pair(p, o) for p, o in self.pairs)
+        return _text(self.pairs)
 
     def marks(self) -> dict[int, int]:
         return dict(self.pairs)
@@ -91,6 +92,13 @@ class LogPosition:
 def record_text(partition: int, offset: int) -> str:
     """A pushed post's ``log_position``: its record, ``"<partition>:<offset>"``."""
     return _pair(partition, offset)
+
+
+@functools.lru_cache(maxsize=256)
+def _text(pairs: tuple[tuple[int, int], ...]) -> str:
+    """The header form of ``pairs``, formatted once per position: every response of a page served
+    from memory carries the same one."""
+    return ",".join(_pair(p, o) for p, o in pairs)
 
 
 def _pair(partition: int, offset: int) -> str:

@@ -648,12 +648,27 @@ async def _raw(client: Client, path: str, params: dict, headers: dict | None = N
         return resp.status, resp.headers.copy(), await resp.read()
 
 
+def _a_title_word(posts) -> str:
+    return max(visible_feed(posts)[0].translations[0].title.split(), key=len).strip(".,:;!?'\"")
+
+
+async def test_searches_from_memory_are_kept_apart_by_their_terms(world):
+    w, client, catalog, posts = world
+    word = _a_title_word(posts)
+    for _ in range(2):  # the second round is answered from memory
+        found, _ = await client.ids("/search", q=word, limit=50)
+        excluded, _ = await client.ids("/search", q=f"{word} -{word}", limit=50)
+        assert found and excluded == []
+    assert (await _page_cache(w)).get("hit", 0) >= 2
+
+
 async def test_a_page_from_memory_is_byte_identical_to_a_fresh_one(world):
     w, client, catalog, posts = world
     for path, params in [
         ("/posts", {"lang": "de-DE", "limit": "9", "sentiment": "BULLISH,NEUTRAL"}),
         ("/posts", {"limit": "5", "before": str(visible_feed(posts)[7].id)}),
         (f"/posts/{visible_feed(posts)[3].id}", {"lang": "en-US"}),
+        ("/search", {"q": _a_title_word(posts), "limit": "4"}),
     ]:
         before = await _page_cache(w)
         status, headers, body = await _raw(client, path, params)

@@ -45,7 +45,14 @@ from .common import (
 
 NAME = "read_api"
 
-TARGET_RATIO = {"/posts": 0.5, "/posts two filters": 0.5, "/tokens": 0.8, "/languages": 0.8}
+TARGET_RATIO = {
+    "/posts": 0.5,
+    "/posts two filters": 0.5,
+    "/posts/{id}": 0.5,
+    "/search": 0.5,
+    "/tokens": 0.8,
+    "/languages": 0.8,
+}
 
 
 def endpoints(post_id: int, word: str) -> list[tuple[str, str]]:
