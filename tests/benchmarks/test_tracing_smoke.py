@@ -17,7 +17,9 @@ def test_the_tracing_benchmark_has_a_row_per_variant_and_measure(tmp_path, pg_ds
     assert result["benchmark"] == "tracing" and result["status"] == "ok", result["notes"]
     names = [m["metric"] for m in result["metrics"]]
     assert names == [
-        f"{what}, tracing {v}" for what in ("/posts requests/s", "stream deliveries/s") for v in tracing.VARIANTS
+        *(f"/posts requests/s, tracing {v}" for v in tracing.VARIANTS),
+        "/posts api CPU per request, tracing installed, off",
+        *(f"stream deliveries/s, tracing {v}" for v in tracing.VARIANTS),
     ]
     for m in result["metrics"]:
         assert m["product"]["runs"] == 1 and m["baseline"]["runs"] == 1 and m["ratio"] is not None, m

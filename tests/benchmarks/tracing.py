@@ -12,16 +12,23 @@ database, topics, projector, api and stream, and the same posts:
   1.0, exporting to a receiver in its own process that reads and discards each export
   (``baselines otlp``): what sending spans costs the product, not what storing them costs.
 
-Each run measures every variant in turn (the order rotates from run to run): the ``/posts`` peak
-from ``wrk`` (closed loop; the Python loop in a smoke run), then a burst of one-locale posts to
-stream clients held by client processes (``tests.benchmarks.stream``), deliveries/s from the
-first publish to the last receipt. Ratios are each variant over "not installed" in the same run.
+Two phases. First the 2 % floor, "installed, off" against "not installed", with only those two
+stacks started: ``PAIRS`` pairs of runs, each pair's order the reverse of the last one's (A B,
+B A, ...), so a drift of the machine weighs on both sides alike; besides requests/s, the api
+process's CPU time per request (user and system, from ``/proc``), which another process
+competing for the cores hardly moves. Then the two "on" stacks start and each run measures
+them and "not installed" in turn (the order rotates from run to run). A run of a variant: the
+``/posts`` peak from ``wrk`` (closed loop; the Python loop in a smoke run), then a burst of
+one-locale posts to stream clients held by client processes (``tests.benchmarks.stream``),
+deliveries/s from the first publish to the last receipt. Ratios are each variant over "not
+installed" in the same phase of the same run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,8 +59,10 @@ NAME = "tracing"
 NOT_INSTALLED = "not installed"
 #: The variants measured against "not installed", with the environment each stack's processes get.
 VARIANTS = ("installed, off", "on, 1 % sampled", "on, 100 % sampled")
-#: Seconds of each ``wrk`` peak run (longer than the read benchmark's: the floor is 2 %).
+#: Seconds of each ``wrk`` peak run.
 PEAK_S = 5.0
+#: Pairs of runs of the floor's phase ("installed, off" and "not installed"), in a full run.
+PAIRS = 8
 #: The most "installed, off" may cost against "not installed".
 OFF_FLOOR = 0.98
 
@@ -108,6 +117,7 @@ class Stack:
 
     def __init__(self, variant: str, stack, key: str, api, stream) -> None:
         self.variant, self.stack, self.key = variant, stack, key
+        self.api_pid: int = api.proc.pid
         self.posts_url = api.url + BASE + "/posts"
         self.stream_url = stream.url.replace("http", "ws") + BASE + f"/stream?key={key}"
         self.topic = topic_name(stack.topic_prefix, POSTS)
@@ -141,60 +151,107 @@ async def deliveries(ctx: Context, stack: Stack, producer, size: int, burst: int
     return figures(receipts, sent)[0]
 
 
-def against_not_installed(result: Result, what: str, unit: str) -> dict[str, Metric]:
+def against_not_installed(result: Result, what: str, unit: str, **kw) -> dict[str, Metric]:
     """A row per variant, measured against "not installed"; "installed, off" with its floor."""
+    higher = kw.get("higher_is_better", True)
     return {
         v: result.metric(
             f"{what}, tracing {v}",
             unit,
             target=f">= {OFF_FLOOR}x not installed" if v == "installed, off" else "",
             check=(lambda p, r: r is not None and r >= OFF_FLOOR) if v == "installed, off" else None,
+            **kw,
         )
-        for v in VARIANTS
+        for v in (VARIANTS if higher else VARIANTS[:1])
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Runs:
+    """Measures one variant's stack per call: /posts peak (with the api's CPU per request) and a
+    stream burst's deliveries/s."""
+
+    def __init__(self, ctx: Context, size: int, burst: int) -> None:
+        self.ctx, self.size, self.burst = ctx, size, burst
+        self.next_id = 10**6
+        self.use_wrk = not ctx.settings.smoke
+
+    async def measure(self, st: Stack, producer) -> tuple[float, float, float]:
+        """(requests/s, api CPU µs per request, deliveries/s)."""
+        cpu = cpu_seconds(st.api_pid)
+        load = (
+            wrk_peak(st.posts_url, st.key, PEAK_S)
+            if self.use_wrk
+            else await closed_loop(st.posts_url, {"Authorization": f"Bearer {st.key}"}, 1.0, 8)
+        )
+        cpu = cpu_seconds(st.api_pid) - cpu
+        answered = load.requests - load.errors
+        pushed = await deliveries(self.ctx, st, producer, self.size, self.burst, self.next_id)
+        self.next_id += self.burst
+        return answered / load.seconds, 1e6 * cpu / max(1, load.requests), pushed
 
 
 async def run(ctx: Context) -> Result:
     s = ctx.settings
     result = Result(NAME)
     raise_nofile()
-    size, burst = s.pick(50, 1000), s.pick(3, 100)
-    use_wrk = not s.smoke
+    size, burst, pairs = s.pick(50, 1000), s.pick(3, 100), s.pick(1, PAIRS)
     result.notes.append(
         f"four stacks side by side, each a projector, an api and a stream on its own database and topics, "
         f"{s.pick(200, 2000)} posts each; /posts peak: "
-        f"{f'wrk -t1 -c32 for {PEAK_S:g} s (closed loop)' if use_wrk else 'smoke: python aiohttp closed loop (not comparable)'}; "
-        f"stream: a burst of {burst} one-locale posts to {size} clients; the order of the variants rotates "
-        "from run to run; on: parentbased_traceidratio, exporting to a receiver that discards (baselines otlp)"
+        f"{f'wrk -t1 -c32 for {PEAK_S:g} s (closed loop)' if not s.smoke else 'smoke: python aiohttp closed loop (not comparable)'}; "
+        f"stream: a burst of {burst} one-locale posts to {size} clients; "
+        f"installed-off rows: {pairs} pairs of runs of the two stacks alone, each pair in the reverse order of the "
+        "last; on rows: the order of the variants rotates from run to run; on: parentbased_traceidratio, "
+        "exporting to a receiver that discards (baselines otlp)"
     )
     reads = against_not_installed(result, "/posts requests/s", "req/s")
+    cpu = against_not_installed(result, "/posts api CPU per request", "µs", higher_is_better=False)
     pushes = against_not_installed(result, "stream deliveries/s", "msg/s")
+    off = "installed, off"
     with tempfile.TemporaryDirectory(prefix="tickerwire-bench-blocked-") as folder:
         blocked = blocker(Path(folder))
         async with baseline_process("otlp") as (_, sink), contextlib.AsyncExitStack() as held:
-            stacks = [
-                await started(ctx, held, v, environment(v, sink, blocked), size, s.pick(200, 2000))
-                for v in (NOT_INSTALLED, *VARIANTS)
-            ]
-            next_id = 10**6
-            producers = [
-                await held.enter_async_context(kafka.started_producer(st.stack.config, linger_ms=0)) for st in stacks
-            ]
+            runs = Runs(ctx, size, burst)
+            stacks: dict[str, Stack] = {}
+            producers = {}
+
+            async def start(variant: str) -> None:
+                stacks[variant] = await started(
+                    ctx, held, variant, environment(variant, sink, blocked), size, s.pick(200, 2000)
+                )
+                producers[variant] = await held.enter_async_context(
+                    kafka.started_producer(stacks[variant].stack.config, linger_ms=0)
+                )
+
+            for v in (NOT_INSTALLED, off):
+                await start(v)
+            for n in range(pairs):
+                figures_of = {}
+                for v in (NOT_INSTALLED, off) if n % 2 == 0 else (off, NOT_INSTALLED):
+                    figures_of[v] = await runs.measure(stacks[v], producers[v])
+                (r_b, c_b, p_b), (r_o, c_o, p_o) = figures_of[NOT_INSTALLED], figures_of[off]
+                reads[off].product.append(r_o)
+                reads[off].baseline.append(r_b)
+                cpu[off].product.append(c_o)
+                cpu[off].baseline.append(c_b)
+                pushes[off].product.append(p_o)
+                pushes[off].baseline.append(p_b)
+            on = [v for v in VARIANTS if v != off]
+            for v in on:
+                await start(v)
             for n in range(s.runs):
-                order = list(range(len(stacks)))
+                order = [NOT_INSTALLED, *on]
                 order = order[n % len(order) :] + order[: n % len(order)]
                 read_of, push_of = {}, {}
-                for i in order:
-                    st = stacks[i]
-                    load = (
-                        wrk_peak(st.posts_url, st.key, PEAK_S)
-                        if use_wrk
-                        else await closed_loop(st.posts_url, {"Authorization": f"Bearer {st.key}"}, 1.0, 8)
-                    )
-                    read_of[st.variant] = (load.requests - load.errors) / load.seconds
-                    push_of[st.variant] = await deliveries(ctx, st, producers[i], size, burst, next_id)
-                    next_id += burst
-                for v in VARIANTS:
+                for v in order:
+                    read_of[v], _, push_of[v] = await runs.measure(stacks[v], producers[v])
+                for v in on:
                     reads[v].product.append(read_of[v])
                     reads[v].baseline.append(read_of[NOT_INSTALLED])
                     pushes[v].product.append(push_of[v])
