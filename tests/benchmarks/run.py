@@ -19,7 +19,20 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import changes, freshness, memory, projector, read_api, rebuild, rejected, search, stream, tracing, webhooks
+from . import (
+    changes,
+    freshness,
+    memory,
+    projector,
+    read_api,
+    rebuild,
+    rejected,
+    scaling,
+    search,
+    stream,
+    tracing,
+    webhooks,
+)
 from .common import REPO, Context, Result, Settings, Summary, infrastructure, pg_settings, raise_nofile
 from .doc import NOTES, carried_section
 
@@ -28,7 +41,20 @@ ANALYSIS = Path(__file__).with_name("analysis.md")
 
 BENCHMARKS = {
     m.NAME: m
-    for m in (read_api, rejected, projector, stream, search, freshness, memory, rebuild, changes, webhooks, tracing)
+    for m in (
+        read_api,
+        rejected,
+        projector,
+        stream,
+        search,
+        freshness,
+        memory,
+        rebuild,
+        changes,
+        webhooks,
+        tracing,
+        scaling,
+    )
 }
 
 log = logging.getLogger("bench")
