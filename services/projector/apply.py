@@ -27,14 +27,13 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, Iterable, TypeVar
+from typing import Collection, Generic, Iterable, TypeVar
 
 import asyncpg
 import orjson
 
 from tickerwire.schemas.models import (
     ApiKeyEvent,
-    Category,
     CategoryEvent,
     EmbedEvent,
     HeartbeatEvent,
@@ -52,10 +51,11 @@ from tickerwire.schemas.models import (
 from ..common.db import begin_local
 from ..readmodel import positions, stamps as stamp
 from ..readmodel.mapping import Taxonomy, is_visible, translation_rows
-from ..readmodel.taxonomy import load_categories, load_default_locale
+from ..readmodel.taxonomy import load_default_locale
 from ..readmodel.upcast import ProjectedEvent, stored_post, upcast
 from . import sql
-from .derive import PostFacts, merge, sentiment_deltas, ticker_deltas
+from .catalog import load_taxonomy
+from .derive import CounterDeltas, PostFacts, merge, sentiment_deltas, ticker_deltas
 from .event_rows import (
     api_key_row,
     embed_row,
@@ -71,6 +71,7 @@ from .rows import (
     EmbedRow,
     HeartbeatRow,
     LocaleRow,
+    PostRow,
     TokenRow,
     TranslationRow,
     WebhookEndpointRow,
@@ -245,25 +246,6 @@ def first_visible_offsets(chain: list[Decoded[PostEventV2]]) -> dict[str, int]:
     return out
 
 
-@dataclass(slots=True)
-class CounterDeltas:
-    """The batch's net changes of the derived counters, written by ``sql.FINISH_BATCH``."""
-
-    tickers: dict[str, int] = field(default_factory=dict)
-    sentiment: dict[tuple[datetime, str], int] = field(default_factory=dict)
-
-    def columns(self) -> tuple[list, list, list, list, list]:
-        """Sorted, so that concurrent writers lock shared counter rows in one order."""
-        tickers, buckets = sorted(self.tickers.items()), sorted(self.sentiment.items())
-        return (
-            [t for t, _ in tickers],
-            [n for _, n in tickers],
-            [b for (b, _), _ in buckets],
-            [s for (_, s), _ in buckets],
-            [n for _, n in buckets],
-        )
-
-
 SWITCH_LOCK = 0x7477_7377  # "twsw"
 TAXONOMY_LOCK = 0x7477_7478  # "twtx"
 
@@ -311,8 +293,8 @@ async def apply_batch(
             await conn.execute(sql.ADVISORY_XACT_LOCK, TAXONOMY_LOCK)
         elif posts:
             await conn.execute(sql.ADVISORY_XACT_LOCK_SHARED, TAXONOMY_LOCK)
-        await _apply_locales(conn, locales, result, stamps)
-        await _apply_categories(conn, categories, result, stamps)
+        default_changed = await _apply_locales(conn, locales, result, stamps)
+        await _rerender_for_catalog(conn, default_changed, await _apply_categories(conn, categories, result, stamps))
         await _apply_tokens(conn, of_type(latest, TokenEvent), result, stamps)
         counters = CounterDeltas()
         await _apply_posts(conn, partition, posts, result, stamps, counters)
@@ -354,11 +336,6 @@ async def reject_record(
     return True
 
 
-async def load_taxonomy(conn: asyncpg.Connection) -> Taxonomy:
-    cats = {r["slug"]: Category(**r) for r in await load_categories(conn)}
-    return Taxonomy(cats, await load_default_locale(conn))
-
-
 def post_facts(post: PostV2) -> PostFacts:
     return PostFacts(post.status.value, post.published_at, post.sentiment.value, post.symbols)
 
@@ -394,8 +371,9 @@ async def _apply_posts(
         facts = post_facts(post)
         merge(counters.tickers, ticker_deltas(prev_facts, facts))
         merge(counters.sentiment, sentiment_deltas(prev_facts, facts))
-    await conn.executemany(sql.UPSERT_POST, [post_record(d) for d in newer])
-    await write_translations(conn, renderings, partition, await load_taxonomy(conn))
+    await conn.execute(sql.UPSERT_POSTS, *PostRow.batch_arrays([post_record(d) for d in newer]))
+    # A post without a stored row has no stored locale rows either: none to hide.
+    await write_translations(conn, renderings, partition, await load_taxonomy(conn), stored=old.keys())
     if counters.tickers:
         stamps.add(stamp.TOKENS)
     result.applied["post"] += len(newer)
@@ -403,24 +381,34 @@ async def _apply_posts(
 
 
 def post_record(d: Decoded[PostEventV2]) -> tuple:
-    """The posts row of one post event (the columns of ``sql.UPSERT_POST``)."""
+    """The posts row of one post event (the columns of ``sql.UPSERT_POSTS``)."""
     return post_row(d.event).values()
 
 
 async def write_translations(
-    conn: asyncpg.Connection, renderings: list[Rendering], partition: int | None, taxonomy: Taxonomy
+    conn: asyncpg.Connection,
+    renderings: list[Rendering],
+    partition: int | None,
+    taxonomy: Taxonomy,
+    *,
+    stored: Collection[int] | None = None,
 ) -> None:
     """Upsert the locale rows of each rendering, then hide the rows of locales a post no longer
-    has. A stored announcement always wins over a new one."""
+    has (``stored``: the posts that may have stored rows; None: every post rendered). A stored
+    announcement always wins over a new one. One statement writes every row (a post's
+    translations have distinct locales, and a post is rendered once per call)."""
     rows, kept = translation_records(renderings, partition, taxonomy)
-    await conn.executemany(sql.UPSERT_TRANSLATION, rows)
-    await conn.executemany(sql.HIDE_DROPPED_TRANSLATIONS, sorted(kept.items()))
+    if rows:
+        await conn.execute(sql.UPSERT_TRANSLATIONS, *TranslationRow.batch_arrays(rows))
+    hide = sorted(kept.items() if stored is None else ((p, langs) for p, langs in kept.items() if p in stored))
+    if hide:
+        await conn.executemany(sql.HIDE_DROPPED_TRANSLATIONS, hide)
 
 
 def translation_records(
     renderings: list[Rendering], partition: int | None, taxonomy: Taxonomy
 ) -> tuple[list[tuple], dict[int, list[str]]]:
-    """The parameters of ``sql.UPSERT_TRANSLATION`` for each locale row of ``renderings``, and
+    """The values of ``sql.UPSERT_TRANSLATIONS`` for each locale row of ``renderings``, and
     per post the locales that stay visible (every rendered post is a key)."""
     rows = []
     kept: dict[int, list[str]] = {}
@@ -460,26 +448,36 @@ def text_hash(config: str, title: str, lede: str, body: str) -> bytes:
 
 async def _apply_locales(
     conn: asyncpg.Connection, items: list[Decoded[LocaleEvent]], result: BatchResult, stamps: set[str]
-) -> None:
+) -> bool:
+    """Returns whether the default locale changed."""
     if not items:
-        return
+        return False
     default_before = await load_default_locale(conn)
     codes = await conn.fetch(sql.UPSERT_LOCALE, *LocaleRow.arrays([locale_row(d.event) for d in items]))
     _count(result, "locale", len(items), len(codes))
     if not codes:
-        return
+        return False
     stamps.add(stamp.LOCALES)
     await conn.execute(sql.ENSURE_SEARCH_INDEXES, sorted(r["code"] for r in codes))
-    # Category names fall back to the default locale's name: a new default re-renders them.
-    if await load_default_locale(conn) != default_before:
+    return await load_default_locale(conn) != default_before
+
+
+async def _rerender_for_catalog(conn: asyncpg.Connection, default_changed: bool, categories: list[str]) -> None:
+    """Re-render, once and after the whole catalog part of a batch is written, the posts whose
+    rows it changed: every post with a category when the default locale changed (category names
+    fall back to its name), else those referencing a changed category (or a leaf of a changed group)."""
+    if default_changed:
         await rerender_posts(conn, await conn.fetch(sql.SELECT_POST_SNAPSHOTS_WITH_CATEGORIES))
+    elif categories:
+        await rerender_posts_for_categories(conn, categories)
 
 
 async def _apply_categories(
     conn: asyncpg.Connection, items: list[Decoded[CategoryEvent]], result: BatchResult, stamps: set[str]
-) -> None:
+) -> list[str]:
+    """Returns the slugs of the categories written."""
     if not items:
-        return
+        return []
     changed: list[str] = []
     for d in items:
         c = d.event.data
@@ -497,7 +495,7 @@ async def _apply_categories(
     _count(result, "category", len(items), len(changed))
     if changed:
         stamps.add(stamp.CATEGORIES)
-        await rerender_posts_for_categories(conn, changed)
+    return changed
 
 
 async def rerender_posts_for_categories(conn: asyncpg.Connection, changed: list[str]) -> None:

@@ -65,13 +65,13 @@ from .apply import (
     DeadLetter,
     Decoded,
     decode_records,
-    load_taxonomy,
     of_type,
     post_facts,
     post_record,
     renderings_of,
     translation_records,
 )
+from .catalog import load_taxonomy
 from .derive import merge, sentiment_deltas, ticker_deltas
 from .logread import read_until
 from .registry import registry_of

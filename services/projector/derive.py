@@ -8,7 +8,7 @@ status, tickers, sentiment or published_at moves those contributions; these func
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from tickerwire.schemas.models import LIVE_STATUSES, PostStatus
@@ -75,3 +75,22 @@ def merge(into: dict, delta: dict) -> None:
             into[key] = total
         else:
             into.pop(key, None)
+
+
+@dataclass(slots=True)
+class CounterDeltas:
+    """The batch's net changes of the derived counters, written by ``sql.FINISH_BATCH``."""
+
+    tickers: dict[str, int] = field(default_factory=dict)
+    sentiment: dict[tuple[datetime, str], int] = field(default_factory=dict)
+
+    def columns(self) -> tuple[list, list, list, list, list]:
+        """Sorted, so that concurrent writers lock shared counter rows in one order."""
+        tickers, buckets = sorted(self.tickers.items()), sorted(self.sentiment.items())
+        return (
+            [t for t, _ in tickers],
+            [n for _, n in tickers],
+            [b for (b, _), _ in buckets],
+            [s for (_, s), _ in buckets],
+            [n for _, n in buckets],
+        )

@@ -75,6 +75,10 @@ class PartitionProgress:
             return 0.0
         return float(max(end - max(self.stored[tp], self._settled.get(tp, 0)), 0))
 
+    def reached(self, tp: TopicPartition, offset: int) -> bool:
+        """Whether everything of ``tp`` below ``offset`` is applied or holds nothing to apply."""
+        return max(self.stored.get(tp, 0), self._settled.get(tp, 0)) >= offset
+
     def settled(self, tp: TopicPartition, fetching: int) -> None:
         """Everything below the consumer's position ``fetching`` was applied or holds nothing to apply."""
         self._settled[tp] = fetching

@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, fields
 from datetime import date, datetime
-from typing import Annotated, Any, Callable, ClassVar, Sequence, TypeVar, Union
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Sequence, TypeVar, Union
 
 from ..readmodel import mapping
 
@@ -79,6 +79,32 @@ class Row:
         """The parameters of :meth:`unnest`: one list per column, one value per row."""
         return [[getattr(r, c) for r in rows] for c in cls.columns()]
 
+    @classmethod
+    def unnest_batch(cls, alias: str = "u") -> str:
+        """:meth:`unnest` for the values of :meth:`batch_arrays`, whose array columns (a list per
+        row, of different lengths, which a 2-D array cannot hold) and ``jsonb`` ones travel as
+        text: select a column as :meth:`batch_value` gives it."""
+        kinds = cls.sql_types()
+        arrays = ", ".join(f"{p}::{_carrier(kinds[c])}[]" for c, p in cls.params().items())
+        return f"unnest({arrays}) AS {alias}({', '.join(cls.columns())})"
+
+    @classmethod
+    def batch_value(cls, column: str, alias: str = "u") -> str:
+        """The expression of ``column`` over :meth:`unnest_batch`, in its own type."""
+        kind = cls.sql_types()[column]
+        return f"{alias}.{column}" if _carrier(kind) == kind else f"{alias}.{column}::{kind}"
+
+    @classmethod
+    def batch_arrays(cls, records: Sequence[Sequence[Any]]) -> list[list[Any]]:
+        """The parameters of :meth:`unnest_batch`: one list per column of ``records`` (each a
+        row's :meth:`values`), an array value as PostgreSQL's text form of it."""
+        if not records:
+            return [[] for _ in cls.columns()]
+        columns = [list(c) for c in zip(*records, strict=True)]
+        for i in _text_arrays(cls):
+            columns[i] = [None if v is None else text_array(v) for v in columns[i]]
+        return columns
+
     def values(self) -> tuple:
         """The row's values in column order (the parameters of a one-row statement, or a COPY record)."""
         return _getter(type(self))(self)
@@ -101,6 +127,27 @@ def _getter(cls: type) -> Callable[[Any], tuple]:
         getter = operator.attrgetter(*cols)
         get = _GETTERS[cls] = getter if len(cols) > 1 else (lambda row: (getter(row),))
     return get
+
+
+def _carrier(kind: str) -> str:
+    """The type a column of ``kind`` travels as in :meth:`Row.unnest_batch`."""
+    return "text" if kind.endswith("[]") or kind == "jsonb" else kind
+
+
+_TEXT_ARRAYS: dict[type, tuple[int, ...]] = {}
+
+
+def _text_arrays(cls: type) -> tuple[int, ...]:
+    """The positions of the array columns of ``cls`` (the hot path: computed once)."""
+    if (found := _TEXT_ARRAYS.get(cls)) is None:
+        found = _TEXT_ARRAYS[cls] = tuple(i for i, kind in enumerate(_types(cls).values()) if kind.endswith("[]"))
+    return found
+
+
+def text_array(values: Iterable[str]) -> str:
+    """PostgreSQL's text form of a ``text[]``: every element quoted (backslash and quote escaped),
+    so that any text reads back as it was."""
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
 
 
 def _types(cls: type) -> dict[str, str]:

@@ -31,7 +31,9 @@ from ..readmodel import positions
 from .apply import ConsumedRecord
 from .batch_traces import consumed
 from .batches import Batches
+from .catalog import CatalogFirst
 from .logwatch import LogWatch, fetch_position
+from .membership import Membership
 from .metrics import ProjectorMetrics
 from .progress import PartitionProgress
 from .registry import registry_of
@@ -60,37 +62,12 @@ class _SeekToStored(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned) -> None:
         self.projector.membership.joined()  # the join completed (assigned may be empty: a spare member)
-        await self.projector.seek_to_stored(list(assigned))
+        async with self.projector.catalog_first.assigning(self.projector.consumer, list(assigned), self.projector):
+            await self.projector.seek_to_stored(list(assigned))
 
 
 class GroupJoinStalled(KafkaError):
     """A consumer-group join did not complete within ``projector_group_join_timeout_s``."""
-
-
-class Membership:
-    """Where this projector's consumer stands in its group: joining since when, or joined.
-
-    A join that does not complete (a group coordinator that never answers, a broker paused, a
-    wedged rebalance) fetches nothing and raises nothing: aiokafka keeps trying in the
-    background while every fetch returns empty. This makes it a stall like any other."""
-
-    def __init__(self, metrics: ProjectorMetrics) -> None:
-        self.since: float | None = None
-        metrics.group_joining.set_function(self.joining_for)
-
-    def joining(self) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-
-    def new_consumer(self) -> None:
-        """A new consumer starts its join now (a replaced one's time is not held against it)."""
-        self.since = time.monotonic()
-
-    def joined(self) -> None:
-        self.since = None
-
-    def joining_for(self) -> float:
-        return 0.0 if self.since is None else time.monotonic() - self.since
 
 
 class Projector:
@@ -121,6 +98,7 @@ class Projector:
         #: time.monotonic() of the last fetch that returned (records or not).
         self.fetched_at = 0.0
         self.progress = PartitionProgress(metrics, lambda: self.consumer)
+        self.catalog_first = CatalogFirst(self.progress, config.topic_prefix)
         self.batches = Batches(
             pool,
             metrics,
@@ -313,6 +291,7 @@ class Projector:
                 if msgs and tp in self.progress.stored:
                     self._uncommitted[tp] = self.progress.stored[tp]
             await self._update_lag()
+            self.catalog_first.resume_when_done(self.consumer, self.stopped)
             self.backoff.reset()  # a fetch applied: the next failure starts from the short pause
             self._recovered()
 

@@ -40,10 +40,10 @@ SELECT id, version, status, published_at, sentiment, tickers
 FROM posts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 """
 
-_P = PostRow.params()
-UPSERT_POST = f"""
+# Set-based: every post of the batch in one statement (PostRow.batch_arrays).
+UPSERT_POSTS = f"""
 INSERT INTO posts ({", ".join(PostRow.columns())})
-VALUES ({", ".join(f"{p}::jsonb" if column == "snapshot" else p for column, p in _P.items())})
+SELECT {", ".join(PostRow.batch_value(c) for c in PostRow.columns())} FROM {PostRow.unnest_batch()}
 ON CONFLICT (id) DO UPDATE SET {", ".join(f"{c} = EXCLUDED.{c}" for c in PostRow.columns() if c != "id")}
 WHERE posts.version < EXCLUDED.version
 """
@@ -62,26 +62,28 @@ def _tsv(config: str, title: str, lede: str, body: str) -> str:
     )
 
 
-_T = TranslationRow.params()
 #: The stored columns of post_translations written from a TranslationRow (all but the text inputs).
 _STORED = [c for c in TranslationRow.columns() if c not in TEXT_INPUTS]
 _FIRST_KEPT = ("announced_partition", "announced_offset")
 
-UPSERT_TRANSLATION = f"""
+# Set-based: every locale row of the batch in one statement (TranslationRow.batch_arrays; a
+# batch never holds two rows of one post and locale). The stored vector is looked up per row by
+# primary key, a subquery rather than a join (see below).
+UPSERT_TRANSLATIONS = f"""
 INSERT INTO post_translations ({", ".join(_STORED)}, tsv)
-VALUES (
-    {", ".join(_T[c] + ("::bytea" if c == "text_hash" else "") for c in _STORED)},
+SELECT {", ".join(TranslationRow.batch_value(c) for c in _STORED)},
     COALESCE(
         (SELECT o.tsv FROM post_translations o
-         WHERE o.post_id = {_T["post_id"]} AND o.lang = {_T["lang"]} AND o.text_hash = {_T["text_hash"]}::bytea),
-        {_tsv(*(_T[c] for c in TEXT_INPUTS))}))
+         WHERE o.post_id = u.post_id AND o.lang = u.lang AND o.text_hash = u.text_hash),
+        {_tsv(*(f"u.{c}" for c in TEXT_INPUTS))})
+FROM {TranslationRow.unnest_batch()}
 ON CONFLICT (post_id, lang) DO UPDATE SET
     {", ".join(f"{c} = EXCLUDED.{c}" for c in [*_STORED, "tsv"] if c not in ("post_id", "lang", *_FIRST_KEPT))},
     {", ".join(f"{c} = COALESCE(post_translations.{c}, EXCLUDED.{c})" for c in _FIRST_KEPT)}
 """
 
 # `tickerwire projector rebuild` bulk-loads post translations with COPY, each row carrying its
-# tsvector: per chunk, one statement computes the vectors exactly as UPSERT_TRANSLATION does
+# tsvector: per chunk, one statement computes the vectors exactly as UPSERT_TRANSLATIONS does
 # (parameters: arrays of the row numbers and of the columns VECTOR_INPUTS name), and the rows go
 # straight into post_translations (TRANSLATION_COPY_COLUMNS), written once.
 VECTOR_INPUTS = ("post_id", "lang", "text_hash", *TEXT_INPUTS)
@@ -91,7 +93,7 @@ TRANSLATION_VECTORS = f"""
 SELECT {_tsv(*("s." + c for c in TEXT_INPUTS))} AS tsv FROM {_VECTOR_ARGS} ORDER BY s.i
 """
 # The same, taking the tsvector from the live schema's row where that row was computed from the
-# same text (equal text_hash), as UPSERT_TRANSLATION does within one schema. {live} is quoted.
+# same text (equal text_hash), as UPSERT_TRANSLATIONS does within one schema. {live} is quoted.
 # A subquery per row, not a join: a join is planned as a hash join that scans the whole live
 # table for every chunk (quadratic in the read model's size); the subquery is one primary-key
 # lookup per row whatever the sizes.

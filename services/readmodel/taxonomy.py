@@ -52,4 +52,14 @@ async def load_default_locale(db: Queryable) -> str:
 async def load_categories(db: Queryable) -> list[dict[str, Any]]:
     """Every category (slug, is_group, group_slug, position, names) in listing order (position,
     then slug), ``names`` (locale -> name) decoded."""
-    return [{**r, "names": orjson.loads(r["names"])} for r in await db.fetch(_SELECT_CATEGORIES)]
+    return decode_categories(await category_rows(db))
+
+
+async def category_rows(db: Queryable) -> list:
+    """The rows :func:`load_categories` decodes, as read (equal rows, equal categories)."""
+    return await db.fetch(_SELECT_CATEGORIES)
+
+
+def decode_categories(rows: list) -> list[dict[str, Any]]:
+    """:func:`load_categories` of ``rows`` read by :func:`category_rows`."""
+    return [{**r, "names": orjson.loads(r["names"])} for r in rows]

@@ -311,3 +311,18 @@ async def test_post_and_catalog_agree_on_category_names_without_a_flagged_defaul
     await on_home_topics(conn, [locale_ev("en-US", 2, position=2)])
     lean = orjson.loads(await conn.fetchval("SELECT lean FROM post_translations WHERE lang = 'de-DE'"))
     assert lean["categories"] == [{"slug": "btc", "name": "Bitcoin"}]
+
+
+async def test_array_columns_of_a_batch_read_back_as_written(conn):
+    # A batch's rows travel as one array per column; an array column as PostgreSQL's text form
+    # of it, which must carry quotes, backslashes, commas, braces, spaces and NULL unchanged.
+    odd = ('a"b', "c\\d", "e,f", "{g}", "NULL", "ü h", " ")
+    events = [post_ev(i, hashtags=odd if i == 2 else (), tickers=("BTC", "ETH") if i == 3 else ()) for i in (1, 2, 3)]
+    await on_home_topics(conn, [locale_ev("en-US", default=True), *events])
+    rows = {r["post_id"]: r for r in await conn.fetch("SELECT post_id, hashtags, tickers FROM post_translations")}
+    posts = {r["id"]: r for r in await conn.fetch("SELECT id, tickers, snapshot FROM posts")}
+    assert rows[1]["hashtags"] == [] and rows[1]["tickers"] == [] and posts[1]["tickers"] == []
+    assert (
+        rows[2]["hashtags"] == [t.lower() for t in odd] and rows[3]["tickers"] == ["BTC", "ETH"] == posts[3]["tickers"]
+    )
+    assert orjson.loads(posts[2]["snapshot"])["hashtags"] == list(odd)
