@@ -20,6 +20,7 @@ def test_the_tracing_benchmark_has_a_row_per_variant_and_measure(tmp_path, pg_ds
         *(f"/posts requests/s, tracing {v}" for v in tracing.VARIANTS),
         "/posts api CPU per request, tracing installed, off",
         *(f"stream deliveries/s, tracing {v}" for v in tracing.VARIANTS),
+        "stream CPU per delivery, tracing installed, off",
     ]
     for m in result["metrics"]:
         assert m["product"]["runs"] == 1 and m["baseline"]["runs"] == 1 and m["ratio"] is not None, m

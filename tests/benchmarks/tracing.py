@@ -16,7 +16,9 @@ Two phases. First the 2 % floor, "installed, off" against "not installed", with 
 stacks started: ``PAIRS`` pairs of runs, each pair's order the reverse of the last one's (A B,
 B A, ...), so a drift of the machine weighs on both sides alike; besides requests/s, the api
 process's CPU time per request (user and system, from ``/proc``), which another process
-competing for the cores hardly moves. Then the two "on" stacks start and each run measures
+competing for the cores hardly moves; and every pair runs on new api and stream processes, since
+two processes of the same code differ by a few percent by themselves (hash seeds, where their
+objects land in memory). Then the two "on" stacks start and each run measures
 them and "not installed" in turn (the order rotates from run to run). A run of a variant: the
 ``/posts`` peak from ``wrk`` (closed loop; the Python loop in a smoke run), then a burst of
 one-locale posts to stream clients held by client processes (``tests.benchmarks.stream``),
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.stack import BASE
@@ -63,6 +66,8 @@ VARIANTS = ("installed, off", "on, 1 % sampled", "on, 100 % sampled")
 PEAK_S = 5.0
 #: Pairs of runs of the floor's phase ("installed, off" and "not installed"), in a full run.
 PAIRS = 8
+#: Posts per stream burst in a full run (to 1,000 clients: 200,000 deliveries, about 1.5 s).
+BURST = 200
 #: The most "installed, off" may cost against "not installed".
 OFF_FLOOR = 0.98
 
@@ -113,14 +118,28 @@ def environment(variant: str, sink: str, blocked: str) -> dict[str, str]:
 
 
 class Stack:
-    """One variant's stack, started: its urls and the topic its posts go to."""
+    """One variant's stack, started: its urls, its api and stream processes, and the topic its
+    posts go to. :meth:`fresh` replaces the api and stream processes with new ones."""
 
-    def __init__(self, variant: str, stack, key: str, api, stream) -> None:
-        self.variant, self.stack, self.key = variant, stack, key
-        self.api_pid: int = api.proc.pid
-        self.posts_url = api.url + BASE + "/posts"
-        self.stream_url = stream.url.replace("http", "ws") + BASE + f"/stream?key={key}"
+    def __init__(self, variant: str, stack, key: str, clients: int) -> None:
+        self.variant, self.stack, self.key, self.clients = variant, stack, key, clients
         self.topic = topic_name(stack.topic_prefix, POSTS)
+        self.api = self.stream = None
+
+    async def fresh(self) -> None:
+        for service in (self.api, self.stream):
+            if service is not None:
+                self.stack.stop(service)
+        self.api = await self.stack.start("api")
+        self.stream = await self.stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(self.clients + CONNECTION_MARGIN))
+
+    @property
+    def posts_url(self) -> str:
+        return self.api.url + BASE + "/posts"
+
+    @property
+    def stream_url(self) -> str:
+        return self.stream.url.replace("http", "ws") + BASE + f"/stream?key={self.key}"
 
 
 async def started(
@@ -129,26 +148,28 @@ async def started(
     stack = await held.enter_async_context(ctx.stack(**env))
     await stack.start("projector")
     await stack.publish([*catalog(), *posts(1, count)])
-    key = await provision_wide_open(stack)
-    api = await stack.start("api")
-    stream = await stack.start("stream", TICKERWIRE_MAX_CONNECTIONS=str(clients + CONNECTION_MARGIN))
-    return Stack(variant, stack, key, api, stream)
+    st = Stack(variant, stack, await provision_wide_open(stack), clients)
+    await st.fresh()
+    return st
 
 
-async def deliveries(ctx: Context, stack: Stack, producer, size: int, burst: int, first_id: int) -> float:
-    """Deliveries/s of a burst of ``burst`` posts to ``size`` clients of ``stack``."""
+async def deliveries(ctx: Context, stack: Stack, producer, size: int, burst: int, first_id: int) -> tuple[float, float]:
+    """(deliveries/s, the stream process's CPU µs per delivery) of a burst of ``burst`` posts to
+    ``size`` clients of ``stack``; the CPU is counted from the first publish to the last receipt."""
     s = ctx.settings
     clients = Clients(stack.stream_url, size, burst, s.pick(2, 4), s.pick(30.0, 90.0))
     await clients.ready()
     await asyncio.sleep(0.5)
     sent = {}
+    cpu = cpu_seconds(stack.stream.proc.pid)
     for event in posts(first_id, burst, locales=("en-US",)):
         sent[event.data.id] = time.monotonic()
         await producer.send(stack.topic, value=encode_event(event), key=entity_key(event).encode())
     await producer.flush()
     receipts = await clients.receipts()
+    cpu = cpu_seconds(stack.stream.proc.pid) - cpu
     await clients.finish()
-    return figures(receipts, sent)[0]
+    return figures(receipts, sent)[0], 1e6 * cpu / max(1, len(receipts))
 
 
 def against_not_installed(result: Result, what: str, unit: str, **kw) -> dict[str, Metric]:
@@ -172,6 +193,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One run of one variant."""
+
+    requests_per_s: float
+    api_cpu_us: float  # per request
+    deliveries_per_s: float
+    stream_cpu_us: float  # per delivery
+
+
 class Runs:
     """Measures one variant's stack per call: /posts peak (with the api's CPU per request) and a
     stream burst's deliveries/s."""
@@ -181,39 +212,41 @@ class Runs:
         self.next_id = 10**6
         self.use_wrk = not ctx.settings.smoke
 
-    async def measure(self, st: Stack, producer) -> tuple[float, float, float]:
-        """(requests/s, api CPU µs per request, deliveries/s)."""
-        cpu = cpu_seconds(st.api_pid)
+    async def measure(self, st: Stack, producer) -> Figures:
+        cpu = cpu_seconds(st.api.proc.pid)
         load = (
             wrk_peak(st.posts_url, st.key, PEAK_S)
             if self.use_wrk
             else await closed_loop(st.posts_url, {"Authorization": f"Bearer {st.key}"}, 1.0, 8)
         )
-        cpu = cpu_seconds(st.api_pid) - cpu
+        cpu = cpu_seconds(st.api.proc.pid) - cpu
         answered = load.requests - load.errors
-        pushed = await deliveries(self.ctx, st, producer, self.size, self.burst, self.next_id)
+        pushed, push_cpu = await deliveries(self.ctx, st, producer, self.size, self.burst, self.next_id)
         self.next_id += self.burst
-        return answered / load.seconds, 1e6 * cpu / max(1, load.requests), pushed
+        return Figures(answered / load.seconds, 1e6 * cpu / max(1, load.requests), pushed, push_cpu)
 
 
 async def run(ctx: Context) -> Result:
     s = ctx.settings
     result = Result(NAME)
     raise_nofile()
-    size, burst, pairs = s.pick(50, 1000), s.pick(3, 100), s.pick(1, PAIRS)
+    size, burst, pairs = s.pick(50, 1000), s.pick(3, BURST), s.pick(1, PAIRS)
     result.notes.append(
         f"four stacks side by side, each a projector, an api and a stream on its own database and topics, "
         f"{s.pick(200, 2000)} posts each; /posts peak: "
         f"{f'wrk -t1 -c32 for {PEAK_S:g} s (closed loop)' if not s.smoke else 'smoke: python aiohttp closed loop (not comparable)'}; "
         f"stream: a burst of {burst} one-locale posts to {size} clients; "
-        f"installed-off rows: {pairs} pairs of runs of the two stacks alone, each pair in the reverse order of the "
-        "last; on rows: the order of the variants rotates from run to run; on: parentbased_traceidratio, "
-        "exporting to a receiver that discards (baselines otlp)"
+        f"installed-off rows: {pairs} pairs of runs of the two stacks alone, each pair on new api and stream "
+        "processes and in the reverse order of the last; CPU: the process's user + system time from /proc over "
+        "the wrk run (api) or from the first publish to the last receipt (stream); on rows: the order of the "
+        "variants rotates from run to run; on: parentbased_traceidratio, exporting to a receiver that discards "
+        "(baselines otlp)"
     )
-    reads = against_not_installed(result, "/posts requests/s", "req/s")
-    cpu = against_not_installed(result, "/posts api CPU per request", "µs", higher_is_better=False)
-    pushes = against_not_installed(result, "stream deliveries/s", "msg/s")
     off = "installed, off"
+    reads = against_not_installed(result, "/posts requests/s", "req/s")
+    api_cpu = against_not_installed(result, "/posts api CPU per request", "µs", higher_is_better=False)
+    pushes = against_not_installed(result, "stream deliveries/s", "msg/s")
+    push_cpu = against_not_installed(result, "stream CPU per delivery", "µs", higher_is_better=False)
     with tempfile.TemporaryDirectory(prefix="tickerwire-bench-blocked-") as folder:
         blocked = blocker(Path(folder))
         async with baseline_process("otlp") as (_, sink), contextlib.AsyncExitStack() as held:
@@ -232,28 +265,31 @@ async def run(ctx: Context) -> Result:
             for v in (NOT_INSTALLED, off):
                 await start(v)
             for n in range(pairs):
-                figures_of = {}
+                if n:  # a process's own layout (hash seeds, allocation) is not the variant's: new ones each pair
+                    for v in (NOT_INSTALLED, off):
+                        await stacks[v].fresh()
+                got = {}
                 for v in (NOT_INSTALLED, off) if n % 2 == 0 else (off, NOT_INSTALLED):
-                    figures_of[v] = await runs.measure(stacks[v], producers[v])
-                (r_b, c_b, p_b), (r_o, c_o, p_o) = figures_of[NOT_INSTALLED], figures_of[off]
-                reads[off].product.append(r_o)
-                reads[off].baseline.append(r_b)
-                cpu[off].product.append(c_o)
-                cpu[off].baseline.append(c_b)
-                pushes[off].product.append(p_o)
-                pushes[off].baseline.append(p_b)
+                    got[v] = await runs.measure(stacks[v], producers[v])
+                base, mine = got[NOT_INSTALLED], got[off]
+                for row, field in (
+                    (reads, "requests_per_s"),
+                    (api_cpu, "api_cpu_us"),
+                    (pushes, "deliveries_per_s"),
+                    (push_cpu, "stream_cpu_us"),
+                ):
+                    row[off].product.append(getattr(mine, field))
+                    row[off].baseline.append(getattr(base, field))
             on = [v for v in VARIANTS if v != off]
             for v in on:
                 await start(v)
             for n in range(s.runs):
                 order = [NOT_INSTALLED, *on]
                 order = order[n % len(order) :] + order[: n % len(order)]
-                read_of, push_of = {}, {}
-                for v in order:
-                    read_of[v], _, push_of[v] = await runs.measure(stacks[v], producers[v])
+                got = {v: await runs.measure(stacks[v], producers[v]) for v in order}
                 for v in on:
-                    reads[v].product.append(read_of[v])
-                    reads[v].baseline.append(read_of[NOT_INSTALLED])
-                    pushes[v].product.append(push_of[v])
-                    pushes[v].baseline.append(push_of[NOT_INSTALLED])
+                    reads[v].product.append(got[v].requests_per_s)
+                    reads[v].baseline.append(got[NOT_INSTALLED].requests_per_s)
+                    pushes[v].product.append(got[v].deliveries_per_s)
+                    pushes[v].baseline.append(got[NOT_INSTALLED].deliveries_per_s)
     return result
