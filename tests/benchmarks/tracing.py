@@ -23,7 +23,10 @@ them and "not installed" in turn (the order rotates from run to run). A run of a
 ``/posts`` peak from ``wrk`` (closed loop; the Python loop in a smoke run), then a burst of
 one-locale posts to stream clients held by client processes (``tests.benchmarks.stream``),
 deliveries/s from the first publish to the last receipt. Ratios are each variant over "not
-installed" in the same phase of the same run.
+installed" in the same phase of the same run. The 2 % floor is held on ``/posts`` requests/s
+(the api process is the bottleneck, its core busy) and on both processes' CPU per unit of work;
+stream deliveries/s are reported, not held to it: the client processes, which parse every
+message on the same two cores, bound them.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ VARIANTS = ("installed, off", "on, 1 % sampled", "on, 100 % sampled")
 PEAK_S = 5.0
 #: Pairs of runs of the floor's phase ("installed, off" and "not installed"), in a full run.
 PAIRS = 8
+CLIENT_BOUND = (
+    "bound by the client processes parsing every message on the same cores, not by the stream: "
+    "the floor is held on the stream's CPU per delivery"
+)
 #: Posts per stream burst in a full run (to 1,000 clients: 200,000 deliveries, about 1.5 s).
 BURST = 200
 #: The most "installed, off" may cost against "not installed".
@@ -171,15 +178,16 @@ async def deliveries(ctx: Context, stack: Stack, producer, size: int, burst: int
     return figures(receipts, sent)[0], 1e6 * cpu / max(1, len(receipts))
 
 
-def against_not_installed(result: Result, what: str, unit: str, **kw) -> dict[str, Metric]:
-    """A row per variant, measured against "not installed"; "installed, off" with its floor."""
+def against_not_installed(result: Result, what: str, unit: str, floor: bool = True, **kw) -> dict[str, Metric]:
+    """A row per variant, measured against "not installed"; with ``floor``, "installed, off" is
+    held to it."""
     higher = kw.get("higher_is_better", True)
     return {
         v: result.metric(
             f"{what}, tracing {v}",
             unit,
-            target=f">= {OFF_FLOOR}x not installed" if v == "installed, off" else "",
-            check=(lambda p, r: r is not None and r >= OFF_FLOOR) if v == "installed, off" else None,
+            target=f">= {OFF_FLOOR}x not installed" if floor and v == "installed, off" else "",
+            check=(lambda p, r: r is not None and r >= OFF_FLOOR) if floor and v == "installed, off" else None,
             **kw,
         )
         for v in (VARIANTS if higher else VARIANTS[:1])
@@ -251,7 +259,11 @@ async def run(ctx: Context) -> Result:
     off = "installed, off"
     reads = against_not_installed(result, "/posts requests/s", "req/s")
     api_cpu = against_not_installed(result, "/posts api CPU per request", "µs", higher_is_better=False)
-    pushes = against_not_installed(result, "stream deliveries/s", "msg/s")
+    # Deliveries/s measure the client processes as much as the stream: they parse every message on
+    # the same two cores (about three quarters of a burst's CPU), so the floor is held on the
+    # stream's own cost, its CPU per delivery. /posts requests/s are the api's (one core, busy).
+    pushes = against_not_installed(result, "stream deliveries/s", "msg/s", floor=False)
+    pushes["installed, off"].note = CLIENT_BOUND
     push_cpu = against_not_installed(result, "stream CPU per delivery", "µs", higher_is_better=False)
     with tempfile.TemporaryDirectory(prefix="tickerwire-bench-blocked-") as folder:
         blocked = blocker(Path(folder))
