@@ -276,8 +276,8 @@ async def run(ctx: Context) -> Result:
     throughput = result.metric(
         "events/s (topic -> committed rows)",
         "events/s",
-        target=">= 0.5x ceiling",
-        check=lambda p, r: r is not None and r >= 0.5,
+        target=">= 0.8x ceiling",
+        check=lambda p, r: r is not None and r >= 0.8,
     )
     consume = result.metric("raw consume-and-discard (ceiling part)", "events/s")
     copy = result.metric("raw COPY of the same rows (ceiling part)", "events/s")
