@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -149,19 +150,40 @@ async def product_throughput(
         TICKERWIRE_PROJECTOR_SYNCHRONOUS_COMMIT=commit,
     )
     rss.watch("projector", service.proc.pid)
-    first_seen = first_t = None
-    deadline = Deadline(120 + total / 20, f"projecting {total:,} events")
+    seen = await committed(conn, topic, total, Deadline(120 + total / 20, f"projecting {total:,} events"), service.proc)
+    return seen.rate(), (service, conn, db), topic
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The first and the last look at a topic's committed positions while it was projected."""
+
+    first: int
+    first_at: float
+    last: int
+    last_at: float
+
+    def rate(self) -> float:
+        """Events/s from the first committed batch to the last (nan when seen only once)."""
+        if self.last_at > self.first_at and self.last > self.first:
+            return (self.last - self.first) / (self.last_at - self.first_at)
+        return float("nan")
+
+
+async def committed(conn: asyncpg.Connection, topic: str, total: int, deadline: Deadline, process=None) -> Committed:
+    """Looks every 10 ms until ``total`` events of ``topic`` are committed; process start and
+    group joins come before the first look that sees any."""
+    first: tuple[int, float] | None = None
     while True:
-        deadline.check(service.proc)
+        deadline.check(process)
         done = await projected(conn, topic)
         now = time.perf_counter()
-        if done and first_seen is None:
-            first_seen, first_t = done, now
+        if done and first is None:
+            first = (done, now)
         if done >= total:
-            break
+            assert first is not None
+            return Committed(first[0], first[1], done, now)
         await asyncio.sleep(0.01)
-    rate = (done - first_seen) / (now - first_t) if now > first_t and done > first_seen else float("nan")
-    return rate, (service, conn, db), topic
 
 
 async def raw_consume(stack, ends: dict[TopicPartition, int]) -> float:

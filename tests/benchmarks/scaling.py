@@ -31,7 +31,7 @@ from tickerwire.services.readmodel.mapping import Taxonomy
 from tickerwire.services.readmodel.migrate import migrate
 
 from .common import Context, Deadline, Result, baseline_process, catalog, closed_loop, posts, probe, provision_wide_open
-from .projector import EQUIVALENT, LATENCY_FETCH_WAIT_MS, copy_rows, projected, raw_copy
+from .projector import EQUIVALENT, LATENCY_FETCH_WAIT_MS, committed, copy_rows, raw_copy
 from .read_api import wrk_peak
 
 NAME = "scaling"
@@ -102,20 +102,17 @@ async def _projector_rate(ctx: Context, partitions: int, events, cat) -> float:
                 await asyncio.sleep(GROUP_SETTLE_S)  # every member has its partitions before the events come
                 started = time.perf_counter()
                 await stack.publish(events)
-                first_seen = first_t = None
-                deadline = Deadline(120 + total / 20, f"projecting {total:,} events over {partitions} partitions")
-                while True:
-                    deadline.check()
-                    done = await projected(conn, topic)
-                    now = time.perf_counter()
-                    if done and first_seen is None:
-                        first_seen, first_t = done, now
-                    if done >= total:
-                        break
-                    await asyncio.sleep(0.01)
-                if now > first_t and done > first_seen:
-                    return (done - first_seen) / (now - first_t)
-                return done / (now - started)  # all committed at the first look (a smoke run): joins included
+                seen = await committed(
+                    conn,
+                    topic,
+                    total,
+                    Deadline(120 + total / 20, f"projecting {total:,} events over {partitions} partitions"),
+                )
+                if seen.last > seen.first:
+                    return seen.rate()
+                return seen.last / (
+                    seen.last_at - started
+                )  # all committed at the first look (a smoke run): joins included
             finally:
                 await conn.close()
 
