@@ -50,6 +50,7 @@ from .state import (
     PRINCIPALS,
     PUBLISHER,
     REPLICAS,
+    SEARCHES,
     WATCHER,
 )
 
@@ -129,6 +130,7 @@ def create_app(config: ApiConfig, metrics: ApiMetrics | None = None) -> web.Appl
     app[COMPRESSED] = compressed
     app[PAGES] = pages = PageCache()
     app[LISTINGS] = Listings()
+    app[SEARCHES] = Listings(searching=True)
     app[METRICS] = metrics
     tracing = install_tracing(app, "tickerwire-api", metrics.registry)
     if tracing.enabled:  # off: no layer, no cost per request

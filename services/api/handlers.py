@@ -18,7 +18,6 @@ from ..common.http.requestlog import WORKSPACE_KEY
 from ..readmodel import cursors, stamps as stamp
 from ..readmodel.logposition import LogPosition
 from ..readmodel.mapping import text_search_config
-from ..readmodel.searchtext import query_text
 from ..readmodel.taxonomy import answered_locales
 from ..readmodel.walk import Refusal, walk
 from . import partner, queries
@@ -31,12 +30,9 @@ from .params import (
     PageWindow,
     parse_attempts_limit,
     parse_changes,
-    parse_filters,
-    parse_page,
-    parse_q,
     text_key,
 )
-from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, WATCHER, db
+from .state import CATALOG, LISTINGS, PAGES, REPLICAS, REQUEST_LOG_POSITION, SEARCHES, WATCHER, db
 
 JSON = "application/json"
 PRIVATE = "private, no-cache"
@@ -153,12 +149,11 @@ async def list_posts(request: web.Request) -> web.Response:
 
 
 async def search(request: web.Request) -> web.Response:
-    query = request.query
-    text = parse_q(query)
-    page, filters = parse_page(query), parse_filters(query)
-    lang = _lang(request)
+    listing = request.app[SEARCHES].parse(_raw_query(request), lambda: request.query)
+    assert listing.text is not None  # a search listing always has its text
+    lang = request.app[CATALOG].languages.resolve(listing.lang)
     return await _page(
-        request, "search", lang, filters, page, queries.Search(text_search_config(lang), query_text(text))
+        request, "search", lang, listing.filters, listing.page, queries.Search(text_search_config(lang), listing.text)
     )
 
 

@@ -17,6 +17,7 @@ from ..common.runtime.errors import InvalidParameter
 from ..readmodel import cursors
 from ..readmodel.filters import AnnouncementFilter, parse_filter
 from ..readmodel.mapping import hashtag_key
+from ..readmodel.searchtext import query_text
 from .errors import validation_failed
 from .lru import BoundedLRU
 from .partner import SENTIMENTS
@@ -171,12 +172,14 @@ def parse_filters(query: Mapping[str, str]) -> Filters:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """What a /posts query string asks for: the page, the filters, and the raw ``lang``
-    (resolved against the current locales per request, as they may change)."""
+    """What a /posts or /search query string asks for: the page, the filters, the raw ``lang``
+    (resolved against the current locales per request, as they may change) and, for /search,
+    the search text (trimmed and normalized, :func:`..readmodel.searchtext.query_text`)."""
 
     page: PageWindow
     filters: Filters
     lang: str | None
+    text: str | None = None
 
 
 #: Query strings longer than this are parsed every time, never kept.
@@ -188,7 +191,8 @@ def _one(_: Listing) -> int:
 
 
 class Listings:
-    """raw query string -> its :class:`Listing`, so a repeated /posts query skips the parsing.
+    """raw query string -> its :class:`Listing`, so a repeated /posts (or, with ``searching``,
+    /search) query skips the parsing.
 
     Parsing is a pure function of the raw string, so a kept result is what parsing it again
     gives. Only valid queries are kept (an invalid one raises its 422 every time, from the
@@ -196,8 +200,9 @@ class Listings:
     ``max_entries`` of them, least recently used dropped first: the keys are untrusted input.
     """
 
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(self, max_entries: int = 1024, *, searching: bool = False) -> None:
         self._items: BoundedLRU[Listing] = BoundedLRU(_one, max_entries=max_entries, max_bytes=max_entries)
+        self._searching = searching
 
     def __len__(self) -> int:
         return len(self._items)
@@ -207,7 +212,9 @@ class Listings:
         listing = self._items.get(raw)
         if listing is None:
             decoded = query()
-            listing = Listing(parse_page(decoded), parse_filters(decoded), decoded.get("lang"))
+            # The order of the checks is the order of their 422s: q first on /search.
+            text = query_text(parse_q(decoded)) if self._searching else None
+            listing = Listing(parse_page(decoded), parse_filters(decoded), decoded.get("lang"), text)
             if len(raw) <= MAX_KEPT_QUERY:
                 self._items.put(raw, listing)
         return listing

@@ -32,6 +32,7 @@ REPLICAS = web.AppKey("replicas", Replicas)
 COMPRESSED = web.AppKey("compressed", Compressed)
 PAGES = web.AppKey("pages", PageCache)
 LISTINGS = web.AppKey("listings", Listings)
+SEARCHES = web.AppKey("searches", Listings)
 PUBLISHER = web.AppKey("publisher", Publisher)
 
 

@@ -23,6 +23,7 @@ from tickerwire.services.api.params import (
 from tickerwire.services.api.queries import page_query
 from tickerwire.services.common.http.envelope import ApiError
 from tickerwire.services.common.http.querystring import bcp47_case
+from tickerwire.services.readmodel.searchtext import query_text
 
 
 def test_since_accepts_iso8601_with_an_offset_and_clamps_extremes():
@@ -169,6 +170,25 @@ def test_listings_keep_valid_parses_only_bounded_and_short():
     assert len(listings) == 2  # bounded: the least recently used went first
     listings.parse("limit=5&lang=es-ES&sentiment=BULLISH", query)
     assert len(calls) == 2
+
+
+def test_search_listings_keep_the_normalized_text_and_check_q_first():
+    searches = Listings(searching=True)
+    decoded = {"q": "  \u201cbitcoin etf\u201d  ", "limit": "5"}
+    calls = []
+
+    def query():
+        calls.append(1)
+        return decoded
+
+    first = searches.parse("q=x&limit=5", query)
+    assert first == Listing(PageWindow(5), parse_filters(decoded), None, query_text("\u201cbitcoin etf\u201d"))
+    assert first.text == '"bitcoin etf"'
+    assert searches.parse("q=x&limit=5", query) is first and len(calls) == 1
+    with pytest.raises(ApiError) as exc:  # q and limit both wrong: the 422 names q, as before
+        searches.parse("q=ab&limit=0", lambda: {"q": "ab", "limit": "0"})
+    assert exc.value.field == "q"
+    assert Listings().parse("q=ab", lambda: {"q": "ab"}).text is None  # /posts ignores q
 
 
 def test_bounded_lru_drops_least_recent_by_entries_and_by_size():

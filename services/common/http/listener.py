@@ -150,11 +150,13 @@ class GuardedHandler(RequestHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.idle and self.header_timer is None:
-            self._arm_header_timer()  # the first byte of a keep-alive connection's next request
         super().data_received(data)
         if not self.idle:
             self._disarm_header_timer()
+        elif self.header_timer is None:
+            # Part of a keep-alive connection's next head: its clock starts with these bytes. A
+            # whole head in one read (nearly every request) never needs a timer.
+            self._arm_header_timer()
 
     async def finish_response(self, request, resp, start_time):
         try:
