@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+from datetime import datetime, timezone
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,7 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from tickerwire.services.api.metrics import RequestStats
 from tickerwire.services.common.http.requestlog import request_id
 from tickerwire.services.common.runtime import logs
-from tickerwire.services.common.runtime.logs import REQUEST_ID, JsonFormatter, LineHandler, RequestIdFilter, info_line
+from tickerwire.services.common.runtime.logs import (
+    REQUEST_ID,
+    JsonFormatter,
+    LineHandler,
+    RequestIdFilter,
+    ShapedLines,
+    info_line,
+)
 
 
 def handler_on(out: io.StringIO) -> LineHandler:
@@ -56,12 +64,20 @@ def test_a_line_logged_outside_an_event_loop_is_written_at_once():
     assert orjson.loads(out.getvalue())["msg"] == "now"
 
 
-def test_the_access_line_fast_path_writes_what_the_formatter_would(monkeypatch):
+def root_lines(monkeypatch) -> tuple[io.StringIO, LineHandler]:
+    """The root logger's one handler, at INFO, writing into a string (as setup_logging does).
+    Called in the test itself: pytest adds its capturing handlers to the root between a
+    fixture's setup and the test."""
     out = io.StringIO()
     handler = handler_on(out)
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [handler])
     monkeypatch.setattr(root, "level", logging.INFO)
+    return out, handler
+
+
+def test_the_access_line_fast_path_writes_what_the_formatter_would(monkeypatch):
+    out, handler = root_lines(monkeypatch)
     logger = logging.getLogger("tickerwire.test.access")
     fields = {"method": "GET", "route": "/x/{id}", "status": 200, "duration_ms": 1.25, "workspace_id": None}
     records: list[logging.LogRecord] = []
@@ -89,6 +105,48 @@ def test_the_access_line_fast_path_writes_what_the_formatter_would(monkeypatch):
             **fields,
         }
     )
+
+
+def test_shaped_lines_read_exactly_as_the_formatter_writes_them(monkeypatch):
+    out, handler = root_lines(monkeypatch)
+    logger = logging.getLogger("tickerwire.test.shaped")
+    lines = ShapedLines(logger, "duration_ms", max_shapes=2)
+    cases = [  # (request id, method, route, status, workspace, duration)
+        ("req_1", "GET", "/posts", 200, "ws_a", 0.42),
+        ("req_2", "GET", "/posts", 200, "ws_a", 12.5),  # the same shape: from its template
+        ("client:id-3", "GET", "/posts/{id}", 404, None, 0.0),
+        ("req_4", "HEAD", "/x", 429, 'ws_"q', 3.0),  # a third shape: the table starts again
+        ("tw_live_abcdefghijk", "GET", "/posts", 200, "ws_a", 1.5),  # key-like: redacted
+    ]
+    expected = []
+    for rid, method, route, status, ws, duration in cases:
+        fields = {"method": method, "route": route, "status": status, "duration_ms": duration, "workspace_id": ws}
+        token = REQUEST_ID.set(rid)
+        try:
+            lines.write(
+                (method, route, status, ws),
+                duration,
+                lambda: (f"{method} {route} {status}", {**fields, "duration_ms": 0}),
+            )
+            expected.append(handler.json.line(0.0, "info", logger.name, f"{method} {route} {status}", rid, fields))
+        finally:
+            REQUEST_ID.reset(token)
+    logs.set_trace_ids(lambda: ("a" * 32, "b" * 16))  # a span's ids: the formatter's way
+    token = REQUEST_ID.set("req_5")
+    try:
+        lines.write(("GET", "/posts", 200, "ws_a"), 2.0, lambda: ("GET /posts 200", {"duration_ms": 0}))
+    finally:
+        REQUEST_ID.reset(token)
+        logs.set_trace_ids(None)
+    handler.flush()
+    written = out.getvalue().splitlines()
+    assert len(written) == len(cases) + 1
+    for line, want in zip(written, expected):
+        written_at = datetime.fromisoformat(orjson.loads(line)["ts"])
+        assert abs((datetime.now(timezone.utc) - written_at).total_seconds()) < 60
+        assert line[36:] == want[36:]  # all but the time, byte for byte
+    assert "tw_live_***" in written[4] and "abcdefghijk" not in written[4]
+    assert orjson.loads(written[5])["trace_id"] == "a" * 32
 
 
 def test_generated_request_ids_are_distinct_and_well_formed():
