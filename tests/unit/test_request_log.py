@@ -20,9 +20,9 @@ from tickerwire.services.common.runtime.logs import (
     JsonFormatter,
     LineHandler,
     RequestIdFilter,
-    ShapedLines,
     info_line,
 )
+from tickerwire.services.common.runtime.shaped_lines import ShapedLines
 
 
 def handler_on(out: io.StringIO) -> LineHandler:
@@ -31,13 +31,19 @@ def handler_on(out: io.StringIO) -> LineHandler:
     return handler
 
 
-def test_info_lines_wait_for_the_timer_and_a_warning_writes_them_first_in_order():
+def own_logger(name: str) -> tuple[io.StringIO, LineHandler, logging.Logger]:
+    """A logger at INFO writing through its own LineHandler into a string (remove the handler after)."""
     out = io.StringIO()
     handler = handler_on(out)
-    logger = logging.getLogger("test.linehandler")
+    logger = logging.getLogger(name)
     logger.addHandler(handler)
     logger.propagate = False
     logger.setLevel(logging.INFO)
+    return out, handler, logger
+
+
+def test_info_lines_wait_for_the_timer_and_a_warning_writes_them_first_in_order():
+    out, handler, logger = own_logger("test.linehandler")
 
     async def scenario() -> list[str]:
         logger.info("one")
@@ -62,6 +68,26 @@ def test_a_line_logged_outside_an_event_loop_is_written_at_once():
     handler = handler_on(out)
     handler.handle(logging.makeLogRecord({"name": "t", "levelno": logging.INFO, "levelname": "INFO", "msg": "now"}))
     assert orjson.loads(out.getvalue())["msg"] == "now"
+
+
+def test_lines_left_by_a_stopped_loop_are_written_with_the_next_line_outside_it():
+    out, handler, logger = own_logger("test.stoppedloop")
+
+    async def scenario() -> None:
+        logger.info("in the loop")  # waits for a timer that will never fire: the loop ends first
+        logger.info("in the loop, again")  # the timer is set: nothing more to do
+
+    try:
+        asyncio.run(scenario())
+        assert out.getvalue() == ""
+        logger.info("after the loop")
+    finally:
+        logger.removeHandler(handler)
+    assert [orjson.loads(line)["msg"] for line in out.getvalue().splitlines()] == [
+        "in the loop",
+        "in the loop, again",
+        "after the loop",
+    ]
 
 
 def root_lines(monkeypatch) -> tuple[io.StringIO, LineHandler]:

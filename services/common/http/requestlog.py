@@ -22,7 +22,8 @@ import time
 
 from aiohttp import web
 
-from ..runtime.logs import REQUEST_ID, RequestIdFilter, ShapedLines
+from ..runtime.logs import REQUEST_ID, RequestIdFilter
+from ..runtime.shaped_lines import ShapedLines
 
 __all__ = ["HEADER", "REQUEST_ID", "RequestIdFilter", "add_request_log", "closed", "opened", "request_id"]
 

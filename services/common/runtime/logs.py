@@ -5,9 +5,8 @@ for at most :data:`FLUSH_AFTER_S` (or :data:`FLUSH_BYTES`) and written together,
 process does not pay a write system call per access-log line. The buffer is written before any
 WARNING line (order kept), at exit (``logging.shutdown``) and by the timer; a process killed with
 SIGKILL can lose the INFO lines of its last :data:`FLUSH_AFTER_S`. :func:`info_line` writes one
-INFO line without a ``LogRecord``, in the same shape; :class:`ShapedLines` writes lines that
-differ only in their time, request id and one number (the access log's per-request line) from
-a template the formatter itself wrote once per shape.
+INFO line without a ``LogRecord``, in the same shape (and :mod:`.shaped_lines` lines that differ
+only in their time, request id and one number, from a template per shape).
 """
 
 from __future__ import annotations
@@ -41,6 +40,11 @@ FLUSH_BYTES = 64 * 1024
 #: The ids (trace_id, span_id) of the span current where a line is written, or None; set by the
 #: tracing room while tracing is on (this room never imports it).
 _trace_ids: Callable[[], tuple[str, str] | None] | None = None
+
+
+def in_span() -> bool:
+    """Whether a line written now would carry a span's ids."""
+    return _trace_ids is not None and _trace_ids() is not None
 
 
 def set_trace_ids(hook: Callable[[], tuple[str, str] | None] | None) -> None:
@@ -134,6 +138,7 @@ class LineHandler(logging.StreamHandler):
         self._pending: list[str] = []
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
         try:
@@ -157,11 +162,16 @@ class LineHandler(logging.StreamHandler):
         if urgent or self._size >= FLUSH_BYTES:
             self._write_pending()
             return
-        loop = asyncio._get_running_loop()
+        if self._timer is not None and self._timer_loop is not None and self._timer_loop.is_running():
+            return  # the timer set for an earlier line writes this one too
+        loop = asyncio._get_running_loop()  # a system call (getpid) on Python 3.11: once per timer
         if loop is None:  # no event loop in this thread: nothing would write the buffer later
             self._write_pending()
-        elif self._timer is None:
+        else:
+            if self._timer is not None:  # set on a loop that has stopped since: it never fires
+                self._timer.cancel()
             self._timer = loop.call_later(FLUSH_AFTER_S, self.flush)
+            self._timer_loop = loop
 
     def _write_pending(self) -> None:
         if self._timer is not None:
@@ -200,78 +210,6 @@ def info_line(logger: logging.Logger, msg: str, fields: dict) -> None:
         return
     handler = handlers[0]
     handler.write_line(handler.json.line(time.time(), "info", logger.name, msg, REQUEST_ID.get(), fields))
-
-
-class ShapedLines:
-    """INFO lines of one logger whose every field but the time, the request id and the number
-    ``field`` repeats: one per (method, route, status, workspace) for the access log.
-
-    The first line of a shape goes through :meth:`JsonFormatter.line` with placeholders; the text
-    around them is kept and later lines of the shape are that text with the three values put
-    in, so they read exactly as the formatter would write them. Lines the template cannot
-    stand for go the formatter's way: no request id, a span's ids (tracing on), another handler
-    than one :class:`LineHandler`, a key-like request id (redacted). At most ``max_shapes`` are
-    kept; a full table starts again empty.
-    """
-
-    _RID = "rid-placeholder-0d9f2b"
-    _NUMBER = 987654321.125  # written by orjson as 987654321.125
-    _NUMBER_TEXT = "987654321.125"
-    _OPEN = '{"ts":"'
-    _HEAD = _OPEN + iso_ms(0.0)
-
-    def __init__(self, logger: logging.Logger, field: str, max_shapes: int = 4096) -> None:
-        self.logger = logger
-        self.field = field
-        self.max_shapes = max_shapes
-        self._shapes: dict[Any, tuple[str, str, str] | None] = {}
-        self._formatter: JsonFormatter | None = None
-
-    def write(self, shape: Any, value: float, build: Callable[[], tuple[str, dict]]) -> None:
-        """One line of ``shape``; ``build()`` gives its message and fields (``field`` among them,
-        at its place) when the shape is new or the line cannot use a template."""
-        handlers = logging.root.handlers
-        rid = REQUEST_ID.get()
-        if (
-            rid is None
-            or len(handlers) != 1
-            or type(handlers[0]) is not LineHandler
-            or (_trace_ids is not None and _trace_ids() is not None)
-            or "tw_" in rid
-        ):
-            self._slow(build, value)
-            return
-        handler = handlers[0]
-        if handler.json is not self._formatter:  # another process setup: other templates
-            self._shapes.clear()
-            self._formatter = handler.json
-        parts = self._shapes.get(shape, False)
-        if parts is False:
-            if len(self._shapes) >= self.max_shapes:
-                self._shapes.clear()
-            parts = self._shapes[shape] = self._template(handler.json, *build())
-        if parts is None or not self.logger.isEnabledFor(logging.INFO) or self.logger.handlers:
-            self._slow(build, value)
-            return
-        number = orjson.dumps(value).decode()
-        handler.write_line(f"{self._OPEN}{iso_ms(time.time())}{parts[0]}{rid}{parts[1]}{number}{parts[2]}")
-
-    def _template(self, formatter: JsonFormatter, msg: str, fields: dict) -> tuple[str, str, str] | None:
-        probe = dict(fields)
-        probe[self.field] = self._NUMBER
-        line = formatter.line(0.0, "info", self.logger.name, msg, self._RID, probe)
-        if not line.startswith(self._HEAD) or line.count(self._RID) != 1 or line.count(self._NUMBER_TEXT) != 1:
-            return None  # a field that contains a placeholder's text: written the long way
-        head, rest = line[len(self._HEAD) :].split(self._RID)
-        if self._NUMBER_TEXT not in rest:  # the number before the request id: no such shape
-            return None
-        middle, tail = rest.split(self._NUMBER_TEXT)
-        return head, middle, tail
-
-    def _slow(self, build: Callable[[], tuple[str, dict]], value: float) -> None:
-        msg, fields = build()
-        fields[self.field] = value
-        info_line(self.logger, msg, fields)
 
 
 LOG_BURST = 10
